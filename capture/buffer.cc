@@ -1,0 +1,38 @@
+#include "capture/buffer.h"
+
+#include <fmt/format.h>
+#include <xxhash.h>
+
+#include <cstring>
+#include <new>
+
+namespace tracecache {
+
+namespace {
+constexpr std::align_val_t kAlign{64};
+}
+
+void HostBuffer::Free::operator()(std::byte* p) const { ::operator delete[](p, kAlign); }
+
+HostBuffer::HostBuffer(DType dtype, const Shape& shape) : dtype_(dtype), shape_(shape) {
+  size_t n = nbytes();
+  // Always allocate at least one byte so bytes() is never null.
+  data_.reset(static_cast<std::byte*>(::operator new[](n == 0 ? 1 : n, kAlign)));
+  std::memset(data_.get(), 0, n == 0 ? 1 : n);
+}
+
+HostBuffer HostBuffer::clone() const {
+  HostBuffer b(dtype_, shape_);
+  std::memcpy(b.bytes(), bytes(), nbytes());
+  return b;
+}
+
+double HostBuffer::element_as_double(int64_t i) const {
+  return dispatch_dtype(dtype_, [&]<typename T>() { return static_cast<double>(data<T>()[i]); });
+}
+
+std::string HostBuffer::checksum() const { return hex64(XXH3_64bits(bytes(), nbytes())); }
+
+std::string hex64(uint64_t v) { return fmt::format("{:016x}", v); }
+
+}  // namespace tracecache

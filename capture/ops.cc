@@ -1,0 +1,478 @@
+// The op registry table and the inference rules.
+#include "capture/ops.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <limits>
+
+#include "capture/reference_kernels.h"
+#include "capture/status.h"
+
+namespace tracecache {
+
+namespace {
+
+[[noreturn]] void fail(std::string_view op, const std::string& msg) {
+  throw Error(invalid_argument(fmt::format("op '{}': {}", op, msg)));
+}
+
+std::string describe(const TensorType& t) { return type_to_string(t); }
+
+// ---- attribute tables --------------------------------------------------------------------
+
+AttrValue none_ints() { return AttrValue::of_ints({}); }
+
+const AttrSpec kParameterAttrs[] = {{"index", AttrKind::kInt, true, AttrValue::of_int(0)}};
+const AttrSpec kCastAttrs[] = {{"dtype", AttrKind::kDType, true, AttrValue::of_dtype(DType::kF32)}};
+const AttrSpec kReduceAttrs[] = {{"axes", AttrKind::kInts, false, none_ints()},
+                                 {"keepdim", AttrKind::kBool, false, AttrValue::of_bool(false)}};
+const AttrSpec kArgmaxAttrs[] = {{"axis", AttrKind::kInt, true, AttrValue::of_int(0)},
+                                 {"keepdim", AttrKind::kBool, false, AttrValue::of_bool(false)}};
+const AttrSpec kShapeAttrs[] = {{"shape", AttrKind::kInts, true, none_ints()}};
+const AttrSpec kPermuteAttrs[] = {{"perm", AttrKind::kInts, true, none_ints()}};
+const AttrSpec kTransposeAttrs[] = {{"dim0", AttrKind::kInt, true, AttrValue::of_int(0)},
+                                    {"dim1", AttrKind::kInt, true, AttrValue::of_int(0)}};
+const AttrSpec kConcatAttrs[] = {{"axis", AttrKind::kInt, true, AttrValue::of_int(0)}};
+const AttrSpec kSliceAttrs[] = {
+    {"axis", AttrKind::kInt, true, AttrValue::of_int(0)},
+    {"start", AttrKind::kInt, false, AttrValue::of_int(0)},
+    {"end", AttrKind::kInt, false, AttrValue::of_int(std::numeric_limits<int64_t>::max())},
+    {"step", AttrKind::kInt, false, AttrValue::of_int(1)}};
+const AttrSpec kFullAttrs[] = {{"shape", AttrKind::kInts, true, none_ints()},
+                               {"value", AttrKind::kFloat, true, AttrValue::of_float(0)},
+                               {"dtype", AttrKind::kDType, false, AttrValue::of_dtype(DType::kF32)}};
+const AttrSpec kArangeAttrs[] = {{"start", AttrKind::kFloat, false, AttrValue::of_float(0)},
+                                 {"end", AttrKind::kFloat, true, AttrValue::of_float(0)},
+                                 {"step", AttrKind::kFloat, false, AttrValue::of_float(1)},
+                                 {"dtype", AttrKind::kDType, false, AttrValue::of_dtype(DType::kI64)}};
+const AttrSpec kUniformAttrs[] = {{"shape", AttrKind::kInts, true, none_ints()},
+                                  {"low", AttrKind::kFloat, false, AttrValue::of_float(0)},
+                                  {"high", AttrKind::kFloat, false, AttrValue::of_float(1)},
+                                  {"seed", AttrKind::kInt, true, AttrValue::of_int(0)},
+                                  {"dtype", AttrKind::kDType, false, AttrValue::of_dtype(DType::kF32)}};
+const AttrSpec kNormalAttrs[] = {{"shape", AttrKind::kInts, true, none_ints()},
+                                 {"mean", AttrKind::kFloat, false, AttrValue::of_float(0)},
+                                 {"std", AttrKind::kFloat, false, AttrValue::of_float(1)},
+                                 {"seed", AttrKind::kInt, true, AttrValue::of_int(0)},
+                                 {"dtype", AttrKind::kDType, false, AttrValue::of_dtype(DType::kF32)}};
+
+// ---- shared checks ------------------------------------------------------------------------
+
+// Makes `axis` non-negative for a tensor of rank `rank`; fails if out of range.
+int64_t normalize_axis(std::string_view op, int64_t axis, int rank) {
+  if (axis < -rank || axis >= rank) {
+    fail(op, fmt::format("axis {} is out of range for a tensor of rank {}", axis, rank));
+  }
+  return axis < 0 ? axis + rank : axis;
+}
+
+void check_shape_attr(std::string_view op, const IntList& shape) {
+  for (int64_t d : shape) {
+    if (d < 0) fail(op, fmt::format("shape {} has a negative dim", shape.to_string()));
+  }
+}
+
+Shape broadcast2(std::string_view op, const TensorType& a, const TensorType& b) {
+  Shape out;
+  if (!broadcast_shapes(a.shape, b.shape, &out)) {
+    fail(op, fmt::format("shapes {} and {} are not broadcastable", describe(a), describe(b)));
+  }
+  return out;
+}
+
+void reject_bool(std::string_view op, const TensorType& t) {
+  if (t.dtype == DType::kBool) {
+    fail(op, fmt::format("operand {} is bool; cast it to a numeric dtype first", describe(t)));
+  }
+}
+
+// ---- inference rules ----------------------------------------------------------------------
+
+TensorType infer_parameter(std::span<const TensorType>, std::span<AttrValue>) {
+  // Parameters are created with their type directly (Graph::add_parameter); never inferred.
+  fail("parameter", "a parameter cannot be recorded as an op");
+}
+
+template <OpKind K>
+TensorType infer_unary_same(std::span<const TensorType> in, std::span<AttrValue>) {
+  reject_bool(op_info(K).name, in[0]);
+  return in[0];
+}
+
+TensorType infer_unary_float(std::span<const TensorType> in, std::span<AttrValue>) {
+  return {DType::kF32, in[0].shape};
+}
+
+template <OpKind K>
+TensorType infer_arith(std::span<const TensorType> in, std::span<AttrValue>) {
+  std::string_view name = op_info(K).name;
+  Shape s = broadcast2(name, in[0], in[1]);
+  DType t = promote(in[0].dtype, in[1].dtype);
+  if (t == DType::kBool) fail(name, "both operands are bool; cast them to a numeric dtype first");
+  if (K == OpKind::kDiv) t = DType::kF32;  // true division, as in PyTorch
+  return {t, s};
+}
+
+template <OpKind K>
+TensorType infer_minmax(std::span<const TensorType> in, std::span<AttrValue>) {
+  return {promote(in[0].dtype, in[1].dtype), broadcast2(op_info(K).name, in[0], in[1])};
+}
+
+template <OpKind K>
+TensorType infer_compare(std::span<const TensorType> in, std::span<AttrValue>) {
+  return {DType::kBool, broadcast2(op_info(K).name, in[0], in[1])};
+}
+
+TensorType infer_where(std::span<const TensorType> in, std::span<AttrValue>) {
+  if (in[0].dtype != DType::kBool) {
+    fail("where", fmt::format("condition {} must be bool", describe(in[0])));
+  }
+  Shape ab = broadcast2("where", in[1], in[2]);
+  Shape s;
+  if (!broadcast_shapes(in[0].shape, ab, &s)) {
+    fail("where", fmt::format("condition {} is not broadcastable with operands {} and {}",
+                              describe(in[0]), describe(in[1]), describe(in[2])));
+  }
+  return {promote(in[1].dtype, in[2].dtype), s};
+}
+
+TensorType infer_cast(std::span<const TensorType> in, std::span<AttrValue> attrs) {
+  return {attrs[0].dtype, in[0].shape};
+}
+
+TensorType infer_matmul(std::span<const TensorType> in, std::span<AttrValue>) {
+  const TensorType& a = in[0];
+  const TensorType& b = in[1];
+  reject_bool("matmul", a);
+  reject_bool("matmul", b);
+  if (a.shape.rank() < 1 || b.shape.rank() < 1) {
+    fail("matmul", fmt::format("operands {} and {} must have rank >= 1", describe(a), describe(b)));
+  }
+  // NumPy semantics: a 1-D left operand is a row vector, a 1-D right operand a column vector,
+  // and the added dim is removed from the result.
+  Shape sa = a.shape, sb = b.shape;
+  if (sa.rank() == 1) sa.insert(0, 1);
+  if (sb.rank() == 1) sb.push_back(1);
+  int64_t k_a = sa[sa.rank() - 1], k_b = sb[sb.rank() - 2];
+  if (k_a != k_b) {
+    fail("matmul", fmt::format("shapes {} and {} do not match: inner dims {} and {} differ",
+                               describe(a), describe(b), k_a, k_b));
+  }
+  Shape batch_a(IntList(std::span(sa.begin(), static_cast<size_t>(sa.rank() - 2))));
+  Shape batch_b(IntList(std::span(sb.begin(), static_cast<size_t>(sb.rank() - 2))));
+  Shape out;
+  if (!broadcast_shapes(batch_a, batch_b, &out)) {
+    fail("matmul", fmt::format("batch dims of {} and {} are not broadcastable", describe(a),
+                               describe(b)));
+  }
+  if (a.shape.rank() > 1) out.push_back(sa[sa.rank() - 2]);
+  if (b.shape.rank() > 1) out.push_back(sb[sb.rank() - 1]);
+  return {promote(a.dtype, b.dtype), out};
+}
+
+// Normalizes a reduction's `axes` (empty = all; sorted; no repeats) and returns the shape.
+Shape reduce_shape(std::string_view op, const Shape& in, AttrValue& axes_attr, bool keepdim) {
+  IntList& axes = axes_attr.ints;
+  if (axes.empty()) {
+    for (int i = 0; i < in.rank(); ++i) axes.push_back(i);
+  }
+  for (int64_t& a : axes) a = normalize_axis(op, a, in.rank());
+  std::sort(axes.begin(), axes.end());
+  if (std::adjacent_find(axes.begin(), axes.end()) != axes.end()) {
+    fail(op, fmt::format("axes {} name a dim twice", axes.to_string()));
+  }
+  Shape out;
+  for (int i = 0; i < in.rank(); ++i) {
+    bool reduced = std::find(axes.begin(), axes.end(), i) != axes.end();
+    if (!reduced) out.push_back(in[i]);
+    else if (keepdim) out.push_back(1);
+  }
+  return out;
+}
+
+TensorType infer_sum(std::span<const TensorType> in, std::span<AttrValue> attrs) {
+  Shape s = reduce_shape("sum", in[0].shape, attrs[0], attrs[1].as_bool());
+  return {is_floating(in[0].dtype) ? in[0].dtype : DType::kI64, s};
+}
+
+TensorType infer_mean(std::span<const TensorType> in, std::span<AttrValue> attrs) {
+  return {DType::kF32, reduce_shape("mean", in[0].shape, attrs[0], attrs[1].as_bool())};
+}
+
+TensorType infer_max(std::span<const TensorType> in, std::span<AttrValue> attrs) {
+  Shape s = reduce_shape("max", in[0].shape, attrs[0], attrs[1].as_bool());
+  for (int64_t a : attrs[0].ints) {
+    if (in[0].shape[static_cast<int>(a)] == 0) {
+      fail("max", fmt::format("cannot reduce {} over its empty dim {}", describe(in[0]), a));
+    }
+  }
+  return {in[0].dtype, s};
+}
+
+TensorType infer_argmax(std::span<const TensorType> in, std::span<AttrValue> attrs) {
+  int rank = in[0].shape.rank();
+  int64_t axis = normalize_axis("argmax", attrs[0].i, rank);
+  attrs[0].i = axis;
+  if (in[0].shape[static_cast<int>(axis)] == 0) {
+    fail("argmax", fmt::format("cannot reduce {} over its empty dim {}", describe(in[0]), axis));
+  }
+  Shape out;
+  for (int i = 0; i < rank; ++i) {
+    if (i != axis) out.push_back(in[0].shape[i]);
+    else if (attrs[1].as_bool()) out.push_back(1);
+  }
+  return {DType::kI64, out};
+}
+
+TensorType infer_reshape(std::span<const TensorType> in, std::span<AttrValue> attrs) {
+  IntList& shape = attrs[0].ints;
+  int infer_at = -1;
+  int64_t known = 1;
+  for (int i = 0; i < shape.size(); ++i) {
+    if (shape[i] == -1) {
+      if (infer_at >= 0) fail("reshape", fmt::format("shape {} has more than one -1", shape.to_string()));
+      infer_at = i;
+    } else if (shape[i] < 0) {
+      fail("reshape", fmt::format("shape {} has a negative dim", shape.to_string()));
+    } else {
+      known *= shape[i];
+    }
+  }
+  int64_t n = in[0].shape.numel();
+  if (infer_at >= 0) {
+    if (known == 0 || n % known != 0) {
+      fail("reshape", fmt::format("cannot reshape {} into {}", describe(in[0]), shape.to_string()));
+    }
+    shape[infer_at] = n / known;
+  } else if (known != n) {
+    fail("reshape", fmt::format("cannot reshape {} ({} elements) into {} ({} elements)",
+                                describe(in[0]), n, shape.to_string(), known));
+  }
+  return {in[0].dtype, Shape(shape)};
+}
+
+TensorType infer_permute(std::span<const TensorType> in, std::span<AttrValue> attrs) {
+  IntList& perm = attrs[0].ints;
+  int rank = in[0].shape.rank();
+  if (perm.size() != rank) {
+    fail("permute", fmt::format("perm {} has {} entries but the operand {} has rank {}",
+                                perm.to_string(), perm.size(), describe(in[0]), rank));
+  }
+  std::array<bool, kMaxRank> seen{};
+  Shape out;
+  for (int64_t& p : perm) {
+    p = normalize_axis("permute", p, rank);
+    if (seen[static_cast<size_t>(p)]) fail("permute", fmt::format("perm {} repeats dim {}", perm.to_string(), p));
+    seen[static_cast<size_t>(p)] = true;
+    out.push_back(in[0].shape[static_cast<int>(p)]);
+  }
+  return {in[0].dtype, out};
+}
+
+TensorType infer_transpose(std::span<const TensorType> in, std::span<AttrValue> attrs) {
+  int rank = in[0].shape.rank();
+  int64_t d0 = normalize_axis("transpose", attrs[0].i, rank);
+  int64_t d1 = normalize_axis("transpose", attrs[1].i, rank);
+  attrs[0].i = std::min(d0, d1);
+  attrs[1].i = std::max(d0, d1);
+  Shape out = in[0].shape;
+  std::swap(out[static_cast<int>(d0)], out[static_cast<int>(d1)]);
+  return {in[0].dtype, out};
+}
+
+TensorType infer_broadcast_to(std::span<const TensorType> in, std::span<AttrValue> attrs) {
+  Shape target(attrs[0].ints);
+  check_shape_attr("broadcast_to", target);
+  Shape b;
+  if (!broadcast_shapes(in[0].shape, target, &b) || !(b == target)) {
+    fail("broadcast_to", fmt::format("cannot broadcast {} to {}", describe(in[0]), target.to_string()));
+  }
+  return {in[0].dtype, target};
+}
+
+TensorType infer_concat(std::span<const TensorType> in, std::span<AttrValue> attrs) {
+  const TensorType& first = in[0];
+  int rank = first.shape.rank();
+  if (rank == 0) fail("concat", "cannot concatenate scalars (rank 0)");
+  int64_t axis = normalize_axis("concat", attrs[0].i, rank);
+  attrs[0].i = axis;
+  Shape out = first.shape;
+  for (size_t k = 1; k < in.size(); ++k) {
+    const TensorType& t = in[k];
+    bool ok = t.shape.rank() == rank && t.dtype == first.dtype;
+    for (int i = 0; ok && i < rank; ++i) ok = i == axis || t.shape[i] == first.shape[i];
+    if (!ok) {
+      fail("concat", fmt::format("operands {} and {} do not match outside axis {}", describe(first),
+                                 describe(t), axis));
+    }
+    out[static_cast<int>(axis)] += t.shape[static_cast<int>(axis)];
+  }
+  return {first.dtype, out};
+}
+
+TensorType infer_slice(std::span<const TensorType> in, std::span<AttrValue> attrs) {
+  int rank = in[0].shape.rank();
+  int64_t axis = normalize_axis("slice", attrs[0].i, rank);
+  int64_t dim = in[0].shape[static_cast<int>(axis)];
+  int64_t step = attrs[3].i;
+  if (step < 1) fail("slice", fmt::format("step must be >= 1, got {}", step));
+  // Python slice semantics: negative bounds count from the end, then clamp to [0, dim].
+  auto clamp = [dim](int64_t v) {
+    if (v < 0) v = std::max<int64_t>(0, v + dim);
+    return std::min(v, dim);
+  };
+  int64_t start = clamp(attrs[1].i);
+  int64_t end = std::max(start, clamp(attrs[2].i));
+  int64_t len = (end - start + step - 1) / step;
+  attrs[0].i = axis;
+  attrs[1].i = start;
+  attrs[2].i = end;
+  Shape out = in[0].shape;
+  out[static_cast<int>(axis)] = len;
+  return {in[0].dtype, out};
+}
+
+TensorType infer_full(std::span<const TensorType>, std::span<AttrValue> attrs) {
+  check_shape_attr("full", attrs[0].ints);
+  return {attrs[2].dtype, Shape(attrs[0].ints)};
+}
+
+TensorType infer_arange(std::span<const TensorType>, std::span<AttrValue> attrs) {
+  double start = attrs[0].f, end = attrs[1].f, step = attrs[2].f;
+  if (step == 0 || !std::isfinite(start) || !std::isfinite(end) || !std::isfinite(step)) {
+    fail("arange", fmt::format("start {}, end {}, step {} do not describe a finite range", start, end, step));
+  }
+  double n = std::ceil((end - start) / step);
+  if (n > 1e12) fail("arange", fmt::format("range of {} elements is too large", n));
+  Shape s;
+  s.push_back(n > 0 ? static_cast<int64_t>(n) : 0);
+  return {attrs[3].dtype, s};
+}
+
+TensorType infer_uniform(std::span<const TensorType>, std::span<AttrValue> attrs) {
+  check_shape_attr("uniform", attrs[0].ints);
+  if (!(attrs[1].f <= attrs[2].f)) {
+    fail("uniform", fmt::format("low {} must not exceed high {}", attrs[1].f, attrs[2].f));
+  }
+  if (attrs[4].dtype == DType::kBool) fail("uniform", "dtype bool is not supported");
+  return {attrs[4].dtype, Shape(attrs[0].ints)};
+}
+
+TensorType infer_normal(std::span<const TensorType>, std::span<AttrValue> attrs) {
+  check_shape_attr("normal", attrs[0].ints);
+  if (!(attrs[2].f >= 0)) fail("normal", fmt::format("std must be >= 0, got {}", attrs[2].f));
+  if (!is_floating(attrs[4].dtype)) {
+    fail("normal", fmt::format("dtype {} is not floating", dtype_name(attrs[4].dtype)));
+  }
+  return {attrs[4].dtype, Shape(attrs[0].ints)};
+}
+
+// ---- the table ----------------------------------------------------------------------------
+
+using C = OpClass;
+constexpr std::span<const AttrSpec> kNoAttrs{};
+
+const OpInfo kOps[] = {
+    {OpKind::kParameter, "parameter", C::kParameter, 0, 0, kParameterAttrs, infer_parameter, nullptr},
+    {OpKind::kNeg, "neg", C::kUnary, 1, 1, kNoAttrs, infer_unary_same<OpKind::kNeg>, ref::neg},
+    {OpKind::kAbs, "abs", C::kUnary, 1, 1, kNoAttrs, infer_unary_same<OpKind::kAbs>, ref::abs},
+    {OpKind::kExp, "exp", C::kUnary, 1, 1, kNoAttrs, infer_unary_float, ref::exp},
+    {OpKind::kLog, "log", C::kUnary, 1, 1, kNoAttrs, infer_unary_float, ref::log},
+    {OpKind::kSqrt, "sqrt", C::kUnary, 1, 1, kNoAttrs, infer_unary_float, ref::sqrt},
+    {OpKind::kRsqrt, "rsqrt", C::kUnary, 1, 1, kNoAttrs, infer_unary_float, ref::rsqrt},
+    {OpKind::kTanh, "tanh", C::kUnary, 1, 1, kNoAttrs, infer_unary_float, ref::tanh},
+    {OpKind::kSigmoid, "sigmoid", C::kUnary, 1, 1, kNoAttrs, infer_unary_float, ref::sigmoid},
+    {OpKind::kRelu, "relu", C::kUnary, 1, 1, kNoAttrs, infer_unary_same<OpKind::kRelu>, ref::relu},
+    {OpKind::kAdd, "add", C::kBinary, 2, 2, kNoAttrs, infer_arith<OpKind::kAdd>, ref::add},
+    {OpKind::kSub, "sub", C::kBinary, 2, 2, kNoAttrs, infer_arith<OpKind::kSub>, ref::sub},
+    {OpKind::kMul, "mul", C::kBinary, 2, 2, kNoAttrs, infer_arith<OpKind::kMul>, ref::mul},
+    {OpKind::kDiv, "div", C::kBinary, 2, 2, kNoAttrs, infer_arith<OpKind::kDiv>, ref::div},
+    {OpKind::kPow, "pow", C::kBinary, 2, 2, kNoAttrs, infer_arith<OpKind::kPow>, ref::pow},
+    {OpKind::kMaximum, "maximum", C::kBinary, 2, 2, kNoAttrs, infer_minmax<OpKind::kMaximum>, ref::maximum},
+    {OpKind::kMinimum, "minimum", C::kBinary, 2, 2, kNoAttrs, infer_minmax<OpKind::kMinimum>, ref::minimum},
+    {OpKind::kEq, "eq", C::kCompare, 2, 2, kNoAttrs, infer_compare<OpKind::kEq>, ref::eq},
+    {OpKind::kLt, "lt", C::kCompare, 2, 2, kNoAttrs, infer_compare<OpKind::kLt>, ref::lt},
+    {OpKind::kGt, "gt", C::kCompare, 2, 2, kNoAttrs, infer_compare<OpKind::kGt>, ref::gt},
+    {OpKind::kWhere, "where", C::kWhere, 3, 3, kNoAttrs, infer_where, ref::where},
+    {OpKind::kCast, "cast", C::kCast, 1, 1, kCastAttrs, infer_cast, ref::cast},
+    {OpKind::kMatmul, "matmul", C::kMatmul, 2, 2, kNoAttrs, infer_matmul, ref::matmul},
+    {OpKind::kSum, "sum", C::kReduce, 1, 1, kReduceAttrs, infer_sum, ref::sum},
+    {OpKind::kMean, "mean", C::kReduce, 1, 1, kReduceAttrs, infer_mean, ref::mean},
+    {OpKind::kMax, "max", C::kReduce, 1, 1, kReduceAttrs, infer_max, ref::max},
+    {OpKind::kArgmax, "argmax", C::kReduce, 1, 1, kArgmaxAttrs, infer_argmax, ref::argmax},
+    {OpKind::kReshape, "reshape", C::kLayout, 1, 1, kShapeAttrs, infer_reshape, ref::reshape},
+    {OpKind::kPermute, "permute", C::kLayout, 1, 1, kPermuteAttrs, infer_permute, ref::permute},
+    {OpKind::kTranspose, "transpose", C::kLayout, 1, 1, kTransposeAttrs, infer_transpose, ref::transpose},
+    {OpKind::kBroadcastTo, "broadcast_to", C::kLayout, 1, 1, kShapeAttrs, infer_broadcast_to, ref::broadcast_to},
+    {OpKind::kConcat, "concat", C::kLayout, 1, kVariadic, kConcatAttrs, infer_concat, ref::concat},
+    {OpKind::kSlice, "slice", C::kLayout, 1, 1, kSliceAttrs, infer_slice, ref::slice},
+    {OpKind::kFull, "full", C::kSource, 0, 0, kFullAttrs, infer_full, ref::full},
+    {OpKind::kArange, "arange", C::kSource, 0, 0, kArangeAttrs, infer_arange, ref::arange},
+    {OpKind::kUniform, "uniform", C::kSource, 0, 0, kUniformAttrs, infer_uniform, ref::uniform},
+    {OpKind::kNormal, "normal", C::kSource, 0, 0, kNormalAttrs, infer_normal, ref::normal},
+};
+static_assert(std::size(kOps) == kOpCount, "every OpKind needs exactly one registry row");
+
+bool table_in_enum_order() {
+  for (int i = 0; i < kOpCount; ++i) {
+    if (static_cast<int>(kOps[i].kind) != i) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+std::string type_to_string(const TensorType& t) {
+  return fmt::format("{}{}", dtype_name(t.dtype), t.shape.to_string());
+}
+
+int OpInfo::attr_index(std::string_view attr) const {
+  for (size_t i = 0; i < attrs.size(); ++i) {
+    if (attrs[i].name == attr) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+const OpInfo& op_info(OpKind kind) {
+  static const bool ordered = table_in_enum_order();
+  assert(ordered && "registry rows must follow OpKind order");
+  (void)ordered;
+  return kOps[static_cast<size_t>(kind)];
+}
+
+const OpInfo* find_op(std::string_view name) {
+  for (const OpInfo& op : kOps) {
+    if (op.name == name) return &op;
+  }
+  return nullptr;
+}
+
+std::span<const OpInfo> all_ops() { return kOps; }
+
+TensorType infer_op(OpKind kind, std::span<const TensorType> in, std::span<AttrValue> attrs) {
+  const OpInfo& info = op_info(kind);
+  int n = static_cast<int>(in.size());
+  if (n < info.min_inputs || (info.max_inputs != kVariadic && n > info.max_inputs)) {
+    std::string want = info.max_inputs == kVariadic
+                           ? fmt::format("at least {}", info.min_inputs)
+                           : info.min_inputs == info.max_inputs
+                                 ? fmt::format("{}", info.min_inputs)
+                                 : fmt::format("{} to {}", info.min_inputs, info.max_inputs);
+    fail(info.name, fmt::format("takes {} tensor inputs, got {}", want, n));
+  }
+  if (attrs.size() != info.attrs.size()) {
+    fail(info.name, fmt::format("expects {} attributes, got {}", info.attrs.size(), attrs.size()));
+  }
+  for (size_t i = 0; i < attrs.size(); ++i) {
+    if (attrs[i].kind != info.attrs[i].kind) {
+      fail(info.name, fmt::format("attribute '{}' must be {}, got {}", info.attrs[i].name,
+                                  attr_kind_name(info.attrs[i].kind), attr_kind_name(attrs[i].kind)));
+    }
+  }
+  return info.infer(in, attrs);
+}
+
+}  // namespace tracecache

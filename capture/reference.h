@@ -1,0 +1,30 @@
+// The reference evaluator: runs a graph node by node with the reference kernels of the op
+// registry. It is the correctness oracle for every backend and every execution mode, and the
+// GraphExecutor `mark_step` uses when no compiled backend is attached.
+//
+// Thread-safe: evaluate_reference is a pure function; a ReferenceExecutor has no state.
+#pragma once
+
+#include <span>
+#include <vector>
+
+#include "capture/graph.h"
+#include "capture/tensor.h"
+
+namespace tracecache {
+
+// Evaluates `graph` with `params[i]` bound to parameter i; returns one buffer per output.
+// Intermediate buffers are freed after their last use. Fails (kInvalidArgument) if a
+// parameter's dtype or shape differs from the graph's.
+Result<std::vector<BufferRef>> evaluate_reference(const Graph& graph,
+                                                  std::span<const BufferRef> params);
+
+class ReferenceExecutor final : public GraphExecutor {
+ public:
+  Result<std::vector<BufferRef>> execute(const CanonicalGraph& graph,
+                                         std::span<const BufferRef> params) override {
+    return evaluate_reference(graph.graph, params);
+  }
+};
+
+}  // namespace tracecache

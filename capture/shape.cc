@@ -1,0 +1,67 @@
+#include "capture/shape.h"
+
+#include <fmt/format.h>
+
+#include "capture/status.h"
+
+namespace tracecache {
+
+IntList::IntList(std::span<const int64_t> v) {
+  if (v.size() > static_cast<size_t>(kMaxRank)) {
+    throw Error(unsupported(fmt::format("{} dims or list entries given; at most {} are supported",
+                                        v.size(), kMaxRank)));
+  }
+  for (size_t i = 0; i < v.size(); ++i) v_[i] = v[i];
+  size_ = static_cast<int>(v.size());
+}
+
+void IntList::push_back(int64_t x) {
+  if (size_ == kMaxRank) {
+    throw Error(unsupported(fmt::format("more than {} dims or list entries", kMaxRank)));
+  }
+  v_[static_cast<size_t>(size_++)] = x;
+}
+
+void IntList::erase(int i) {
+  for (int j = i; j + 1 < size_; ++j) v_[j] = v_[j + 1];
+  --size_;
+}
+
+void IntList::insert(int i, int64_t x) {
+  push_back(0);
+  for (int j = size_ - 1; j > i; --j) v_[j] = v_[j - 1];
+  v_[i] = x;
+}
+
+std::string IntList::to_string() const { return fmt::format("[{}]", fmt::join(span(), ", ")); }
+
+int64_t Shape::numel() const {
+  int64_t n = 1;
+  for (int64_t d : *this) n *= d;
+  return n;
+}
+
+IntList contiguous_strides(const Shape& s) {
+  IntList st = s;
+  int64_t acc = 1;
+  for (int i = s.rank() - 1; i >= 0; --i) {
+    st[i] = acc;
+    acc *= s[i];
+  }
+  return st;
+}
+
+bool broadcast_shapes(const Shape& a, const Shape& b, Shape* out) {
+  int r = std::max(a.rank(), b.rank());
+  Shape s;
+  for (int i = 0; i < r; ++i) {
+    int ia = a.rank() - r + i, ib = b.rank() - r + i;
+    int64_t da = ia >= 0 ? a[ia] : 1, db = ib >= 0 ? b[ib] : 1;
+    if (da != db && da != 1 && db != 1) return false;
+    s.push_back(da == 1 ? db : da);
+  }
+  *out = s;
+  return true;
+}
+
+}  // namespace tracecache

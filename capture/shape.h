@@ -1,0 +1,68 @@
+// Shape: the dims of a tensor, stored inline (no allocation) up to kMaxRank dims.
+//
+// Also used for any short list of integers (axes, permutations, slice bounds) via IntList.
+// A value type; thread-compatible. Rank above kMaxRank is rejected with Error at construction.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <initializer_list>
+#include <span>
+#include <string>
+
+namespace tracecache {
+
+inline constexpr int kMaxRank = 8;
+
+class IntList {
+ public:
+  IntList() = default;
+  IntList(std::initializer_list<int64_t> v) : IntList(std::span<const int64_t>(v.begin(), v.size())) {}
+  // Throws Error if v has more than kMaxRank entries.
+  explicit IntList(std::span<const int64_t> v);
+
+  int size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+  int64_t operator[](int i) const { return v_[static_cast<size_t>(i)]; }
+  int64_t& operator[](int i) { return v_[static_cast<size_t>(i)]; }
+  const int64_t* begin() const { return v_.data(); }
+  const int64_t* end() const { return v_.data() + size_; }
+  int64_t* begin() { return v_.data(); }
+  int64_t* end() { return v_.data() + size_; }
+  std::span<const int64_t> span() const { return {v_.data(), static_cast<size_t>(size_)}; }
+  // Throws Error when full.
+  void push_back(int64_t x);
+  void erase(int i);
+  void insert(int i, int64_t x);
+
+  friend bool operator==(const IntList& a, const IntList& b) {
+    if (a.size_ != b.size_) return false;
+    for (int i = 0; i < a.size_; ++i) if (a.v_[i] != b.v_[i]) return false;
+    return true;
+  }
+  // "[2, 3, 4]".
+  std::string to_string() const;
+
+ private:
+  std::array<int64_t, kMaxRank> v_{};
+  int size_ = 0;
+};
+
+// A tensor's dims. Every dim is >= 0; rank 0 is a scalar.
+class Shape : public IntList {
+ public:
+  using IntList::IntList;
+  Shape() = default;
+  explicit Shape(const IntList& l) : IntList(l) {}
+  int rank() const { return size(); }
+  int64_t numel() const;
+  int64_t dim(int i) const { return (*this)[i]; }
+};
+
+// Row-major contiguous strides (in elements) for `s`.
+IntList contiguous_strides(const Shape& s);
+
+// NumPy broadcasting of two shapes; false when incompatible.
+bool broadcast_shapes(const Shape& a, const Shape& b, Shape* out);
+
+}  // namespace tracecache

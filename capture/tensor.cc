@@ -1,0 +1,329 @@
+#include "capture/tensor.h"
+
+#include <fmt/format.h>
+
+#include <array>
+#include <cassert>
+#include <limits>
+
+namespace tracecache {
+
+constexpr NodeId kNoNode = std::numeric_limits<NodeId>::max();
+
+// The shared state behind Tensor handles. Pending: `node` names its node in the context's
+// trace and `data` is null. Materialized: `data` holds the value and `node` is kNoNode.
+struct TensorImpl {
+  uint32_t refs = 1;
+  LazyContext* ctx = nullptr;
+  TensorType type;
+  NodeId node = kNoNode;
+  uint32_t pending_slot = 0;
+  BufferRef data;
+
+  bool pending() const { return node != kNoNode; }
+};
+
+// ---- Tensor -------------------------------------------------------------------------------
+
+Tensor::Tensor(TensorImpl* impl) : impl_(impl) {}
+
+Tensor::Tensor(const Tensor& other) : impl_(other.impl_) {
+  if (impl_) ++impl_->refs;
+}
+
+Tensor::~Tensor() {
+  if (impl_ && --impl_->refs == 0) {
+    if (impl_->pending()) impl_->ctx->forget_pending(impl_);
+    delete impl_;
+  }
+}
+
+DType Tensor::dtype() const { return impl_->type.dtype; }
+const Shape& Tensor::shape() const { return impl_->type.shape; }
+LazyContext& Tensor::context() const { return *impl_->ctx; }
+bool Tensor::is_materialized() const { return !impl_->pending(); }
+
+BufferRef Tensor::buffer() const {
+  assert(defined());
+  if (impl_->pending()) {
+    TensorImpl* root = impl_;
+    impl_->ctx->materialize(std::span<TensorImpl* const>(&root, 1));
+  }
+  return impl_->data;
+}
+
+double Tensor::item() const {
+  if (numel() != 1) {
+    throw Error(invalid_argument(fmt::format(
+        "item() needs a tensor with exactly one element, got {}", type_to_string(impl_->type))));
+  }
+  return buffer()->element_as_double(0);
+}
+
+// ---- LazyContext ----------------------------------------------------------------------------
+
+LazyContext::LazyContext(GraphExecutor* executor, LazyOptions options)
+    : executor_(executor), options_(options) {
+  assert(executor_ != nullptr);
+}
+
+LazyContext::~LazyContext() {
+  // Tensors must not outlive their context; detach any that still do so they do not call back.
+  for (TensorImpl* t : pending_) {
+    if (t) t->node = kNoNode;
+  }
+}
+
+Tensor LazyContext::from_buffer(BufferRef data) {
+  auto* impl = new TensorImpl;
+  impl->ctx = this;
+  impl->type = {data->dtype(), data->shape()};
+  impl->data = std::move(data);
+  return Tensor(impl);
+}
+
+Tensor LazyContext::from_buffer(HostBuffer data) {
+  return from_buffer(std::make_shared<const HostBuffer>(std::move(data)));
+}
+
+NodeId LazyContext::node_for(TensorImpl* t) {
+  if (t->pending()) return t->node;
+  // Device data enters the graph as a parameter; one parameter per distinct buffer.
+  auto [it, inserted] = param_of_data_.try_emplace(t->data.get(), 0);
+  if (inserted) {
+    it->second = trace_.add_parameter(t->type);
+    trace_params_.push_back(t->data);
+  }
+  return it->second;
+}
+
+Tensor LazyContext::record(OpKind op, std::span<const Tensor> inputs,
+                           std::span<const AttrValue> attrs) {
+  constexpr size_t kInline = 4;
+  std::array<TensorType, kInline> inline_types;
+  std::vector<TensorType> heap_types;
+  std::span<TensorType> types(inline_types.data(), std::min(inputs.size(), kInline));
+  if (inputs.size() > kInline) {
+    heap_types.resize(inputs.size());
+    types = heap_types;
+  }
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const Tensor& t = inputs[i];
+    if (!t.defined()) {
+      throw Error(invalid_argument(
+          fmt::format("op '{}': input {} is an undefined tensor", op_info(op).name, i)));
+    }
+    if (t.impl_->ctx != this) {
+      throw Error(invalid_argument(fmt::format(
+          "op '{}': input {} belongs to another LazyContext", op_info(op).name, i)));
+    }
+    types[i] = t.impl_->type;
+  }
+  constexpr size_t kMaxAttrs = 8;
+  if (attrs.size() > kMaxAttrs) {
+    throw Error(invalid_argument(fmt::format("op '{}': {} attributes given, at most {}",
+                                             op_info(op).name, attrs.size(), kMaxAttrs)));
+  }
+  std::array<AttrValue, kMaxAttrs> attr_buf;
+  std::copy(attrs.begin(), attrs.end(), attr_buf.begin());
+  std::span<AttrValue> normalized(attr_buf.data(), attrs.size());
+  TensorType type = infer_op(op, types, normalized);
+
+  std::array<NodeId, kInline> inline_ids;
+  std::vector<NodeId> heap_ids;
+  std::span<NodeId> ids(inline_ids.data(), std::min(inputs.size(), kInline));
+  if (inputs.size() > kInline) {
+    heap_ids.resize(inputs.size());
+    ids = heap_ids;
+  }
+  for (size_t i = 0; i < inputs.size(); ++i) ids[i] = node_for(inputs[i].impl_);
+
+  auto* impl = new TensorImpl;
+  impl->ctx = this;
+  impl->type = type;
+  impl->node = trace_.add_node(op, ids, normalized, type);
+  impl->pending_slot = static_cast<uint32_t>(pending_.size());
+  pending_.push_back(impl);
+  ++live_pending_;
+  return Tensor(impl);
+}
+
+void LazyContext::forget_pending(TensorImpl* t) {
+  pending_[t->pending_slot] = nullptr;
+  --live_pending_;
+  reset_trace_if_idle();
+}
+
+void LazyContext::reset_trace_if_idle() {
+  if (live_pending_ != 0) return;
+  trace_.clear();
+  trace_params_.clear();
+  param_of_data_.clear();
+  pending_.clear();
+}
+
+void LazyContext::mark_step() {
+  std::vector<TensorImpl*> roots;
+  roots.reserve(live_pending_);
+  for (TensorImpl* t : pending_) {
+    if (t) roots.push_back(t);
+  }
+  if (roots.empty()) {
+    reset_trace_if_idle();
+    return;
+  }
+  materialize(roots);
+}
+
+void LazyContext::materialize(std::span<TensorImpl* const> roots) {
+  std::vector<NodeId> root_nodes;
+  root_nodes.reserve(roots.size());
+  for (TensorImpl* t : roots) root_nodes.push_back(t->node);
+  CanonicalGraph cg = canonicalize(trace_, root_nodes, options_.canonicalize);
+
+  std::vector<BufferRef> params;
+  params.reserve(cg.sources.size());
+  for (const ParamSource& s : cg.sources) {
+    if (s.kind == ParamSource::Kind::kTraceParam) {
+      params.push_back(trace_params_[s.trace_param]);
+    } else {
+      params.push_back(std::make_shared<const HostBuffer>(scalar_buffer(s)));
+    }
+  }
+  Result<std::vector<BufferRef>> outputs = executor_->execute(cg, params);
+  if (!outputs.is_ok()) throw Error(outputs.status());
+  if (outputs->size() != roots.size()) {
+    throw Error(internal_error(fmt::format("executor returned {} outputs for {} roots",
+                                           outputs->size(), roots.size())));
+  }
+  executed_keys_.push_back(cg.key);
+  for (size_t i = 0; i < roots.size(); ++i) {
+    TensorImpl* t = roots[i];
+    t->data = std::move((*outputs)[i]);
+    t->node = kNoNode;
+    pending_[t->pending_slot] = nullptr;
+    --live_pending_;
+  }
+  reset_trace_if_idle();
+}
+
+// ---- the op API -------------------------------------------------------------------------
+
+namespace {
+
+Tensor unary(OpKind op, const Tensor& x) { return x.context().record(op, {x}); }
+Tensor binary(OpKind op, const Tensor& a, const Tensor& b) { return a.context().record(op, {a, b}); }
+
+Tensor reduce(OpKind op, const Tensor& x, IntList axes, bool keepdim) {
+  return x.context().record(op, {x}, {AttrValue::of_ints(axes), AttrValue::of_bool(keepdim)});
+}
+
+// The dtype a scalar operand takes next to tensor `t` (see tensor.h).
+DType scalar_dtype_for(const Tensor& t, double v) {
+  bool integral = std::nearbyint(v) == v && std::abs(v) < 9.0e15;
+  if (is_floating(t.dtype())) return t.dtype();
+  if (!integral) return DType::kF32;
+  if (t.dtype() == DType::kI32 && std::abs(v) <= 2147483647.0) return DType::kI32;
+  return DType::kI64;
+}
+
+Tensor scalar_like(const Tensor& t, double v) {
+  return scalar(t.context(), v, scalar_dtype_for(t, v));
+}
+
+}  // namespace
+
+Tensor neg(const Tensor& x) { return unary(OpKind::kNeg, x); }
+Tensor abs(const Tensor& x) { return unary(OpKind::kAbs, x); }
+Tensor exp(const Tensor& x) { return unary(OpKind::kExp, x); }
+Tensor log(const Tensor& x) { return unary(OpKind::kLog, x); }
+Tensor sqrt(const Tensor& x) { return unary(OpKind::kSqrt, x); }
+Tensor rsqrt(const Tensor& x) { return unary(OpKind::kRsqrt, x); }
+Tensor tanh(const Tensor& x) { return unary(OpKind::kTanh, x); }
+Tensor sigmoid(const Tensor& x) { return unary(OpKind::kSigmoid, x); }
+Tensor relu(const Tensor& x) { return unary(OpKind::kRelu, x); }
+
+Tensor add(const Tensor& a, const Tensor& b) { return binary(OpKind::kAdd, a, b); }
+Tensor sub(const Tensor& a, const Tensor& b) { return binary(OpKind::kSub, a, b); }
+Tensor mul(const Tensor& a, const Tensor& b) { return binary(OpKind::kMul, a, b); }
+Tensor div(const Tensor& a, const Tensor& b) { return binary(OpKind::kDiv, a, b); }
+Tensor pow(const Tensor& a, const Tensor& b) { return binary(OpKind::kPow, a, b); }
+Tensor maximum(const Tensor& a, const Tensor& b) { return binary(OpKind::kMaximum, a, b); }
+Tensor minimum(const Tensor& a, const Tensor& b) { return binary(OpKind::kMinimum, a, b); }
+Tensor eq(const Tensor& a, const Tensor& b) { return binary(OpKind::kEq, a, b); }
+Tensor lt(const Tensor& a, const Tensor& b) { return binary(OpKind::kLt, a, b); }
+Tensor gt(const Tensor& a, const Tensor& b) { return binary(OpKind::kGt, a, b); }
+
+Tensor add(const Tensor& a, double b) { return add(a, scalar_like(a, b)); }
+Tensor sub(const Tensor& a, double b) { return sub(a, scalar_like(a, b)); }
+Tensor mul(const Tensor& a, double b) { return mul(a, scalar_like(a, b)); }
+Tensor div(const Tensor& a, double b) { return div(a, scalar_like(a, b)); }
+Tensor pow(const Tensor& a, double b) { return pow(a, scalar_like(a, b)); }
+Tensor maximum(const Tensor& a, double b) { return maximum(a, scalar_like(a, b)); }
+Tensor minimum(const Tensor& a, double b) { return minimum(a, scalar_like(a, b)); }
+Tensor eq(const Tensor& a, double b) { return eq(a, scalar_like(a, b)); }
+Tensor lt(const Tensor& a, double b) { return lt(a, scalar_like(a, b)); }
+Tensor gt(const Tensor& a, double b) { return gt(a, scalar_like(a, b)); }
+
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
+  return cond.context().record(OpKind::kWhere, {cond, a, b});
+}
+
+Tensor cast(const Tensor& x, DType dtype) {
+  return x.context().record(OpKind::kCast, {x}, {AttrValue::of_dtype(dtype)});
+}
+
+Tensor matmul(const Tensor& a, const Tensor& b) { return binary(OpKind::kMatmul, a, b); }
+
+Tensor sum(const Tensor& x, IntList axes, bool keepdim) { return reduce(OpKind::kSum, x, axes, keepdim); }
+Tensor mean(const Tensor& x, IntList axes, bool keepdim) { return reduce(OpKind::kMean, x, axes, keepdim); }
+Tensor max(const Tensor& x, IntList axes, bool keepdim) { return reduce(OpKind::kMax, x, axes, keepdim); }
+Tensor argmax(const Tensor& x, int64_t axis, bool keepdim) {
+  return x.context().record(OpKind::kArgmax, {x}, {AttrValue::of_int(axis), AttrValue::of_bool(keepdim)});
+}
+
+Tensor reshape(const Tensor& x, IntList shape) {
+  return x.context().record(OpKind::kReshape, {x}, {AttrValue::of_ints(shape)});
+}
+Tensor permute(const Tensor& x, IntList perm) {
+  return x.context().record(OpKind::kPermute, {x}, {AttrValue::of_ints(perm)});
+}
+Tensor transpose(const Tensor& x, int64_t dim0, int64_t dim1) {
+  return x.context().record(OpKind::kTranspose, {x}, {AttrValue::of_int(dim0), AttrValue::of_int(dim1)});
+}
+Tensor broadcast_to(const Tensor& x, IntList shape) {
+  return x.context().record(OpKind::kBroadcastTo, {x}, {AttrValue::of_ints(shape)});
+}
+Tensor concat(std::span<const Tensor> xs, int64_t axis) {
+  if (xs.empty()) throw Error(invalid_argument("op 'concat': takes at least 1 tensor input, got 0"));
+  AttrValue a = AttrValue::of_int(axis);
+  return xs[0].context().record(OpKind::kConcat, xs, std::span<const AttrValue>(&a, 1));
+}
+Tensor slice(const Tensor& x, int64_t axis, int64_t start, int64_t end, int64_t step) {
+  return x.context().record(OpKind::kSlice, {x},
+                            {AttrValue::of_int(axis), AttrValue::of_int(start),
+                             AttrValue::of_int(end), AttrValue::of_int(step)});
+}
+
+Tensor full(LazyContext& ctx, const Shape& shape, double value, DType dtype) {
+  return ctx.record(OpKind::kFull, {},
+                    {AttrValue::of_ints(shape), AttrValue::of_float(value), AttrValue::of_dtype(dtype)});
+}
+Tensor scalar(LazyContext& ctx, double value, DType dtype) { return full(ctx, Shape{}, value, dtype); }
+Tensor arange(LazyContext& ctx, double start, double end, double step, DType dtype) {
+  return ctx.record(OpKind::kArange, {},
+                    {AttrValue::of_float(start), AttrValue::of_float(end), AttrValue::of_float(step),
+                     AttrValue::of_dtype(dtype)});
+}
+Tensor uniform(LazyContext& ctx, const Shape& shape, uint64_t seed, double low, double high, DType dtype) {
+  return ctx.record(OpKind::kUniform, {},
+                    {AttrValue::of_ints(shape), AttrValue::of_float(low), AttrValue::of_float(high),
+                     AttrValue::of_int(static_cast<int64_t>(seed)), AttrValue::of_dtype(dtype)});
+}
+Tensor normal(LazyContext& ctx, const Shape& shape, uint64_t seed, double mean, double stddev, DType dtype) {
+  return ctx.record(OpKind::kNormal, {},
+                    {AttrValue::of_ints(shape), AttrValue::of_float(mean), AttrValue::of_float(stddev),
+                     AttrValue::of_int(static_cast<int64_t>(seed)), AttrValue::of_dtype(dtype)});
+}
+
+}  // namespace tracecache

@@ -69,10 +69,27 @@ int64_t normalize_axis(std::string_view op, int64_t axis, int rank) {
   return axis < 0 ? axis + rank : axis;
 }
 
+// Largest element count a tensor may have: far beyond any real tensor, far below overflow.
+constexpr int64_t kMaxElements = int64_t{1} << 48;
+
+// The product of `dims`, failing if it exceeds kMaxElements (so no later size arithmetic
+// can overflow).
+int64_t checked_product(std::string_view op, const IntList& dims) {
+  int64_t n = 1;
+  for (int64_t d : dims) {
+    if (d != 0 && n > kMaxElements / d) {
+      fail(op, fmt::format("shape {} has more than 2^48 elements", dims.to_string()));
+    }
+    n *= d;
+  }
+  return n;
+}
+
 void check_shape_attr(std::string_view op, const IntList& shape) {
   for (int64_t d : shape) {
     if (d < 0) fail(op, fmt::format("shape {} has a negative dim", shape.to_string()));
   }
+  checked_product(op, shape);
 }
 
 Shape broadcast2(std::string_view op, const TensorType& a, const TensorType& b) {
@@ -230,17 +247,19 @@ TensorType infer_argmax(std::span<const TensorType> in, std::span<AttrValue> att
 TensorType infer_reshape(std::span<const TensorType> in, std::span<AttrValue> attrs) {
   IntList& shape = attrs[0].ints;
   int infer_at = -1;
-  int64_t known = 1;
   for (int i = 0; i < shape.size(); ++i) {
     if (shape[i] == -1) {
       if (infer_at >= 0) fail("reshape", fmt::format("shape {} has more than one -1", shape.to_string()));
       infer_at = i;
     } else if (shape[i] < 0) {
       fail("reshape", fmt::format("shape {} has a negative dim", shape.to_string()));
-    } else {
-      known *= shape[i];
     }
   }
+  IntList known_dims;
+  for (int64_t d : shape) {
+    if (d != -1) known_dims.push_back(d);
+  }
+  int64_t known = checked_product("reshape", known_dims);
   int64_t n = in[0].shape.numel();
   if (infer_at >= 0) {
     if (known == 0 || n % known != 0) {
@@ -263,9 +282,12 @@ TensorType infer_permute(std::span<const TensorType> in, std::span<AttrValue> at
   }
   std::array<bool, kMaxRank> seen{};
   Shape out;
+  const IntList written = perm;
   for (int64_t& p : perm) {
     p = normalize_axis("permute", p, rank);
-    if (seen[static_cast<size_t>(p)]) fail("permute", fmt::format("perm {} repeats dim {}", perm.to_string(), p));
+    if (seen[static_cast<size_t>(p)]) {
+      fail("permute", fmt::format("perm {} names dim {} twice", written.to_string(), p));
+    }
     seen[static_cast<size_t>(p)] = true;
     out.push_back(in[0].shape[static_cast<int>(p)]);
   }
@@ -302,7 +324,11 @@ TensorType infer_concat(std::span<const TensorType> in, std::span<AttrValue> att
   Shape out = first.shape;
   for (size_t k = 1; k < in.size(); ++k) {
     const TensorType& t = in[k];
-    bool ok = t.shape.rank() == rank && t.dtype == first.dtype;
+    if (t.dtype != first.dtype) {
+      fail("concat", fmt::format("operands {} and {} have different dtypes; cast one first",
+                                 describe(first), describe(t)));
+    }
+    bool ok = t.shape.rank() == rank;
     for (int i = 0; ok && i < rank; ++i) ok = i == axis || t.shape[i] == first.shape[i];
     if (!ok) {
       fail("concat", fmt::format("operands {} and {} do not match outside axis {}", describe(first),
@@ -326,7 +352,7 @@ TensorType infer_slice(std::span<const TensorType> in, std::span<AttrValue> attr
   };
   int64_t start = clamp(attrs[1].i);
   int64_t end = std::max(start, clamp(attrs[2].i));
-  int64_t len = (end - start + step - 1) / step;
+  int64_t len = end == start ? 0 : (end - start - 1) / step + 1;
   attrs[0].i = axis;
   attrs[1].i = start;
   attrs[2].i = end;
@@ -354,8 +380,9 @@ TensorType infer_arange(std::span<const TensorType>, std::span<AttrValue> attrs)
 
 TensorType infer_uniform(std::span<const TensorType>, std::span<AttrValue> attrs) {
   check_shape_attr("uniform", attrs[0].ints);
-  if (!(attrs[1].f <= attrs[2].f)) {
-    fail("uniform", fmt::format("low {} must not exceed high {}", attrs[1].f, attrs[2].f));
+  if (!std::isfinite(attrs[1].f) || !std::isfinite(attrs[2].f) || !(attrs[1].f <= attrs[2].f)) {
+    fail("uniform", fmt::format("low {} and high {} must be finite with low <= high", attrs[1].f,
+                                attrs[2].f));
   }
   if (attrs[4].dtype == DType::kBool) fail("uniform", "dtype bool is not supported");
   return {attrs[4].dtype, Shape(attrs[0].ints)};
@@ -472,7 +499,9 @@ TensorType infer_op(OpKind kind, std::span<const TensorType> in, std::span<AttrV
                                   attr_kind_name(info.attrs[i].kind), attr_kind_name(attrs[i].kind)));
     }
   }
-  return info.infer(in, attrs);
+  TensorType out = info.infer(in, attrs);
+  checked_product(info.name, out.shape);  // e.g. broadcasting [2^30, 1] with [1, 2^30]
+  return out;
 }
 
 }  // namespace tracecache

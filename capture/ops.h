@@ -67,6 +67,8 @@ using ReferenceKernel = void (*)(std::span<const HostBuffer* const> in,
                                  std::span<const AttrValue> attrs, HostBuffer& out);
 
 inline constexpr int kVariadic = -1;
+// No op declares more attributes than this (checked by a test over the table).
+inline constexpr size_t kMaxOpAttrs = 5;
 
 enum class OpClass : uint8_t {
   kParameter, kUnary, kBinary, kCompare, kWhere, kCast, kMatmul, kReduce, kLayout, kSource,

@@ -37,7 +37,7 @@ void fill_uniform(HostBuffer& out, uint64_t seed, double low, double high) {
       if constexpr (std::is_floating_point_v<T>) {
         p[i] = static_cast<T>(v);
       } else {
-        p[i] = static_cast<T>(std::floor(v));
+        p[i] = convert_from_double<T>(std::floor(v));  // saturates outside T's range
       }
     }
   });

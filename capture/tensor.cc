@@ -119,12 +119,11 @@ Tensor LazyContext::record(OpKind op, std::span<const Tensor> inputs,
     }
     types[i] = t.impl_->type;
   }
-  constexpr size_t kMaxAttrs = 8;
-  if (attrs.size() > kMaxAttrs) {
+  if (attrs.size() > kMaxOpAttrs) {
     throw Error(invalid_argument(fmt::format("op '{}': {} attributes given, at most {}",
-                                             op_info(op).name, attrs.size(), kMaxAttrs)));
+                                             op_info(op).name, attrs.size(), kMaxOpAttrs)));
   }
-  std::array<AttrValue, kMaxAttrs> attr_buf;
+  std::array<AttrValue, kMaxOpAttrs> attr_buf;
   std::copy(attrs.begin(), attrs.end(), attr_buf.begin());
   std::span<AttrValue> normalized(attr_buf.data(), attrs.size());
   TensorType type = infer_op(op, types, normalized);

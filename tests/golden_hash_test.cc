@@ -1,0 +1,55 @@
+// Golden graph keys of the fixture programs. A key may change only together with
+// kIrFormatVersion (capture/hash.h): these pin the canonical form and its encoding across
+// processes, runs and machines (DESIGN.md invariant 1).
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "capture/program.h"
+#include "capture/program_runner.h"
+
+namespace tracecache {
+namespace {
+
+// Collects graph keys without computing anything.
+class KeyOnlyExecutor final : public GraphExecutor {
+ public:
+  Result<std::vector<BufferRef>> execute(const CanonicalGraph& g, std::span<const BufferRef>) override {
+    std::vector<BufferRef> outs;
+    for (NodeId o : g.graph.outputs()) {
+      outs.push_back(std::make_shared<const HostBuffer>(g.graph.node(o).dtype, g.graph.node(o).shape));
+    }
+    return outs;
+  }
+};
+
+std::vector<std::string> distinct_keys(const std::string& name) {
+  Result<Program> p = load_program(std::string(TRACECACHE_SOURCE_DIR) + "/fixtures/programs/" + name);
+  EXPECT_TRUE(p.is_ok()) << p.status().to_string();
+  if (!p.is_ok()) return {};
+  KeyOnlyExecutor exec;
+  LazyContext ctx(&exec);
+  Result<std::vector<StepResult>> steps = run_program(*p, ctx);
+  EXPECT_TRUE(steps.is_ok()) << steps.status().to_string();
+  std::vector<std::string> keys;
+  for (const GraphKey& k : ctx.executed_keys()) {
+    std::string hex = k.to_hex();
+    if (std::find(keys.begin(), keys.end(), hex) == keys.end()) keys.push_back(hex);
+  }
+  return keys;
+}
+
+TEST(GoldenHash, FixturePrograms) {
+  const std::map<std::string, std::vector<std::string>> golden = {
+      {"mlp.trace", {"9d3962a3db352e6fd924696f05070221"}},
+      {"attention.trace", {"ffe2dac3c412ed10beb32b57fb921c3a"}},
+      {"lr_schedule.trace", {"2176616242528af453634fa4b4471f25"}},
+      {"matmul_varying_batch.trace",
+       {"cd98de16ec751b21649b6e967812b640", "767530dec070141666121db4db8c898f",
+        "c961f336d56bccc15185c4b2db3135fe"}},
+  };
+  for (const auto& [name, keys] : golden) EXPECT_EQ(distinct_keys(name), keys) << name;
+}
+
+}  // namespace
+}  // namespace tracecache

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <xxhash.h>
 
+#include <cassert>
 #include <cstring>
 #include <new>
 
@@ -12,13 +13,25 @@ namespace {
 constexpr std::align_val_t kAlign{64};
 }
 
-void HostBuffer::Free::operator()(std::byte* p) const { ::operator delete[](p, kAlign); }
+void detail::BufferFree::operator()(std::byte* p) const {
+  if (owned) ::operator delete[](p, kAlign);
+}
 
 HostBuffer::HostBuffer(DType dtype, const Shape& shape) : dtype_(dtype), shape_(shape) {
   size_t n = nbytes();
   // Always allocate at least one byte so bytes() is never null.
   data_.reset(static_cast<std::byte*>(::operator new[](n == 0 ? 1 : n, kAlign)));
   std::memset(data_.get(), 0, n == 0 ? 1 : n);
+}
+
+HostBuffer HostBuffer::view(DType dtype, const Shape& shape, std::byte* data) {
+  assert(data != nullptr);
+  assert(reinterpret_cast<uintptr_t>(data) % dtype_size(dtype) == 0);
+  HostBuffer b;
+  b.dtype_ = dtype;
+  b.shape_ = shape;
+  b.data_ = std::unique_ptr<std::byte[], detail::BufferFree>(data, detail::BufferFree{false});
+  return b;
 }
 
 HostBuffer HostBuffer::clone() const {

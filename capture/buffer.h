@@ -1,8 +1,10 @@
 // HostBuffer: a dense, row-major, 64-byte-aligned block of host memory holding one tensor's
 // elements, with its dtype and shape.
 //
-// Ownership: a HostBuffer owns its bytes; move-only. Tensors share finished buffers through
-// `std::shared_ptr<const HostBuffer>` (a value, once produced, is never written again).
+// Ownership: a HostBuffer owns its bytes, except a view (HostBuffer::view), which borrows bytes
+// owned by someone else (e.g. a slice of a backend's scratch arena) and never frees them; both
+// are move-only. Tensors share finished buffers through `std::shared_ptr<const HostBuffer>` (a
+// value, once produced, is never written again).
 // Thread-compatible: concurrent reads are safe, writes need external synchronization.
 #pragma once
 
@@ -17,11 +19,26 @@
 
 namespace tracecache {
 
+namespace detail {
+// HostBuffer's deleter: frees owned storage, leaves a view's borrowed bytes alone.
+struct BufferFree {
+  bool owned = true;
+  void operator()(std::byte* p) const;
+};
+}  // namespace detail
+
 class HostBuffer {
  public:
   HostBuffer() = default;
   // Zero-initialized storage for `shape` elements of `dtype`.
   HostBuffer(DType dtype, const Shape& shape);
+  // A non-owning view of `data` as `shape` elements of `dtype`: no allocation, no copy, no
+  // initialization; the destructor does not free `data`. The caller keeps `data` alive and
+  // unmoved for the view's lifetime. clone() of a view is an owning copy.
+  // REQUIRES: data != nullptr, aligned to dtype_size(dtype), with nbytes() bytes available.
+  static HostBuffer view(DType dtype, const Shape& shape, std::byte* data);
+  // False for a view.
+  bool owns_data() const { return data_.get_deleter().owned; }
 
   HostBuffer(HostBuffer&&) noexcept = default;
   HostBuffer& operator=(HostBuffer&&) noexcept = default;
@@ -50,10 +67,9 @@ class HostBuffer {
   std::string checksum() const;
 
  private:
-  struct Free { void operator()(std::byte* p) const; };
   DType dtype_ = DType::kF32;
   Shape shape_;
-  std::unique_ptr<std::byte[], Free> data_;
+  std::unique_ptr<std::byte[], detail::BufferFree> data_;
 };
 
 using BufferRef = std::shared_ptr<const HostBuffer>;

@@ -5,6 +5,8 @@
 #include <limits>
 #include <unordered_map>
 
+#include "capture/elementwise.h"
+
 namespace tracecache {
 
 namespace {
@@ -138,7 +140,7 @@ CanonicalGraph canonicalize(const Graph& trace, std::span<const NodeId> roots,
 
 HostBuffer scalar_buffer(const ParamSource& source) {
   HostBuffer b(source.dtype, Shape{});
-  dispatch_dtype(source.dtype, [&]<typename T>() { *b.data<T>() = convert_from_double<T>(source.value); });
+  dispatch_dtype(source.dtype, [&]<typename T>() { *b.data<T>() = convert<T>(source.value); });
   return b;
 }
 

@@ -66,21 +66,4 @@ decltype(auto) dispatch_dtype(DType t, Fn&& fn) {
   return fn.template operator()<float>();
 }
 
-// Converts a double to element type T without undefined behaviour: floats round, bool is
-// (v != 0), integers truncate toward zero with NaN giving 0 and out-of-range values clamped.
-template <typename T>
-T convert_from_double(double v) {
-  if constexpr (std::is_same_v<T, bool>) {
-    return v != 0;
-  } else if constexpr (std::is_floating_point_v<T>) {
-    return static_cast<T>(v);
-  } else {
-    if (std::isnan(v)) return 0;
-    if (v <= static_cast<double>(std::numeric_limits<T>::min())) return std::numeric_limits<T>::min();
-    // 2^63 is exactly representable; anything at or above it saturates.
-    if (v >= -static_cast<double>(std::numeric_limits<T>::min())) return std::numeric_limits<T>::max();
-    return static_cast<T>(v);
-  }
-}
-
 }  // namespace tracecache

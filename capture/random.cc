@@ -3,6 +3,8 @@
 #include <cmath>
 #include <numbers>
 
+#include "capture/elementwise.h"
+
 namespace tracecache {
 
 uint64_t random_bits(uint64_t seed, uint64_t index) {
@@ -37,7 +39,7 @@ void fill_uniform(HostBuffer& out, uint64_t seed, double low, double high) {
       if constexpr (std::is_floating_point_v<T>) {
         p[i] = static_cast<T>(v);
       } else {
-        p[i] = convert_from_double<T>(std::floor(v));  // saturates outside T's range
+        p[i] = convert<T>(std::floor(v));  // saturates outside T's range
       }
     }
   });

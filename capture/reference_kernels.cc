@@ -1,5 +1,7 @@
 // The reference kernels. Numerical behaviour (what to expect from a backend) is documented per
-// op in docs/ops.md; the choices that avoid undefined behaviour are documented here and there:
+// op in docs/ops.md. Element-level semantics (conversion, wrapping integer arithmetic, one
+// functor per elementwise op, the compute dtype) come from capture/elementwise.h, which backends
+// share; the kernels here add the naive index loops around them:
 //   - integer add/sub/mul/neg/abs/pow/sum/matmul wrap around modulo 2^bits (computed in the
 //     unsigned type, so no signed overflow);
 //   - float -> integer conversion truncates toward zero, clamps to the integer type's range and
@@ -15,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "capture/elementwise.h"
 #include "capture/random.h"
 
 namespace tracecache::ref {
@@ -22,27 +25,6 @@ namespace tracecache::ref {
 namespace {
 
 // ---- element conversion ---------------------------------------------------------------------
-
-// One element converted from From to To with `cast` semantics: anything -> bool is x != 0;
-// float -> integer truncates toward zero, saturates at the integer range, NaN -> 0; integer ->
-// narrower integer wraps modulo 2^bits; everything else is static_cast.
-template <typename To, typename From>
-To convert(From x) {
-  if constexpr (std::is_same_v<To, bool>) {
-    return x != From{0};
-  } else if constexpr (std::is_floating_point_v<From> && std::is_integral_v<To>) {
-    double d = static_cast<double>(x);
-    if (std::isnan(d)) return To{0};
-    // 2^(bits-1) is exact in double; every double strictly inside (-limit, limit) truncates to
-    // a value the integer type can hold.
-    constexpr double limit = static_cast<double>(uint64_t{1} << std::numeric_limits<To>::digits);
-    if (d >= limit) return std::numeric_limits<To>::max();
-    if (d <= -limit) return std::numeric_limits<To>::min();
-    return static_cast<To>(d);
-  } else {
-    return static_cast<To>(x);
-  }
-}
 
 // Writes every element of `in` into `out` (same numel) converted to out's dtype.
 void convert_buffer(const HostBuffer& in, HostBuffer& out) {
@@ -55,12 +37,6 @@ void convert_buffer(const HostBuffer& in, HostBuffer& out) {
     });
   });
 }
-
-template <typename T> constexpr DType dtype_of();
-template <> constexpr DType dtype_of<bool>() { return DType::kBool; }
-template <> constexpr DType dtype_of<int32_t>() { return DType::kI32; }
-template <> constexpr DType dtype_of<int64_t>() { return DType::kI64; }
-template <> constexpr DType dtype_of<float>() { return DType::kF32; }
 
 // The elements of a buffer as T: the buffer itself when it already holds T, otherwise a
 // converted copy. This is how "inputs are converted to the computation dtype" is done.
@@ -93,39 +69,6 @@ void dispatch_numeric(DType t, Fn&& fn) {
     case DType::kBool: break;
   }
   assert(false && "the inference rule rejects bool here");
-}
-
-// ---- wrapping integer arithmetic ------------------------------------------------------------
-
-template <typename T> using Unsigned = std::make_unsigned_t<T>;
-
-template <typename T> T wrap_add(T a, T b) {
-  return static_cast<T>(static_cast<Unsigned<T>>(static_cast<Unsigned<T>>(a) + static_cast<Unsigned<T>>(b)));
-}
-template <typename T> T wrap_sub(T a, T b) {
-  return static_cast<T>(static_cast<Unsigned<T>>(static_cast<Unsigned<T>>(a) - static_cast<Unsigned<T>>(b)));
-}
-template <typename T> T wrap_mul(T a, T b) {
-  // uint64 so that uint32 * uint32 cannot be promoted to (signed) int and overflow.
-  return static_cast<T>(static_cast<Unsigned<T>>(static_cast<uint64_t>(static_cast<Unsigned<T>>(a)) *
-                                                 static_cast<uint64_t>(static_cast<Unsigned<T>>(b))));
-}
-
-// Integer power by squaring, wrapping. A negative exponent gives 0 unless the base is 1 or -1
-// (PyTorch's integer pow behaves the same way); 0 to a negative power is 0, not an error.
-template <typename T> T int_pow(T base, T e) {
-  if (e < 0) {
-    if (base == 1) return 1;
-    if (base == -1) return (e % 2 == 0) ? T{1} : T{-1};
-    return 0;
-  }
-  T result = 1;
-  while (e > 0) {
-    if (e & 1) result = wrap_mul(result, base);
-    base = wrap_mul(base, base);
-    e >>= 1;
-  }
-  return result;
 }
 
 // ---- strided iteration ----------------------------------------------------------------------
@@ -180,66 +123,69 @@ void gather(const HostBuffer& src, const IntList& src_strides, int64_t src_base,
 }
 
 // ---- elementwise ----------------------------------------------------------------------------
+//
+// Every elementwise kernel is out[i] = F(convert<C>(operands...)) with F the op's functor and C
+// its compute dtype, both from capture/elementwise.h (the definition backends share).
 
-// Float unary op: the input converted to f32, fn applied in float.
-template <typename Fn>
-void unary_float(std::span<const HostBuffer* const> in, HostBuffer& out, Fn fn) {
-  ElementsAs<float> x(*in[0]);
-  float* o = out.data<float>();
-  for (int64_t i = 0; i < out.numel(); ++i) o[i] = fn(x[i]);
+DType compute_dtype_of(OpKind op, std::span<const HostBuffer* const> in, const HostBuffer& out) {
+  std::array<DType, 3> types{};
+  for (size_t k = 0; k < in.size() && k < types.size(); ++k) types[k] = in[k]->dtype();
+  return compute_dtype(op, std::span(types.data(), in.size()), out.dtype());
 }
 
-// Unary op keeping the (non-bool) dtype.
-template <typename Fn>
-void unary_same(std::span<const HostBuffer* const> in, HostBuffer& out, Fn fn) {
-  dispatch_numeric(out.dtype(), [&]<typename T>() {
-    const T* x = in[0]->data<T>();
-    T* o = out.data<T>();
-    for (int64_t i = 0; i < out.numel(); ++i) o[i] = fn(x[i]);
-  });
+// Unary op computing in C and producing R.
+template <typename C, typename R, typename F>
+void unary(std::span<const HostBuffer* const> in, HostBuffer& out, F f) {
+  ElementsAs<C> x(*in[0]);
+  R* o = out.data<R>();
+  for (int64_t i = 0; i < out.numel(); ++i) o[i] = f(x[i]);
 }
 
-// out[i] = fn(a, b) with NumPy broadcasting; both operands converted to T, result R.
-template <typename T, typename R, typename Fn>
-void broadcast_binary(const HostBuffer& a, const HostBuffer& b, HostBuffer& out, Fn fn) {
-  ElementsAs<T> x(a), y(b);
+// Float unary op (exp, log, ...): computes in f32.
+template <typename F>
+void unary_float(std::span<const HostBuffer* const> in, HostBuffer& out, F f) {
+  unary<float, float>(in, out, f);
+}
+
+// Unary op keeping the (non-bool) dtype (neg, abs, relu).
+template <typename F>
+void unary_same(std::span<const HostBuffer* const> in, HostBuffer& out, F f) {
+  dispatch_numeric(out.dtype(), [&]<typename T>() { unary<T, T>(in, out, f); });
+}
+
+// out[i] = f(a, b) with NumPy broadcasting; both operands converted to C, result R.
+template <typename C, typename R, typename F>
+void broadcast_binary(const HostBuffer& a, const HostBuffer& b, HostBuffer& out, F f) {
+  ElementsAs<C> x(a), y(b);
   R* o = out.data<R>();
   std::array<IntList, 2> strides = {broadcast_strides(a.shape(), out.shape()),
                                     broadcast_strides(b.shape(), out.shape())};
   for_each_index<2>(out.shape(), strides, [&](int64_t i, const std::array<int64_t, 2>& off) {
-    o[i] = fn(x[off[0]], y[off[1]]);
+    o[i] = f(x[off[0]], y[off[1]]);
   });
 }
 
-// Arithmetic in the output dtype (the promoted one; f32 for div).
-template <typename Fn>
-void binary_arith(std::span<const HostBuffer* const> in, HostBuffer& out, Fn fn) {
-  dispatch_numeric(out.dtype(), [&]<typename T>() {
-    broadcast_binary<T, T>(*in[0], *in[1], out, [&](T a, T b) { return fn(a, b); });
+// Arithmetic (add, sub, mul, pow) in the output dtype, which the inference rule keeps non-bool.
+template <typename F>
+void binary_arith(OpKind op, std::span<const HostBuffer* const> in, HostBuffer& out, F f) {
+  dispatch_numeric(compute_dtype_of(op, in, out), [&]<typename T>() {
+    broadcast_binary<T, T>(*in[0], *in[1], out, f);
+  });
+}
+
+// maximum and minimum: in the output dtype, bool included.
+template <typename F>
+void binary_any(OpKind op, std::span<const HostBuffer* const> in, HostBuffer& out, F f) {
+  dispatch_dtype(compute_dtype_of(op, in, out), [&]<typename T>() {
+    broadcast_binary<T, T>(*in[0], *in[1], out, f);
   });
 }
 
 // Comparison in promote(a, b), bool result.
-template <typename Fn>
-void binary_compare(std::span<const HostBuffer* const> in, HostBuffer& out, Fn fn) {
-  dispatch_dtype(promote(in[0]->dtype(), in[1]->dtype()), [&]<typename T>() {
-    broadcast_binary<T, bool>(*in[0], *in[1], out, [&](T a, T b) { return fn(a, b); });
-  });
-}
-
-// maximum (kMax = true) or minimum in the output dtype. NaN in either operand gives NaN; on a
-// tie the first operand is returned (so maximum(-0.0, 0.0) is -0.0).
-template <bool kMax>
-void min_max(std::span<const HostBuffer* const> in, HostBuffer& out) {
-  dispatch_dtype(out.dtype(), [&]<typename T>() {
-    broadcast_binary<T, T>(*in[0], *in[1], out, [](T a, T b) -> T {
-      if constexpr (std::is_floating_point_v<T>) {
-        if (std::isnan(a)) return a;
-        if (std::isnan(b)) return b;
-      }
-      if constexpr (kMax) return b > a ? b : a;
-      else return b < a ? b : a;
-    });
+template <typename F>
+void binary_compare(OpKind op, std::span<const HostBuffer* const> in, HostBuffer& out, F f) {
+  dispatch_dtype(compute_dtype_of(op, in, out), [&]<typename T>() {
+    broadcast_binary<T, bool>(*in[0], *in[1], out, f);
   });
 }
 
@@ -268,114 +214,89 @@ int64_t reduced_count(const Shape& in, const IntList& axes) {
 // ---- unary ----------------------------------------------------------------------------------
 
 void neg(std::span<const HostBuffer* const> in, std::span<const AttrValue>, HostBuffer& out) {
-  unary_same(in, out, []<typename T>(T x) -> T {
-    if constexpr (std::is_floating_point_v<T>) return -x;
-    else return wrap_sub(T{0}, x);
-  });
+  unary_same(in, out, ew::Neg{});
 }
 
 void abs(std::span<const HostBuffer* const> in, std::span<const AttrValue>, HostBuffer& out) {
-  // abs(INT_MIN) wraps to INT_MIN, as in PyTorch.
-  unary_same(in, out, []<typename T>(T x) -> T {
-    if constexpr (std::is_floating_point_v<T>) return std::fabs(x);
-    else return x < 0 ? wrap_sub(T{0}, x) : x;
-  });
+  unary_same(in, out, ew::Abs{});
 }
 
 void exp(std::span<const HostBuffer* const> in, std::span<const AttrValue>, HostBuffer& out) {
-  unary_float(in, out, [](float x) { return std::exp(x); });
+  unary_float(in, out, ew::Exp{});
 }
 
 void log(std::span<const HostBuffer* const> in, std::span<const AttrValue>, HostBuffer& out) {
-  unary_float(in, out, [](float x) { return std::log(x); });
+  unary_float(in, out, ew::Log{});
 }
 
 void sqrt(std::span<const HostBuffer* const> in, std::span<const AttrValue>, HostBuffer& out) {
-  unary_float(in, out, [](float x) { return std::sqrt(x); });
+  unary_float(in, out, ew::Sqrt{});
 }
 
 void rsqrt(std::span<const HostBuffer* const> in, std::span<const AttrValue>, HostBuffer& out) {
-  unary_float(in, out, [](float x) { return 1.0f / std::sqrt(x); });
+  unary_float(in, out, ew::Rsqrt{});
 }
 
 void tanh(std::span<const HostBuffer* const> in, std::span<const AttrValue>, HostBuffer& out) {
-  unary_float(in, out, [](float x) { return std::tanh(x); });
+  unary_float(in, out, ew::Tanh{});
 }
 
 void sigmoid(std::span<const HostBuffer* const> in, std::span<const AttrValue>, HostBuffer& out) {
-  unary_float(in, out, [](float x) { return 1.0f / (1.0f + std::exp(-x)); });
+  unary_float(in, out, ew::Sigmoid{});
 }
 
 void relu(std::span<const HostBuffer* const> in, std::span<const AttrValue>, HostBuffer& out) {
-  // NaN propagates; -0.0 becomes +0.0.
-  unary_same(in, out, []<typename T>(T x) -> T {
-    if constexpr (std::is_floating_point_v<T>) {
-      if (std::isnan(x)) return x;
-    }
-    return x > 0 ? x : T{0};
-  });
+  unary_same(in, out, ew::Relu{});
 }
 
 // ---- binary ---------------------------------------------------------------------------------
 
 void add(std::span<const HostBuffer* const> in, std::span<const AttrValue>, HostBuffer& out) {
-  binary_arith(in, out, []<typename T>(T a, T b) -> T {
-    if constexpr (std::is_floating_point_v<T>) return a + b;
-    else return wrap_add(a, b);
-  });
+  binary_arith(OpKind::kAdd, in, out, ew::Add{});
 }
 
 void sub(std::span<const HostBuffer* const> in, std::span<const AttrValue>, HostBuffer& out) {
-  binary_arith(in, out, []<typename T>(T a, T b) -> T {
-    if constexpr (std::is_floating_point_v<T>) return a - b;
-    else return wrap_sub(a, b);
-  });
+  binary_arith(OpKind::kSub, in, out, ew::Sub{});
 }
 
 void mul(std::span<const HostBuffer* const> in, std::span<const AttrValue>, HostBuffer& out) {
-  binary_arith(in, out, []<typename T>(T a, T b) -> T {
-    if constexpr (std::is_floating_point_v<T>) return a * b;
-    else return wrap_mul(a, b);
-  });
+  binary_arith(OpKind::kMul, in, out, ew::Mul{});
 }
 
 void div(std::span<const HostBuffer* const> in, std::span<const AttrValue>, HostBuffer& out) {
-  // The output is always f32 (true division): integer operands are converted to float first,
-  // so x / 0 is ±inf or NaN, never a trap.
-  broadcast_binary<float, float>(*in[0], *in[1], out, [](float a, float b) { return a / b; });
+  // Always f32 (true division): integer operands are converted to float first.
+  broadcast_binary<float, float>(*in[0], *in[1], out, ew::Div{});
 }
 
 void pow(std::span<const HostBuffer* const> in, std::span<const AttrValue>, HostBuffer& out) {
-  binary_arith(in, out, []<typename T>(T a, T b) -> T {
-    if constexpr (std::is_floating_point_v<T>) return std::pow(a, b);
-    else return int_pow(a, b);
-  });
+  binary_arith(OpKind::kPow, in, out, ew::Pow{});
 }
 
 void maximum(std::span<const HostBuffer* const> in, std::span<const AttrValue>, HostBuffer& out) {
-  min_max<true>(in, out);
+  binary_any(OpKind::kMaximum, in, out, ew::Maximum{});
 }
 
 void minimum(std::span<const HostBuffer* const> in, std::span<const AttrValue>, HostBuffer& out) {
-  min_max<false>(in, out);
+  binary_any(OpKind::kMinimum, in, out, ew::Minimum{});
 }
 
 // ---- compare, where, cast -------------------------------------------------------------------
 
 void eq(std::span<const HostBuffer* const> in, std::span<const AttrValue>, HostBuffer& out) {
-  binary_compare(in, out, [](auto a, auto b) { return a == b; });
+  binary_compare(OpKind::kEq, in, out, ew::Eq{});
 }
 
 void lt(std::span<const HostBuffer* const> in, std::span<const AttrValue>, HostBuffer& out) {
-  binary_compare(in, out, [](auto a, auto b) { return a < b; });
+  binary_compare(OpKind::kLt, in, out, ew::Lt{});
 }
 
 void gt(std::span<const HostBuffer* const> in, std::span<const AttrValue>, HostBuffer& out) {
-  binary_compare(in, out, [](auto a, auto b) { return a > b; });
+  binary_compare(OpKind::kGt, in, out, ew::Gt{});
 }
 
 void where(std::span<const HostBuffer* const> in, std::span<const AttrValue>, HostBuffer& out) {
-  dispatch_dtype(out.dtype(), [&]<typename T>() {
+  // The condition is read as bool; the two values are converted to the output dtype.
+  dispatch_dtype(compute_dtype_of(OpKind::kWhere, in, out), [&]<typename T>() {
     const bool* c = in[0]->data<bool>();
     ElementsAs<T> a(*in[1]), b(*in[2]);
     T* o = out.data<T>();
@@ -383,7 +304,7 @@ void where(std::span<const HostBuffer* const> in, std::span<const AttrValue>, Ho
                                       broadcast_strides(in[1]->shape(), out.shape()),
                                       broadcast_strides(in[2]->shape(), out.shape())};
     for_each_index<3>(out.shape(), strides, [&](int64_t i, const std::array<int64_t, 3>& off) {
-      o[i] = c[off[0]] ? a[off[1]] : b[off[2]];
+      o[i] = ew::Where{}(c[off[0]], a[off[1]], b[off[2]]);
     });
   });
 }

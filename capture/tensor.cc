@@ -178,7 +178,13 @@ void LazyContext::materialize(std::span<TensorImpl* const> roots) {
   std::vector<NodeId> root_nodes;
   root_nodes.reserve(roots.size());
   for (TensorImpl* t : roots) root_nodes.push_back(t->node);
+  ScopedTimer timer(options_.metrics, timers::kCanonicalizeHash);
   CanonicalGraph cg = canonicalize(trace_, root_nodes, options_.canonicalize);
+  timer.stop();
+  if (options_.metrics) {
+    options_.metrics->add(counters::kTraces);
+    options_.metrics->add(counters::kNodesTraced, static_cast<int64_t>(cg.graph.size()));
+  }
 
   std::vector<BufferRef> params;
   params.reserve(cg.sources.size());

@@ -26,6 +26,7 @@
 #include "capture/buffer.h"
 #include "capture/canonical.h"
 #include "capture/graph.h"
+#include "capture/metrics.h"
 #include "capture/status.h"
 
 namespace tracecache {
@@ -88,6 +89,8 @@ class Tensor {
 
 struct LazyOptions {
   CanonicalizeOptions canonicalize;
+  // Where barriers count traces and time canonicalize + hash; not owned, may be null.
+  Metrics* metrics = nullptr;
 };
 
 class LazyContext {

@@ -2,17 +2,26 @@
 // and diagnostics to stderr, and returns the process exit code.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 
 #include "capture/status.h"
+#include "store/cache_db.h"
 
 namespace tracecache::cli {
 
-inline constexpr std::string_view kVersion = "0.1.0";
+inline constexpr std::string_view kVersion = "0.2.0";
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitFailure = 1;
 inline constexpr int kExitBadInput = 2;
+
+// Where the cache lives: --db, else the environment (read once, in main).
+struct DbOptions {
+  std::string flag;
+  store::CachePathEnv env;
+  std::string path() const { return store::resolve_cache_path(flag, env); }
+};
 
 struct RunOptions {
   std::string program;
@@ -20,20 +29,39 @@ struct RunOptions {
   bool json = false;
   std::string save_outputs;  // empty: do not save
   bool bake_scalars = false;
+  std::string backend = "cpu";  // "cpu" or "reference" (uncached oracle)
+  bool no_cache = false;         // cpu without the disk cache
+  bool metrics = false;
+  DbOptions db;
 };
 int run_command(const RunOptions& options);
 
 struct ShowOptions {
-  std::string program;
+  std::string target;  // a .trace program, or a graph hash in the cache
   int steps = -1;
   bool json = false;
   bool bake_scalars = false;
   bool source = false;
+  DbOptions db;
 };
 int show_command(const ShowOptions& options);
+
+struct CacheCommandOptions {
+  bool json = false;
+  DbOptions db;
+  uint64_t max_bytes = 0;  // gc
+};
+int audit_command(const CacheCommandOptions& options);
+int ls_command(const CacheCommandOptions& options);
+int stats_command(const CacheCommandOptions& options);
+int gc_command(const CacheCommandOptions& options);
+int verify_command(const CacheCommandOptions& options);
 
 // Prints "tracecache: <message>" to stderr and returns the exit code for `status`:
 // kExitBadInput for errors in what the user gave us, kExitFailure otherwise.
 int report_error(const Status& status);
+
+// Parses "1048576", "64K", "10M", "2G" (powers of 1024).
+Result<uint64_t> parse_byte_size(std::string_view text);
 
 }  // namespace tracecache::cli

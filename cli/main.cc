@@ -1,13 +1,24 @@
-// The `tracecache` command. Subcommands live in cli/commands.h; this file wires CLI11 and maps
-// failures to exit codes: 0 success, 2 bad input (unreadable or malformed program, bad flags,
-// shape errors), 1 anything else.
+// The `tracecache` command. Subcommands live in cli/commands.h; this file wires CLI11, reads
+// the environment (once, here), and maps failures to exit codes: 0 success, 2 bad input
+// (unreadable or malformed program, bad flags, shape errors, unknown cache schema), 1 anything
+// else.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 
 #include "cli/commands.h"
+
+namespace {
+
+std::string env(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? v : "";
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   using namespace tracecache::cli;
@@ -15,24 +26,52 @@ int main(int argc, char** argv) {
                "tracecache"};
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string(kVersion));
+  tracecache::store::CachePathEnv cache_env{env("TRACECACHE_DB"), env("XDG_CACHE_HOME"), env("HOME")};
+  const std::string db_help =
+      "Cache database (default: $TRACECACHE_DB, else $XDG_CACHE_HOME/tracecache/cache.db, else "
+      "~/.cache/tracecache/cache.db)";
 
   RunOptions run;
-  CLI::App* run_cmd = app.add_subcommand("run", "Run a trace program step by step through lazy capture.");
+  run.db.env = cache_env;
+  CLI::App* run_cmd = app.add_subcommand("run", "Run a trace program step by step through lazy capture and the graph cache.");
   run_cmd->add_option("program", run.program, "Trace program (.trace)")->required();
   run_cmd->add_option("--steps", run.steps, "Steps to run (default: the program's)")->check(CLI::PositiveNumber);
-  run_cmd->add_flag("--json", run.json, "Print one JSON object: steps, outputs, graph_hashes");
+  run_cmd->add_option("--backend", run.backend, "cpu (compiled, cached) or reference (the uncached oracle)")
+      ->capture_default_str();
+  run_cmd->add_option("--db", run.db.flag, db_help);
+  run_cmd->add_flag("--no-cache", run.no_cache, "Compile in memory only; do not open the cache database");
+  run_cmd->add_flag("--json", run.json, "Print one JSON object: steps, outputs, graph_hashes, counters");
+  run_cmd->add_flag("--metrics", run.metrics, "Print the metrics report (counters, timers with percentiles)");
   run_cmd->add_option("--save-outputs", run.save_outputs,
                       "Write every output of every step to DIR/step<N>_<name>.npy");
   run_cmd->add_flag("--bake-scalars", run.bake_scalars,
                     "Keep scalar constants in the graph (and its key) instead of lifting them to inputs");
 
   ShowOptions show;
-  CLI::App* show_cmd = app.add_subcommand("show", "Print a trace program's canonical graphs and their hashes.");
-  show_cmd->add_option("program", show.program, "Trace program (.trace)")->required();
+  show.db.env = cache_env;
+  CLI::App* show_cmd = app.add_subcommand("show", "Print a program's canonical graphs and hashes, or a cached graph by hash.");
+  show_cmd->add_option("target", show.target, "Trace program (.trace), or a 32-digit graph hash in the cache")->required();
   show_cmd->add_option("--steps", show.steps, "Steps to trace (default: the program's)")->check(CLI::PositiveNumber);
+  show_cmd->add_option("--db", show.db.flag, db_help);
   show_cmd->add_flag("--json", show.json, "Print JSON instead of text");
   show_cmd->add_flag("--bake-scalars", show.bake_scalars, "As for run");
   show_cmd->add_flag("--source", show.source, "Also print the program in canonical trace syntax");
+
+  CacheCommandOptions cache;
+  cache.db.env = cache_env;
+  std::string max_bytes;
+  auto cache_cmd = [&](const char* name, const char* help) {
+    CLI::App* c = app.add_subcommand(name, help);
+    c->add_option("--db", cache.db.flag, db_help);
+    c->add_flag("--json", cache.json, "Print JSON instead of text");
+    return c;
+  };
+  CLI::App* audit_cmd = cache_cmd("audit", "Per graph: hits (memory/disk), misses with reasons, compiles, time saved.");
+  CLI::App* ls_cmd = cache_cmd("ls", "List cached executables, most recently used first.");
+  CLI::App* stats_cmd = cache_cmd("stats", "Entries, bytes and hit rate of the cache.");
+  CLI::App* gc_cmd = cache_cmd("gc", "Evict least recently used executables down to a byte budget.");
+  gc_cmd->add_option("--max-bytes", max_bytes, "Budget for executables: bytes, or with K/M/G")->required();
+  CLI::App* verify_cmd = cache_cmd("verify", "Check every stored blob; exit 1 if any is bad.");
 
   try {
     app.parse(argc, argv);
@@ -50,6 +89,16 @@ int main(int argc, char** argv) {
   try {
     if (*run_cmd) return run_command(run);
     if (*show_cmd) return show_command(show);
+    if (*audit_cmd) return audit_command(cache);
+    if (*ls_cmd) return ls_command(cache);
+    if (*stats_cmd) return stats_command(cache);
+    if (*verify_cmd) return verify_command(cache);
+    if (*gc_cmd) {
+      auto bytes = parse_byte_size(max_bytes);
+      if (!bytes.is_ok()) return report_error(bytes.status());
+      cache.max_bytes = *bytes;
+      return gc_command(cache);
+    }
   } catch (const std::exception& e) {
     std::fputs(fmt::format("tracecache: internal error: {}\n", e.what()).c_str(), stderr);
     return kExitFailure;

@@ -4,6 +4,8 @@ TC=$1
 SRC=$2
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
+# Never touch the user's real cache: commands without --db use this one.
+export TRACECACHE_DB="$TMP/default-cache.db"
 fail() { echo "FAIL: $*" >&2; exit 1; }
 # expect_exit CODE CMD...: runs CMD, captures stdout/stderr into $TMP/out and $TMP/err.
 expect_exit() {

@@ -1,0 +1,78 @@
+#include "capture/metrics.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+namespace tracecache {
+
+void Metrics::add(std::string_view counter, int64_t n) {
+  auto it = counters_.find(counter);
+  if (it == counters_.end()) it = counters_.emplace(std::string(counter), 0).first;
+  it->second += n;
+}
+
+void Metrics::record_ms(std::string_view timer, double ms) {
+  auto it = timers_.find(timer);
+  if (it == timers_.end()) it = timers_.emplace(std::string(timer), std::vector<double>{}).first;
+  it->second.push_back(ms);
+}
+
+int64_t Metrics::counter(std::string_view name) const {
+  auto it = counters_.find(name);
+  return it == counters_.end() ? 0 : it->second;
+}
+
+TimerStats Metrics::timer(std::string_view name) const {
+  TimerStats s;
+  auto it = timers_.find(name);
+  if (it == timers_.end() || it->second.empty()) return s;
+  std::vector<double> v = it->second;
+  std::sort(v.begin(), v.end());
+  // Nearest-rank percentile.
+  auto pct = [&v](double p) {
+    size_t rank = static_cast<size_t>(std::ceil(p / 100.0 * static_cast<double>(v.size())));
+    return v[std::min(v.size() - 1, rank == 0 ? 0 : rank - 1)];
+  };
+  s.count = static_cast<int64_t>(v.size());
+  for (double x : v) s.total_ms += x;
+  s.mean_ms = s.total_ms / static_cast<double>(v.size());
+  s.p50_ms = pct(50);
+  s.p90_ms = pct(90);
+  s.p99_ms = pct(99);
+  s.max_ms = v.back();
+  return s;
+}
+
+std::vector<std::string> Metrics::timer_names() const {
+  std::vector<std::string> names;
+  for (const auto& [name, samples] : timers_) names.push_back(name);
+  return names;
+}
+
+std::string Metrics::report() const {
+  std::string out;
+  for (const auto& [name, samples] : timers_) {
+    TimerStats s = timer(name);
+    out += fmt::format(
+        "Metric: {}\n  TotalSamples: {}\n  Accumulator: {:.3f}ms\n  Mean: {:.3f}ms\n"
+        "  Percentiles: 50%={:.3f}ms; 90%={:.3f}ms; 99%={:.3f}ms; max={:.3f}ms\n",
+        name, s.count, s.total_ms, s.mean_ms, s.p50_ms, s.p90_ms, s.p99_ms, s.max_ms);
+  }
+  for (const auto& [name, value] : counters_) {
+    out += fmt::format("Counter: {}\n  Value: {}\n", name, value);
+  }
+  return out;
+}
+
+double ScopedTimer::stop() {
+  if (!stopped_) {
+    stopped_ = true;
+    elapsed_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_).count();
+    if (metrics_) metrics_->record_ms(timer_, elapsed_ms_);
+  }
+  return elapsed_ms_;
+}
+
+}  // namespace tracecache

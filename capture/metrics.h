@@ -1,0 +1,84 @@
+// Metrics: one registry of counters and timers, in the spirit of PyTorch/XLA's metrics report.
+//
+// Counters are named int64 totals; timers keep every sample (milliseconds) so the report can
+// give exact percentiles. Names are fixed strings from the tables below, so reports and JSON
+// are stable. Names iterate in sorted order: reports are deterministic.
+// Thread-safety: not thread-safe; one owner (a context or runtime) updates it from one thread.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace tracecache {
+
+// Counter names used across tracecache.
+namespace counters {
+inline constexpr std::string_view kTraces = "traces";                // barriers that built a graph
+inline constexpr std::string_view kNodesTraced = "nodes_traced";     // canonical nodes hashed
+inline constexpr std::string_view kHitsMemory = "cache_hits_memory";
+inline constexpr std::string_view kHitsDisk = "cache_hits_disk";
+inline constexpr std::string_view kMisses = "cache_misses";
+inline constexpr std::string_view kCompiles = "compiles";
+inline constexpr std::string_view kExecutions = "executions";
+inline constexpr std::string_view kBytesToDevice = "bytes_to_device";
+inline constexpr std::string_view kBytesToHost = "bytes_to_host";
+inline constexpr std::string_view kCorrupt = "cache_corrupt";
+inline constexpr std::string_view kStoreFailures = "store_failures";
+}  // namespace counters
+
+// Timer names.
+namespace timers {
+inline constexpr std::string_view kCanonicalizeHash = "canonicalize_hash";
+inline constexpr std::string_view kLookup = "lookup";
+inline constexpr std::string_view kCompile = "compile";
+inline constexpr std::string_view kRun = "run";
+}  // namespace timers
+
+struct TimerStats {
+  int64_t count = 0;
+  double total_ms = 0, mean_ms = 0, p50_ms = 0, p90_ms = 0, p99_ms = 0, max_ms = 0;
+};
+
+class Metrics {
+ public:
+  void add(std::string_view counter, int64_t n = 1);
+  void record_ms(std::string_view timer, double ms);
+
+  int64_t counter(std::string_view name) const;
+  TimerStats timer(std::string_view name) const;
+  const std::map<std::string, int64_t, std::less<>>& counters() const { return counters_; }
+  std::vector<std::string> timer_names() const;
+
+  // A human-readable report: every timer (count, total, percentiles) then every counter.
+  std::string report() const;
+
+ private:
+  std::map<std::string, int64_t, std::less<>> counters_;
+  std::map<std::string, std::vector<double>, std::less<>> timers_;
+};
+
+// Measures the time from construction to stop() (or destruction) into a timer; a null
+// registry makes it a no-op.
+class ScopedTimer {
+ public:
+  ScopedTimer(Metrics* metrics, std::string_view timer)
+      : metrics_(metrics), timer_(timer), start_(std::chrono::steady_clock::now()) {}
+  ~ScopedTimer() { stop(); }
+  ScopedTimer(const ScopedTimer&) = delete;
+  ScopedTimer& operator=(const ScopedTimer&) = delete;
+  // Records once and returns the elapsed milliseconds.
+  double stop();
+
+ private:
+  Metrics* metrics_;
+  std::string_view timer_;
+  std::chrono::steady_clock::time_point start_;
+  bool stopped_ = false;
+  double elapsed_ms_ = 0;
+};
+
+}  // namespace tracecache

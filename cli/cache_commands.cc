@@ -1,0 +1,186 @@
+// `tracecache audit | ls | stats | gc | verify`: reading and maintaining the cache.
+#include "cli/common.h"
+#include "cli/json.h"
+
+namespace tracecache::cli {
+
+namespace {
+
+std::string short_key(const GraphKey& k) { return k.to_hex().substr(0, 16); }
+
+}  // namespace
+
+int audit_command(const CacheCommandOptions& options) {
+  Result<std::unique_ptr<store::CacheDb>> db = open_existing_db(options.db);
+  if (!db.is_ok()) return report_error(db.status());
+  Result<std::vector<store::GraphAudit>> rows = (*db)->audit();
+  if (!rows.is_ok()) return report_error(rows.status());
+
+  if (options.json) {
+    JsonWriter j;
+    j.begin_object();
+    j.key("db").value((*db)->path());
+    j.key("graphs").begin_array();
+    for (const store::GraphAudit& a : *rows) {
+      j.begin_object();
+      j.key("hash").value(a.graph.to_hex());
+      j.key("hits_memory").value(a.hits_memory);
+      j.key("hits_disk").value(a.hits_disk);
+      j.key("misses").value(a.misses);
+      j.key("compiles").value(a.compiles);
+      j.key("corrupt").value(a.corrupt);
+      j.key("compile_ms_total").value(a.compile_ms_total);
+      j.key("saved_ms").value(a.saved_ms);
+      j.key("last_use").value(a.last_use);
+      j.key("recent_misses").begin_array();
+      for (const auto& m : a.recent_misses) {
+        j.begin_object();
+        j.key("time").value(m.time);
+        j.key("reason").value(m.reason);
+        j.key("backend").value(m.backend);
+        j.end_object();
+      }
+      j.end_array();
+      j.end_object();
+    }
+    j.end_array();
+    j.end_object();
+    out(j.str() + "\n");
+    return kExitOk;
+  }
+
+  out(fmt::format("{:<16}  {:>8} {:>8} {:>7} {:>8} {:>7} {:>11} {:>10}  {}\n", "graph", "hits:mem",
+                  "hits:disk", "misses", "compiles", "corrupt", "compile ms", "saved ms", "last use (UTC)"));
+  for (const store::GraphAudit& a : *rows) {
+    out(fmt::format("{:<16}  {:>8} {:>9} {:>7} {:>8} {:>7} {:>11.2f} {:>10.2f}  {}\n", short_key(a.graph),
+                    a.hits_memory, a.hits_disk, a.misses, a.compiles, a.corrupt, a.compile_ms_total,
+                    a.saved_ms, format_time(a.last_use)));
+    for (const auto& m : a.recent_misses) {
+      out(fmt::format("    miss {}  {} ({})\n", format_time(m.time), m.reason, m.backend));
+    }
+  }
+  if (rows->empty()) out("(no cache events yet)\n");
+  return kExitOk;
+}
+
+int ls_command(const CacheCommandOptions& options) {
+  Result<std::unique_ptr<store::CacheDb>> db = open_existing_db(options.db);
+  if (!db.is_ok()) return report_error(db.status());
+  Result<std::vector<store::EntryInfo>> entries = (*db)->list_executables();
+  if (!entries.is_ok()) return report_error(entries.status());
+  if (options.json) {
+    JsonWriter j;
+    j.begin_array();
+    for (const store::EntryInfo& e : *entries) {
+      j.begin_object();
+      j.key("hash").value(e.key.graph.to_hex());
+      j.key("backend").value(e.key.backend);
+      j.key("options_digest").value(e.key.options_digest);
+      j.key("compiler_version").value(static_cast<uint64_t>(e.key.compiler_version));
+      j.key("bytes").value(e.bytes);
+      j.key("nodes").value(e.graph_nodes);
+      j.key("uses").value(e.uses);
+      j.key("compile_ms").value(e.compile_ms);
+      j.key("created").value(e.created);
+      j.key("last_used").value(e.last_used);
+      j.end_object();
+    }
+    j.end_array();
+    out(j.str() + "\n");
+    return kExitOk;
+  }
+  out(fmt::format("{:<32}  {:<7} {:>8} {:>6} {:>9} {:>6}  {}\n", "graph", "backend", "compiler",
+                  "nodes", "bytes", "uses", "last used (UTC)"));
+  for (const store::EntryInfo& e : *entries) {
+    out(fmt::format("{:<32}  {:<7} {:>8} {:>6} {:>9} {:>6}  {}\n", e.key.graph.to_hex(), e.key.backend,
+                    e.key.compiler_version, e.graph_nodes, e.bytes, e.uses, format_time(e.last_used)));
+  }
+  if (entries->empty()) out("(no executables cached)\n");
+  return kExitOk;
+}
+
+int stats_command(const CacheCommandOptions& options) {
+  Result<std::unique_ptr<store::CacheDb>> db = open_existing_db(options.db);
+  if (!db.is_ok()) return report_error(db.status());
+  Result<store::CacheStats> s = (*db)->stats();
+  if (!s.is_ok()) return report_error(s.status());
+  if (options.json) {
+    JsonWriter j;
+    j.begin_object();
+    j.key("db").value((*db)->path());
+    j.key("graphs").value(s->graphs);
+    j.key("executables").value(s->executables);
+    j.key("executable_bytes").value(s->executable_bytes);
+    j.key("graph_bytes").value(s->graph_bytes);
+    j.key("file_bytes").value(s->file_bytes);
+    j.key("hits_memory").value(s->hits_memory);
+    j.key("hits_disk").value(s->hits_disk);
+    j.key("misses").value(s->misses);
+    j.key("compiles").value(s->compiles);
+    j.key("hit_rate").value(s->hit_rate);
+    j.end_object();
+    out(j.str() + "\n");
+    return kExitOk;
+  }
+  out(fmt::format(
+      "cache {}\n  graphs {}, executables {} ({} bytes), graph blobs {} bytes, file {} bytes\n"
+      "  lookups: {} memory hits, {} disk hits, {} misses; hit rate {:.1f}%; {} compiles\n",
+      (*db)->path(), s->graphs, s->executables, s->executable_bytes, s->graph_bytes, s->file_bytes,
+      s->hits_memory, s->hits_disk, s->misses, 100.0 * s->hit_rate, s->compiles));
+  return kExitOk;
+}
+
+int gc_command(const CacheCommandOptions& options) {
+  Result<std::unique_ptr<store::CacheDb>> db = open_existing_db(options.db);
+  if (!db.is_ok()) return report_error(db.status());
+  Result<std::vector<store::EntryInfo>> evicted = (*db)->gc(options.max_bytes);
+  if (!evicted.is_ok()) return report_error(evicted.status());
+  uint64_t freed = 0;
+  for (const store::EntryInfo& e : *evicted) freed += e.bytes;
+  if (options.json) {
+    JsonWriter j;
+    j.begin_object();
+    j.key("evicted").begin_array();
+    for (const store::EntryInfo& e : *evicted) j.value(e.key.graph.to_hex());
+    j.end_array();
+    j.key("freed_bytes").value(freed);
+    j.end_object();
+    out(j.str() + "\n");
+    return kExitOk;
+  }
+  for (const store::EntryInfo& e : *evicted) {
+    out(fmt::format("evicted {} ({} bytes, last used {})\n", e.key.graph.to_hex(), e.bytes,
+                    format_time(e.last_used)));
+  }
+  out(fmt::format("{} executables evicted, {} bytes freed\n", evicted->size(), freed));
+  return kExitOk;
+}
+
+int verify_command(const CacheCommandOptions& options) {
+  Result<std::unique_ptr<store::CacheDb>> db = open_existing_db(options.db);
+  if (!db.is_ok()) return report_error(db.status());
+  Result<std::vector<store::VerifyProblem>> problems = (*db)->verify();
+  if (!problems.is_ok()) return report_error(problems.status());
+  if (options.json) {
+    JsonWriter j;
+    j.begin_object();
+    j.key("ok").value(problems->empty());
+    j.key("problems").begin_array();
+    for (const store::VerifyProblem& p : *problems) {
+      j.begin_object();
+      j.key("table").value(p.table);
+      j.key("key").value(p.key);
+      j.key("problem").value(p.problem);
+      j.end_object();
+    }
+    j.end_array();
+    j.end_object();
+    out(j.str() + "\n");
+  } else {
+    for (const store::VerifyProblem& p : *problems) out(fmt::format("BAD {} {}: {}\n", p.table, p.key, p.problem));
+    out(problems->empty() ? "all blobs verified\n" : fmt::format("{} bad blobs\n", problems->size()));
+  }
+  return problems->empty() ? kExitOk : kExitFailure;
+}
+
+}  // namespace tracecache::cli

@@ -1,0 +1,25 @@
+// Helpers shared by the CLI's commands (not part of any command's interface).
+#pragma once
+
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "cli/commands.h"
+#include "store/cache_db.h"
+
+namespace tracecache::cli {
+
+// Prints to stdout / stderr.
+inline void out(const std::string& s) { std::fputs(s.c_str(), stdout); }
+inline void warn(const std::string& s) { std::fputs(fmt::format("tracecache: warning: {}\n", s).c_str(), stderr); }
+
+// Opens the cache for a maintenance command (audit, ls, ...): the database must exist.
+Result<std::unique_ptr<store::CacheDb>> open_existing_db(const DbOptions& db);
+
+// "2026-11-22 03:04:05" (UTC) for a Unix time.
+std::string format_time(double unix_seconds);
+
+}  // namespace tracecache::cli

@@ -1,0 +1,307 @@
+// `tracecache run` and `tracecache show`.
+#include <filesystem>
+#include <map>
+
+#include "capture/npy.h"
+#include "capture/program.h"
+#include "capture/program_runner.h"
+#include "capture/reference.h"
+#include "cli/common.h"
+#include "cli/json.h"
+#include "replay/cpu_backend.h"
+#include "replay/runtime.h"
+#include "store/graph_codec.h"
+
+namespace tracecache::cli {
+
+namespace {
+
+// Records every canonical graph and returns zero-filled outputs of the right types: lets
+// `show` trace a program without computing it.
+class DryRunExecutor final : public GraphExecutor {
+ public:
+  Result<std::vector<BufferRef>> execute(const CanonicalGraph& g, std::span<const BufferRef>) override {
+    graphs.push_back(g);
+    std::vector<BufferRef> outs;
+    for (NodeId o : g.graph.outputs()) {
+      const Node& n = g.graph.node(o);
+      outs.push_back(std::make_shared<const HostBuffer>(n.dtype, n.shape));
+    }
+    return outs;
+  }
+  std::vector<CanonicalGraph> graphs;
+};
+
+LazyOptions lazy_options(bool bake_scalars, Metrics* metrics) {
+  LazyOptions o;
+  o.canonicalize.bake_scalars = bake_scalars;
+  o.metrics = metrics;
+  return o;
+}
+
+Status save_outputs(const std::string& dir, const std::vector<StepResult>& steps) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return io_error(fmt::format("cannot create directory '{}': {}", dir, ec.message()));
+  for (size_t s = 0; s < steps.size(); ++s) {
+    for (const auto& [name, buf] : steps[s].outputs) {
+      std::string path = (std::filesystem::path(dir) / fmt::format("step{}_{}.npy", s, name)).string();
+      Status st = write_npy(path, *buf);
+      if (!st.is_ok()) return st;
+    }
+  }
+  return Status::ok();
+}
+
+// The cache for `run`: a database that cannot be opened costs caching, not results (invariant
+// 6), except one from a newer schema, which is refused rather than guessed at.
+Result<std::unique_ptr<store::CacheDb>> open_run_db(const RunOptions& o) {
+  if (o.no_cache) return std::unique_ptr<store::CacheDb>();
+  std::string path = o.db.path();
+  Result<std::unique_ptr<store::CacheDb>> db = store::CacheDb::open({.path = path});
+  if (db.is_ok()) return db;
+  if (db.status().code() == StatusCode::kUnsupported) return db.status();
+  warn(fmt::format("running without the cache: {}", db.status().message()));
+  return std::unique_ptr<store::CacheDb>();
+}
+
+void write_outputs_json(JsonWriter& j, const std::vector<StepResult>& steps) {
+  j.key("graph_hashes").begin_array();
+  for (const StepResult& s : steps) {
+    for (const GraphKey& k : s.graph_keys) j.value(k.to_hex());
+  }
+  j.end_array();
+  j.key("outputs").begin_array();
+  for (const StepResult& s : steps) {
+    j.begin_array();
+    for (const auto& [name, buf] : s.outputs) {
+      j.begin_object();
+      j.key("name").value(name);
+      j.key("shape").begin_array();
+      for (int64_t d : buf->shape()) j.value(d);
+      j.end_array();
+      j.key("dtype").value(dtype_name(buf->dtype()));
+      j.key("checksum").value(buf->checksum());
+      j.end_object();
+    }
+    j.end_array();
+  }
+  j.end_array();
+}
+
+void write_counters_json(JsonWriter& j, const Metrics& m) {
+  // The documented counters always appear, even when zero.
+  const std::string_view always[] = {counters::kTraces, counters::kCompiles, counters::kHitsMemory,
+                                     counters::kHitsDisk, counters::kMisses, counters::kExecutions};
+  j.key("counters").begin_object();
+  for (std::string_view name : always) j.key(name).value(m.counter(name));
+  for (const auto& [name, value] : m.counters()) {
+    if (std::find(std::begin(always), std::end(always), name) == std::end(always)) j.key(name).value(value);
+  }
+  j.end_object();
+  j.key("timers_ms").begin_object();
+  for (const std::string& name : m.timer_names()) {
+    TimerStats t = m.timer(name);
+    j.key(name).begin_object();
+    j.key("count").value(t.count);
+    j.key("total").value(t.total_ms);
+    j.key("p50").value(t.p50_ms);
+    j.key("p90").value(t.p90_ms);
+    j.key("max").value(t.max_ms);
+    j.end_object();
+  }
+  j.end_object();
+}
+
+}  // namespace
+
+int run_command(const RunOptions& options) {
+  Result<Program> program = load_program(options.program);
+  if (!program.is_ok()) return report_error(program.status());
+
+  Metrics metrics;
+  ReferenceExecutor reference;
+  CpuBackend cpu;
+  std::unique_ptr<store::CacheDb> db;
+  std::unique_ptr<Runtime> runtime;
+  GraphExecutor* executor = &reference;
+  if (options.backend == "cpu") {
+    Result<std::unique_ptr<store::CacheDb>> opened = open_run_db(options);
+    if (!opened.is_ok()) return report_error(opened.status());
+    db = std::move(*opened);
+    runtime = std::make_unique<Runtime>(&cpu, db.get(), &metrics);
+    executor = runtime.get();
+  } else if (options.backend != "reference") {
+    return report_error(invalid_argument(
+        fmt::format("unknown backend '{}' (available: cpu, reference)", options.backend)));
+  }
+
+  LazyContext ctx(executor, lazy_options(options.bake_scalars, &metrics));
+  Result<std::vector<StepResult>> steps = run_program(*program, ctx, options.steps);
+  if (runtime) {
+    runtime->flush();
+    for (const std::string& w : runtime->warnings()) warn(w);
+  }
+  if (!steps.is_ok()) return report_error(steps.status());
+
+  if (!options.save_outputs.empty()) {
+    Status st = save_outputs(options.save_outputs, *steps);
+    if (!st.is_ok()) return report_error(st);
+  }
+
+  if (options.json) {
+    JsonWriter j;
+    j.begin_object();
+    j.key("program").value(options.program);
+    j.key("mode").value("lazy");
+    j.key("backend").value(options.backend);
+    if (db) j.key("db").value(db->path());
+    else j.key("db").null();
+    j.key("steps").value(steps->size());
+    write_outputs_json(j, *steps);
+    write_counters_json(j, metrics);
+    j.end_object();
+    out(j.str() + "\n");
+    if (options.metrics) std::fputs(metrics.report().c_str(), stderr);
+    return kExitOk;
+  }
+
+  for (size_t i = 0; i < steps->size(); ++i) {
+    const StepResult& s = (*steps)[i];
+    std::string keys;
+    for (const GraphKey& k : s.graph_keys) keys += (keys.empty() ? "" : ",") + k.to_hex();
+    out(fmt::format("step {}  graph {}\n", i, keys));
+    for (const auto& [name, buf] : s.outputs) {
+      out(fmt::format("  {:<12} {:<16} checksum {}\n", name,
+                      type_to_string({buf->dtype(), buf->shape()}), buf->checksum()));
+    }
+  }
+  out(fmt::format("{} steps, {} traces, {} compiles, {} memory hits, {} disk hits, {} misses\n",
+                  steps->size(), metrics.counter(counters::kTraces), metrics.counter(counters::kCompiles),
+                  metrics.counter(counters::kHitsMemory), metrics.counter(counters::kHitsDisk),
+                  metrics.counter(counters::kMisses)));
+  if (options.metrics) out(metrics.report());
+  return kExitOk;
+}
+
+namespace {
+
+// `show HASH`: a graph from the cache.
+int show_cached_graph(const ShowOptions& options, const GraphKey& key) {
+  Result<std::unique_ptr<store::CacheDb>> db = open_existing_db(options.db);
+  if (!db.is_ok()) return report_error(db.status());
+  Result<std::optional<std::string>> blob = (*db)->get_graph(key);
+  if (!blob.is_ok()) return report_error(blob.status());
+  if (!blob->has_value()) {
+    return report_error(not_found(fmt::format("graph {} is not in the cache '{}' (see `tracecache ls`)",
+                                              key.to_hex(), (*db)->path())));
+  }
+  Result<Graph> graph = store::parse_graph(**blob);
+  if (!graph.is_ok()) return report_error(graph.status());
+  Result<std::vector<store::EntryInfo>> entries = (*db)->list_executables();
+  if (!entries.is_ok()) return report_error(entries.status());
+  if (options.json) {
+    JsonWriter j;
+    j.begin_object();
+    j.key("hash").value(key.to_hex());
+    j.key("nodes").value(graph->size());
+    j.key("params").value(graph->params().size());
+    j.key("outputs").value(graph->outputs().size());
+    j.key("graph").value(graph->to_text());
+    j.key("executables").begin_array();
+    for (const store::EntryInfo& e : *entries) {
+      if (e.key.graph != key) continue;
+      j.begin_object();
+      j.key("backend").value(e.key.backend);
+      j.key("options_digest").value(e.key.options_digest);
+      j.key("compiler_version").value(static_cast<uint64_t>(e.key.compiler_version));
+      j.key("bytes").value(e.bytes);
+      j.key("uses").value(e.uses);
+      j.end_object();
+    }
+    j.end_array();
+    j.end_object();
+    out(j.str() + "\n");
+    return kExitOk;
+  }
+  out(fmt::format("graph {}  ({} nodes, {} params, {} outputs)\n", key.to_hex(), graph->size(),
+                  graph->params().size(), graph->outputs().size()));
+  out(graph->to_text());
+  for (const store::EntryInfo& e : *entries) {
+    if (e.key.graph != key) continue;
+    out(fmt::format("executable: backend {} options {} compiler v{}  {} bytes, {} uses\n",
+                    e.key.backend, e.key.options_digest, e.key.compiler_version, e.bytes, e.uses));
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+int show_command(const ShowOptions& options) {
+  std::error_code ec;
+  if (auto key = GraphKey::from_hex(options.target); key && !std::filesystem::exists(options.target, ec)) {
+    return show_cached_graph(options, *key);
+  }
+  Result<Program> program = load_program(options.target);
+  if (!program.is_ok()) return report_error(program.status());
+
+  DryRunExecutor executor;
+  LazyContext ctx(&executor, lazy_options(options.bake_scalars, nullptr));
+  Result<std::vector<StepResult>> steps = run_program(*program, ctx, options.steps);
+  if (!steps.is_ok()) return report_error(steps.status());
+
+  // Distinct graphs in order of first appearance, with the steps that ran each.
+  std::vector<const CanonicalGraph*> distinct;
+  std::map<GraphKey, std::vector<size_t>> steps_of;
+  for (size_t step = 0; step < steps->size(); ++step) {
+    for (const GraphKey& k : (*steps)[step].graph_keys) {
+      auto [it, inserted] = steps_of.try_emplace(k);
+      if (inserted) {
+        for (const CanonicalGraph& cg : executor.graphs) {
+          if (cg.key == k) {
+            distinct.push_back(&cg);
+            break;
+          }
+        }
+      }
+      it->second.push_back(step);
+    }
+  }
+
+  if (options.json) {
+    JsonWriter j;
+    j.begin_object();
+    j.key("program").value(options.target);
+    j.key("steps").value(steps->size());
+    j.key("graphs").begin_array();
+    for (const CanonicalGraph* cg : distinct) {
+      j.begin_object();
+      j.key("hash").value(cg->key.to_hex());
+      j.key("nodes").value(cg->graph.size());
+      j.key("params").value(cg->graph.params().size());
+      j.key("outputs").value(cg->graph.outputs().size());
+      j.key("steps").begin_array();
+      for (size_t s : steps_of[cg->key]) j.value(s);
+      j.end_array();
+      j.key("graph").value(cg->graph.to_text());
+      j.end_object();
+    }
+    j.end_array();
+    if (options.source) j.key("source").value(print_program(*program));
+    j.end_object();
+    out(j.str() + "\n");
+    return kExitOk;
+  }
+
+  if (options.source) out(print_program(*program) + "\n");
+  for (const CanonicalGraph* cg : distinct) {
+    out(fmt::format("graph {}  ({} nodes, {} params, {} outputs; steps {})\n", cg->key.to_hex(),
+                    cg->graph.size(), cg->graph.params().size(), cg->graph.outputs().size(),
+                    fmt::join(steps_of[cg->key], ",")));
+    out(cg->graph.to_text() + "\n");
+  }
+  out(fmt::format("hash {}\n", distinct.empty() ? std::string("none") : distinct.front()->key.to_hex()));
+  return kExitOk;
+}
+
+}  // namespace tracecache::cli

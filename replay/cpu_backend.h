@@ -1,0 +1,41 @@
+// The `cpu` backend: runs executables on the host with the kernels of replay/cpu_kernels.h
+// (fused elementwise chains, BLAS GEMM, reductions). Device buffers are host memory, so the
+// copies share buffers instead of copying. Results equal the reference evaluator bitwise except
+// where cpu_kernels.h documents a tolerance (GEMM's summation order).
+// Thread-safety: one thread at a time (run() allocates its own scratch arena per call).
+#pragma once
+
+#include "replay/backend.h"
+#include "replay/compiler.h"
+
+namespace tracecache {
+
+struct CpuBackendOptions {
+  bool fuse = true;  // part of the options digest
+};
+
+class CpuBackend final : public Backend {
+ public:
+  explicit CpuBackend(CpuBackendOptions options = {});
+
+  std::string_view name() const override { return "cpu"; }
+  std::string options_digest() const override { return digest_; }
+  Result<Executable> compile(const Graph& graph, const GraphKey& key,
+                             uint32_t compiler_version) override;
+  std::string serialize(const Executable& exe) override;
+  Result<Executable> load(std::string_view bytes) override;
+  bool shares_host_memory() const override { return true; }
+  Result<DeviceRef> to_device(BufferRef host) override;
+  Result<BufferRef> to_host(const DeviceRef& device) override;
+  Result<std::vector<DeviceRef>> run(const Executable& exe, std::span<const DeviceRef> params) override;
+  void synchronize() override {}
+
+ private:
+  CpuBackendOptions options_;
+  std::string digest_;
+};
+
+// Checks that `exe` was built for `backend` (name and options digest); kCorruption otherwise.
+Status check_executable_target(const Executable& exe, const Backend& backend);
+
+}  // namespace tracecache

@@ -1,0 +1,83 @@
+// The compute kernels of the `cpu` backend: a tiled interpreter for fused elementwise chains,
+// and one entry point for every other single node (BLAS GEMM, ordered fast reductions, strided
+// copies for layout ops, the reference kernels for the rest).
+//
+// Numerics. Element-level semantics come from capture/elementwise.h, the same definitions the
+// reference kernels use, and kernels here keep the reference's operation order wherever the
+// result could depend on it, so results are BITWISE EQUAL to the reference kernels
+// (capture/reference_kernels.h) except where the table says otherwise:
+//
+//   op                                   cpu implementation                      vs reference
+//   ----------------------------------   -------------------------------------   ------------
+//   neg abs exp log sqrt rsqrt tanh      tiled interpreter (run_fused with one   bitwise
+//   sigmoid relu add sub mul div pow     member), operands converted with
+//   maximum minimum eq lt gt where cast  convert<C>, C = compute_dtype()
+//   broadcast_to                         tiled interpreter (a broadcast load)    bitwise
+//   matmul, f32 output                   OpenBLAS cblas_sgemm per batch (batch   TOLERANCE (*)
+//                                        folded into M when b has no batch)
+//   matmul, i32/i64 output               reference kernel                        bitwise
+//   sum, mean, max                       [outer, len, inner] loops when the      bitwise
+//                                        reduced axes (ignoring size-1 dims)
+//                                        are one consecutive run, same per-
+//                                        output order (f32 in double, in index
+//                                        order); reference kernel otherwise
+//   argmax                               [outer, len, inner] loops, vectorized   bitwise
+//                                        across `inner`
+//   reshape                              memcpy                                  bitwise
+//   permute transpose slice              strided copy (merged dims)              bitwise
+//   concat                               block memcpy                            bitwise
+//   full arange uniform normal           reference kernel                        bitwise
+//
+// (*) GEMM sums in f32 in OpenBLAS's blocked order (possibly with FMA) instead of the
+// reference's sequential double sum. Tested bound, a rigorous one for any f32 summation order:
+//   |cpu - ref| <= (K + 2) * 2^-24 * sum_p |a[i,p] * b[p,j]|      (K = inner dim)
+// plus one f32 ulp of the result. Results are deterministic run to run (same sizes, same
+// thread count), so replay still equals eager on this backend.
+//
+// "Bitwise" treats NaN like any other value except for its payload: when two different NaNs
+// meet in one op (add(NaN_a, NaN_b)), which payload survives is up to the compiler's operand
+// order, in the reference and here alike; tests accept any NaN where the reference has a NaN.
+//
+// Threading: kernels split large work (>= kParallelThreshold elements) into chunks shared by
+// the calling thread and a process-wide pool of hardware_concurrency() - 1 helper threads
+// (one on a two-core machine); the caller never waits for a helper that has not started, so a
+// busy machine degrades to single-threaded speed, not below. Chunking never changes results:
+// every output element is computed by exactly one thread in the order described above. sgemm
+// threads inside OpenBLAS. The functions are thread-safe (per-thread scratch only; concurrent
+// callers share the pool, one of them at a time).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+
+#include "capture/buffer.h"
+#include "capture/graph.h"
+
+namespace tracecache::cpu {
+
+// Output elements processed per tile of the fused interpreter.
+inline constexpr int64_t kTileElements = 512;
+// Work (elements) from which a kernel splits over threads.
+inline constexpr int64_t kParallelThreshold = int64_t{1} << 16;
+
+// Runs the fused elementwise chain `members` of `g` into `out`.
+// REQUIRES (guaranteed by the compiler, replay/compiler.h):
+//  - `members` is in topological order and non-empty; its last entry is the root, whose value
+//    goes to `out` (out has the root's dtype and shape);
+//  - every member is elementwise (OpInfo::elementwise()) or a broadcast_to, and has the root's
+//    shape; every member except the root is used only by later members;
+//  - for each input of a member that is not itself a member (a "leaf"), leaf_value(id) returns
+//    its buffer, whose shape broadcasts (NumPy rules) to the root's shape;
+//  - `out` does not overlap any leaf's bytes.
+// Result: bitwise what running the members one by one with the reference kernels gives.
+void run_fused(const Graph& g, std::span<const NodeId> members,
+               const std::function<const HostBuffer*(NodeId)>& leaf_value, HostBuffer& out);
+
+// Runs the single node `node` of `g`: inputs[k] is the value of its k-th input; `out` is
+// preallocated with the node's dtype and shape and fully overwritten.
+// REQUIRES: node is not a parameter; inputs match the node's input types; `out` does not
+// overlap any input. Numerics per the table above.
+void run_op(const Graph& g, NodeId node, std::span<const HostBuffer* const> inputs, HostBuffer& out);
+
+}  // namespace tracecache::cpu

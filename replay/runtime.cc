@@ -1,0 +1,203 @@
+#include "replay/runtime.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <chrono>
+
+#include "capture/reference.h"
+#include "store/graph_codec.h"
+
+namespace tracecache {
+
+namespace {
+
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+
+Runtime::Runtime(Backend* backend, store::CacheDb* db, Metrics* metrics, RuntimeOptions options)
+    : backend_(backend),
+      db_(db),
+      metrics_(metrics ? metrics : &own_metrics_),
+      options_(options),
+      memory_(options.memory_cache_bytes),
+      pid_(static_cast<int64_t>(::getpid())) {
+  if (db_ && db_->read_only()) {
+    warn(fmt::format("cache database '{}' is read-only: results are correct, but nothing new is "
+                     "cached or audited", db_->path()));
+  }
+}
+
+Runtime::~Runtime() { flush(); }
+
+void Runtime::warn(std::string message) {
+  if (std::find(warnings_.begin(), warnings_.end(), message) == warnings_.end()) {
+    warnings_.push_back(std::move(message));
+  }
+}
+
+void Runtime::event(store::EventKind kind, const GraphKey& graph, std::string reason,
+                    double duration_ms, std::string detail) {
+  store::Event e;
+  e.time = now_seconds();
+  e.pid = pid_;
+  e.kind = kind;
+  e.graph = graph;
+  e.backend = std::string(backend_->name());
+  e.reason = std::move(reason);
+  e.duration_ms = duration_ms;
+  e.detail = std::move(detail);
+  events_.push_back(std::move(e));
+  if (events_.size() - flushed_ >= options_.event_batch) flush();
+}
+
+void Runtime::flush() {
+  if (flushed_ == events_.size()) return;
+  if (db_ && !db_->read_only()) {
+    std::span<const store::Event> pending(events_.data() + flushed_, events_.size() - flushed_);
+    Status st = db_->append_events(pending);
+    if (!st.is_ok()) {
+      metrics_->add(counters::kStoreFailures);
+      warn(fmt::format("could not write the audit log to '{}': {}", db_->path(), st.message()));
+    }
+  }
+  flushed_ = events_.size();
+}
+
+void Runtime::note_corrupt(const store::ExecutableKey& key, const std::string& why) {
+  metrics_->add(counters::kCorrupt);
+  event(store::EventKind::kCorrupt, key.graph, {}, 0, why);
+  if (db_ && !db_->read_only()) {
+    Status st = db_->remove_executable(key);
+    if (!st.is_ok()) warn(fmt::format("could not remove a corrupt cache entry: {}", st.message()));
+  }
+}
+
+std::shared_ptr<const Executable> Runtime::load_from_disk(const store::ExecutableKey& key,
+                                                          std::optional<store::MissReason>* reason) {
+  Result<std::optional<store::StoredExecutable>> stored = db_->get_executable(key);
+  if (!stored.is_ok()) {
+    if (stored.status().code() == StatusCode::kCorruption) {
+      note_corrupt(key, stored.status().message());
+      *reason = store::MissReason::kCorrupt;
+    } else {
+      warn(fmt::format("could not read the cache: {}", stored.status().message()));
+    }
+    return nullptr;
+  }
+  if (!stored->has_value()) return nullptr;
+  Result<Executable> exe = backend_->load((*stored)->blob);
+  Status problem = exe.is_ok() ? Status::ok() : exe.status();
+  if (problem.is_ok() && (exe->graph_key != key.graph || exe->compiler_version != key.compiler_version)) {
+    problem = corruption("executable is stored under another graph key or compiler version");
+  }
+  if (!problem.is_ok()) {
+    note_corrupt(key, problem.message());
+    *reason = store::MissReason::kCorrupt;
+    return nullptr;
+  }
+  if (!db_->read_only()) (void)db_->touch_executable(key);
+  return std::make_shared<const Executable>(std::move(*exe));
+}
+
+void Runtime::store_compiled(const store::ExecutableKey& key, const Executable& exe,
+                             const Graph& graph, double compile_ms) {
+  if (!db_) return;
+  Status st = db_->read_only()
+                  ? io_error(fmt::format("cache database '{}' is read-only", db_->path()))
+                  : db_->put_graph(key.graph, store::serialize_graph(graph),
+                                   static_cast<int64_t>(graph.size()));
+  if (st.is_ok()) st = db_->put_executable(key, backend_->serialize(exe), compile_ms);
+  if (st.is_ok()) {
+    event(store::EventKind::kStore, key.graph);
+  } else {
+    metrics_->add(counters::kStoreFailures);
+    event(store::EventKind::kStoreFailed, key.graph, {}, 0, st.message());
+    if (!db_->read_only()) warn(fmt::format("could not store a compiled graph: {}", st.message()));
+  }
+}
+
+Result<std::shared_ptr<const Executable>> Runtime::lookup_or_compile(const CanonicalGraph& cg) {
+  store::ExecutableKey key{cg.key, std::string(backend_->name()), backend_->options_digest(),
+                           options_.compiler_version};
+  ScopedTimer lookup(metrics_, timers::kLookup);
+  if (std::shared_ptr<const Executable> hit = memory_.get(cg.key)) {
+    metrics_->add(counters::kHitsMemory);
+    event(store::EventKind::kHitMemory, cg.key);
+    return hit;
+  }
+  std::optional<store::MissReason> reason;
+  if (db_) {
+    if (std::shared_ptr<const Executable> hit = load_from_disk(key, &reason)) {
+      metrics_->add(counters::kHitsDisk);
+      event(store::EventKind::kHitDisk, cg.key);
+      memory_.put(cg.key, hit, hit->footprint_bytes());
+      return hit;
+    }
+    if (!reason) {
+      Result<store::MissReason> r = db_->classify_miss(key);
+      reason = r.is_ok() ? *r : store::MissReason::kNewGraph;
+    }
+  }
+  lookup.stop();
+  metrics_->add(counters::kMisses);
+  event(store::EventKind::kMiss, cg.key,
+        std::string(store::miss_reason_name(reason.value_or(store::MissReason::kNewGraph))));
+
+  ScopedTimer compile_timer(metrics_, timers::kCompile);
+  Result<Executable> exe = backend_->compile(cg.graph, cg.key, options_.compiler_version);
+  double compile_ms = compile_timer.stop();
+  if (!exe.is_ok()) return exe.status();
+  metrics_->add(counters::kCompiles);
+  event(store::EventKind::kCompile, cg.key, {}, compile_ms);
+  store_compiled(key, *exe, cg.graph, compile_ms);
+  auto shared = std::make_shared<const Executable>(std::move(*exe));
+  memory_.put(cg.key, shared, shared->footprint_bytes());
+  return shared;
+}
+
+Result<std::vector<BufferRef>> Runtime::run_reference(const CanonicalGraph& cg,
+                                                      std::span<const BufferRef> params,
+                                                      const std::string& why) {
+  warn(fmt::format("backend '{}' failed ({}); this step ran on the reference evaluator",
+                   backend_->name(), why));
+  return evaluate_reference(cg.graph, params);
+}
+
+Result<std::vector<BufferRef>> Runtime::execute(const CanonicalGraph& cg,
+                                                std::span<const BufferRef> params) {
+  Result<std::shared_ptr<const Executable>> exe = lookup_or_compile(cg);
+  if (!exe.is_ok()) return run_reference(cg, params, exe.status().message());
+
+  ScopedTimer run_timer(metrics_, timers::kRun);
+  std::vector<DeviceRef> device_params;
+  device_params.reserve(params.size());
+  for (const BufferRef& p : params) {
+    Result<DeviceRef> d = backend_->to_device(p);
+    if (!d.is_ok()) return run_reference(cg, params, d.status().message());
+    if (!backend_->shares_host_memory()) {
+      metrics_->add(counters::kBytesToDevice, static_cast<int64_t>(p->nbytes()));
+    }
+    device_params.push_back(std::move(*d));
+  }
+  Result<std::vector<DeviceRef>> outs = backend_->run(**exe, device_params);
+  if (!outs.is_ok()) return run_reference(cg, params, outs.status().message());
+  std::vector<BufferRef> host;
+  host.reserve(outs->size());
+  for (const DeviceRef& d : *outs) {
+    Result<BufferRef> h = backend_->to_host(d);
+    if (!h.is_ok()) return run_reference(cg, params, h.status().message());
+    if (!backend_->shares_host_memory()) {
+      metrics_->add(counters::kBytesToHost, static_cast<int64_t>((*h)->nbytes()));
+    }
+    host.push_back(std::move(*h));
+  }
+  backend_->synchronize();
+  metrics_->add(counters::kExecutions);
+  return host;
+}
+
+}  // namespace tracecache

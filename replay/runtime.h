@@ -1,0 +1,82 @@
+// Runtime: lazy-mode execution of canonical graphs (the GraphExecutor behind mark_step).
+//
+// For each graph: memory LRU -> SQLite -> on a miss, compile and store -> run on the backend.
+// Every decision is an audit event (DESIGN.md invariant 8): hit_memory, hit_disk, miss with its
+// reason, compile with its duration, store, corrupt, store_failed.
+//
+// Failure policy (invariants 5 and 6): an entry that fails its checksum, does not parse, fails
+// validation, or was built for another graph or backend is a `corrupt` event, is removed, and
+// the graph is recompiled: never a crash, never a wrong result. A store that is locked,
+// read-only or full only costs caching: the step still returns correct outputs, the failure is
+// a `store_failed` event and a warning. If compiling or running on the backend fails, the step
+// falls back to the reference evaluator and says so in a warning.
+//
+// Events are buffered and written to the database in batches (flush(), and on destruction).
+// Thread-safety: one thread at a time. Ownership: backend, db (nullable: no disk cache) and
+// metrics (nullable) are not owned and must outlive the runtime.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "capture/metrics.h"
+#include "capture/tensor.h"
+#include "replay/backend.h"
+#include "replay/compiler.h"
+#include "store/cache_db.h"
+#include "store/lru.h"
+
+namespace tracecache {
+
+struct RuntimeOptions {
+  uint32_t compiler_version = kCompilerVersion;
+  uint64_t memory_cache_bytes = uint64_t{64} << 20;
+  size_t event_batch = 256;  // flush to the database after this many buffered events
+};
+
+class Runtime final : public GraphExecutor {
+ public:
+  Runtime(Backend* backend, store::CacheDb* db, Metrics* metrics, RuntimeOptions options = {});
+  ~Runtime() override;
+  Runtime(const Runtime&) = delete;
+  Runtime& operator=(const Runtime&) = delete;
+
+  Result<std::vector<BufferRef>> execute(const CanonicalGraph& graph,
+                                         std::span<const BufferRef> params) override;
+
+  // Writes buffered events to the database. A failure becomes a warning; events stay in events().
+  void flush();
+  // Distinct warnings so far, in order (e.g. "cache database is read-only: ...").
+  const std::vector<std::string>& warnings() const { return warnings_; }
+  // Every event this runtime produced, in order.
+  const std::vector<store::Event>& events() const { return events_; }
+
+ private:
+  Result<std::shared_ptr<const Executable>> lookup_or_compile(const CanonicalGraph& graph);
+  std::shared_ptr<const Executable> load_from_disk(const store::ExecutableKey& key,
+                                                   std::optional<store::MissReason>* reason);
+  void note_corrupt(const store::ExecutableKey& key, const std::string& why);
+  void store_compiled(const store::ExecutableKey& key, const Executable& exe, const Graph& graph,
+                      double compile_ms);
+  void event(store::EventKind kind, const GraphKey& graph, std::string reason = {},
+             double duration_ms = 0, std::string detail = {});
+  void warn(std::string message);
+  Result<std::vector<BufferRef>> run_reference(const CanonicalGraph& graph,
+                                               std::span<const BufferRef> params,
+                                               const std::string& why);
+
+  Backend* backend_;
+  store::CacheDb* db_;
+  Metrics* metrics_;
+  Metrics own_metrics_;  // used when metrics_ is null
+  RuntimeOptions options_;
+  store::LruCache<GraphKey, Executable, GraphKeyHasher> memory_;
+  std::vector<store::Event> events_;
+  size_t flushed_ = 0;  // events_[0, flushed_) are in the database (or were given up on)
+  std::vector<std::string> warnings_;
+  int64_t pid_;
+};
+
+}  // namespace tracecache

@@ -1,0 +1,883 @@
+#include "store/cache_db.h"
+
+#include <sqlite3.h>
+#include <xxhash.h>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <bit>
+#include <chrono>
+#include <filesystem>
+#include <initializer_list>
+#include <iterator>
+#include <system_error>
+#include <utility>
+
+#include <fmt/format.h>
+
+namespace tracecache::store {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kSchema = R"sql(
+CREATE TABLE IF NOT EXISTS graphs (
+  key TEXT PRIMARY KEY,
+  blob BLOB NOT NULL,
+  checksum INTEGER NOT NULL,
+  bytes INTEGER NOT NULL,
+  nodes INTEGER NOT NULL,
+  created REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS executables (
+  graph_key TEXT NOT NULL,
+  backend TEXT NOT NULL,
+  options_digest TEXT NOT NULL,
+  compiler_version INTEGER NOT NULL,
+  blob BLOB NOT NULL,
+  checksum INTEGER NOT NULL,
+  bytes INTEGER NOT NULL,
+  compile_ms REAL NOT NULL,
+  created REAL NOT NULL,
+  last_used REAL NOT NULL,
+  uses INTEGER NOT NULL,
+  PRIMARY KEY (graph_key, backend, options_digest, compiler_version)
+);
+CREATE TABLE IF NOT EXISTS events (
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  time REAL NOT NULL,
+  pid INTEGER NOT NULL,
+  kind TEXT NOT NULL,
+  graph_key TEXT NOT NULL,
+  backend TEXT NOT NULL,
+  reason TEXT NOT NULL,
+  duration_ms REAL NOT NULL,
+  detail TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS events_by_graph ON events (graph_key);
+)sql";
+
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// XXH3-64 of a blob, stored as the int64 with the same bits (SQLite integers are signed).
+int64_t checksum_of(std::string_view blob) {
+  return std::bit_cast<int64_t>(static_cast<uint64_t>(XXH3_64bits(blob.data(), blob.size())));
+}
+
+bool is_corruption_code(int rc) {
+  int primary = rc & 0xff;
+  return primary == SQLITE_CORRUPT || primary == SQLITE_NOTADB || primary == SQLITE_FORMAT;
+}
+
+// Failures that mean "this connection may not write (or read) here", as opposed to bad contents:
+// the cue to retry with a read-only connection.
+bool is_access_code(int rc) {
+  int primary = rc & 0xff;
+  return primary == SQLITE_READONLY || primary == SQLITE_CANTOPEN || primary == SQLITE_PERM ||
+         primary == SQLITE_IOERR || primary == SQLITE_AUTH;
+}
+
+// Percent-encodes a path for an SQLite URI filename ("file:...?immutable=1").
+std::string uri_path(const std::string& path) {
+  std::string out;
+  for (unsigned char c : path) {
+    bool plain = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                 c == '/' || c == '-' || c == '_' || c == '.' || c == '~';
+    if (plain) {
+      out.push_back(static_cast<char>(c));
+    } else {
+      out += fmt::format("%{:02X}", c);
+    }
+  }
+  return out;
+}
+
+// A statement prepared once at open; Impl's destructor finalizes it.
+class Stmt {
+ public:
+  sqlite3_stmt* get() const { return stmt_; }
+  sqlite3_stmt** out() { return &stmt_; }
+
+ private:
+  sqlite3_stmt* stmt_ = nullptr;
+};
+
+// One use of a cached statement: binds, steps, and resets it (keeping it prepared) when done.
+class Query {
+ public:
+  explicit Query(const Stmt& stmt) : s_(stmt.get()) {}
+  ~Query() {
+    if (!s_) return;
+    sqlite3_reset(s_);
+    sqlite3_clear_bindings(s_);
+  }
+  Query(const Query&) = delete;
+  Query& operator=(const Query&) = delete;
+
+  Query& text(int i, std::string_view v) {
+    // An empty view may have a null data(), which SQLite would bind as NULL.
+    sqlite3_bind_text64(s_, i, v.empty() ? "" : v.data(), v.size(), SQLITE_TRANSIENT, SQLITE_UTF8);
+    return *this;
+  }
+  Query& blob(int i, std::string_view v) {
+    // A zero-length blob must still be a blob, not NULL: pass a non-null pointer.
+    sqlite3_bind_blob64(s_, i, v.empty() ? "" : v.data(), v.size(), SQLITE_TRANSIENT);
+    return *this;
+  }
+  Query& i64(int i, int64_t v) {
+    sqlite3_bind_int64(s_, i, v);
+    return *this;
+  }
+  Query& real(int i, double v) {
+    sqlite3_bind_double(s_, i, v);
+    return *this;
+  }
+  Query& key(int first, const ExecutableKey& k) {
+    return text(first, k.graph.to_hex())
+        .text(first + 1, k.backend)
+        .text(first + 2, k.options_digest)
+        .i64(first + 3, k.compiler_version);
+  }
+
+  // SQLITE_ROW, SQLITE_DONE or an error code.
+  int step() { return sqlite3_step(s_); }
+
+  std::string col_text(int i) const {
+    const unsigned char* p = sqlite3_column_text(s_, i);
+    return p ? std::string(reinterpret_cast<const char*>(p), static_cast<size_t>(sqlite3_column_bytes(s_, i)))
+             : std::string();
+  }
+  std::string col_blob(int i) const {
+    const void* p = sqlite3_column_blob(s_, i);
+    return p ? std::string(static_cast<const char*>(p), static_cast<size_t>(sqlite3_column_bytes(s_, i)))
+             : std::string();
+  }
+  int64_t col_i64(int i) const { return sqlite3_column_int64(s_, i); }
+  double col_real(int i) const { return sqlite3_column_double(s_, i); }
+
+ private:
+  sqlite3_stmt* s_;
+};
+
+enum class OpenMode { kReadWrite, kReadOnly, kImmutable };
+
+}  // namespace
+
+struct CacheDb::Impl {
+  std::string path;
+  bool read_only = false;
+  sqlite3* db = nullptr;
+  int last_rc = SQLITE_OK;  // SQLite's code for the last error() (tells access from contents)
+
+  Stmt begin_write, begin_read, commit, rollback;
+  Stmt put_graph, get_graph;
+  Stmt get_exe, put_exe, remove_exe, touch_exe;
+  Stmt other_compiler, last_lifecycle_event;
+  Stmt append_event, events_after;
+  Stmt list_exes, lru_exes;
+  Stmt count_graphs, count_exes, count_events, page_count, page_size;
+  Stmt audit_graphs, recent_misses;
+  Stmt all_graph_blobs, all_exe_blobs;
+
+  ~Impl() {
+    if (!db) return;
+    while (sqlite3_stmt* s = sqlite3_next_stmt(db, nullptr)) sqlite3_finalize(s);
+    sqlite3_close(db);
+  }
+
+  // A Status for SQLite error `rc` while doing `what`.
+  Status error(int rc, std::string_view what) {
+    last_rc = rc;
+    std::string msg = db ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
+    if (is_corruption_code(rc)) {
+      return corruption(fmt::format("cache database '{}' is corrupt ({}): {}", path, what, msg));
+    }
+    int primary = rc & 0xff;
+    if (primary == SQLITE_MISUSE || primary == SQLITE_RANGE || primary == SQLITE_INTERNAL) {
+      return internal_error(fmt::format("cache database '{}' ({}): {}", path, what, msg));
+    }
+    return io_error(fmt::format("cache database '{}' ({}): {}", path, what, msg));
+  }
+
+  Status read_only_error(std::string_view what) const {
+    return io_error(fmt::format("cache database '{}' is open read-only; cannot {}", path, what));
+  }
+
+  Status exec(const char* sql, std::string_view what) {
+    int rc = sqlite3_exec(db, sql, nullptr, nullptr, nullptr);
+    return rc == SQLITE_OK ? Status::ok() : error(rc, what);
+  }
+
+  Status run(const Stmt& stmt, std::string_view what) {
+    Query q(stmt);
+    int rc = q.step();
+    return rc == SQLITE_DONE || rc == SQLITE_ROW ? Status::ok() : error(rc, what);
+  }
+
+  // Runs `body` inside BEGIN IMMEDIATE ... COMMIT; rolls back if anything fails.
+  template <typename F>
+  Status write_transaction(std::string_view what, F&& body) {
+    if (read_only) return read_only_error(what);
+    Status st = run(begin_write, what);
+    if (!st.is_ok()) return st;
+    st = body();
+    if (st.is_ok()) st = run(commit, what);
+    if (!st.is_ok() && !sqlite3_get_autocommit(db)) (void)run(rollback, what);
+    return st;
+  }
+
+  // Runs `body` inside one read transaction, so multi-query reads see one snapshot.
+  template <typename F>
+  auto read_transaction(std::string_view what, F&& body) -> decltype(body()) {
+    Status st = run(begin_read, what);
+    if (!st.is_ok()) return st;
+    auto result = body();
+    if (!sqlite3_get_autocommit(db)) (void)run(rollback, what);
+    return result;
+  }
+
+  Status prepare(Stmt& stmt, const char* sql) {
+    int rc = sqlite3_prepare_v3(db, sql, -1, SQLITE_PREPARE_PERSISTENT, stmt.out(), nullptr);
+    if (rc == SQLITE_OK) return Status::ok();
+    if ((rc & 0xff) == SQLITE_ERROR) {  // no such table / column: not our schema
+      return corruption(fmt::format("'{}' is not a tracecache database: {}", path, sqlite3_errmsg(db)));
+    }
+    return error(rc, "preparing statements");
+  }
+
+  Status connect(OpenMode mode, int busy_timeout_ms, bool create);
+  Status prepare_all();
+  Status check_schema();
+  Result<GraphKey> parse_key(const std::string& hex, std::string_view table) const {
+    std::optional<GraphKey> k = GraphKey::from_hex(hex);
+    if (!k) return corruption(fmt::format("cache database '{}': {} has a malformed graph key '{}'", path, table, hex));
+    return *k;
+  }
+  Result<EntryInfo> entry_from_row(const Query& q) const;
+};
+
+Status CacheDb::Impl::prepare_all() {
+  constexpr const char* kExeKey = "graph_key = ?1 AND backend = ?2 AND options_digest = ?3 AND compiler_version = ?4";
+  constexpr const char* kEntryColumns =
+      "e.graph_key, e.backend, e.options_digest, e.compiler_version, e.bytes, e.created, e.last_used, "
+      "e.uses, e.compile_ms, COALESCE(g.nodes, 0) FROM executables e LEFT JOIN graphs g ON g.key = e.graph_key";
+  const std::pair<Stmt*, std::string> statements[] = {
+      {&begin_write, "BEGIN IMMEDIATE"},
+      {&begin_read, "BEGIN DEFERRED"},
+      {&commit, "COMMIT"},
+      {&rollback, "ROLLBACK"},
+      {&put_graph,
+       "INSERT INTO graphs (key, blob, checksum, bytes, nodes, created) VALUES (?1, ?2, ?3, ?4, ?5, ?6) "
+       "ON CONFLICT(key) DO UPDATE SET blob = excluded.blob, checksum = excluded.checksum, "
+       "bytes = excluded.bytes, nodes = excluded.nodes "
+       "WHERE graphs.checksum != excluded.checksum OR graphs.blob != excluded.blob"},
+      {&get_graph, "SELECT blob, checksum FROM graphs WHERE key = ?1"},
+      {&get_exe, fmt::format("SELECT blob, checksum, compile_ms FROM executables WHERE {}", kExeKey)},
+      {&put_exe,
+       "INSERT OR REPLACE INTO executables (graph_key, backend, options_digest, compiler_version, blob, "
+       "checksum, bytes, compile_ms, created, last_used, uses) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?9, 0)"},
+      {&remove_exe, fmt::format("DELETE FROM executables WHERE {}", kExeKey)},
+      {&touch_exe, fmt::format("UPDATE executables SET last_used = ?5, uses = uses + 1 WHERE {}", kExeKey)},
+      {&other_compiler,
+       "SELECT 1 FROM executables WHERE graph_key = ?1 AND backend = ?2 AND options_digest = ?3 AND "
+       "compiler_version <> ?4 LIMIT 1"},
+      {&last_lifecycle_event,
+       "SELECT kind FROM events WHERE graph_key = ?1 AND backend = ?2 AND kind IN ('store', 'evict', 'corrupt') "
+       "ORDER BY id DESC LIMIT 1"},
+      {&append_event,
+       "INSERT INTO events (time, pid, kind, graph_key, backend, reason, duration_ms, detail) "
+       "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)"},
+      {&events_after,
+       "SELECT id, time, pid, kind, graph_key, backend, reason, duration_ms, detail FROM events "
+       "WHERE id > ?1 ORDER BY id LIMIT ?2"},
+      {&list_exes, fmt::format("SELECT {} ORDER BY e.last_used DESC, e.created DESC, e.rowid DESC", kEntryColumns)},
+      {&lru_exes, fmt::format("SELECT {} ORDER BY e.last_used, e.created, e.rowid", kEntryColumns)},
+      {&count_graphs, "SELECT COUNT(*), COALESCE(SUM(bytes), 0) FROM graphs"},
+      {&count_exes, "SELECT COUNT(*), COALESCE(SUM(bytes), 0) FROM executables"},
+      {&count_events,
+       "SELECT COALESCE(SUM(kind = 'hit_memory'), 0), COALESCE(SUM(kind = 'hit_disk'), 0), "
+       "COALESCE(SUM(kind = 'miss'), 0), COALESCE(SUM(kind = 'compile'), 0) FROM events"},
+      {&page_count, "PRAGMA page_count"},
+      {&page_size, "PRAGMA page_size"},
+      {&audit_graphs,
+       "SELECT graph_key, SUM(kind = 'hit_memory'), SUM(kind = 'hit_disk'), SUM(kind = 'miss'), "
+       "SUM(kind = 'compile'), SUM(kind = 'corrupt'), "
+       "COALESCE(SUM(CASE WHEN kind = 'compile' THEN duration_ms END), 0), MAX(time) "
+       "FROM events GROUP BY graph_key ORDER BY MAX(time) DESC, graph_key"},
+      {&recent_misses,
+       "SELECT time, reason, backend FROM events WHERE graph_key = ?1 AND kind = 'miss' "
+       "ORDER BY time DESC, id DESC LIMIT 5"},
+      {&all_graph_blobs, "SELECT key, blob, checksum, bytes FROM graphs ORDER BY key"},
+      {&all_exe_blobs,
+       "SELECT graph_key, backend, options_digest, compiler_version, blob, checksum, bytes FROM executables "
+       "ORDER BY graph_key, backend, options_digest, compiler_version"},
+  };
+  for (const auto& [stmt, sql] : statements) {
+    Status st = prepare(*stmt, sql.c_str());
+    if (!st.is_ok()) return st;
+  }
+  return Status::ok();
+}
+
+// Reads the schema version; creates the schema in an empty, writable file; refuses files from a
+// newer tracecache and files that are not tracecache databases.
+Status CacheDb::Impl::check_schema() {
+  // Reads one row of integers. Damage found this early means the file is not usable as ours.
+  auto read_row = [&](const char* sql, std::initializer_list<int64_t*> out, std::string_view what) -> Status {
+    sqlite3_stmt* s = nullptr;
+    int rc = sqlite3_prepare_v2(db, sql, -1, &s, nullptr);
+    if (rc == SQLITE_OK) rc = sqlite3_step(s);
+    int column = 0;
+    if (rc == SQLITE_ROW) {
+      for (int64_t* v : out) *v = sqlite3_column_int64(s, column++);
+    }
+    std::string msg = sqlite3_errmsg(db);
+    sqlite3_finalize(s);
+    if (rc == SQLITE_ROW) return Status::ok();
+    if (is_corruption_code(rc)) return corruption(fmt::format("'{}' is not a tracecache database: {}", path, msg));
+    return error(rc, what);
+  };
+  auto user_version = [&](int64_t* version) {
+    return read_row("PRAGMA user_version", {version}, "reading the schema version");
+  };
+  auto table_count = [&](int64_t* tables, int64_t* ours) {
+    return read_row("SELECT COUNT(*), COALESCE(SUM(name IN ('graphs', 'executables', 'events')), 0) "
+                    "FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'",
+                    {tables, ours}, "reading the schema");
+  };
+
+  int64_t version = 0;
+  Status st = user_version(&version);
+  if (!st.is_ok()) return st;
+  if (version > kSchemaVersion) {
+    return unsupported(fmt::format(
+        "cache database '{}' has schema version {}, newer than this tracecache ({}); use a newer tracecache "
+        "or another --db",
+        path, version, kSchemaVersion));
+  }
+  // Nothing is changed in a file until it is known to be ours (or empty).
+  int64_t tables = 0, ours = 0;
+  st = table_count(&tables, &ours);
+  if (!st.is_ok()) return st;
+  if (version == 0 && tables != 0) {
+    return corruption(fmt::format("'{}' is not a tracecache database: it holds other tables and no "
+                                  "tracecache schema version", path));
+  }
+  if (version == 0 && read_only) {
+    return corruption(fmt::format("'{}' is not a tracecache database: it is empty (and open read-only, so "
+                                  "the tables cannot be created)", path));
+  }
+  if (version != 0 && version < kSchemaVersion) {
+    return unsupported(fmt::format("cache database '{}' has schema version {}, older than this tracecache ({}), "
+                                   "and no migration exists; use another --db",
+                                   path, version, kSchemaVersion));
+  }
+  if (version != 0 && ours != 3) {
+    return corruption(fmt::format("'{}' is not a tracecache database: the graphs, executables and events "
+                                  "tables are not all present", path));
+  }
+  if (!read_only) {
+    st = exec("PRAGMA journal_mode = WAL", "enabling WAL mode");
+    if (st.is_ok()) st = exec("PRAGMA synchronous = NORMAL", "setting synchronous mode");
+    if (!st.is_ok()) return st;
+  }
+  if (version != 0) return Status::ok();
+
+  // Another process may be creating the schema right now: decide again inside the lock.
+  st = exec("BEGIN IMMEDIATE", "creating the schema");
+  if (!st.is_ok()) return st;
+  st = user_version(&version);
+  if (st.is_ok() && version == 0) {
+    st = exec(kSchema, "creating the schema");
+    if (st.is_ok()) {
+      st = exec(fmt::format("PRAGMA user_version = {}", kSchemaVersion).c_str(), "creating the schema");
+    }
+  }
+  if (st.is_ok()) st = exec("COMMIT", "creating the schema");
+  if (!st.is_ok()) {
+    if (!sqlite3_get_autocommit(db)) (void)exec("ROLLBACK", "creating the schema");
+    return st;
+  }
+  // Created meanwhile by another process: check what it made.
+  return version == 0 ? Status::ok() : check_schema();
+}
+
+Result<EntryInfo> CacheDb::Impl::entry_from_row(const Query& q) const {
+  Result<GraphKey> key = parse_key(q.col_text(0), "executables");
+  if (!key.is_ok()) return key.status();
+  int64_t compiler = q.col_i64(3);
+  if (compiler < 0 || compiler > static_cast<int64_t>(UINT32_MAX)) {
+    return corruption(fmt::format("cache database '{}': executables has compiler version {} out of range", path,
+                                  compiler));
+  }
+  EntryInfo e;
+  e.key = {*key, q.col_text(1), q.col_text(2), static_cast<uint32_t>(compiler)};
+  e.bytes = static_cast<uint64_t>(std::max<int64_t>(q.col_i64(4), 0));
+  e.created = q.col_real(5);
+  e.last_used = q.col_real(6);
+  e.uses = q.col_i64(7);
+  e.compile_ms = q.col_real(8);
+  e.graph_nodes = q.col_i64(9);
+  return e;
+}
+
+// ---- names ----
+
+std::string_view miss_reason_name(MissReason r) {
+  switch (r) {
+    case MissReason::kNewGraph: return "new graph";
+    case MissReason::kEvicted: return "evicted";
+    case MissReason::kCorrupt: return "corrupt";
+    case MissReason::kStaleCompiler: return "stale compiler version";
+  }
+  return "unknown";
+}
+
+namespace {
+constexpr std::pair<EventKind, std::string_view> kEventKindNames[] = {
+    {EventKind::kHitMemory, "hit_memory"}, {EventKind::kHitDisk, "hit_disk"},
+    {EventKind::kMiss, "miss"},            {EventKind::kCompile, "compile"},
+    {EventKind::kStore, "store"},          {EventKind::kEvict, "evict"},
+    {EventKind::kCorrupt, "corrupt"},      {EventKind::kStoreFailed, "store_failed"},
+};
+static_assert(std::size(kEventKindNames) == static_cast<size_t>(EventKind::kStoreFailed) + 1,
+              "every EventKind has a name");
+}  // namespace
+
+std::string_view event_kind_name(EventKind k) {
+  for (const auto& [kind, name] : kEventKindNames) {
+    if (kind == k) return name;
+  }
+  return "unknown";
+}
+
+std::optional<EventKind> parse_event_kind(std::string_view name) {
+  for (const auto& [kind, kind_name] : kEventKindNames) {
+    if (kind_name == name) return kind;
+  }
+  return std::nullopt;
+}
+
+// ---- opening ----
+
+// Opens `path` in `mode`. On failure, last_rc tells access problems (retry read-only) from bad
+// contents (give up).
+Status CacheDb::Impl::connect(OpenMode mode, int busy_timeout_ms, bool create) {
+  int flags = SQLITE_OPEN_NOMUTEX;
+  std::string name = path;
+  switch (mode) {
+    case OpenMode::kReadWrite:
+      flags |= SQLITE_OPEN_READWRITE | (create ? SQLITE_OPEN_CREATE : 0);
+      break;
+    case OpenMode::kReadOnly:
+      flags |= SQLITE_OPEN_READONLY;
+      break;
+    case OpenMode::kImmutable:
+      // A WAL database in a directory where the -shm file cannot be created is readable only
+      // as immutable; acceptable because no one can write there either.
+      flags |= SQLITE_OPEN_READONLY | SQLITE_OPEN_URI;
+      name = "file:" + uri_path(path) + "?immutable=1";
+      break;
+  }
+  int rc = sqlite3_open_v2(name.c_str(), &db, flags, nullptr);
+  if (rc != SQLITE_OK) return error(rc, "opening");
+  sqlite3_extended_result_codes(db, 1);
+  sqlite3_busy_timeout(db, busy_timeout_ms);
+  // SQLite opens a write-protected file read-only even when asked for read-write.
+  read_only = mode != OpenMode::kReadWrite || sqlite3_db_readonly(db, "main") == 1;
+  Status st = check_schema();
+  if (st.is_ok()) st = prepare_all();
+  return st;
+}
+
+CacheDb::CacheDb(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+CacheDb::~CacheDb() = default;
+
+Result<std::unique_ptr<CacheDb>> CacheDb::open(const Options& options) {
+  const std::string& path = options.path;
+  if (path.empty()) return invalid_argument("no cache database path given");
+  std::error_code ec;
+  // A path that cannot even be examined is treated as existing: opening it reports why.
+  bool exists = fs::exists(path, ec) || ec;
+  if (!exists && options.read_only) {
+    return not_found(fmt::format("no cache database at '{}' (it is not created in read-only mode)", path));
+  }
+  if (!exists) {
+    fs::path parent = fs::path(path).parent_path();
+    if (!parent.empty() && !fs::create_directories(parent, ec) && ec) {
+      return io_error(fmt::format("cannot create the directory '{}' for cache database '{}': {}", parent.string(),
+                                  path, ec.message()));
+    }
+  }
+
+  std::vector<OpenMode> modes;
+  if (!options.read_only) modes.push_back(OpenMode::kReadWrite);
+  if (exists) {
+    modes.push_back(OpenMode::kReadOnly);
+    modes.push_back(OpenMode::kImmutable);
+  }
+  Status last;
+  for (OpenMode mode : modes) {
+    auto impl = std::make_unique<Impl>();
+    impl->path = path;
+    Status st = impl->connect(mode, options.busy_timeout_ms, /*create=*/!exists);
+    if (st.is_ok()) return std::unique_ptr<CacheDb>(new CacheDb(std::move(impl)));
+    // Bad contents or a newer schema will not improve with a read-only connection.
+    if (st.code() == StatusCode::kCorruption || st.code() == StatusCode::kUnsupported) return st;
+    last = st;
+    if (!is_access_code(impl->last_rc)) break;
+  }
+  return last;
+}
+
+const std::string& CacheDb::path() const { return impl_->path; }
+bool CacheDb::read_only() const { return impl_->read_only; }
+
+// ---- graphs ----
+
+Status CacheDb::put_graph(const GraphKey& key, std::string_view blob, int64_t nodes) {
+  return impl_->write_transaction("store a graph", [&] {
+    Query q(impl_->put_graph);
+    q.text(1, key.to_hex())
+        .blob(2, blob)
+        .i64(3, checksum_of(blob))
+        .i64(4, static_cast<int64_t>(blob.size()))
+        .i64(5, nodes)
+        .real(6, now_seconds());
+    int rc = q.step();
+    return rc == SQLITE_DONE ? Status::ok() : impl_->error(rc, "storing a graph");
+  });
+}
+
+Result<std::optional<std::string>> CacheDb::get_graph(const GraphKey& key) {
+  Query q(impl_->get_graph);
+  q.text(1, key.to_hex());
+  int rc = q.step();
+  if (rc == SQLITE_DONE) return std::optional<std::string>();
+  if (rc != SQLITE_ROW) return impl_->error(rc, "loading a graph");
+  std::string blob = q.col_blob(0);
+  if (checksum_of(blob) != q.col_i64(1)) {
+    return corruption(fmt::format("cache database '{}': graph {} failed its checksum", impl_->path, key.to_hex()));
+  }
+  return std::optional<std::string>(std::move(blob));
+}
+
+// ---- executables ----
+
+Result<std::optional<StoredExecutable>> CacheDb::get_executable(const ExecutableKey& key) {
+  Query q(impl_->get_exe);
+  q.key(1, key);
+  int rc = q.step();
+  if (rc == SQLITE_DONE) return std::optional<StoredExecutable>();
+  if (rc != SQLITE_ROW) return impl_->error(rc, "loading an executable");
+  StoredExecutable out{q.col_blob(0), q.col_real(2)};
+  if (checksum_of(out.blob) != q.col_i64(1)) {
+    return corruption(fmt::format("cache database '{}': executable {} ({}) failed its checksum", impl_->path,
+                                  key.graph.to_hex(), key.backend));
+  }
+  return std::optional<StoredExecutable>(std::move(out));
+}
+
+Status CacheDb::put_executable(const ExecutableKey& key, std::string_view blob, double compile_ms) {
+  return impl_->write_transaction("store an executable", [&] {
+    Query q(impl_->put_exe);
+    q.key(1, key)
+        .blob(5, blob)
+        .i64(6, checksum_of(blob))
+        .i64(7, static_cast<int64_t>(blob.size()))
+        .real(8, compile_ms)
+        .real(9, now_seconds());
+    int rc = q.step();
+    return rc == SQLITE_DONE ? Status::ok() : impl_->error(rc, "storing an executable");
+  });
+}
+
+Status CacheDb::remove_executable(const ExecutableKey& key) {
+  return impl_->write_transaction("remove an executable", [&] {
+    Query q(impl_->remove_exe);
+    q.key(1, key);
+    int rc = q.step();
+    return rc == SQLITE_DONE ? Status::ok() : impl_->error(rc, "removing an executable");
+  });
+}
+
+Status CacheDb::touch_executable(const ExecutableKey& key) {
+  return impl_->write_transaction("record an executable's use", [&] {
+    Query q(impl_->touch_exe);
+    q.key(1, key).real(5, now_seconds());
+    int rc = q.step();
+    return rc == SQLITE_DONE ? Status::ok() : impl_->error(rc, "recording an executable's use");
+  });
+}
+
+Result<MissReason> CacheDb::classify_miss(const ExecutableKey& key) {
+  return impl_->read_transaction("classifying a miss", [&]() -> Result<MissReason> {
+    {
+      Query q(impl_->other_compiler);
+      q.key(1, key);
+      int rc = q.step();
+      if (rc == SQLITE_ROW) return MissReason::kStaleCompiler;
+      if (rc != SQLITE_DONE) return impl_->error(rc, "classifying a miss");
+    }
+    Query q(impl_->last_lifecycle_event);
+    q.text(1, key.graph.to_hex()).text(2, key.backend);
+    int rc = q.step();
+    if (rc == SQLITE_DONE) return MissReason::kNewGraph;
+    if (rc != SQLITE_ROW) return impl_->error(rc, "classifying a miss");
+    return q.col_text(0) == "corrupt" ? MissReason::kCorrupt : MissReason::kEvicted;
+  });
+}
+
+// ---- audit log ----
+
+Status CacheDb::append_events(std::span<const Event> events) {
+  if (events.empty()) return Status::ok();
+  return impl_->write_transaction("append to the audit log", [&] {
+    for (const Event& e : events) {
+      Query q(impl_->append_event);
+      q.real(1, e.time)
+          .i64(2, e.pid)
+          .text(3, event_kind_name(e.kind))
+          .text(4, e.graph.to_hex())
+          .text(5, e.backend)
+          .text(6, e.reason)
+          .real(7, e.duration_ms)
+          .text(8, e.detail);
+      int rc = q.step();
+      if (rc != SQLITE_DONE) return impl_->error(rc, "appending to the audit log");
+    }
+    return Status::ok();
+  });
+}
+
+Result<std::vector<Event>> CacheDb::events(int64_t after_id, int64_t limit) {
+  Query q(impl_->events_after);
+  q.i64(1, after_id).i64(2, limit > 0 ? limit : -1);
+  std::vector<Event> out;
+  int rc;
+  while ((rc = q.step()) == SQLITE_ROW) {
+    Event e;
+    e.id = q.col_i64(0);
+    e.time = q.col_real(1);
+    e.pid = q.col_i64(2);
+    std::string kind = q.col_text(3);
+    std::optional<EventKind> k = parse_event_kind(kind);
+    if (!k) {
+      return corruption(fmt::format("cache database '{}': event {} has unknown kind '{}'", impl_->path, e.id, kind));
+    }
+    e.kind = *k;
+    Result<GraphKey> key = impl_->parse_key(q.col_text(4), "events");
+    if (!key.is_ok()) return key.status();
+    e.graph = *key;
+    e.backend = q.col_text(5);
+    e.reason = q.col_text(6);
+    e.duration_ms = q.col_real(7);
+    e.detail = q.col_text(8);
+    out.push_back(std::move(e));
+  }
+  if (rc != SQLITE_DONE) return impl_->error(rc, "reading the audit log");
+  return out;
+}
+
+// ---- queries and maintenance ----
+
+Result<std::vector<EntryInfo>> CacheDb::list_executables() {
+  Query q(impl_->list_exes);
+  std::vector<EntryInfo> out;
+  int rc;
+  while ((rc = q.step()) == SQLITE_ROW) {
+    Result<EntryInfo> e = impl_->entry_from_row(q);
+    if (!e.is_ok()) return e.status();
+    out.push_back(std::move(*e));
+  }
+  if (rc != SQLITE_DONE) return impl_->error(rc, "listing executables");
+  return out;
+}
+
+Result<CacheStats> CacheDb::stats() {
+  return impl_->read_transaction("reading statistics", [&]() -> Result<CacheStats> {
+    CacheStats s;
+    auto one_row = [&](const Stmt& stmt, auto&& read) -> Status {
+      Query q(stmt);
+      int rc = q.step();
+      if (rc != SQLITE_ROW) return impl_->error(rc == SQLITE_DONE ? SQLITE_CORRUPT : rc, "reading statistics");
+      read(q);
+      return Status::ok();
+    };
+    int64_t page_count = 0, page_size = 0;
+    Status st = one_row(impl_->count_graphs, [&](const Query& q) {
+      s.graphs = q.col_i64(0);
+      s.graph_bytes = static_cast<uint64_t>(std::max<int64_t>(q.col_i64(1), 0));
+    });
+    if (st.is_ok()) {
+      st = one_row(impl_->count_exes, [&](const Query& q) {
+        s.executables = q.col_i64(0);
+        s.executable_bytes = static_cast<uint64_t>(std::max<int64_t>(q.col_i64(1), 0));
+      });
+    }
+    if (st.is_ok()) {
+      st = one_row(impl_->count_events, [&](const Query& q) {
+        s.hits_memory = q.col_i64(0);
+        s.hits_disk = q.col_i64(1);
+        s.misses = q.col_i64(2);
+        s.compiles = q.col_i64(3);
+      });
+    }
+    if (st.is_ok()) st = one_row(impl_->page_count, [&](const Query& q) { page_count = q.col_i64(0); });
+    if (st.is_ok()) st = one_row(impl_->page_size, [&](const Query& q) { page_size = q.col_i64(0); });
+    if (!st.is_ok()) return st;
+    s.file_bytes = static_cast<uint64_t>(std::max<int64_t>(page_count * page_size, 0));
+    int64_t hits = s.hits_memory + s.hits_disk;
+    int64_t lookups = hits + s.misses;
+    s.hit_rate = lookups > 0 ? static_cast<double>(hits) / static_cast<double>(lookups) : 0;
+    return s;
+  });
+}
+
+Result<std::vector<GraphAudit>> CacheDb::audit() {
+  return impl_->read_transaction("reading the audit log", [&]() -> Result<std::vector<GraphAudit>> {
+    std::vector<GraphAudit> out;
+    {
+      Query q(impl_->audit_graphs);
+      int rc;
+      while ((rc = q.step()) == SQLITE_ROW) {
+        Result<GraphKey> key = impl_->parse_key(q.col_text(0), "events");
+        if (!key.is_ok()) return key.status();
+        GraphAudit a;
+        a.graph = *key;
+        a.hits_memory = q.col_i64(1);
+        a.hits_disk = q.col_i64(2);
+        a.misses = q.col_i64(3);
+        a.compiles = q.col_i64(4);
+        a.corrupt = q.col_i64(5);
+        a.compile_ms_total = q.col_real(6);
+        a.last_use = q.col_real(7);
+        if (a.compiles > 0) {
+          a.saved_ms = static_cast<double>(a.hits_memory + a.hits_disk) * a.compile_ms_total /
+                       static_cast<double>(a.compiles);
+        }
+        out.push_back(std::move(a));
+      }
+      if (rc != SQLITE_DONE) return impl_->error(rc, "reading the audit log");
+    }
+    for (GraphAudit& a : out) {
+      if (a.misses == 0) continue;
+      Query q(impl_->recent_misses);
+      q.text(1, a.graph.to_hex());
+      int rc;
+      while ((rc = q.step()) == SQLITE_ROW) {
+        a.recent_misses.push_back({q.col_real(0), q.col_text(1), q.col_text(2)});
+      }
+      if (rc != SQLITE_DONE) return impl_->error(rc, "reading the audit log");
+    }
+    return out;
+  });
+}
+
+Result<std::vector<EntryInfo>> CacheDb::gc(uint64_t max_bytes) {
+  std::vector<EntryInfo> evicted;
+  Status st = impl_->write_transaction("evict executables", [&]() -> Status {
+    evicted.clear();  // a retried transaction starts over
+    std::vector<EntryInfo> all;
+    uint64_t total = 0;
+    {
+      Query q(impl_->lru_exes);
+      int rc;
+      while ((rc = q.step()) == SQLITE_ROW) {
+        Result<EntryInfo> e = impl_->entry_from_row(q);
+        if (!e.is_ok()) return e.status();
+        total += e->bytes;
+        all.push_back(std::move(*e));
+      }
+      if (rc != SQLITE_DONE) return impl_->error(rc, "listing executables");
+    }
+    const double now = now_seconds();
+    const int64_t pid = static_cast<int64_t>(::getpid());
+    for (const EntryInfo& e : all) {
+      if (total <= max_bytes) break;
+      {
+        Query q(impl_->remove_exe);
+        q.key(1, e.key);
+        int rc = q.step();
+        if (rc != SQLITE_DONE) return impl_->error(rc, "evicting an executable");
+      }
+      {
+        Query q(impl_->append_event);
+        q.real(1, now)
+            .i64(2, pid)
+            .text(3, event_kind_name(EventKind::kEvict))
+            .text(4, e.key.graph.to_hex())
+            .text(5, e.key.backend)
+            .text(6, "")
+            .real(7, 0)
+            .text(8, "gc");
+        int rc = q.step();
+        if (rc != SQLITE_DONE) return impl_->error(rc, "recording an eviction");
+      }
+      total -= e.bytes;
+      evicted.push_back(e);
+    }
+    return Status::ok();
+  });
+  if (!st.is_ok()) return st;
+  return evicted;
+}
+
+Result<std::vector<VerifyProblem>> CacheDb::verify() {
+  return impl_->read_transaction("verifying", [&]() -> Result<std::vector<VerifyProblem>> {
+    std::vector<VerifyProblem> problems;
+    auto check = [&](const std::string& table, const std::string& key, const std::string& blob, int64_t stored_sum,
+                     int64_t stored_bytes) {
+      if (checksum_of(blob) != stored_sum) {
+        problems.push_back({table, key, "checksum mismatch"});
+      } else if (static_cast<int64_t>(blob.size()) != stored_bytes) {
+        problems.push_back({table, key, fmt::format("size mismatch: {} bytes recorded, {} stored", stored_bytes,
+                                                    blob.size())});
+      }
+    };
+    // A table SQLite itself finds damaged is one problem; the scan goes on with the next table.
+    auto finish = [&](const std::string& table, int rc) -> Status {
+      if (rc == SQLITE_DONE) return Status::ok();
+      if (is_corruption_code(rc)) {
+        problems.push_back({table, "", fmt::format("table damaged: {}", sqlite3_errmsg(impl_->db))});
+        return Status::ok();
+      }
+      return impl_->error(rc, "verifying " + table);
+    };
+    {
+      Query q(impl_->all_graph_blobs);
+      int rc;
+      while ((rc = q.step()) == SQLITE_ROW) check("graphs", q.col_text(0), q.col_blob(1), q.col_i64(2), q.col_i64(3));
+      Status st = finish("graphs", rc);
+      if (!st.is_ok()) return st;
+    }
+    Query q(impl_->all_exe_blobs);
+    int rc;
+    while ((rc = q.step()) == SQLITE_ROW) {
+      std::string key = fmt::format("{} backend={} options={} compiler={}", q.col_text(0), q.col_text(1),
+                                    q.col_text(2), q.col_i64(3));
+      check("executables", key, q.col_blob(4), q.col_i64(5), q.col_i64(6));
+    }
+    Status st = finish("executables", rc);
+    if (!st.is_ok()) return st;
+    return problems;
+  });
+}
+
+// ---- path ----
+
+std::string resolve_cache_path(const std::string& flag, const CachePathEnv& env) {
+  if (!flag.empty()) return flag;
+  if (!env.tracecache_db.empty()) return env.tracecache_db;
+  // The XDG spec says a relative $XDG_CACHE_HOME is invalid and must be ignored.
+  if (!env.xdg_cache_home.empty() && fs::path(env.xdg_cache_home).is_absolute()) {
+    return (fs::path(env.xdg_cache_home) / "tracecache" / "cache.db").string();
+  }
+  return (fs::path(env.home) / ".cache" / "tracecache" / "cache.db").string();
+}
+
+}  // namespace tracecache::store

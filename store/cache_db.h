@@ -1,0 +1,189 @@
+// CacheDb: the persistent graph cache, one SQLite database file.
+//
+// Holds canonical graphs (by GraphKey), executables (by ExecutableKey: graph key + backend +
+// backend options digest + compiler version; DESIGN.md invariant 2) and an append-only audit log
+// of cache events (invariant 8). The database runs in WAL mode with a busy timeout, so several
+// processes can share one file; every statement is prepared once; writes are transactions.
+//
+// The database is untrusted input (invariant 5): every blob carries an XXH3-64 checksum that is
+// verified on load. A mismatch is reported as Status kCorruption so the caller can record a
+// `corrupt` event, remove the entry and recompile. Structural checks of an executable's contents
+// (bounds of buffer offsets...) belong to the backend that parses it.
+//
+// Schema versions: the file records its schema version. Opening a file with a newer schema than
+// this build's kSchemaVersion fails with kUnsupported and a message saying so (never a guess);
+// a file that is not an SQLite database, or lacks the tables, fails with kCorruption.
+//
+// Errors: every method returns Status/Result. SQLITE_BUSY after the timeout, a read-only file,
+// or a full disk are kIOError with SQLite's message; the caller decides (the runtime keeps
+// going without the cache: invariant 6).
+// Thread-safety: a CacheDb is used by one thread at a time. Several CacheDb objects (in one or
+// many processes) may open the same file concurrently.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "capture/hash.h"
+#include "capture/status.h"
+
+namespace tracecache::store {
+
+inline constexpr int kSchemaVersion = 1;
+
+struct ExecutableKey {
+  GraphKey graph;
+  std::string backend;         // "cpu", "sim"
+  std::string options_digest;  // hex digest of the backend's options ("" if none)
+  uint32_t compiler_version = 0;
+  friend bool operator==(const ExecutableKey&, const ExecutableKey&) = default;
+};
+
+// Why a lookup missed, as recorded in `miss` events.
+enum class MissReason : uint8_t {
+  kNewGraph,        // no executable for this graph, backend and options ever stored
+  kEvicted,         // it was stored once, then evicted (gc) or removed
+  kCorrupt,         // it was stored but failed verification when loaded
+  kStaleCompiler,   // only executables from other compiler versions exist
+};
+std::string_view miss_reason_name(MissReason r);  // "new graph", "evicted", "corrupt", "stale compiler version"
+
+enum class EventKind : uint8_t {
+  kHitMemory,    // found in the in-memory LRU
+  kHitDisk,      // loaded from SQLite
+  kMiss,         // reason in `reason`
+  kCompile,      // duration_ms = compile time
+  kStore,        // an executable was written
+  kEvict,        // removed by gc or by the LRU's capacity (detail says which)
+  kCorrupt,      // failed verification; detail says how
+  kStoreFailed,  // a write failed (locked, read-only, disk full); detail has the error
+};
+std::string_view event_kind_name(EventKind k);  // "hit_memory", "hit_disk", "miss", "compile", "store", "evict", "corrupt", "store_failed"
+std::optional<EventKind> parse_event_kind(std::string_view name);
+
+struct Event {
+  int64_t id = 0;        // assigned by the database; ignored on append
+  double time = 0;       // seconds since the Unix epoch
+  int64_t pid = 0;
+  EventKind kind = EventKind::kMiss;
+  GraphKey graph;
+  std::string backend;
+  std::string reason;    // kMiss: miss_reason_name(...)
+  double duration_ms = 0;
+  std::string detail;
+};
+
+struct StoredExecutable {
+  std::string blob;      // verified against its checksum
+  double compile_ms = 0;
+};
+
+struct EntryInfo {      // one executable row, for `tracecache ls` / gc
+  ExecutableKey key;
+  uint64_t bytes = 0;
+  double created = 0;
+  double last_used = 0;
+  int64_t uses = 0;
+  double compile_ms = 0;
+  int64_t graph_nodes = 0;  // from the graphs table, 0 if the graph row is missing
+};
+
+struct CacheStats {     // `tracecache stats`
+  int64_t graphs = 0;
+  int64_t executables = 0;
+  uint64_t executable_bytes = 0;
+  uint64_t graph_bytes = 0;
+  uint64_t file_bytes = 0;    // page_count * page_size
+  int64_t hits_memory = 0, hits_disk = 0, misses = 0, compiles = 0;
+  double hit_rate = 0;        // (hits_memory + hits_disk) / (hits + misses), 0 if no lookups
+};
+
+struct GraphAudit {     // `tracecache audit`: one row per graph key seen in events
+  GraphKey graph;
+  int64_t hits_memory = 0, hits_disk = 0, misses = 0, compiles = 0, corrupt = 0;
+  double compile_ms_total = 0;
+  double saved_ms = 0;        // hits * (compile_ms_total / compiles), 0 if never compiled
+  double last_use = 0;
+  struct Miss { double time; std::string reason; std::string backend; };
+  std::vector<Miss> recent_misses;  // newest first, at most 5
+};
+
+struct VerifyProblem {  // `tracecache verify`
+  std::string table;    // "executables" or "graphs"
+  std::string key;      // hex graph key (+ backend/options/compiler for executables)
+  std::string problem;  // e.g. "checksum mismatch"
+};
+
+class CacheDb {
+ public:
+  struct Options {
+    std::string path;            // created (with parent directories) if missing, unless read_only
+    int busy_timeout_ms = 5000;
+    bool read_only = false;
+  };
+  static Result<std::unique_ptr<CacheDb>> open(const Options& options);
+  ~CacheDb();
+  CacheDb(const CacheDb&) = delete;
+  CacheDb& operator=(const CacheDb&) = delete;
+
+  const std::string& path() const;
+  // True when the file could only be opened for reading (read-only file or directory); all
+  // writes then fail with kIOError.
+  bool read_only() const;
+
+  // ---- graphs ----
+  // Stores a canonical graph's serialized form. Idempotent: an existing identical row is kept
+  // (its `created` time too); a row whose bytes differ is replaced, which repairs a corrupted
+  // blob since a graph's encoding is deterministic.
+  Status put_graph(const GraphKey& key, std::string_view blob, int64_t nodes);
+  // nullopt if absent; kCorruption if its checksum fails.
+  Result<std::optional<std::string>> get_graph(const GraphKey& key);
+
+  // ---- executables ----
+  // nullopt if absent; kCorruption if the checksum fails. Does not update use statistics.
+  Result<std::optional<StoredExecutable>> get_executable(const ExecutableKey& key);
+  // Inserts or replaces.
+  Status put_executable(const ExecutableKey& key, std::string_view blob, double compile_ms);
+  // Removes if present (no error if absent).
+  Status remove_executable(const ExecutableKey& key);
+  // Records a use: last_used = now, uses += 1.
+  Status touch_executable(const ExecutableKey& key);
+  // Why there is no executable for `key` (call after a miss); see MissReason.
+  Result<MissReason> classify_miss(const ExecutableKey& key);
+
+  // ---- audit log ----
+  // Appends in one transaction; ids and nothing else are assigned by the database.
+  Status append_events(std::span<const Event> events);
+  // Events in id order, optionally only those after `after_id`, at most `limit` (0 = all).
+  Result<std::vector<Event>> events(int64_t after_id = 0, int64_t limit = 0);
+
+  // ---- queries and maintenance for the CLI ----
+  Result<std::vector<EntryInfo>> list_executables();  // most recently used first
+  Result<CacheStats> stats();
+  Result<std::vector<GraphAudit>> audit();            // most recently used first
+  // Evicts executables, least recently used first, until they take at most max_bytes; records
+  // an `evict` event for each. Returns the evicted entries.
+  Result<std::vector<EntryInfo>> gc(uint64_t max_bytes);
+  // Checks every stored blob's checksum; returns the bad ones (does not remove them).
+  Result<std::vector<VerifyProblem>> verify();
+
+ private:
+  struct Impl;
+  explicit CacheDb(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// The database path: `flag` if non-empty, else $TRACECACHE_DB, else
+// $XDG_CACHE_HOME/tracecache/cache.db, else ~/.cache/tracecache/cache.db. The environment is
+// passed in (cli/ reads it once) so this stays a pure function.
+struct CachePathEnv {
+  std::string tracecache_db, xdg_cache_home, home;
+};
+std::string resolve_cache_path(const std::string& flag, const CachePathEnv& env);
+
+}  // namespace tracecache::store

@@ -1,0 +1,146 @@
+// The compiler and the executable format: fusion, buffer plan, determinism, and validation of
+// executables read back from the cache (DESIGN.md invariants 2, 5, 7).
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "replay/compiler.h"
+#include "replay/executable.h"
+#include "tests/test_graphs.h"
+
+namespace tracecache {
+namespace {
+
+using testing::RecordingExecutor;
+
+template <typename Fn>
+CanonicalGraph graph_of(Fn build) {
+  RecordingExecutor exec(/*compute=*/false);
+  LazyContext ctx(&exec);
+  Tensor x = ctx.from_buffer(HostBuffer(DType::kF32, {16, 32}));
+  Tensor w = ctx.from_buffer(HostBuffer(DType::kF32, {32, 32}));
+  {
+    std::vector<Tensor> keep = build(x, w);
+    ctx.mark_step();
+  }
+  return exec.graphs.at(0);
+}
+
+Executable compile(const CanonicalGraph& g, CompileOptions o = {}) {
+  return compile_graph(g.graph, g.key, "cpu", "digest", o);
+}
+
+size_t count_kernels(const Executable& e, Kernel::Kind kind) {
+  return static_cast<size_t>(std::count_if(e.kernels.begin(), e.kernels.end(),
+                                           [kind](const Kernel& k) { return k.kind == kind; }));
+}
+
+TEST(Compiler, ElementwiseChainBecomesOneFusedKernel) {
+  CanonicalGraph g = graph_of([](Tensor x, Tensor) {
+    return std::vector<Tensor>{relu(add(mul(exp(x), x), 1.0))};
+  });
+  Executable e = compile(g);
+  ASSERT_TRUE(e.validate().is_ok()) << e.validate().to_string();
+  ASSERT_EQ(e.kernels.size(), 1u);
+  EXPECT_EQ(e.kernels[0].kind, Kernel::Kind::kFused);
+  EXPECT_EQ(e.kernels[0].members.size(), 4u);  // exp, mul, add, relu; 1.0 is a rank-0 leaf
+  EXPECT_EQ(e.arena_bytes, 0u) << "nothing but the output is materialized";
+}
+
+TEST(Compiler, MatmulOutputsAndSharedValuesBreakFusion) {
+  CanonicalGraph g = graph_of([](Tensor x, Tensor w) {
+    Tensor h = tanh(matmul(x, w));
+    Tensor shared = exp(h);           // two consumers: materialized
+    Tensor out1 = add(shared, x);
+    Tensor out2 = mul(shared, shared);
+    return std::vector<Tensor>{out1, out2, h};  // h is an output: materialized
+  });
+  Executable e = compile(g);
+  ASSERT_TRUE(e.validate().is_ok()) << e.validate().to_string();
+  EXPECT_EQ(count_kernels(e, Kernel::Kind::kOp), 1u);     // matmul
+  EXPECT_EQ(count_kernels(e, Kernel::Kind::kFused), 4u);  // tanh, exp, add, mul
+  Executable unfused = compile(g, CompileOptions{.fuse = false});
+  EXPECT_TRUE(unfused.validate().is_ok());
+}
+
+TEST(Compiler, ArenaReusesDeadValues) {
+  CanonicalGraph g = graph_of([](Tensor x, Tensor w) {
+    Tensor h = x;
+    for (int i = 0; i < 6; ++i) h = matmul(h, w);  // each intermediate dies after one use
+    return std::vector<Tensor>{h};
+  });
+  Executable e = compile(g);
+  ASSERT_TRUE(e.validate().is_ok()) << e.validate().to_string();
+  const uint64_t one = 16 * 32 * 4;
+  EXPECT_EQ(e.arena_bytes, 2 * one) << "two buffers ping-pong; 5 intermediates share them";
+}
+
+TEST(Compiler, ExecutablesAreDeterministic) {
+  for (const std::string& name : testing::all_fixture_programs()) {
+    for (const CanonicalGraph& g : testing::fixture_graphs(name, 3)) {
+      std::string a = serialize_executable(compile(g));
+      std::string b = serialize_executable(compile(g));
+      EXPECT_EQ(a, b) << name;
+      Result<Executable> back = parse_executable(a);
+      ASSERT_TRUE(back.is_ok()) << name << ": " << back.status().to_string();
+      EXPECT_EQ(serialize_executable(*back), a) << name;
+      EXPECT_EQ(back->kernels, compile(g).kernels);
+      EXPECT_EQ(back->slots, compile(g).slots);
+      EXPECT_LT(a.size(), 64u * 1024) << "executables hold code, not data";
+    }
+  }
+}
+
+// Each tampering must be caught by validation: the cache is untrusted input.
+TEST(Executable, ValidationCatchesTampering) {
+  CanonicalGraph g = testing::fixture_graphs("mlp.trace", 1).at(0);
+  const Executable good = compile(g);
+  ASSERT_TRUE(good.validate().is_ok());
+  auto expect_bad = [&](const char* what, auto mutate) {
+    Executable e = good;
+    mutate(e);
+    EXPECT_EQ(e.validate().code(), StatusCode::kCorruption) << what;
+  };
+  size_t arena_slot = 0;
+  while (good.slots[arena_slot].kind != Slot::Kind::kArena) ++arena_slot;
+  expect_bad("offset past the arena", [&](Executable& e) { e.slots[arena_slot].offset = e.arena_bytes; });
+  expect_bad("size lies", [&](Executable& e) { e.slots[arena_slot].nbytes += 4; });
+  expect_bad("arena shrunk", [&](Executable& e) { e.arena_bytes /= 2; });
+  expect_bad("graph key", [&](Executable& e) { e.graph_key.low ^= 1; });
+  expect_bad("kernels reordered", [&](Executable& e) { std::swap(e.kernels.front(), e.kernels.back()); });
+  expect_bad("kernel dropped", [&](Executable& e) { e.kernels.pop_back(); });
+  expect_bad("kernel twice", [&](Executable& e) { e.kernels.push_back(e.kernels.back()); });
+  expect_bad("slot missing", [&](Executable& e) { e.slots.pop_back(); });
+  expect_bad("param slot", [&](Executable& e) { e.slots[e.graph.params()[0]].index = 99; });
+  expect_bad("overlapping live values", [&](Executable& e) {
+    // Put every arena value at offset 0: values live at the same time now share bytes.
+    for (Slot& s : e.slots) {
+      if (s.kind == Slot::Kind::kArena) s.offset = 0;
+    }
+  });
+}
+
+TEST(Executable, RandomByteFlipsNeverPassAsSomethingElse) {
+  CanonicalGraph g = testing::fixture_graphs("attention.trace", 1).at(0);
+  const std::string blob = serialize_executable(compile(g));
+  std::mt19937 rng(42);
+  int accepted = 0;
+  for (int trial = 0; trial < 3000; ++trial) {
+    std::string bad = blob;
+    size_t at = rng() % bad.size();
+    bad[at] = static_cast<char>(bad[at] ^ static_cast<char>(1 + rng() % 255));
+    Result<Executable> e = parse_executable(bad);
+    if (!e.is_ok()) {
+      EXPECT_EQ(e.status().code(), StatusCode::kCorruption);
+      continue;
+    }
+    // A flip that still validates must describe the same graph and a sound plan.
+    ++accepted;
+    EXPECT_EQ(e->graph_key, g.key);
+    EXPECT_TRUE(e->validate().is_ok());
+  }
+  EXPECT_LT(accepted, 3000 / 4) << "validation should reject most corruptions";
+}
+
+}  // namespace
+}  // namespace tracecache

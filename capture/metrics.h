@@ -32,6 +32,7 @@ inline constexpr std::string_view kStoreFailures = "store_failures";
 
 // Timer names.
 namespace timers {
+inline constexpr std::string_view kTrace = "trace";  // first op recorded -> barrier
 inline constexpr std::string_view kCanonicalizeHash = "canonicalize_hash";
 inline constexpr std::string_view kLookup = "lookup";
 inline constexpr std::string_view kCompile = "compile";
@@ -47,6 +48,11 @@ class Metrics {
  public:
   void add(std::string_view counter, int64_t n = 1);
   void record_ms(std::string_view timer, double ms);
+  // Forgets every counter and sample.
+  void reset() {
+    counters_.clear();
+    timers_.clear();
+  }
 
   int64_t counter(std::string_view name) const;
   TimerStats timer(std::string_view name) const;

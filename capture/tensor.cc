@@ -127,6 +127,7 @@ Tensor LazyContext::record(OpKind op, std::span<const Tensor> inputs,
   std::copy(attrs.begin(), attrs.end(), attr_buf.begin());
   std::span<AttrValue> normalized(attr_buf.data(), attrs.size());
   TensorType type = infer_op(op, types, normalized);
+  if (options_.metrics && trace_.empty()) trace_started_ = std::chrono::steady_clock::now();
 
   std::array<NodeId, kInline> inline_ids;
   std::vector<NodeId> heap_ids;
@@ -178,6 +179,11 @@ void LazyContext::materialize(std::span<TensorImpl* const> roots) {
   std::vector<NodeId> root_nodes;
   root_nodes.reserve(roots.size());
   for (TensorImpl* t : roots) root_nodes.push_back(t->node);
+  if (options_.metrics) {
+    options_.metrics->record_ms(timers::kTrace, std::chrono::duration<double, std::milli>(
+                                                    std::chrono::steady_clock::now() - trace_started_)
+                                                    .count());
+  }
   ScopedTimer timer(options_.metrics, timers::kCanonicalizeHash);
   CanonicalGraph cg = canonicalize(trace_, root_nodes, options_.canonicalize);
   timer.stop();

@@ -17,6 +17,7 @@
 // Ownership: the context must outlive its tensors; the executor must outlive the context.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <initializer_list>
 #include <span>
@@ -140,6 +141,8 @@ class LazyContext {
   std::vector<TensorImpl*> pending_;  // pending tensors by creation; nullptr once gone
   size_t live_pending_ = 0;
   std::vector<GraphKey> executed_keys_;
+  // When the first op of the current trace was recorded (for the `trace` timer).
+  std::chrono::steady_clock::time_point trace_started_;
 };
 
 // ---- the op API -------------------------------------------------------------------------

@@ -1,6 +1,7 @@
 // `tracecache audit | ls | stats | gc | verify`: reading and maintaining the cache.
 #include "cli/common.h"
 #include "cli/json.h"
+#include "replay/executable.h"
 
 namespace tracecache::cli {
 
@@ -161,6 +162,23 @@ int verify_command(const CacheCommandOptions& options) {
   if (!db.is_ok()) return report_error(db.status());
   Result<std::vector<store::VerifyProblem>> problems = (*db)->verify();
   if (!problems.is_ok()) return report_error(problems.status());
+  // Beyond checksums: every executable whose bytes are intact must also pass the structural
+  // validation a load would apply.
+  Result<std::vector<store::EntryInfo>> entries = (*db)->list_executables();
+  if (!entries.is_ok()) return report_error(entries.status());
+  for (const store::EntryInfo& e : *entries) {
+    Result<std::optional<store::StoredExecutable>> stored = (*db)->get_executable(e.key);
+    if (!stored.is_ok() || !stored->has_value()) continue;  // reported by the checksum pass
+    Result<Executable> exe = parse_executable((*stored)->blob);
+    std::string problem = !exe.is_ok() ? exe.status().message()
+                          : exe->graph_key != e.key.graph ? "stored under another graph's key"
+                                                          : std::string();
+    if (!problem.empty()) {
+      problems->push_back({"executables", fmt::format("{} {} {} v{}", e.key.graph.to_hex(), e.key.backend,
+                                                      e.key.options_digest, e.key.compiler_version),
+                           problem});
+    }
+  }
   if (options.json) {
     JsonWriter j;
     j.begin_object();

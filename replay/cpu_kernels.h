@@ -35,8 +35,9 @@
 // thread count), so replay still equals eager on this backend.
 //
 // "Bitwise" treats NaN like any other value except for its payload: when two different NaNs
-// meet in one op (add(NaN_a, NaN_b)), which payload survives is up to the compiler's operand
-// order, in the reference and here alike; tests accept any NaN where the reference has a NaN.
+// meet in one operation (add(NaN_a, NaN_b), or a sum over both), which payload survives is up
+// to the compiler's operand order for a commutative op, in the reference and here alike (seen
+// in add, mul, sum and mean); tests accept any NaN where the reference has a NaN.
 //
 // Threading: kernels split large work (>= kParallelThreshold elements) into chunks shared by
 // the calling thread and a process-wide pool of hardware_concurrency() - 1 helper threads

@@ -39,7 +39,7 @@ Status Executable::validate() const {
     const Slot& s = slots[id];
     if (s.kind == Slot::Kind::kParam) continue;
     if (s.kind != Slot::Kind::kOutput) return bad(fmt::format("output {} is not in an output slot", o));
-    if (graph.outputs()[s.index] != id || s.index > o) return bad(fmt::format("output {} slot index", o));
+    if (s.index > o || graph.outputs()[s.index] != id) return bad(fmt::format("output {} slot index", o));
   }
   for (NodeId id = 0; id < n; ++id) {
     const Node& node = graph.node(id);

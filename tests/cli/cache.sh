@@ -72,6 +72,25 @@ echo "not a database" > "$TMP/junk.db"
 expect_exit 0 "$TC" run "$mlp" --steps 2 --db "$TMP/junk.db" --json
 grep -q "running without the cache" "$TMP/err" || fail "junk db: $(cat "$TMP/err")"
 
+# Executables swapped between two graphs, checksums and all: verify and run both catch it.
+swap="$TMP/swap.db"
+"$TC" run "$mlp" --steps 1 --db "$swap" --json > "$TMP/swap_mlp.json"
+"$TC" run "$SRC/fixtures/programs/attention.trace" --steps 1 --db "$swap" > /dev/null
+sqlite3 "$swap" "CREATE TEMP TABLE s AS SELECT graph_key, blob, checksum, bytes FROM executables;
+  UPDATE executables SET
+    blob = (SELECT blob FROM s WHERE s.graph_key != executables.graph_key),
+    checksum = (SELECT checksum FROM s WHERE s.graph_key != executables.graph_key),
+    bytes = (SELECT bytes FROM s WHERE s.graph_key != executables.graph_key);"
+expect_exit 1 "$TC" verify --db "$swap"
+[ "$(grep -c "stored under another graph" "$TMP/out")" -eq 2 ] || fail "verify missed swapped executables: $(cat "$TMP/out")"
+"$TC" run "$mlp" --steps 1 --db "$swap" --json > "$TMP/swap_mlp2.json"
+python3 - "$TMP/swap_mlp.json" "$TMP/swap_mlp2.json" <<'PY'
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:3])
+assert a["outputs"] == b["outputs"], "a swapped executable changed the results"
+assert b["counters"]["cache_corrupt"] == 1 and b["counters"]["compiles"] == 1, b["counters"]
+PY
+
 # Missing database for maintenance commands; TRACECACHE_DB is honoured.
 expect_exit 2 "$TC" audit --db "$TMP/none.db"
 TRACECACHE_DB="$TMP/env.db" "$TC" run "$mlp" --steps 1 > /dev/null

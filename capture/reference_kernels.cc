@@ -98,19 +98,6 @@ void for_each_index(const Shape& shape, const std::array<IntList, N>& strides, F
   }
 }
 
-// Strides that read an operand of shape `s` as if broadcast to `to` (NumPy rules): missing
-// leading dims and dims of size 1 get stride 0.
-IntList broadcast_strides(const Shape& s, const Shape& to) {
-  IntList contiguous = contiguous_strides(s);
-  IntList out;
-  const int lead = to.rank() - s.rank();
-  for (int d = 0; d < to.rank(); ++d) {
-    int sd = d - lead;
-    out.push_back(sd >= 0 && s[sd] != 1 ? contiguous[sd] : 0);
-  }
-  return out;
-}
-
 // out[i] = src[offset(i)] for every row-major position i of out, where offset follows
 // `src_strides` from `src_base`. Byte copies, so it works for every dtype.
 void gather(const HostBuffer& src, const IntList& src_strides, int64_t src_base, HostBuffer& out) {

@@ -51,6 +51,17 @@ IntList contiguous_strides(const Shape& s) {
   return st;
 }
 
+IntList broadcast_strides(const Shape& s, const Shape& to) {
+  IntList contiguous = contiguous_strides(s);
+  IntList out;
+  const int lead = to.rank() - s.rank();
+  for (int d = 0; d < to.rank(); ++d) {
+    int sd = d - lead;
+    out.push_back(sd >= 0 && s[sd] != 1 ? contiguous[sd] : 0);
+  }
+  return out;
+}
+
 bool broadcast_shapes(const Shape& a, const Shape& b, Shape* out) {
   int r = std::max(a.rank(), b.rank());
   Shape s;

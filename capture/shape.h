@@ -62,6 +62,11 @@ class Shape : public IntList {
 // Row-major contiguous strides (in elements) for `s`.
 IntList contiguous_strides(const Shape& s);
 
+// Strides (in elements) that read a contiguous operand of shape `s` as if broadcast to `to`
+// (NumPy rules): missing leading dims and dims of size 1 get stride 0.
+// REQUIRES: `s` broadcasts to `to`.
+IntList broadcast_strides(const Shape& s, const Shape& to);
+
 // NumPy broadcasting of two shapes; false when incompatible.
 bool broadcast_shapes(const Shape& a, const Shape& b, Shape* out);
 

@@ -143,19 +143,6 @@ void parallel_chunks(int64_t items, int64_t work, Fn&& fn) {
 
 // ---- shapes and strided copies ----------------------------------------------------------------
 
-// Strides that read an operand of shape `s` as if broadcast to `to` (NumPy rules): missing
-// leading dims and dims of size 1 get stride 0.
-IntList broadcast_strides(const Shape& s, const Shape& to) {
-  IntList contiguous = contiguous_strides(s);
-  IntList out;
-  const int lead = to.rank() - s.rank();
-  for (int d = 0; d < to.rank(); ++d) {
-    int sd = d - lead;
-    out.push_back(sd >= 0 && s[sd] != 1 ? contiguous[sd] : 0);
-  }
-  return out;
-}
-
 // A row-major iteration space with one strided operand, simplified: dims of size 1 dropped and
 // neighbours merged where the operand's strides allow, so the innermost dim is as long as
 // possible. Strides in elements.

@@ -120,7 +120,7 @@ void Runtime::store_compiled(const store::ExecutableKey& key, const Executable& 
   }
 }
 
-Result<std::shared_ptr<const Executable>> Runtime::lookup_or_compile(const CanonicalGraph& cg) {
+Result<std::shared_ptr<const Executable>> Runtime::prepare(const CanonicalGraph& cg) {
   store::ExecutableKey key{cg.key, std::string(backend_->name()), backend_->options_digest(),
                            options_.compiler_version};
   ScopedTimer lookup(metrics_, timers::kLookup);
@@ -167,29 +167,26 @@ Result<std::vector<BufferRef>> Runtime::run_reference(const CanonicalGraph& cg,
   return evaluate_reference(cg.graph, params);
 }
 
-Result<std::vector<BufferRef>> Runtime::execute(const CanonicalGraph& cg,
-                                                std::span<const BufferRef> params) {
-  Result<std::shared_ptr<const Executable>> exe = lookup_or_compile(cg);
-  if (!exe.is_ok()) return run_reference(cg, params, exe.status().message());
-
+Result<std::vector<BufferRef>> Runtime::run_prepared(const Executable& exe,
+                                                     std::span<const BufferRef> params) {
   ScopedTimer run_timer(metrics_, timers::kRun);
   std::vector<DeviceRef> device_params;
   device_params.reserve(params.size());
   for (const BufferRef& p : params) {
     Result<DeviceRef> d = backend_->to_device(p);
-    if (!d.is_ok()) return run_reference(cg, params, d.status().message());
+    if (!d.is_ok()) return d.status();
     if (!backend_->shares_host_memory()) {
       metrics_->add(counters::kBytesToDevice, static_cast<int64_t>(p->nbytes()));
     }
     device_params.push_back(std::move(*d));
   }
-  Result<std::vector<DeviceRef>> outs = backend_->run(**exe, device_params);
-  if (!outs.is_ok()) return run_reference(cg, params, outs.status().message());
+  Result<std::vector<DeviceRef>> outs = backend_->run(exe, device_params);
+  if (!outs.is_ok()) return outs.status();
   std::vector<BufferRef> host;
   host.reserve(outs->size());
   for (const DeviceRef& d : *outs) {
     Result<BufferRef> h = backend_->to_host(d);
-    if (!h.is_ok()) return run_reference(cg, params, h.status().message());
+    if (!h.is_ok()) return h.status();
     if (!backend_->shares_host_memory()) {
       metrics_->add(counters::kBytesToHost, static_cast<int64_t>((*h)->nbytes()));
     }
@@ -198,6 +195,19 @@ Result<std::vector<BufferRef>> Runtime::execute(const CanonicalGraph& cg,
   backend_->synchronize();
   metrics_->add(counters::kExecutions);
   return host;
+}
+
+Result<std::vector<BufferRef>> Runtime::execute(const CanonicalGraph& cg,
+                                                std::span<const BufferRef> params) {
+  Result<std::shared_ptr<const Executable>> exe = prepare(cg);
+  if (!exe.is_ok()) return run_reference(cg, params, exe.status().message());
+  Result<std::vector<BufferRef>> outs = run_prepared(**exe, params);
+  if (!outs.is_ok()) return run_reference(cg, params, outs.status().message());
+  return outs;
+}
+
+void Runtime::function_event(store::EventKind kind, const std::string& function, std::string detail) {
+  event(kind, GraphKey{}, function, 0, std::move(detail));
 }
 
 }  // namespace tracecache

@@ -46,6 +46,20 @@ class Runtime final : public GraphExecutor {
   Result<std::vector<BufferRef>> execute(const CanonicalGraph& graph,
                                          std::span<const BufferRef> params) override;
 
+  // The two halves of execute(), for callers that keep executables (compiled functions):
+  // prepare() finds or compiles the executable for `graph` (with all cache events); run_prepared()
+  // runs it. A failure of either is an error here; execute() instead falls back to the reference.
+  Result<std::shared_ptr<const Executable>> prepare(const CanonicalGraph& graph);
+  Result<std::vector<BufferRef>> run_prepared(const Executable& exe,
+                                              std::span<const BufferRef> params);
+
+  // Records an event about a compiled function (recompile, fallback) in the audit log.
+  void function_event(store::EventKind kind, const std::string& function, std::string detail);
+
+  Backend& backend() { return *backend_; }
+  Metrics& metrics() { return *metrics_; }
+  void add_warning(std::string message) { warn(std::move(message)); }
+
   // Writes buffered events to the database. A failure becomes a warning; events stay in events().
   void flush();
   // Distinct warnings so far, in order (e.g. "cache database is read-only: ...").
@@ -54,7 +68,6 @@ class Runtime final : public GraphExecutor {
   const std::vector<store::Event>& events() const { return events_; }
 
  private:
-  Result<std::shared_ptr<const Executable>> lookup_or_compile(const CanonicalGraph& graph);
   std::shared_ptr<const Executable> load_from_disk(const store::ExecutableKey& key,
                                                    std::optional<store::MissReason>* reason);
   void note_corrupt(const store::ExecutableKey& key, const std::string& why);

@@ -307,7 +307,8 @@ Status CacheDb::Impl::prepare_all() {
        "SELECT graph_key, SUM(kind = 'hit_memory'), SUM(kind = 'hit_disk'), SUM(kind = 'miss'), "
        "SUM(kind = 'compile'), SUM(kind = 'corrupt'), "
        "COALESCE(SUM(CASE WHEN kind = 'compile' THEN duration_ms END), 0), MAX(time) "
-       "FROM events GROUP BY graph_key ORDER BY MAX(time) DESC, graph_key"},
+       "FROM events WHERE kind NOT IN ('recompile', 'fallback') "
+       "GROUP BY graph_key ORDER BY MAX(time) DESC, graph_key"},
       {&recent_misses,
        "SELECT time, reason, backend FROM events WHERE graph_key = ?1 AND kind = 'miss' "
        "ORDER BY time DESC, id DESC LIMIT 5"},
@@ -443,8 +444,9 @@ constexpr std::pair<EventKind, std::string_view> kEventKindNames[] = {
     {EventKind::kMiss, "miss"},            {EventKind::kCompile, "compile"},
     {EventKind::kStore, "store"},          {EventKind::kEvict, "evict"},
     {EventKind::kCorrupt, "corrupt"},      {EventKind::kStoreFailed, "store_failed"},
+    {EventKind::kRecompile, "recompile"},  {EventKind::kFallback, "fallback"},
 };
-static_assert(std::size(kEventKindNames) == static_cast<size_t>(EventKind::kStoreFailed) + 1,
+static_assert(std::size(kEventKindNames) == static_cast<size_t>(EventKind::kFallback) + 1,
               "every EventKind has a name");
 }  // namespace
 

@@ -62,8 +62,12 @@ enum class EventKind : uint8_t {
   kEvict,        // removed by gc or by the LRU's capacity (detail says which)
   kCorrupt,      // failed verification; detail says how
   kStoreFailed,  // a write failed (locked, read-only, disk full); detail has the error
+  kRecompile,    // a compiled function traced again: reason = function name, detail = failed guards
+  kFallback,     // a compiled function hit its recompile limit and now runs in lazy mode
 };
-std::string_view event_kind_name(EventKind k);  // "hit_memory", "hit_disk", "miss", "compile", "store", "evict", "corrupt", "store_failed"
+// "hit_memory", "hit_disk", "miss", "compile", "store", "evict", "corrupt", "store_failed",
+// "recompile", "fallback".
+std::string_view event_kind_name(EventKind k);
 std::optional<EventKind> parse_event_kind(std::string_view name);
 
 struct Event {

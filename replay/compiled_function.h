@@ -1,0 +1,124 @@
+// Trace once: a C++ function of tensors (and scalars) compiled into guarded cache entries.
+//
+//   CompiledFunction f("mlp_step", fn, &runtime, options);
+//   std::vector<Tensor> out = f(ctx, {.tensors = {x, w}, .scalars = {0.1}}).value_or_throw();
+//
+// The first call traces `fn` on lazy tensors once, derives guards from the call's arguments,
+// compiles each graph (through the Runtime, so the graph cache and its audit apply) and keeps a
+// guard entry. Later calls check the entries' guards in order; when one holds, its executables
+// run directly and `fn` is not called. When none holds, `fn` is traced again (a recompile) and
+// the reason is recorded, naming each failed guard of the closest entry with expected vs
+// actual, e.g. "input 0 'x': size of dim 0 expected 8, actual 16". Past `recompile_limit`
+// recompiles the function falls back to lazy mode (trace every call) with one warning.
+//
+// Guards (DESIGN.md invariant 3: every input property the graphs depend on is guarded):
+//  - per tensor argument: dtype, rank, sizes, contiguity, device;
+//  - per scalar argument: its exact value, unless declared dynamic (then it is a rank-0 f32
+//    graph input read with TraceArgs::scalar_tensor);
+//  - aliasing: which tensor arguments share data;
+//  - the options that change lowering (canonicalization options, backend and its options);
+//  - values read inside `fn` (item(), to_vector(), mark_step() mid-function): the trace is split
+//    there into segments, and the contents of every value materialized between segments are
+//    guarded, checked during replay before the next segment runs; a mismatch falls back to
+//    tracing the call.
+// A guard set is a flat list of checks; checking allocates nothing.
+//
+// `fn` must build its result only from its arguments (and constants it creates): tensor data
+// captured from elsewhere is an error at trace time, as it would silently become a constant.
+// Thread-safety: one thread at a time. Ownership: the runtime (and metrics) must outlive this.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "capture/tensor.h"
+#include "replay/runtime.h"
+
+namespace tracecache {
+
+struct CallArgs {
+  std::vector<Tensor> tensors;  // must be materialized (device data)
+  std::vector<double> scalars;
+};
+
+// What `fn` sees while it is traced.
+class TraceArgs {
+ public:
+  size_t num_tensors() const { return tensors_.size(); }
+  size_t num_scalars() const { return scalars_.size(); }
+  const Tensor& tensor(size_t i) const { return tensors_.at(i); }
+  // The value of static scalar `i` (guarded). Throws Error for a dynamic scalar.
+  double scalar(size_t i) const;
+  // Dynamic scalar `i` as a rank-0 f32 graph input. Throws Error for a static scalar.
+  const Tensor& scalar_tensor(size_t i) const;
+
+ private:
+  friend class CompiledFunction;
+  std::vector<Tensor> tensors_;
+  std::vector<double> scalars_;
+  std::vector<Tensor> scalar_tensors_;  // defined for dynamic scalars only
+};
+
+using TracedFn = std::function<std::vector<Tensor>(LazyContext& ctx, const TraceArgs& args)>;
+
+struct CompiledFunctionOptions {
+  std::vector<size_t> dynamic_scalars;  // scalar argument indices fed as graph inputs
+  int recompile_limit = 8;
+  CanonicalizeOptions canonicalize;     // changes lowering: guarded
+  std::vector<std::string> input_names; // for guard messages ("input 0 'x'"); optional
+};
+
+// One failed guard, for audit and messages.
+struct GuardFailure {
+  std::string what;      // "input 0 'x': size of dim 0"
+  std::string expected;  // "8"
+  std::string actual;    // "16"
+  std::string to_string() const;  // "input 0 'x': size of dim 0 expected 8, actual 16"
+};
+
+struct FunctionStats {
+  int64_t calls = 0;
+  int64_t traces = 0;          // calls that ran fn
+  int64_t guard_checks = 0;    // entries checked
+  int64_t guard_failures = 0;  // entries whose guards failed
+  int64_t recompiles = 0;      // traces after the first
+  bool fell_back_to_lazy = false;
+  std::vector<int64_t> hits_per_entry;
+  std::vector<std::string> recompile_reasons;  // one line per recompile, all failures joined
+};
+
+class CompiledFunction {
+ public:
+  CompiledFunction(std::string name, TracedFn fn, Runtime* runtime,
+                   CompiledFunctionOptions options = {});
+  ~CompiledFunction();
+  CompiledFunction(const CompiledFunction&) = delete;
+  CompiledFunction& operator=(const CompiledFunction&) = delete;
+
+  // Runs the function: replays a guard entry, or traces. Outputs are materialized tensors of
+  // `ctx`. Errors: argument problems (a pending tensor argument, a tensor from another context)
+  // and errors thrown by `fn` are returned as Status.
+  Result<std::vector<Tensor>> operator()(LazyContext& ctx, const CallArgs& args);
+
+  const std::string& name() const { return name_; }
+  const FunctionStats& stats() const { return stats_; }
+  size_t num_entries() const;
+
+ private:
+  struct Impl;
+  std::string name_;
+  std::unique_ptr<Impl> impl_;
+  FunctionStats stats_;
+};
+
+// Metrics counters added by compiled functions.
+namespace counters {
+inline constexpr std::string_view kGuardChecks = "guard_checks";
+inline constexpr std::string_view kGuardFailures = "guard_failures";
+inline constexpr std::string_view kRecompiles = "recompiles";
+}  // namespace counters
+
+}  // namespace tracecache

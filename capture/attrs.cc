@@ -20,7 +20,7 @@ std::string_view attr_kind_name(AttrKind k) {
 
 uint64_t normalized_float_bits(double v) {
   if (std::isnan(v)) return 0x7ff8000000000000ULL;
-  if (v == 0.0) return 0;
+  // -0.0 keeps its sign: as a baked constant it is observable (1 / -0.0 is -inf).
   return std::bit_cast<uint64_t>(v);
 }
 

@@ -35,14 +35,15 @@ struct AttrValue {
 
   bool as_bool() const { return i != 0; }
 
-  // Structural equality; floats compare by their normalized bits (so -0.0 == 0.0, NaN == NaN).
+  // Structural equality; floats compare by their normalized bits (every NaN equals every
+  // NaN; -0.0 and 0.0 differ, since a constant's sign of zero is observable).
   friend bool operator==(const AttrValue& a, const AttrValue& b);
   // Trace-format spelling: 3, 0.5, true, f32, [1, 2].
   std::string to_string() const;
 };
 
-// Bits of `v` with -0.0 folded to 0.0 and every NaN folded to one quiet NaN: the form in which
-// floats enter hashes and comparisons.
+// Bits of `v` with every NaN folded to one quiet NaN: the form in which floats enter hashes
+// and comparisons. Zeros keep their sign (see docs/graph-hash.md).
 uint64_t normalized_float_bits(double v);
 
 struct AttrSpec {

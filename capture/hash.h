@@ -2,7 +2,7 @@
 //
 // The hash reads a canonical, field-by-field, fixed-byte-order encoding of the graph (see
 // docs/graph-hash.md): the IR format version, every parameter's dtype and shape, every node's op
-// name, dtype, shape, input ids and attributes (floats with -0.0 and NaN normalized), and the
+// name, dtype, shape, input ids and attributes (floats with NaN normalized), and the
 // output list. No pointers, no struct bytes, no unordered iteration: the same graph gives the
 // same key in every process and on every machine. Golden keys are pinned in tests.
 // Thread-safe: pure functions.
@@ -18,7 +18,8 @@
 namespace tracecache {
 
 // Bump whenever the meaning of the IR or of its encoding changes: it enters every key.
-inline constexpr uint32_t kIrFormatVersion = 1;
+// 2: -0.0 no longer folded into 0.0 in float attributes.
+inline constexpr uint32_t kIrFormatVersion = 2;
 
 struct GraphKey {
   uint64_t high = 0;

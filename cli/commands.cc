@@ -43,10 +43,11 @@ Result<std::unique_ptr<store::CacheDb>> open_existing_db(const DbOptions& db) {
 }
 
 std::string format_time(double unix_seconds) {
-  if (unix_seconds <= 0) return "-";
+  // Times come from the (untrusted) database: anything outside years 1970..9999 prints as "-".
+  if (!(unix_seconds > 0 && unix_seconds <= 253402300799.0)) return "-";
   std::time_t t = static_cast<std::time_t>(unix_seconds);
   std::tm tm{};
-  gmtime_r(&t, &tm);
+  if (gmtime_r(&t, &tm) == nullptr) return "-";
   char buf[32];
   std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S", &tm);
   return buf;

@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <climits>
+#include <cstdint>
 #include <map>
 
 #include "replay/compiler.h"
@@ -13,6 +16,7 @@ namespace tracecache {
 namespace {
 
 constexpr uint32_t kExecutableFormatVersion = 1;
+constexpr uint64_t kArenaAlignment = 64;  // the compiler's alignment (replay/compiler.cc)
 
 Status bad(const std::string& what) { return corruption("executable: " + what); }
 
@@ -41,6 +45,7 @@ Status Executable::validate() const {
     if (s.kind != Slot::Kind::kOutput) return bad(fmt::format("output {} is not in an output slot", o));
     if (s.index > o || graph.outputs()[s.index] != id) return bad(fmt::format("output {} slot index", o));
   }
+  uint64_t arena_end = 0;
   for (NodeId id = 0; id < n; ++id) {
     const Node& node = graph.node(id);
     const Slot& s = slots[id];
@@ -57,6 +62,12 @@ Status Executable::validate() const {
           return bad(fmt::format("node {} arena slot [{}, +{}) outside the arena of {} bytes", id,
                                  s.offset, s.nbytes, arena_bytes));
         }
+        if (s.offset % kArenaAlignment != 0) {
+          return bad(fmt::format("node {} arena offset {} is not {}-byte aligned", id, s.offset, kArenaAlignment));
+        }
+        // The planner's peak is the end of its highest (aligned, at least one unit) range.
+        arena_end = std::max(arena_end, s.offset + std::max<uint64_t>(
+            (s.nbytes + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment, kArenaAlignment));
         break;
       case Slot::Kind::kFused:
         if (node.op == OpKind::kParameter || is_output[id] || !fusible_op(node.op)) {
@@ -67,10 +78,17 @@ Status Executable::validate() const {
     }
   }
 
+  // An arena no larger than its slots need: a crafted size must not make the backend allocate
+  // more than the plan uses.
+  if (arena_bytes != arena_end) {
+    return bad(fmt::format("arena of {} bytes, but its slots end at {}", arena_bytes, arena_end));
+  }
+
   // The schedule computes every non-parameter value exactly once, after its inputs; fused
   // members are single-use, same-shape, elementwise chains ending at their root.
   std::vector<bool> ready(n, false);
   std::vector<bool> in_kernel(n, false);
+  std::vector<size_t> kernel_of(n, SIZE_MAX);  // kernel that computes a fused member
   for (NodeId p : graph.params()) ready[p] = true;
   // Arena liveness: [first kernel, last kernel reading it].
   std::vector<size_t> born(n, 0), last(n, 0);
@@ -104,10 +122,9 @@ Status Executable::validate() const {
       }
       for (NodeId in : graph.inputs(mn)) {
         if (slots[in].kind == Slot::Kind::kFused) {
-          // Must be an earlier member of this kernel, and broadcast_to reads only leaves.
-          bool earlier = std::find(members.begin(), members.begin() + static_cast<std::ptrdiff_t>(i), in) !=
-                         members.begin() + static_cast<std::ptrdiff_t>(i);
-          if (!earlier || !in_kernel[in] || mn.op == OpKind::kBroadcastTo) {
+          // Must be an earlier member of this kernel (members are marked as they are checked),
+          // and broadcast_to reads only leaves.
+          if (kernel_of[in] != k || !in_kernel[in] || mn.op == OpKind::kBroadcastTo) {
             return bad(fmt::format("kernel {} reads fused node {} it does not compute", k, in));
           }
         } else {
@@ -116,6 +133,7 @@ Status Executable::validate() const {
         }
       }
       in_kernel[m] = true;
+      kernel_of[m] = k;
     }
     ready[root] = true;
     born[root] = k;

@@ -134,7 +134,7 @@ Result<std::shared_ptr<const Executable>> Runtime::prepare(const CanonicalGraph&
     if (std::shared_ptr<const Executable> hit = load_from_disk(key, &reason)) {
       metrics_->add(counters::kHitsDisk);
       event(store::EventKind::kHitDisk, cg.key);
-      memory_.put(cg.key, hit, hit->footprint_bytes());
+      remember(cg.key, hit);
       return hit;
     }
     if (!reason) {
@@ -150,12 +150,15 @@ Result<std::shared_ptr<const Executable>> Runtime::prepare(const CanonicalGraph&
   ScopedTimer compile_timer(metrics_, timers::kCompile);
   Result<Executable> exe = backend_->compile(cg.graph, cg.key, options_.compiler_version);
   double compile_ms = compile_timer.stop();
-  if (!exe.is_ok()) return exe.status();
+  if (!exe.is_ok()) {
+    event(store::EventKind::kFallback, cg.key, "compile failed", compile_ms, exe.status().message());
+    return exe.status();
+  }
   metrics_->add(counters::kCompiles);
   event(store::EventKind::kCompile, cg.key, {}, compile_ms);
   store_compiled(key, *exe, cg.graph, compile_ms);
   auto shared = std::make_shared<const Executable>(std::move(*exe));
-  memory_.put(cg.key, shared, shared->footprint_bytes());
+  remember(cg.key, shared);
   return shared;
 }
 
@@ -197,13 +200,28 @@ Result<std::vector<BufferRef>> Runtime::run_prepared(const Executable& exe,
   return host;
 }
 
+void Runtime::remember(const GraphKey& key, const std::shared_ptr<const Executable>& exe) {
+  for (const GraphKey& evicted : memory_.put(key, exe, exe->footprint_bytes())) {
+    event(store::EventKind::kEvict, evicted, {}, 0, "memory LRU");
+  }
+}
+
 Result<std::vector<BufferRef>> Runtime::execute(const CanonicalGraph& cg,
                                                 std::span<const BufferRef> params) {
-  Result<std::shared_ptr<const Executable>> exe = prepare(cg);
-  if (!exe.is_ok()) return run_reference(cg, params, exe.status().message());
-  Result<std::vector<BufferRef>> outs = run_prepared(**exe, params);
-  if (!outs.is_ok()) return run_reference(cg, params, outs.status().message());
-  return outs;
+  // Anything a backend throws (e.g. bad_alloc) costs this step its speed, not its result.
+  try {
+    Result<std::shared_ptr<const Executable>> exe = prepare(cg);
+    if (!exe.is_ok()) return run_reference(cg, params, exe.status().message());
+    Result<std::vector<BufferRef>> outs = run_prepared(**exe, params);
+    if (!outs.is_ok()) {
+      event(store::EventKind::kFallback, cg.key, "run failed", 0, outs.status().message());
+      return run_reference(cg, params, outs.status().message());
+    }
+    return outs;
+  } catch (const std::exception& e) {
+    event(store::EventKind::kFallback, cg.key, "exception", 0, e.what());
+    return run_reference(cg, params, e.what());
+  }
 }
 
 void Runtime::function_event(store::EventKind kind, const std::string& function, std::string detail) {

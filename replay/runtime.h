@@ -2,7 +2,8 @@
 //
 // For each graph: memory LRU -> SQLite -> on a miss, compile and store -> run on the backend.
 // Every decision is an audit event (DESIGN.md invariant 8): hit_memory, hit_disk, miss with its
-// reason, compile with its duration, store, corrupt, store_failed.
+// reason, compile with its duration, store, evict (from the memory LRU), corrupt, store_failed,
+// and fallback (the step ran on the reference evaluator, with why).
 //
 // Failure policy (invariants 5 and 6): an entry that fails its checksum, does not parse, fails
 // validation, or was built for another graph or backend is a `corrupt` event, is removed, and
@@ -71,6 +72,8 @@ class Runtime final : public GraphExecutor {
   std::shared_ptr<const Executable> load_from_disk(const store::ExecutableKey& key,
                                                    std::optional<store::MissReason>* reason);
   void note_corrupt(const store::ExecutableKey& key, const std::string& why);
+  // Puts an executable in the memory LRU; evictions it causes are `evict` events.
+  void remember(const GraphKey& key, const std::shared_ptr<const Executable>& exe);
   void store_compiled(const store::ExecutableKey& key, const Executable& exe, const Graph& graph,
                       double compile_ms);
   void event(store::EventKind kind, const GraphKey& graph, std::string reason = {},

@@ -59,6 +59,21 @@ CREATE TABLE IF NOT EXISTS events (
 CREATE INDEX IF NOT EXISTS events_by_graph ON events (graph_key);
 )sql";
 
+// Added in schema version 2: the guard entries of compiled functions.
+constexpr const char* kFunctionsTable = R"sql(
+CREATE TABLE IF NOT EXISTS functions (
+  name TEXT NOT NULL,
+  user_version TEXT NOT NULL,
+  toolkit_version TEXT NOT NULL,
+  entry INTEGER NOT NULL,
+  blob BLOB NOT NULL,
+  checksum INTEGER NOT NULL,
+  hits INTEGER NOT NULL,
+  created REAL NOT NULL,
+  PRIMARY KEY (name, user_version, toolkit_version, entry)
+);
+)sql";
+
 double now_seconds() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
@@ -182,6 +197,7 @@ struct CacheDb::Impl {
   Stmt count_graphs, count_exes, count_events, page_count, page_size;
   Stmt audit_graphs, recent_misses;
   Stmt all_graph_blobs, all_exe_blobs;
+  Stmt put_fn_entry, get_fn_entries, add_fn_hits, remove_fn_entry, list_fn_entries, recent_recompiles;
 
   ~Impl() {
     if (!db) return;
@@ -313,6 +329,22 @@ Status CacheDb::Impl::prepare_all() {
        "SELECT time, reason, backend FROM events WHERE graph_key = ?1 AND kind = 'miss' "
        "ORDER BY time DESC, id DESC LIMIT 5"},
       {&all_graph_blobs, "SELECT key, blob, checksum, bytes FROM graphs ORDER BY key"},
+      {&put_fn_entry,
+       "INSERT OR REPLACE INTO functions (name, user_version, toolkit_version, entry, blob, checksum, hits, "
+       "created) VALUES (?1, ?2, ?3, ?4, ?5, ?6, 0, ?7)"},
+      {&get_fn_entries,
+       "SELECT entry, blob, checksum, hits FROM functions WHERE name = ?1 AND user_version = ?2 AND "
+       "toolkit_version = ?3 ORDER BY entry"},
+      {&add_fn_hits,
+       "UPDATE functions SET hits = hits + ?5 WHERE name = ?1 AND user_version = ?2 AND toolkit_version = ?3 "
+       "AND entry = ?4"},
+      {&remove_fn_entry,
+       "DELETE FROM functions WHERE name = ?1 AND user_version = ?2 AND toolkit_version = ?3 AND entry = ?4"},
+      {&list_fn_entries,
+       "SELECT name, user_version, toolkit_version, entry, hits, bytes_len FROM (SELECT *, length(blob) AS "
+       "bytes_len FROM functions) ORDER BY name, user_version, toolkit_version, entry"},
+      {&recent_recompiles,
+       "SELECT detail FROM events WHERE kind = 'recompile' AND reason = ?1 ORDER BY id DESC LIMIT 5"},
       {&all_exe_blobs,
        "SELECT graph_key, backend, options_digest, compiler_version, blob, checksum, bytes FROM executables "
        "ORDER BY graph_key, backend, options_digest, compiler_version"},
@@ -372,6 +404,28 @@ Status CacheDb::Impl::check_schema() {
     return corruption(fmt::format("'{}' is not a tracecache database: it is empty (and open read-only, so "
                                   "the tables cannot be created)", path));
   }
+  if (version == 1) {
+    // Version 1 lacks the functions table: add it (in a transaction, deciding again inside it
+    // in case another process migrates at the same time).
+    if (read_only) {
+      return unsupported(fmt::format("cache database '{}' has schema version 1, older than this tracecache ({}); "
+                                     "open it once with write access to upgrade it",
+                                     path, kSchemaVersion));
+    }
+    st = exec("BEGIN IMMEDIATE", "upgrading the schema");
+    if (!st.is_ok()) return st;
+    st = user_version(&version);
+    if (st.is_ok() && version == 1) {
+      st = exec(kFunctionsTable, "upgrading the schema");
+      if (st.is_ok()) st = exec("PRAGMA user_version = 2", "upgrading the schema");
+    }
+    if (st.is_ok()) st = exec("COMMIT", "upgrading the schema");
+    if (!st.is_ok()) {
+      if (!sqlite3_get_autocommit(db)) (void)exec("ROLLBACK", "upgrading the schema");
+      return st;
+    }
+    version = kSchemaVersion;
+  }
   if (version != 0 && version < kSchemaVersion) {
     return unsupported(fmt::format("cache database '{}' has schema version {}, older than this tracecache ({}), "
                                    "and no migration exists; use another --db",
@@ -394,6 +448,7 @@ Status CacheDb::Impl::check_schema() {
   st = user_version(&version);
   if (st.is_ok() && version == 0) {
     st = exec(kSchema, "creating the schema");
+    if (st.is_ok()) st = exec(kFunctionsTable, "creating the schema");
     if (st.is_ok()) {
       st = exec(fmt::format("PRAGMA user_version = {}", kSchemaVersion).c_str(), "creating the schema");
     }
@@ -880,6 +935,88 @@ std::string resolve_cache_path(const std::string& flag, const CachePathEnv& env)
     return (fs::path(env.xdg_cache_home) / "tracecache" / "cache.db").string();
   }
   return (fs::path(env.home) / ".cache" / "tracecache" / "cache.db").string();
+}
+
+// ---- compiled functions --------------------------------------------------------------------
+
+namespace {
+void bind_function(Query& q, const FunctionKey& k) {
+  q.text(1, k.name).text(2, k.user_version).text(3, k.toolkit_version);
+}
+}  // namespace
+
+Status CacheDb::put_function_entry(const FunctionKey& key, int64_t entry, std::string_view blob) {
+  return impl_->write_transaction("store a guard entry", [&] {
+    Query q(impl_->put_fn_entry);
+    bind_function(q, key);
+    q.i64(4, entry).blob(5, blob).i64(6, checksum_of(blob)).real(7, now_seconds());
+    int rc = q.step();
+    return rc == SQLITE_DONE ? Status::ok() : impl_->error(rc, "storing a guard entry");
+  });
+}
+
+Result<std::vector<StoredFunctionEntry>> CacheDb::function_entries(const FunctionKey& key) {
+  return impl_->read_transaction("reading guard entries", [&]() -> Result<std::vector<StoredFunctionEntry>> {
+    std::vector<StoredFunctionEntry> out;
+    Query q(impl_->get_fn_entries);
+    bind_function(q, key);
+    int rc;
+    while ((rc = q.step()) == SQLITE_ROW) {
+      StoredFunctionEntry e;
+      e.entry = q.col_i64(0);
+      e.blob = q.col_blob(1);
+      e.hits = q.col_i64(3);
+      e.corrupt = checksum_of(e.blob) != q.col_i64(2);
+      if (e.corrupt) e.blob.clear();
+      out.push_back(std::move(e));
+    }
+    if (rc != SQLITE_DONE) return impl_->error(rc, "reading guard entries");
+    return out;
+  });
+}
+
+Status CacheDb::add_function_hits(const FunctionKey& key, int64_t entry, int64_t hits) {
+  return impl_->write_transaction("count guard entry hits", [&] {
+    Query q(impl_->add_fn_hits);
+    bind_function(q, key);
+    q.i64(4, entry).i64(5, hits);
+    int rc = q.step();
+    return rc == SQLITE_DONE ? Status::ok() : impl_->error(rc, "counting guard entry hits");
+  });
+}
+
+Status CacheDb::remove_function_entry(const FunctionKey& key, int64_t entry) {
+  return impl_->write_transaction("remove a guard entry", [&] {
+    Query q(impl_->remove_fn_entry);
+    bind_function(q, key);
+    q.i64(4, entry);
+    int rc = q.step();
+    return rc == SQLITE_DONE ? Status::ok() : impl_->error(rc, "removing a guard entry");
+  });
+}
+
+Result<std::vector<FunctionAudit>> CacheDb::function_audit() {
+  return impl_->read_transaction("auditing functions", [&]() -> Result<std::vector<FunctionAudit>> {
+    std::vector<FunctionAudit> out;
+    {
+      Query q(impl_->list_fn_entries);
+      int rc;
+      while ((rc = q.step()) == SQLITE_ROW) {
+        FunctionKey k{q.col_text(0), q.col_text(1), q.col_text(2)};
+        if (out.empty() || !(out.back().key == k)) out.push_back(FunctionAudit{k, {}, {}});
+        out.back().entries.push_back({q.col_i64(3), q.col_i64(4), q.col_i64(5)});
+      }
+      if (rc != SQLITE_DONE) return impl_->error(rc, "auditing functions");
+    }
+    for (FunctionAudit& f : out) {
+      Query q(impl_->recent_recompiles);
+      q.text(1, f.key.name);
+      int rc;
+      while ((rc = q.step()) == SQLITE_ROW) f.recent_recompiles.push_back(q.col_text(0));
+      if (rc != SQLITE_DONE) return impl_->error(rc, "auditing functions");
+    }
+    return out;
+  });
 }
 
 }  // namespace tracecache::store

@@ -34,7 +34,9 @@
 
 namespace tracecache::store {
 
-inline constexpr int kSchemaVersion = 1;
+// 1: graphs, executables, events. 2: + functions (guard entries); version 1 files are upgraded
+// in place when opened with write access.
+inline constexpr int kSchemaVersion = 2;
 
 struct ExecutableKey {
   GraphKey graph;
@@ -63,7 +65,8 @@ enum class EventKind : uint8_t {
   kCorrupt,      // failed verification; detail says how
   kStoreFailed,  // a write failed (locked, read-only, disk full); detail has the error
   kRecompile,    // a compiled function traced again: reason = function name, detail = failed guards
-  kFallback,     // a compiled function hit its recompile limit and now runs in lazy mode
+  kFallback,     // a step ran on the reference evaluator (reason: compile failed, run failed,
+                 // exception), or a compiled function hit its recompile limit (reason: its name)
 };
 // "hit_memory", "hit_disk", "miss", "compile", "store", "evict", "corrupt", "store_failed",
 // "recompile", "fallback".
@@ -123,6 +126,27 @@ struct VerifyProblem {  // `tracecache verify`
   std::string problem;  // e.g. "checksum mismatch"
 };
 
+// A compiled function's identity in the cache: its name, the caller's version string for it,
+// and the toolkit version (guard entries from another tracecache are never used).
+struct FunctionKey {
+  std::string name, user_version, toolkit_version;
+  friend bool operator==(const FunctionKey&, const FunctionKey&) = default;
+};
+
+struct StoredFunctionEntry {
+  int64_t entry = 0;     // position in the function's entry list
+  std::string blob;      // empty if corrupt
+  int64_t hits = 0;
+  bool corrupt = false;  // checksum mismatch
+};
+
+struct FunctionAudit {  // `tracecache audit`: one row per compiled function
+  FunctionKey key;
+  struct Entry { int64_t entry; int64_t hits; int64_t bytes; };
+  std::vector<Entry> entries;
+  std::vector<std::string> recent_recompiles;  // reasons, newest first, at most 5
+};
+
 class CacheDb {
  public:
   struct Options {
@@ -165,6 +189,14 @@ class CacheDb {
   Status append_events(std::span<const Event> events);
   // Events in id order, optionally only those after `after_id`, at most `limit` (0 = all).
   Result<std::vector<Event>> events(int64_t after_id = 0, int64_t limit = 0);
+
+  // ---- compiled functions' guard entries ----
+  Status put_function_entry(const FunctionKey& key, int64_t entry, std::string_view blob);
+  // In entry order; a row whose checksum fails comes back with corrupt = true.
+  Result<std::vector<StoredFunctionEntry>> function_entries(const FunctionKey& key);
+  Status add_function_hits(const FunctionKey& key, int64_t entry, int64_t hits);
+  Status remove_function_entry(const FunctionKey& key, int64_t entry);
+  Result<std::vector<FunctionAudit>> function_audit();
 
   // ---- queries and maintenance for the CLI ----
   Result<std::vector<EntryInfo>> list_executables();  // most recently used first

@@ -185,7 +185,7 @@ TEST(GraphHash, ScalarConstantsAreLiftedByDefault) {
   };
   EXPECT_EQ(scaled(0.1, false), scaled(0.05, false));
   EXPECT_NE(scaled(0.1, true), scaled(0.05, true));
-  EXPECT_EQ(scaled(0.0, true), scaled(-0.0, true)) << "-0.0 is normalized";
+  EXPECT_NE(scaled(0.0, true), scaled(-0.0, true)) << "a baked -0.0 is another constant (1/-0.0 = -inf)";
   EXPECT_EQ(scaled(std::nan("1"), true), scaled(-std::nan("2"), true)) << "NaN is normalized";
 }
 
@@ -214,12 +214,12 @@ TEST(GraphHash, KeyHexRoundTrips) {
 // encoding (byte order, field order, op names, float normalization) across processes, runs and
 // machines.
 TEST(GraphHash, GoldenKeys) {
-  EXPECT_EQ(key_of(base).to_hex(), "47c23260cdbe4e40bc247f31770efa1c");
+  EXPECT_EQ(key_of(base).to_hex(), "555b25c7bff52b8bcb903d37f1f963ce");
   EXPECT_EQ(key_of([](LazyContext&, Tensor x, Tensor y) {
               Tensor h = relu(matmul(x, transpose(y, 0, 1)));
               return std::vector<Tensor>{mean(h, {}, false), argmax(h, -1, false)};
             }).to_hex(),
-            "3358c0d492f5b8583a19ae96dc8f34be");
+            "5936358003d8ce9461c10a5b1ef17954");
   EXPECT_EQ(key_of([](LazyContext& ctx, Tensor x, Tensor) {
               Tensor r = reshape(x, {3, -1});
               Tensor c = concat(std::vector<Tensor>{r, r}, 0);
@@ -227,7 +227,7 @@ TEST(GraphHash, GoldenKeys) {
               Tensor m = where(gt(s, 2.0), s, uniform(ctx, {1, 2}, 7));
               return std::vector<Tensor>{cast(m, DType::kI64), arange(ctx, 0, 5)};
             }).to_hex(),
-            "e00566be61e0d228227d7243cfdb09e9");
+            "02fc850494fea66ab41d65bbc34a4b32");
 }
 
 }  // namespace

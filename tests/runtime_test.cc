@@ -278,6 +278,17 @@ TEST(Runtime, AFailedCompileFallsBackToTheReference) {
   expect_matches_reference(*out, run_reference("mlp.trace", 2));
   ASSERT_FALSE(runtime.warnings().empty());
   EXPECT_NE(runtime.warnings()[0].find("compiler crashed"), std::string::npos);
+  EXPECT_EQ(count(runtime.events(), EventKind::kFallback, "compile failed"), 2) << "one per step";
+}
+
+TEST(Runtime, MemoryLruEvictionsAreEvents) {
+  RuntimeOptions tiny;
+  tiny.memory_cache_bytes = 1;  // holds one executable at a time
+  RunResult r = run_cpu("matmul_varying_batch.trace", nullptr, 6, tiny);
+  // B = 8 8 16 16 32 8: the last step's graph was evicted by the 32 one and compiles again.
+  EXPECT_EQ(r.metrics.counter(counters::kCompiles), 4);
+  EXPECT_EQ(count(r.events, EventKind::kEvict), 3);
+  expect_matches_reference(r.steps, run_reference("matmul_varying_batch.trace", 6));
 }
 
 }  // namespace

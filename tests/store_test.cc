@@ -2,6 +2,7 @@
 // round trips, the database as untrusted input (checksums, schema versions, foreign and damaged
 // files: DESIGN.md invariant 5), read-only files, sharing one file, the audit log (invariant 8),
 // miss classification, gc, and the LRU's byte budget and shared ownership.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <sqlite3.h>
 #include <sys/stat.h>
@@ -343,7 +344,7 @@ TEST(CacheDbStore, ANewerSchemaIsUnsupportedWithAClearMessage) {
     const std::string& m = db.status().message();
     EXPECT_NE(m.find(path), std::string::npos) << m;
     EXPECT_NE(m.find("schema version 7"), std::string::npos) << m;
-    EXPECT_NE(m.find("newer than this tracecache (1)"), std::string::npos) << m;
+    EXPECT_NE(m.find(fmt::format("newer than this tracecache ({})", kSchemaVersion)), std::string::npos) << m;
   }
   EXPECT_EQ(raw_int(path, "PRAGMA user_version"), 7) << "the file is left alone";
 }
@@ -936,6 +937,44 @@ TEST(LruCache, AValueInUseSurvivesEviction) {
   EXPECT_EQ(*held, "running");
   held.reset();
   EXPECT_TRUE(watch.expired()) << "and it is freed once the caller lets go";
+}
+
+TEST(CacheDbStore, AVersion1DatabaseIsUpgradedInPlace) {
+  StoreTempDir dir;
+  const std::string path = dir.file("v1.db");
+  {
+    auto db = open_db(path);
+    ASSERT_TRUE(db);
+    ASSERT_TRUE(db->put_graph(graph_key(1), "g", 1).is_ok());
+  }
+  // Make it look like a version-1 file: no functions table.
+  raw_exec(path, "DROP TABLE functions; PRAGMA user_version = 1");
+  auto ro = CacheDb::open({.path = path, .read_only = true});
+  ASSERT_FALSE(ro.is_ok());
+  EXPECT_EQ(ro.status().code(), StatusCode::kUnsupported);
+  EXPECT_NE(ro.status().message().find("with write access to upgrade"), std::string::npos);
+  auto db = open_db(path);
+  ASSERT_TRUE(db);
+  EXPECT_EQ(raw_int(path, "PRAGMA user_version"), kSchemaVersion);
+  EXPECT_EQ(**db->get_graph(graph_key(1)), "g") << "existing data survives the upgrade";
+  FunctionKey fk{"f", "v1", "tc"};
+  ASSERT_TRUE(db->put_function_entry(fk, 0, "entry").is_ok());
+  ASSERT_TRUE(db->add_function_hits(fk, 0, 3).is_ok());
+  auto entries = db->function_entries(fk);
+  ASSERT_TRUE(entries.is_ok());
+  ASSERT_EQ(entries->size(), 1u);
+  EXPECT_EQ((*entries)[0].blob, "entry");
+  EXPECT_EQ((*entries)[0].hits, 3);
+  EXPECT_FALSE((*entries)[0].corrupt);
+  raw_exec(path, "UPDATE functions SET blob = X'00'");
+  entries = db->function_entries(fk);
+  ASSERT_TRUE(entries.is_ok());
+  EXPECT_TRUE((*entries)[0].corrupt);
+  auto audit = db->function_audit();
+  ASSERT_TRUE(audit.is_ok());
+  ASSERT_EQ(audit->size(), 1u);
+  EXPECT_EQ((*audit)[0].key, fk);
+  EXPECT_EQ((*audit)[0].entries[0].hits, 3);
 }
 
 }  // namespace

@@ -27,6 +27,11 @@ for f in files:
     with open(os.path.join(sys.argv[3], f), "rb") as fh:
         assert fh.read(6) == b"\x93NUMPY", f
 PY
+# A program path that is not valid UTF-8 still gives valid JSON.
+cp "$mlp" "$TMP/"$'bad\xffname.trace'
+"$TC" run "$TMP/"$'bad\xffname.trace' --steps 1 --json > "$TMP/utf8.json"
+python3 -c "import json,sys; d=json.load(open(sys.argv[1], encoding='utf-8')); assert '\ufffd' in d['program'], d['program']" "$TMP/utf8.json"
+
 # A varying batch size gives one graph per distinct shape.
 "$TC" run "$SRC/fixtures/programs/matmul_varying_batch.trace" --json > "$TMP/vary.json"
 python3 - "$TMP/vary.json" <<'PY'

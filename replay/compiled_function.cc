@@ -1,9 +1,13 @@
 #include "replay/compiled_function.h"
 
+#include "store/graph_codec.h"
+#include "store/proto/tracecache.pb.h"
+
 #include <fmt/format.h>
 #include <xxhash.h>
 
 #include <bit>
+#include <optional>
 #include <limits>
 #include <unordered_map>
 
@@ -34,8 +38,8 @@ struct Check {
 
 // A segment: one graph executed between two value reads of the traced function.
 struct Segment {
-  CanonicalGraph graph;
-  std::shared_ptr<const Executable> exe;
+  GraphKey key;
+  std::shared_ptr<const Executable> exe;  // null until first use for an entry loaded from disk
   std::vector<ValueSource> params;
   // Contents of outputs that `fn` may have read (all outputs of a segment that ended inside
   // `fn`): output index -> XXH3-128 of dtype, shape and bytes.
@@ -46,7 +50,151 @@ struct Entry {
   std::vector<Check> checks;
   std::vector<Segment> segments;
   std::vector<ValueSource> outputs;
+  int64_t db_index = -1;      // row in the functions table, -1 if not stored
+  int64_t unflushed_hits = 0;
 };
+
+constexpr uint32_t kGuardEntryFormat = 1;
+
+void source_to_proto(const ValueSource& v, proto::ValueSource* out) {
+  out->set_kind(static_cast<uint32_t>(v.kind));
+  out->set_a(v.a);
+  out->set_b(v.b);
+  if (v.kind == ValueSource::Kind::kConstant) {
+    out->set_constant_dtype(static_cast<uint32_t>(v.constant->dtype()));
+    out->set_constant_bits(std::bit_cast<uint64_t>(v.constant->element_as_double(0)));
+  }
+}
+
+std::optional<ValueSource> source_from_proto(const proto::ValueSource& in) {
+  if (in.kind() > static_cast<uint32_t>(ValueSource::Kind::kConstant)) return std::nullopt;
+  ValueSource v;
+  v.kind = static_cast<ValueSource::Kind>(in.kind());
+  v.a = in.a();
+  v.b = in.b();
+  if (v.kind == ValueSource::Kind::kConstant) {
+    if (in.constant_dtype() >= static_cast<uint32_t>(kDTypeCount)) return std::nullopt;
+    ParamSource ps;
+    ps.kind = ParamSource::Kind::kScalar;
+    ps.dtype = static_cast<DType>(in.constant_dtype());
+    ps.value = std::bit_cast<double>(in.constant_bits());
+    v.constant = std::make_shared<const HostBuffer>(scalar_buffer(ps));
+  }
+  return v;
+}
+
+std::string key_bytes(const GraphKey& k) {
+  std::string b(16, '\0');
+  for (int i = 0; i < 8; ++i) {
+    b[static_cast<size_t>(i)] = static_cast<char>(k.high >> (56 - 8 * i));
+    b[static_cast<size_t>(8 + i)] = static_cast<char>(k.low >> (56 - 8 * i));
+  }
+  return b;
+}
+
+std::string serialize_entry(const Entry& e) {
+  proto::GuardEntry pe;
+  pe.set_format_version(kGuardEntryFormat);
+  for (const Check& c : e.checks) {
+    proto::GuardCheck* pc = pe.add_checks();
+    pc->set_kind(static_cast<uint32_t>(c.kind));
+    pc->set_index(c.index);
+    pc->set_dim(c.dim);
+    pc->set_expected(c.expected);
+  }
+  for (const Segment& seg : e.segments) {
+    proto::Segment* ps = pe.add_segments();
+    ps->set_graph_key(key_bytes(seg.key));
+    for (const ValueSource& v : seg.params) source_to_proto(v, ps->add_params());
+    for (const auto& [o, h] : seg.value_guards) {
+      proto::ValueGuard* g = ps->add_value_guards();
+      g->set_output(o);
+      g->set_hash_high(h.high64);
+      g->set_hash_low(h.low64);
+    }
+  }
+  for (const ValueSource& v : e.outputs) source_to_proto(v, pe.add_outputs());
+  return store::serialize_deterministic(pe);
+}
+
+// Parses and checks a stored entry so that evaluating its guards and routing its values can
+// never index out of range. nullopt if anything is off.
+std::optional<Entry> parse_entry(const std::string& bytes) {
+  proto::GuardEntry pe;
+  if (!pe.ParseFromArray(bytes.data(), static_cast<int>(bytes.size())) ||
+      pe.format_version() != kGuardEntryFormat || pe.checks_size() < 2) {
+    return std::nullopt;
+  }
+  Entry e;
+  uint64_t num_tensors = 0, num_scalars = 0;
+  std::vector<int64_t> rank;  // per tensor, -1 until its rank check
+  for (int i = 0; i < pe.checks_size(); ++i) {
+    const proto::GuardCheck& pc = pe.checks(i);
+    if (pc.kind() > static_cast<uint32_t>(Check::Kind::kScalarValue)) return std::nullopt;
+    Check c{static_cast<Check::Kind>(pc.kind()), pc.index(), pc.dim(), pc.expected()};
+    bool ok = true;
+    switch (c.kind) {
+      case Check::Kind::kNumTensors:
+        ok = i == 0 && c.expected <= 4096;
+        num_tensors = c.expected;
+        rank.assign(num_tensors, -1);
+        break;
+      case Check::Kind::kNumScalars:
+        ok = i == 1 && c.expected <= 4096;
+        num_scalars = c.expected;
+        break;
+      case Check::Kind::kOptions: break;
+      case Check::Kind::kRank:
+        ok = c.index < num_tensors && c.expected <= kMaxRank;
+        if (ok) rank[c.index] = static_cast<int64_t>(c.expected);
+        break;
+      case Check::Kind::kSize:
+        ok = c.index < num_tensors && rank[c.index] > static_cast<int64_t>(c.dim);
+        break;
+      case Check::Kind::kDType: case Check::Kind::kContiguous: case Check::Kind::kDevice:
+        ok = c.index < num_tensors;
+        break;
+      case Check::Kind::kAliasOf: case Check::Kind::kDistinct:
+        ok = c.index < num_tensors && c.dim < num_tensors;
+        break;
+      case Check::Kind::kScalarValue: ok = c.index < num_scalars; break;
+    }
+    if (!ok) return std::nullopt;
+    e.checks.push_back(c);
+  }
+  auto source_ok = [&](const ValueSource& v, size_t segments_before) {
+    switch (v.kind) {
+      case ValueSource::Kind::kInput: return v.a < num_tensors;
+      case ValueSource::Kind::kDynamicScalar: return v.a < num_scalars;
+      case ValueSource::Kind::kSegmentOutput: return v.a < segments_before;  // b: checked at replay
+      case ValueSource::Kind::kConstant: return v.constant != nullptr;
+    }
+    return false;
+  };
+  for (const proto::Segment& ps : pe.segments()) {
+    if (ps.graph_key().size() != 16) return std::nullopt;
+    Segment seg;
+    for (int i = 0; i < 8; ++i) {
+      seg.key.high = (seg.key.high << 8) | static_cast<uint8_t>(ps.graph_key()[static_cast<size_t>(i)]);
+      seg.key.low = (seg.key.low << 8) | static_cast<uint8_t>(ps.graph_key()[static_cast<size_t>(8 + i)]);
+    }
+    for (const proto::ValueSource& pv : ps.params()) {
+      std::optional<ValueSource> v = source_from_proto(pv);
+      if (!v || !source_ok(*v, e.segments.size())) return std::nullopt;
+      seg.params.push_back(std::move(*v));
+    }
+    for (const proto::ValueGuard& g : ps.value_guards()) {
+      seg.value_guards.emplace_back(g.output(), XXH128_hash_t{g.hash_low(), g.hash_high()});
+    }
+    e.segments.push_back(std::move(seg));
+  }
+  for (const proto::ValueSource& pv : pe.outputs()) {
+    std::optional<ValueSource> v = source_from_proto(pv);
+    if (!v || !source_ok(*v, e.segments.size())) return std::nullopt;
+    e.outputs.push_back(std::move(*v));
+  }
+  return e;
+}
 
 uint64_t scalar_bits(double v) { return normalized_float_bits(v); }
 
@@ -222,7 +370,7 @@ struct CompiledFunction::Impl {
   // ---- replay -----------------------------------------------------------------------------
 
   // Runs entry `e`. Returns nullopt (not an error) if a value guard between segments fails.
-  Result<std::optional<std::vector<BufferRef>>> replay(const Entry& e, const CallArgs& args) {
+  Result<std::optional<std::vector<BufferRef>>> replay(Entry& e, const CallArgs& args) {
     std::vector<std::vector<BufferRef>> seg_out(e.segments.size());
     auto value_of = [&](const ValueSource& v) -> BufferRef {
       switch (v.kind) {
@@ -237,20 +385,35 @@ struct CompiledFunction::Impl {
       }
       return nullptr;
     };
+    auto routed = [&](const ValueSource& v) {
+      return v.kind != ValueSource::Kind::kSegmentOutput || v.b < seg_out[v.a].size();
+    };
     for (size_t k = 0; k < e.segments.size(); ++k) {
-      const Segment& seg = e.segments[k];
+      Segment& seg = e.segments[k];
+      if (!seg.exe) {  // an entry loaded from the cache: fetch its executable by key
+        Result<std::shared_ptr<const Executable>> exe = runtime->prepare_by_key(seg.key);
+        if (!exe.is_ok()) return exe.status();
+        seg.exe = *exe;
+      }
       scratch.clear();
-      for (const ValueSource& v : seg.params) scratch.push_back(value_of(v));
+      for (const ValueSource& v : seg.params) {
+        if (!routed(v)) return corruption("guard entry routes a value that does not exist");
+        scratch.push_back(value_of(v));
+      }
       Result<std::vector<BufferRef>> outs = runtime->run_prepared(*seg.exe, scratch);
-      if (!outs.is_ok()) return outs.status();
+      if (!outs.is_ok()) return corruption("guard entry does not fit its executable: " + outs.status().message());
       seg_out[k] = std::move(*outs);
       for (const auto& [o, expected] : seg.value_guards) {
+        if (o >= seg_out[k].size()) return corruption("guard entry checks an output that does not exist");
         if (!XXH128_isEqual(content_hash(*seg_out[k][o]), expected)) return std::optional<std::vector<BufferRef>>();
       }
     }
     std::vector<BufferRef> outputs;
     outputs.reserve(e.outputs.size());
-    for (const ValueSource& v : e.outputs) outputs.push_back(value_of(v));
+    for (const ValueSource& v : e.outputs) {
+      if (!routed(v)) return corruption("guard entry routes a value that does not exist");
+      outputs.push_back(value_of(v));
+    }
     return std::optional<std::vector<BufferRef>>(std::move(outputs));
   }
 
@@ -263,7 +426,7 @@ struct CompiledFunction::Impl {
     explicit Recorder(Runtime* runtime) : runtime_(runtime) {}
     Result<std::vector<BufferRef>> execute(const CanonicalGraph& cg, std::span<const BufferRef> params) override {
       Segment seg;
-      seg.graph = cg;
+      seg.key = cg.key;
       for (size_t p = 0; p < params.size(); ++p) {
         if (cg.sources[p].kind == ParamSource::Kind::kScalar) {
           ValueSource v;
@@ -362,10 +525,65 @@ struct CompiledFunction::Impl {
     if (keep) {
       entry.segments = std::move(rec.segments);
       entry.checks = make_checks(args);
+      save(entry);
       entries.push_back(std::move(entry));
     }
     return result;
   }
+
+  // ---- persistence ---------------------------------------------------------------------------
+
+  store::CacheDb* db() const {
+    store::CacheDb* d = options.persist ? runtime->db() : nullptr;
+    return d && !d->read_only() ? d : nullptr;
+  }
+
+  void save(Entry& e) {
+    store::CacheDb* d = db();
+    if (!d) return;
+    e.db_index = next_db_index++;
+    Status st = d->put_function_entry(key, e.db_index, serialize_entry(e));
+    if (!st.is_ok()) {
+      e.db_index = -1;
+      runtime->add_warning(fmt::format("could not store a guard entry of '{}': {}", key.name, st.message()));
+    }
+  }
+
+  void load() {
+    store::CacheDb* d = options.persist ? runtime->db() : nullptr;
+    if (!d) return;
+    Result<std::vector<store::StoredFunctionEntry>> rows = d->function_entries(key);
+    if (!rows.is_ok()) {
+      runtime->add_warning(fmt::format("could not read the guard entries of '{}': {}", key.name, rows.status().message()));
+      return;
+    }
+    for (store::StoredFunctionEntry& row : *rows) {
+      next_db_index = std::max(next_db_index, row.entry + 1);
+      std::optional<Entry> e = row.corrupt ? std::nullopt : parse_entry(row.blob);
+      if (!e) {
+        drop_stored(row.entry, "stored guard entry failed its checksum or checks");
+        continue;
+      }
+      e->db_index = row.entry;
+      entries.push_back(std::move(*e));
+    }
+  }
+
+  void drop_stored(int64_t db_index, const std::string& why) {
+    runtime->function_event(store::EventKind::kCorrupt, key.name, fmt::format("entry {}: {}", db_index, why));
+    if (store::CacheDb* d = db()) (void)d->remove_function_entry(key, db_index);
+  }
+
+  void flush_hits() {
+    store::CacheDb* d = db();
+    for (Entry& e : entries) {
+      if (e.unflushed_hits == 0 || e.db_index < 0) continue;
+      if (d && d->add_function_hits(key, e.db_index, e.unflushed_hits).is_ok()) e.unflushed_hits = 0;
+    }
+  }
+
+  store::FunctionKey key;
+  int64_t next_db_index = 0;
 };
 
 CompiledFunction::CompiledFunction(std::string name, TracedFn fn, Runtime* runtime,
@@ -378,9 +596,14 @@ CompiledFunction::CompiledFunction(std::string name, TracedFn fn, Runtime* runti
                                  impl_->options.canonicalize.bake_scalars ? 1 : 0,
                                  runtime->backend().name(), runtime->backend().options_digest());
   impl_->options_digest = XXH3_64bits(spec.data(), spec.size());
+  impl_->key = {name_, impl_->options.user_version, std::string(kToolkitVersion)};
+  impl_->load();
+  stats_.hits_per_entry.assign(impl_->entries.size(), 0);
 }
 
-CompiledFunction::~CompiledFunction() = default;
+CompiledFunction::~CompiledFunction() { flush(); }
+
+void CompiledFunction::flush() { impl_->flush_hits(); }
 
 size_t CompiledFunction::num_entries() const { return impl_->entries.size(); }
 
@@ -426,6 +649,14 @@ Result<std::vector<Tensor>> CompiledFunction::operator()(LazyContext& ctx, const
       continue;
     }
     Result<std::optional<std::vector<BufferRef>>> r = impl_->replay(impl_->entries[e], args);
+    if (!r.is_ok() && r.status().code() == StatusCode::kCorruption) {
+      // Only a stored entry can be malformed: drop it and look further.
+      impl_->drop_stored(impl_->entries[e].db_index, r.status().message());
+      impl_->entries.erase(impl_->entries.begin() + static_cast<std::ptrdiff_t>(e));
+      stats_.hits_per_entry.erase(stats_.hits_per_entry.begin() + static_cast<std::ptrdiff_t>(e));
+      --e;
+      continue;
+    }
     if (!r.is_ok()) return r.status();
     if (!r->has_value()) {
       value_guard_failed = true;
@@ -434,6 +665,7 @@ Result<std::vector<Tensor>> CompiledFunction::operator()(LazyContext& ctx, const
       continue;
     }
     ++stats_.hits_per_entry[e];
+    ++impl_->entries[e].unflushed_hits;
     return wrap(std::move(**r));
   }
 

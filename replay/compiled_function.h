@@ -64,7 +64,15 @@ class TraceArgs {
 
 using TracedFn = std::function<std::vector<Tensor>(LazyContext& ctx, const TraceArgs& args)>;
 
+// Guard entries persist in the runtime's cache database, keyed by function name + user version
+// + this toolkit version, so a new process with a warm cache runs its first call with zero
+// traces and zero compiles. The user version must change whenever `fn`'s code does: entries are
+// only as sound as that promise (tracecache cannot see `fn`'s code).
+inline constexpr std::string_view kToolkitVersion = "tracecache-0.2/ir2/compiler1/guards1";
+
 struct CompiledFunctionOptions {
+  std::string user_version;  // identifies fn's code; part of the persistent key
+  bool persist = true;       // store and load guard entries (needs a runtime with a database)
   std::vector<size_t> dynamic_scalars;  // scalar argument indices fed as graph inputs
   int recompile_limit = 8;
   CanonicalizeOptions canonicalize;     // changes lowering: guarded
@@ -106,6 +114,8 @@ class CompiledFunction {
   const std::string& name() const { return name_; }
   const FunctionStats& stats() const { return stats_; }
   size_t num_entries() const;
+  // Adds the hits since the last flush to the stored entries (also done on destruction).
+  void flush();
 
  private:
   struct Impl;

@@ -162,6 +162,25 @@ Result<std::shared_ptr<const Executable>> Runtime::prepare(const CanonicalGraph&
   return shared;
 }
 
+Result<std::shared_ptr<const Executable>> Runtime::prepare_by_key(const GraphKey& key) {
+  if (std::shared_ptr<const Executable> hit = memory_.get(key)) {
+    metrics_->add(counters::kHitsMemory);
+    event(store::EventKind::kHitMemory, key);
+    return hit;
+  }
+  if (!db_) return not_found(fmt::format("graph {} is not cached (no cache database)", key.to_hex()));
+  Result<std::optional<std::string>> blob = db_->get_graph(key);
+  if (!blob.is_ok()) return blob.status();
+  if (!blob->has_value()) return not_found(fmt::format("graph {} is not in the cache", key.to_hex()));
+  Result<Graph> graph = store::parse_graph(**blob);
+  if (!graph.is_ok()) return graph.status();
+  CanonicalGraph cg;
+  cg.graph = std::move(*graph);
+  cg.key = hash_graph(cg.graph);
+  if (cg.key != key) return corruption(fmt::format("stored graph {} hashes to {}", key.to_hex(), cg.key.to_hex()));
+  return prepare(cg);
+}
+
 Result<std::vector<BufferRef>> Runtime::run_reference(const CanonicalGraph& cg,
                                                       std::span<const BufferRef> params,
                                                       const std::string& why) {

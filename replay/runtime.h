@@ -51,6 +51,10 @@ class Runtime final : public GraphExecutor {
   // prepare() finds or compiles the executable for `graph` (with all cache events); run_prepared()
   // runs it. A failure of either is an error here; execute() instead falls back to the reference.
   Result<std::shared_ptr<const Executable>> prepare(const CanonicalGraph& graph);
+  // prepare() for a graph known only by its key (a guard entry loaded from the cache): memory,
+  // then disk, then the stored canonical graph is compiled. kNotFound if the cache has neither.
+  Result<std::shared_ptr<const Executable>> prepare_by_key(const GraphKey& key);
+  store::CacheDb* db() { return db_; }
   Result<std::vector<BufferRef>> run_prepared(const Executable& exe,
                                               std::span<const BufferRef> params);
 

@@ -53,6 +53,12 @@ class Metrics {
     counters_.clear();
     timers_.clear();
   }
+  // Zeroes every counter and drops every sample but keeps the names and the storage, so that
+  // measuring a later interval (e.g. one benchmark step) allocates nothing for them.
+  void clear_values() {
+    for (auto& [name, value] : counters_) value = 0;
+    for (auto& [name, samples] : timers_) samples.clear();
+  }
 
   int64_t counter(std::string_view name) const;
   TimerStats timer(std::string_view name) const;

@@ -21,22 +21,24 @@ Status at(const Program& p, SourcePos pos, const Status& cause) {
 
 [[noreturn]] void fail(std::string msg) { throw Error(invalid_argument(std::move(msg))); }
 
-int64_t dim_value(const Program& p, const std::string& name, int step) {
+// The value of dim `name`; `dims` holds one value per program.dims entry.
+int64_t dim_value(const Program& p, const std::string& name, std::span<const int64_t> dims) {
   const DimDecl* d = p.find_dim(name);
   if (!d) fail(fmt::format("undefined dim '{}'", name));
-  return d->value_at(step);
+  return dims[static_cast<size_t>(d - p.dims.data())];
 }
 
-// The value of `lit` for an attribute of kind `spec.kind` at `step` (dims bound).
-AttrValue resolve_attr(const Program& p, const AttrSpec& spec, const Literal& lit, int step) {
+// The value of `lit` for an attribute of kind `spec.kind`, dims bound to `dims`.
+AttrValue resolve_attr(const Program& p, const AttrSpec& spec, const Literal& lit,
+                       std::span<const int64_t> dims) {
   auto int_of = [&](const Literal& l) {
-    return l.kind == Literal::Kind::kName ? dim_value(p, l.name, step) : l.i;
+    return l.kind == Literal::Kind::kName ? dim_value(p, l.name, dims) : l.i;
   };
   switch (spec.kind) {
     case AttrKind::kInt: return AttrValue::of_int(int_of(lit));
     case AttrKind::kFloat:
       return AttrValue::of_float(lit.kind == Literal::Kind::kName
-                                     ? static_cast<double>(dim_value(p, lit.name, step))
+                                     ? static_cast<double>(dim_value(p, lit.name, dims))
                                      : lit.number());
     case AttrKind::kBool: return AttrValue::of_bool(lit.i != 0);
     case AttrKind::kDType: {
@@ -54,7 +56,8 @@ AttrValue resolve_attr(const Program& p, const AttrSpec& spec, const Literal& li
 }
 
 // One value per declared attribute of `op`, in registry order, defaults filled.
-std::vector<AttrValue> resolve_attrs(const Program& p, const OpStmt& op, int step) {
+std::vector<AttrValue> resolve_attrs(const Program& p, const OpStmt& op,
+                                     std::span<const int64_t> dims) {
   const OpInfo& info = op_info(op.op);
   std::vector<AttrValue> out;
   for (const AttrSpec& spec : info.attrs) out.push_back(spec.default_value);
@@ -62,7 +65,7 @@ std::vector<AttrValue> resolve_attrs(const Program& p, const OpStmt& op, int ste
     int i = info.attr_index(a.name);
     if (i < 0) fail(fmt::format("op '{}': unknown attribute '{}'", info.name, a.name));
     out[static_cast<size_t>(i)] =
-        resolve_attr(p, info.attrs[static_cast<size_t>(i)], a.value, step);
+        resolve_attr(p, info.attrs[static_cast<size_t>(i)], a.value, dims);
   }
   return out;
 }
@@ -78,16 +81,16 @@ bool holds_exactly(DType t, double v) {
   return false;
 }
 
-// Replays the op stream for one step. `Ops` supplies Value (a tensor or a type), dtype_of(v),
-// scalar(value, dtype) and apply(op, inputs, attrs); env maps names to values and receives
-// each op's result.
+// Replays the op stream with dims bound to `dims` (one value per program.dims entry). `Ops`
+// supplies Value (a tensor or a type), dtype_of(v), scalar(value, dtype) and apply(op, inputs,
+// attrs); env maps names to values and receives each op's result.
 template <typename Ops>
-Status replay(const Program& p, int step, Ops& ops,
+Status replay(const Program& p, std::span<const int64_t> dims, Ops& ops,
               std::unordered_map<std::string, typename Ops::Value>& env) {
   using Value = typename Ops::Value;
   for (const OpStmt& op : p.ops) {
     try {
-      std::vector<AttrValue> attrs = resolve_attrs(p, op, step);
+      std::vector<AttrValue> attrs = resolve_attrs(p, op, dims);
       auto lookup = [&](const Literal& l) -> const Value& {
         auto it = env.find(l.name);
         if (it == env.end()) fail(fmt::format("undefined name '{}'", l.name));
@@ -186,6 +189,21 @@ Result<BufferRef> make_value(const Program& p, const TensorDecl& decl, int step,
   return BufferRef(std::make_shared<const HostBuffer>(std::move(b)));
 }
 
+// The shape of `decl` with dims bound to `dims` (one value per program.dims entry).
+Result<Shape> bound_shape(const Program& p, const TensorDecl& decl, std::span<const int64_t> dims) {
+  Shape s;
+  for (const DimRef& d : decl.dims) {
+    if (d.name.empty()) {
+      s.push_back(d.value);
+      continue;
+    }
+    const DimDecl* dim = p.find_dim(d.name);
+    if (!dim) return at(p, d.pos, invalid_argument(fmt::format("undefined dim '{}'", d.name)));
+    s.push_back(dims[static_cast<size_t>(dim - p.dims.data())]);
+  }
+  return s;
+}
+
 Result<int64_t> step_count(const Program& p, int steps) {
   if (steps < -1) {
     return invalid_argument(fmt::format("step count must be >= 0 or -1, got {}", steps));
@@ -196,30 +214,19 @@ Result<int64_t> step_count(const Program& p, int steps) {
 }  // namespace
 
 Result<Shape> declared_shape(const Program& program, const TensorDecl& decl, int step) {
-  Shape s;
-  for (const DimRef& d : decl.dims) {
-    if (d.name.empty()) {
-      s.push_back(d.value);
-      continue;
-    }
-    const DimDecl* dim = program.find_dim(d.name);
-    if (!dim) {
-      return at(program, d.pos, invalid_argument(fmt::format("undefined dim '{}'", d.name)));
-    }
-    s.push_back(dim->value_at(step));
-  }
-  return s;
+  return bound_shape(program, decl, step_dim_values(program, step));
 }
 
 Result<std::vector<TensorType>> infer_output_types(const Program& program, int step) {
+  std::vector<int64_t> dims = step_dim_values(program, step);
   std::unordered_map<std::string, TensorType> env;
   for (const TensorDecl& d : program.tensors) {
-    Result<Shape> s = declared_shape(program, d, step);
+    Result<Shape> s = bound_shape(program, d, dims);
     if (!s.is_ok()) return s.status();
     env.insert_or_assign(d.name, TensorType{d.dtype, *s});
   }
   TypeOps ops;
-  Status st = replay(program, step, ops, env);
+  Status st = replay(program, dims, ops, env);
   if (!st.is_ok()) return st;
   std::vector<TensorType> out;
   for (const OutputRef& o : program.outputs) {
@@ -242,56 +249,112 @@ Status check_program(const Program& program, int steps) {
   return Status::ok();
 }
 
+std::vector<int64_t> step_dim_values(const Program& program, int step) {
+  std::vector<int64_t> dims;
+  dims.reserve(program.dims.size());
+  for (const DimDecl& d : program.dims) dims.push_back(d.value_at(step));
+  return dims;
+}
+
+StepArguments::StepArguments(const Program& program, LazyContext& ctx)
+    : program_(program), ctx_(ctx) {}
+
+StepArguments::~StepArguments() = default;
+
+Result<std::vector<Tensor>> StepArguments::make(int step) {
+  std::vector<Tensor> args;
+  args.reserve(program_.tensors.size());
+  for (size_t i = 0; i < program_.tensors.size(); ++i) {
+    const TensorDecl& d = program_.tensors[i];
+    bool is_param = d.role == TensorDecl::Role::kParam;
+    if (is_param) {
+      auto cached = params_.find(i);
+      if (cached != params_.end()) {
+        args.push_back(cached->second);
+        continue;
+      }
+    }
+    Result<BufferRef> value = make_value(program_, d, is_param ? 0 : step, npy_cache_);
+    if (!value.is_ok()) return value.status();
+    Tensor t = ctx_.from_buffer(std::move(value).value());
+    if (is_param) params_.emplace(i, t);
+    args.push_back(std::move(t));
+  }
+  return args;
+}
+
+Result<std::vector<Tensor>> record_step(const Program& program, LazyContext& ctx,
+                                        std::span<const int64_t> dims,
+                                        std::span<const Tensor> args) {
+  if (dims.size() != program.dims.size() || args.size() != program.tensors.size()) {
+    return invalid_argument(fmt::format(
+        "{}: a step takes {} dim values and {} tensors, got {} and {}", program.file_name,
+        program.dims.size(), program.tensors.size(), dims.size(), args.size()));
+  }
+  std::unordered_map<std::string, Tensor> env;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const TensorDecl& d = program.tensors[i];
+    Result<Shape> want = bound_shape(program, d, dims);
+    if (!want.is_ok()) return want.status();
+    if (!args[i].defined() || args[i].dtype() != d.dtype || args[i].shape() != *want) {
+      return at(program, d.pos,
+                invalid_argument(fmt::format(
+                    "'{}' is declared {} but the step's argument is {}", d.name,
+                    type_to_string({d.dtype, *want}),
+                    args[i].defined() ? type_to_string({args[i].dtype(), args[i].shape()})
+                                      : std::string("undefined"))));
+    }
+    env.insert_or_assign(d.name, args[i]);
+  }
+  // Every intermediate lives in `env` and dies on return: only the outputs stay live, so
+  // they are the roots of the step's graph.
+  TensorOps ops{ctx};
+  Status st = replay(program, dims, ops, env);
+  if (!st.is_ok()) return st;
+  std::vector<Tensor> outputs;
+  outputs.reserve(program.outputs.size());
+  for (const OutputRef& o : program.outputs) {
+    auto it = env.find(o.name);
+    if (it == env.end()) {
+      return at(program, o.pos, invalid_argument(fmt::format("undefined name '{}'", o.name)));
+    }
+    outputs.push_back(it->second);
+  }
+  return outputs;
+}
+
 Result<std::vector<StepResult>> run_program(const Program& program, LazyContext& ctx, int steps) {
   Result<int64_t> n = step_count(program, steps);
   if (!n.is_ok()) return n.status();
-  std::unordered_map<std::string, Tensor> params;
-  std::map<std::string, BufferRef> npy_cache;
+  StepArguments arguments(program, ctx);
   std::vector<StepResult> results;
   for (int step = 0; step < *n; ++step) {
     size_t keys_before = ctx.executed_keys().size();
-    std::vector<Tensor> outputs;
-    {
-      std::unordered_map<std::string, Tensor> env;
-      for (const TensorDecl& d : program.tensors) {
-        auto cached = params.find(d.name);
-        if (cached != params.end()) {
-          env.insert_or_assign(d.name, cached->second);
-          continue;
-        }
-        Result<BufferRef> value =
-            make_value(program, d, d.role == TensorDecl::Role::kParam ? 0 : step, npy_cache);
-        if (!value.is_ok()) return value.status();
-        Tensor t = ctx.from_buffer(std::move(value).value());
-        if (d.role == TensorDecl::Role::kParam) params.insert_or_assign(d.name, t);
-        env.insert_or_assign(d.name, std::move(t));
-      }
-      TensorOps ops{ctx};
-      Status st = replay(program, step, ops, env);
-      if (!st.is_ok()) return st;
-      for (const OutputRef& o : program.outputs) {
-        auto it = env.find(o.name);
-        if (it == env.end()) {
-          return at(program, o.pos, invalid_argument(fmt::format("undefined name '{}'", o.name)));
-        }
-        outputs.push_back(it->second);
-      }
-    }  // intermediates die here: only the outputs are roots of the step's graph
+    Result<std::vector<Tensor>> outputs = [&]() -> Result<std::vector<Tensor>> {
+      Result<std::vector<Tensor>> args = arguments.make(step);
+      if (!args.is_ok()) return args.status();
+      return record_step(program, ctx, step_dim_values(program, step), *args);
+    }();
+    if (!outputs.is_ok()) return outputs.status();
     StepResult r;
     try {
       ctx.mark_step();
-      for (size_t k = 0; k < outputs.size(); ++k) {
-        r.outputs.emplace_back(program.outputs[k].name, outputs[k].buffer());
+      for (size_t k = 0; k < outputs->size(); ++k) {
+        r.outputs.emplace_back(program.outputs[k].name, (*outputs)[k].buffer());
       }
     } catch (const Error& e) {
-      return Status(e.status().code(),
-                    fmt::format("{}: step {}: {}", program.file_name, step, e.status().message()));
+      return step_error(program, step, e.status());
     }
     const std::vector<GraphKey>& keys = ctx.executed_keys();
     r.graph_keys.assign(keys.begin() + static_cast<std::ptrdiff_t>(keys_before), keys.end());
     results.push_back(std::move(r));
   }
   return results;
+}
+
+Status step_error(const Program& program, int step, const Status& cause) {
+  return Status(cause.code(),
+                fmt::format("{}: step {}: {}", program.file_name, step, cause.message()));
 }
 
 }  // namespace tracecache

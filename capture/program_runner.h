@@ -6,6 +6,13 @@
 // picks its value for the step); record the op stream with LazyContext::record; drop every
 // intermediate so that only the outputs are live; mark_step(); read the outputs.
 //
+// run_program does all of that. Its parts are exposed so a step can run another way, e.g. as
+// a compiled function (replay/compiled_function.h): StepArguments makes a step's argument
+// tensors without recording anything, and record_step records the op stream on given
+// arguments. What a step's graph depends on is exactly (the arguments, the dim values): dims
+// can appear in attributes (arange(end=N), reshape(shape=[B, -1])) and not only in shapes, so
+// whoever caches a step's graph must key or guard it on the dim values too.
+//
 // Number operands (`mul(x, 0.5)`) become rank-0 `full` constants whose dtype is the first
 // non-condition tensor operand's dtype if it holds the number exactly, else f32.
 //
@@ -16,6 +23,10 @@
 // Thread-safety: as the LazyContext (one thread at a time per context).
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -41,6 +52,44 @@ struct StepResult {
 // hand-built program that names undefined things gets a kInvalidArgument error, not a crash.
 Result<std::vector<StepResult>> run_program(const Program& program, LazyContext& ctx,
                                             int steps = -1);
+
+// The value of every dim at `step`, in program.dims order.
+std::vector<int64_t> step_dim_values(const Program& program, int step);
+
+// Makes the argument tensors of a program's steps in one context: one materialized tensor per
+// program.tensors entry, in declaration order. Parameters are made by the first make() and the
+// same tensors are returned by every later one; inputs are made afresh for each step.
+// Ownership: `program` and `ctx` must outlive this.
+class StepArguments {
+ public:
+  StepArguments(const Program& program, LazyContext& ctx);
+  ~StepArguments();
+  StepArguments(const StepArguments&) = delete;
+  StepArguments& operator=(const StepArguments&) = delete;
+
+  // Errors: a bad dim reference or an npy file that cannot be read or does not match its
+  // declaration, as a Status naming the place in the program.
+  Result<std::vector<Tensor>> make(int step);
+
+ private:
+  const Program& program_;
+  LazyContext& ctx_;
+  std::map<size_t, Tensor> params_;  // by index into program.tensors
+  std::map<std::string, BufferRef> npy_cache_;
+};
+
+// Records one step's op stream on `ctx` and returns its outputs (pending, unless ctx is eager),
+// in the program's output order; every intermediate is dropped before returning. `dims` holds
+// one value per program.dims entry (step_dim_values()); `args` one tensor per program.tensors
+// entry (StepArguments::make()), each of its declared type with `dims` bound.
+// Errors: argument counts or types that do not fit, and shape or attribute errors while
+// recording, as a Status starting "FILE:LINE:COL: ". Does not mark_step().
+Result<std::vector<Tensor>> record_step(const Program& program, LazyContext& ctx,
+                                        std::span<const int64_t> dims,
+                                        std::span<const Tensor> args);
+
+// `cause` prefixed with "FILE: step N: ", how run_program reports failures at a barrier.
+Status step_error(const Program& program, int step, const Status& cause);
 
 // The shape of `decl` at `step`, its dims bound.
 Result<Shape> declared_shape(const Program& program, const TensorDecl& decl, int step);

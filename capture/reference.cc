@@ -48,4 +48,18 @@ Result<std::vector<BufferRef>> evaluate_reference(const Graph& graph,
   return outputs;
 }
 
+Result<BufferRef> ReferenceOpRunner::run_op(OpKind op, std::span<const BufferRef> inputs,
+                                            std::span<const AttrValue> attrs,
+                                            const TensorType& out) {
+  if (op == OpKind::kParameter) {
+    return invalid_argument("eager mode: 'parameter' is not an op that runs");
+  }
+  std::vector<const HostBuffer*> ins;
+  ins.reserve(inputs.size());
+  for (const BufferRef& b : inputs) ins.push_back(b.get());
+  HostBuffer result(out.dtype, out.shape);
+  op_info(op).reference(ins, attrs, result);
+  return BufferRef(std::make_shared<const HostBuffer>(std::move(result)));
+}
+
 }  // namespace tracecache

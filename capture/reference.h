@@ -2,12 +2,14 @@
 // registry. It is the correctness oracle for every backend and every execution mode, and the
 // GraphExecutor `mark_step` uses when no compiled backend is attached.
 //
-// Thread-safe: evaluate_reference is a pure function; a ReferenceExecutor has no state.
+// Thread-safe: evaluate_reference is a pure function; a ReferenceExecutor and a
+// ReferenceOpRunner have no state.
 #pragma once
 
 #include <span>
 #include <vector>
 
+#include "capture/eager.h"
 #include "capture/graph.h"
 #include "capture/tensor.h"
 
@@ -25,6 +27,14 @@ class ReferenceExecutor final : public GraphExecutor {
                                          std::span<const BufferRef> params) override {
     return evaluate_reference(graph.graph, params);
   }
+};
+
+// Eager mode on the reference kernels: each op runs as it is issued (capture/eager.h). Gives
+// the same bits as lazy mode on the ReferenceExecutor.
+class ReferenceOpRunner final : public OpRunner {
+ public:
+  Result<BufferRef> run_op(OpKind op, std::span<const BufferRef> inputs,
+                           std::span<const AttrValue> attrs, const TensorType& out) override;
 };
 
 }  // namespace tracecache

@@ -52,6 +52,11 @@ BufferRef Tensor::buffer() const {
   return impl_->data;
 }
 
+const HostBuffer* Tensor::data_ptr() const {
+  assert(defined() && !impl_->pending());
+  return impl_->data.get();
+}
+
 double Tensor::item() const {
   if (numel() != 1) {
     throw Error(invalid_argument(fmt::format(
@@ -127,6 +132,7 @@ Tensor LazyContext::record(OpKind op, std::span<const Tensor> inputs,
   std::copy(attrs.begin(), attrs.end(), attr_buf.begin());
   std::span<AttrValue> normalized(attr_buf.data(), attrs.size());
   TensorType type = infer_op(op, types, normalized);
+  if (options_.eager) return run_eager(op, inputs, normalized, type);
   if (options_.metrics && trace_.empty()) trace_started_ = std::chrono::steady_clock::now();
 
   std::array<NodeId, kInline> inline_ids;
@@ -146,6 +152,32 @@ Tensor LazyContext::record(OpKind op, std::span<const Tensor> inputs,
   pending_.push_back(impl);
   ++live_pending_;
   return Tensor(impl);
+}
+
+Tensor LazyContext::run_eager(OpKind op, std::span<const Tensor> inputs,
+                              std::span<const AttrValue> attrs, const TensorType& type) {
+  // Every tensor of an eager context is materialized: nothing is ever recorded.
+  constexpr size_t kInline = 4;
+  std::array<BufferRef, kInline> inline_data;
+  std::vector<BufferRef> heap_data;
+  std::span<BufferRef> data(inline_data.data(), std::min(inputs.size(), kInline));
+  if (inputs.size() > kInline) {
+    heap_data.resize(inputs.size());
+    data = heap_data;
+  }
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    assert(!inputs[i].impl_->pending());
+    data[i] = inputs[i].impl_->data;
+  }
+  Result<BufferRef> out = options_.eager->run_op(op, data, attrs, type);
+  if (!out.is_ok()) throw Error(out.status());
+  if ((*out)->dtype() != type.dtype || (*out)->shape() != type.shape) {
+    throw Error(internal_error(fmt::format("op '{}': the op runner returned {}, expected {}",
+                                           op_info(op).name,
+                                           type_to_string({(*out)->dtype(), (*out)->shape()}),
+                                           type_to_string(type))));
+  }
+  return from_buffer(std::move(out).value());
 }
 
 void LazyContext::forget_pending(TensorImpl* t) {

@@ -10,8 +10,12 @@
 // data, or materialized) enters later graphs as a parameter ("device data"), so a new step's
 // graph never embeds the previous step's values.
 //
+// Eager mode: with LazyOptions::eager set, the context traces nothing; each op runs at once on
+// that OpRunner (capture/eager.h) and returns a materialized tensor, and mark_step() is a no-op.
+//
 // Errors: ops on incompatible tensors throw Error at record time, naming the op and both
-// operand types; an executor failure throws Error from the barrier.
+// operand types; an executor failure throws Error from the barrier (an op runner failure, from
+// the op).
 // Thread-safety: a context and its tensors belong to one thread at a time (reference counts
 // are not atomic). Different contexts are independent.
 // Ownership: the context must outlive its tensors; the executor must outlive the context.
@@ -26,6 +30,7 @@
 
 #include "capture/buffer.h"
 #include "capture/canonical.h"
+#include "capture/eager.h"
 #include "capture/graph.h"
 #include "capture/metrics.h"
 #include "capture/status.h"
@@ -68,6 +73,9 @@ class Tensor {
 
   // Value reads: materialize (a barrier for this tensor) and return the data.
   BufferRef buffer() const;
+  // The data of a materialized tensor without taking a reference (no atomic operations).
+  // REQUIRES: is_materialized(). The pointer lives as long as this tensor's value.
+  const HostBuffer* data_ptr() const;
   // The single element converted to double. Throws Error unless numel() == 1.
   double item() const;
   // Elements converted to T, row-major.
@@ -92,6 +100,9 @@ struct LazyOptions {
   CanonicalizeOptions canonicalize;
   // Where barriers count traces and time canonicalize + hash; not owned, may be null.
   Metrics* metrics = nullptr;
+  // Eager mode when set: ops run at once on this runner (not owned; must outlive the context)
+  // and the executor is never called.
+  OpRunner* eager = nullptr;
 };
 
 class LazyContext {
@@ -116,7 +127,8 @@ class LazyContext {
                   std::span<const AttrValue>(attrs.begin(), attrs.size()));
   }
 
-  // The barrier: materializes every live pending tensor as one graph. A no-op if none.
+  // The barrier: materializes every live pending tensor as one graph. A no-op if none (always,
+  // in eager mode).
   void mark_step();
 
   const LazyOptions& options() const { return options_; }
@@ -129,6 +141,8 @@ class LazyContext {
   friend class Tensor;
   friend struct TensorImpl;
   NodeId node_for(TensorImpl* t);
+  Tensor run_eager(OpKind op, std::span<const Tensor> inputs, std::span<const AttrValue> attrs,
+                   const TensorType& type);
   void materialize(std::span<TensorImpl* const> roots);
   void forget_pending(TensorImpl* t);
   void reset_trace_if_idle();

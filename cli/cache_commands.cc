@@ -16,6 +16,8 @@ int audit_command(const CacheCommandOptions& options) {
   if (!db.is_ok()) return report_error(db.status());
   Result<std::vector<store::GraphAudit>> rows = (*db)->audit();
   if (!rows.is_ok()) return report_error(rows.status());
+  Result<std::vector<store::FunctionAudit>> functions = (*db)->function_audit();
+  if (!functions.is_ok()) return report_error(functions.status());
 
   if (options.json) {
     JsonWriter j;
@@ -45,11 +47,38 @@ int audit_command(const CacheCommandOptions& options) {
       j.end_object();
     }
     j.end_array();
+    j.key("functions").begin_array();
+    for (const store::FunctionAudit& f : *functions) {
+      j.begin_object();
+      j.key("name").value(f.key.name);
+      j.key("user_version").value(f.key.user_version);
+      j.key("toolkit_version").value(f.key.toolkit_version);
+      j.key("entries").begin_array();
+      for (const auto& e : f.entries) {
+        j.begin_object();
+        j.key("entry").value(e.entry);
+        j.key("hits").value(e.hits);
+        j.key("bytes").value(e.bytes);
+        j.end_object();
+      }
+      j.end_array();
+      j.key("recent_recompiles").begin_array();
+      for (const std::string& r : f.recent_recompiles) j.value(r);
+      j.end_array();
+      j.end_object();
+    }
+    j.end_array();
     j.end_object();
     out(j.str() + "\n");
     return kExitOk;
   }
 
+  for (const store::FunctionAudit& f : *functions) {
+    out(fmt::format("function {} (version '{}', {}): {} entries\n", f.key.name, f.key.user_version,
+                    f.key.toolkit_version, f.entries.size()));
+    for (const auto& e : f.entries) out(fmt::format("    entry {}: {} hits, {} bytes\n", e.entry, e.hits, e.bytes));
+    for (const std::string& r : f.recent_recompiles) out(fmt::format("    recompile: {}\n", r));
+  }
   out(fmt::format("{:<16}  {:>8} {:>8} {:>7} {:>8} {:>7} {:>11} {:>10}  {}\n", "graph", "hits:mem",
                   "hits:disk", "misses", "compiles", "corrupt", "compile ms", "saved ms", "last use (UTC)"));
   for (const store::GraphAudit& a : *rows) {

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "capture/status.h"
 #include "store/cache_db.h"
@@ -25,6 +26,7 @@ struct DbOptions {
 
 struct RunOptions {
   std::string program;
+  std::string mode = "lazy";  // "eager", "lazy" or "once" (cli/program_session.h)
   int steps = -1;  // -1: the program's default
   bool json = false;
   std::string save_outputs;  // empty: do not save
@@ -35,6 +37,19 @@ struct RunOptions {
   DbOptions db;
 };
 int run_command(const RunOptions& options);
+
+// `bench`: per target and mode, median step time and host overhead (step time minus kernel
+// time) over timed steps that follow warmup steps; input generation is not timed.
+struct BenchOptions {
+  std::vector<std::string> targets;  // trace programs
+  std::string modes = "eager,lazy,once";
+  std::string backend = "cpu";
+  int steps = 20;
+  int warmup = 5;
+  bool json = false;
+  std::string db;  // empty: no disk cache (compiles stay in memory)
+};
+int bench_command(const BenchOptions& options);
 
 struct ShowOptions {
   std::string target;  // a .trace program, or a graph hash in the cache

@@ -36,6 +36,11 @@ int main(int argc, char** argv) {
   CLI::App* run_cmd = app.add_subcommand("run", "Run a trace program step by step through lazy capture and the graph cache.");
   run_cmd->add_option("program", run.program, "Trace program (.trace)")->required();
   run_cmd->add_option("--steps", run.steps, "Steps to run (default: the program's)")->check(CLI::PositiveNumber);
+  run_cmd->add_option("--mode", run.mode,
+                      "eager (ops run at once, no cache), lazy (trace every step) or once (each step "
+                      "is a compiled function: guards checked, traced only on a recompile)")
+      ->check(CLI::IsMember({"eager", "lazy", "once"}))
+      ->capture_default_str();
   run_cmd->add_option("--backend", run.backend, "cpu (compiled, cached) or reference (the uncached oracle)")
       ->capture_default_str();
   run_cmd->add_option("--db", run.db.flag, db_help);
@@ -46,6 +51,23 @@ int main(int argc, char** argv) {
                       "Write every output of every step to DIR/step<N>_<name>.npy");
   run_cmd->add_flag("--bake-scalars", run.bake_scalars,
                     "Keep scalar constants in the graph (and its key) instead of lifting them to inputs");
+
+  BenchOptions bench;
+  CLI::App* bench_cmd = app.add_subcommand(
+      "bench", "Median step time and host overhead per step of trace programs in eager, lazy and once mode.");
+  bench_cmd->add_option("targets", bench.targets, "Trace programs (.trace)")->required();
+  bench_cmd->add_option("--modes", bench.modes, "Comma-separated modes to run: eager, lazy, once")
+      ->capture_default_str();
+  bench_cmd->add_option("--backend", bench.backend, "cpu (reference: eager and lazy only)")
+      ->capture_default_str();
+  bench_cmd->add_option("--steps", bench.steps, "Timed steps per target and mode")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  bench_cmd->add_option("--warmup", bench.warmup, "Untimed steps first (traces and compiles happen here)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  bench_cmd->add_option("--db", bench.db, "Cache database to use (default: none, compile in memory)");
+  bench_cmd->add_flag("--json", bench.json, "Print one JSON object: rows (per target and mode) and speedups");
 
   ShowOptions show;
   show.db.env = cache_env;
@@ -89,6 +111,7 @@ int main(int argc, char** argv) {
   try {
     if (*run_cmd) return run_command(run);
     if (*show_cmd) return show_command(show);
+    if (*bench_cmd) return bench_command(bench);
     if (*audit_cmd) return audit_command(cache);
     if (*ls_cmd) return ls_command(cache);
     if (*stats_cmd) return stats_command(cache);

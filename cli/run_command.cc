@@ -8,6 +8,7 @@
 #include "capture/reference.h"
 #include "cli/common.h"
 #include "cli/json.h"
+#include "cli/program_session.h"
 #include "replay/cpu_backend.h"
 #include "replay/runtime.h"
 #include "store/graph_codec.h"
@@ -91,8 +92,11 @@ void write_outputs_json(JsonWriter& j, const std::vector<StepResult>& steps) {
 
 void write_counters_json(JsonWriter& j, const Metrics& m) {
   // The documented counters always appear, even when zero.
-  const std::string_view always[] = {counters::kTraces, counters::kCompiles, counters::kHitsMemory,
-                                     counters::kHitsDisk, counters::kMisses, counters::kExecutions};
+  const std::string_view always[] = {counters::kTraces,       counters::kCompiles,
+                                     counters::kHitsMemory,   counters::kHitsDisk,
+                                     counters::kMisses,       counters::kExecutions,
+                                     counters::kGuardChecks,  counters::kGuardFailures,
+                                     counters::kRecompiles};
   j.key("counters").begin_object();
   for (std::string_view name : always) j.key(name).value(m.counter(name));
   for (const auto& [name, value] : m.counters()) {
@@ -118,27 +122,45 @@ void write_counters_json(JsonWriter& j, const Metrics& m) {
 int run_command(const RunOptions& options) {
   Result<Program> program = load_program(options.program);
   if (!program.is_ok()) return report_error(program.status());
+  std::optional<Mode> mode = parse_mode(options.mode);
+  if (!mode) {
+    return report_error(invalid_argument(
+        fmt::format("unknown mode '{}' (available: eager, lazy, once)", options.mode)));
+  }
 
   Metrics metrics;
-  ReferenceExecutor reference;
-  CpuBackend cpu;
   std::unique_ptr<store::CacheDb> db;
-  std::unique_ptr<Runtime> runtime;
-  GraphExecutor* executor = &reference;
-  if (options.backend == "cpu") {
+  if (options.backend == "cpu" && *mode != Mode::kEager) {
     Result<std::unique_ptr<store::CacheDb>> opened = open_run_db(options);
     if (!opened.is_ok()) return report_error(opened.status());
     db = std::move(*opened);
-    runtime = std::make_unique<Runtime>(&cpu, db.get(), &metrics);
-    executor = runtime.get();
-  } else if (options.backend != "reference") {
-    return report_error(invalid_argument(
-        fmt::format("unknown backend '{}' (available: cpu, reference)", options.backend)));
   }
+  Result<std::unique_ptr<ProgramSession>> session = ProgramSession::create(
+      *program, {.mode = *mode, .backend = options.backend, .db = db.get(),
+                 .bake_scalars = options.bake_scalars, .metrics = &metrics});
+  if (!session.is_ok()) return report_error(session.status());
+  ProgramSession& s = **session;
 
-  LazyContext ctx(executor, lazy_options(options.bake_scalars, &metrics));
-  Result<std::vector<StepResult>> steps = run_program(*program, ctx, options.steps);
-  if (runtime) {
+  Result<std::vector<StepResult>> steps = [&]() -> Result<std::vector<StepResult>> {
+    int64_t n = options.steps == -1 ? program->default_steps() : options.steps;
+    std::vector<StepResult> results;
+    for (int step = 0; step < n; ++step) {
+      size_t keys_before = s.executed_keys().size();
+      Result<ProgramSession::PreparedStep> prepared = s.prepare(step);
+      if (!prepared.is_ok()) return prepared.status();
+      Result<std::vector<BufferRef>> values = s.run(*prepared);
+      if (!values.is_ok()) return values.status();
+      StepResult r;
+      for (size_t k = 0; k < values->size(); ++k) {
+        r.outputs.emplace_back(program->outputs[k].name, std::move((*values)[k]));
+      }
+      const std::vector<GraphKey>& keys = s.executed_keys();
+      r.graph_keys.assign(keys.begin() + static_cast<std::ptrdiff_t>(keys_before), keys.end());
+      results.push_back(std::move(r));
+    }
+    return results;
+  }();
+  if (Runtime* runtime = s.runtime()) {
     runtime->flush();
     for (const std::string& w : runtime->warnings()) warn(w);
   }
@@ -149,17 +171,31 @@ int run_command(const RunOptions& options) {
     if (!st.is_ok()) return report_error(st);
   }
 
+  static const std::vector<std::string> kNoReasons;
+  const std::vector<std::string>& reasons =
+      s.function() ? s.function()->stats().recompile_reasons : kNoReasons;
   if (options.json) {
     JsonWriter j;
     j.begin_object();
     j.key("program").value(options.program);
-    j.key("mode").value("lazy");
+    j.key("mode").value(mode_name(*mode));
     j.key("backend").value(options.backend);
     if (db) j.key("db").value(db->path());
     else j.key("db").null();
     j.key("steps").value(steps->size());
     write_outputs_json(j, *steps);
     write_counters_json(j, metrics);
+    if (const CompiledFunction* f = s.function()) {
+      j.key("function").begin_object();
+      j.key("name").value(f->name());
+      j.key("entries").value(f->num_entries());
+      j.key("traces").value(f->stats().traces);
+      j.key("fell_back_to_lazy").value(f->stats().fell_back_to_lazy);
+      j.end_object();
+    }
+    j.key("recompile_reasons").begin_array();
+    for (const std::string& r : reasons) j.value(r);
+    j.end_array();
     j.end_object();
     out(j.str() + "\n");
     if (options.metrics) std::fputs(metrics.report().c_str(), stderr);
@@ -167,19 +203,29 @@ int run_command(const RunOptions& options) {
   }
 
   for (size_t i = 0; i < steps->size(); ++i) {
-    const StepResult& s = (*steps)[i];
+    const StepResult& r = (*steps)[i];
     std::string keys;
-    for (const GraphKey& k : s.graph_keys) keys += (keys.empty() ? "" : ",") + k.to_hex();
-    out(fmt::format("step {}  graph {}\n", i, keys));
-    for (const auto& [name, buf] : s.outputs) {
+    for (const GraphKey& k : r.graph_keys) keys += (keys.empty() ? "" : ",") + k.to_hex();
+    if (*mode == Mode::kLazy) {
+      out(fmt::format("step {}  graph {}\n", i, keys));
+    } else {
+      out(fmt::format("step {}\n", i));
+    }
+    for (const auto& [name, buf] : r.outputs) {
       out(fmt::format("  {:<12} {:<16} checksum {}\n", name,
                       type_to_string({buf->dtype(), buf->shape()}), buf->checksum()));
     }
   }
-  out(fmt::format("{} steps, {} traces, {} compiles, {} memory hits, {} disk hits, {} misses\n",
-                  steps->size(), metrics.counter(counters::kTraces), metrics.counter(counters::kCompiles),
-                  metrics.counter(counters::kHitsMemory), metrics.counter(counters::kHitsDisk),
-                  metrics.counter(counters::kMisses)));
+  out(fmt::format("{} steps ({} mode), {} traces, {} compiles, {} memory hits, {} disk hits, {} misses\n",
+                  steps->size(), mode_name(*mode), metrics.counter(counters::kTraces),
+                  metrics.counter(counters::kCompiles), metrics.counter(counters::kHitsMemory),
+                  metrics.counter(counters::kHitsDisk), metrics.counter(counters::kMisses)));
+  if (*mode == Mode::kOnce) {
+    out(fmt::format("{} guard checks, {} guard failures, {} recompiles\n",
+                    metrics.counter(counters::kGuardChecks), metrics.counter(counters::kGuardFailures),
+                    metrics.counter(counters::kRecompiles)));
+    for (const std::string& r : reasons) out(fmt::format("recompile: {}\n", r));
+  }
   if (options.metrics) out(metrics.report());
   return kExitOk;
 }

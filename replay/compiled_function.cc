@@ -155,7 +155,7 @@ std::optional<Entry> parse_entry(const std::string& bytes) {
         ok = c.index < num_tensors;
         break;
       case Check::Kind::kAliasOf: case Check::Kind::kDistinct:
-        ok = c.index < num_tensors && c.dim < num_tensors;
+        ok = c.index < num_tensors && c.dim < num_tensors && c.expected < num_tensors;
         break;
       case Check::Kind::kScalarValue: ok = c.index < num_scalars; break;
     }
@@ -244,7 +244,16 @@ struct CompiledFunction::Impl {
 
   // ---- guards ---------------------------------------------------------------------------
 
-  static const HostBuffer& data(const CallArgs& args, uint32_t i) { return *args.tensors[i].buffer(); }
+  static const std::byte* data(const CallArgs& args, uint32_t i) { return args.tensors[i].data_ptr()->bytes(); }
+
+  // The first tensor argument that shares data with argument j (j itself if none).
+  static uint64_t first_alias(const CallArgs& args, uint32_t j) {
+    const std::byte* p = data(args, j);
+    for (uint32_t i = 0; i < j; ++i) {
+      if (data(args, i) == p) return i;
+    }
+    return j;
+  }
 
   // Value of the property `c` checks, for this call. REQUIRES: counts already checked.
   uint64_t actual(const Check& c, const CallArgs& args) const {
@@ -257,10 +266,8 @@ struct CompiledFunction::Impl {
       case Check::Kind::kSize: return static_cast<uint64_t>(args.tensors[c.index].shape()[static_cast<int>(c.dim)]);
       case Check::Kind::kContiguous: return 1;  // HostBuffers are dense row-major
       case Check::Kind::kDevice: return 0;      // host memory
-      case Check::Kind::kAliasOf:
-        return data(args, c.index).bytes() == data(args, c.dim).bytes() ? c.expected : ~c.expected;
-      case Check::Kind::kDistinct:
-        return data(args, c.index).bytes() == data(args, c.dim).bytes() ? 0 : 1;
+      case Check::Kind::kAliasOf: return first_alias(args, c.index);
+      case Check::Kind::kDistinct: return data(args, c.index) == data(args, c.dim) ? 0 : 1;  // unused since guards1
       case Check::Kind::kScalarValue: return scalar_bits(args.scalars[c.index]);
     }
     return 0;
@@ -307,10 +314,13 @@ struct CompiledFunction::Impl {
         case Check::Kind::kDevice:
           f = {input_name(c.index) + ": device", "host", "other"};
           break;
-        case Check::Kind::kAliasOf:
-          f = {fmt::format("{}: aliasing", input_name(c.index)), fmt::format("same data as input {}", c.dim),
-               "distinct data"};
+        case Check::Kind::kAliasOf: {
+          auto describe = [&](uint64_t first) {
+            return first == c.index ? std::string("its own data") : fmt::format("same data as input {}", first);
+          };
+          f = {fmt::format("{}: aliasing", input_name(c.index)), describe(c.expected), describe(got)};
           break;
+        }
         case Check::Kind::kDistinct:
           f = {fmt::format("{}: aliasing", input_name(c.index)), fmt::format("distinct from input {}", c.dim),
                fmt::format("same data as input {}", c.dim)};
@@ -345,21 +355,9 @@ struct CompiledFunction::Impl {
       checks.push_back({Check::Kind::kContiguous, i, 0, 1});
       checks.push_back({Check::Kind::kDevice, i, 0, 0});
     }
-    // Aliasing: each tensor either shares data with the first earlier tensor that has it, or
-    // differs from every earlier one.
-    for (uint32_t j = 0; j < args.tensors.size(); ++j) {
-      uint32_t first = j;
-      for (uint32_t i = 0; i < j; ++i) {
-        if (data(args, i).bytes() == data(args, j).bytes()) {
-          first = i;
-          break;
-        }
-      }
-      if (first != j) {
-        checks.push_back({Check::Kind::kAliasOf, j, first, 1});
-      } else {
-        for (uint32_t i = 0; i < j; ++i) checks.push_back({Check::Kind::kDistinct, j, i, 1});
-      }
+    // Aliasing: for each tensor, the first argument whose data it shares (itself if none).
+    for (uint32_t j = 1; j < args.tensors.size(); ++j) {
+      checks.push_back({Check::Kind::kAliasOf, j, 0, first_alias(args, j)});
     }
     for (uint32_t s = 0; s < args.scalars.size(); ++s) {
       if (!dynamic_scalar[s]) checks.push_back({Check::Kind::kScalarValue, s, 0, scalar_bits(args.scalars[s])});
@@ -604,6 +602,13 @@ CompiledFunction::CompiledFunction(std::string name, TracedFn fn, Runtime* runti
 CompiledFunction::~CompiledFunction() { flush(); }
 
 void CompiledFunction::flush() { impl_->flush_hits(); }
+
+int CompiledFunction::find_entry(const CallArgs& args) const {
+  for (size_t e = 0; e < impl_->entries.size(); ++e) {
+    if (impl_->holds(impl_->entries[e], args)) return static_cast<int>(e);
+  }
+  return -1;
+}
 
 size_t CompiledFunction::num_entries() const { return impl_->entries.size(); }
 

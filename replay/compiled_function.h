@@ -116,6 +116,9 @@ class CompiledFunction {
   size_t num_entries() const;
   // Adds the hits since the last flush to the stored entries (also done on destruction).
   void flush();
+  // Index of the first entry whose guards hold for `args` (value guards between segments are
+  // checked during replay, not here), or -1. Allocates nothing. For tools and benchmarks.
+  int find_entry(const CallArgs& args) const;
 
  private:
   struct Impl;

@@ -1,0 +1,222 @@
+// `tracecache bench`: host overhead per step of eager, lazy and once mode on trace programs.
+//
+// For each target and mode, a fresh session (cli/program_session.h) runs `warmup` steps (which
+// trace and compile whatever the steps need) and then `steps` timed steps. A timed step's
+// arguments are made first, outside the clock; the clock covers recording or guard checking,
+// execution and materializing the outputs. Kernel time is the Metrics timer "run" over the
+// step (the runtime's executable runs in lazy and once mode, the op runner's kernels in eager
+// mode), and host overhead is step time minus kernel time. Reported per target and mode: the
+// median step time, median kernel time and median host overhead, and per target the ratios
+// lazy / once of host overhead and of step time.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <optional>
+#include <sstream>
+
+#include "capture/program.h"
+#include "cli/common.h"
+#include "cli/json.h"
+#include "cli/program_session.h"
+
+namespace tracecache::cli {
+
+namespace {
+
+struct BenchRow {
+  std::string target;
+  Mode mode = Mode::kLazy;
+  int steps = 0;
+  double step_us = 0;      // medians over the timed steps
+  double kernel_us = 0;
+  double overhead_us = 0;
+  int64_t traces = 0;      // during the timed steps (once mode in steady state: 0)
+  int64_t compiles = 0;
+};
+
+// Microseconds to a tenth of a nanosecond: more digits would be noise.
+double rounded(double us) { return std::round(us * 10000.0) / 10000.0; }
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+Result<std::vector<Mode>> parse_modes(const std::string& list) {
+  std::vector<Mode> modes;
+  std::stringstream in(list);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    std::optional<Mode> m = parse_mode(item);
+    if (!m) {
+      return invalid_argument(
+          fmt::format("unknown mode '{}' in --modes (available: eager, lazy, once)", item));
+    }
+    if (std::find(modes.begin(), modes.end(), *m) == modes.end()) modes.push_back(*m);
+  }
+  if (modes.empty()) return invalid_argument("--modes names no mode");
+  return modes;
+}
+
+// Runs one target in one mode. Metrics are cleared before each timed step (outside the clock;
+// keeping the names, so recording during the step allocates no map nodes), so the "run" timer
+// and the counters hold exactly that step's numbers.
+Result<BenchRow> bench_one(const Program& program, const std::string& target, Mode mode,
+                           const BenchOptions& options, store::CacheDb* db) {
+  Metrics metrics;
+  Result<std::unique_ptr<ProgramSession>> session = ProgramSession::create(
+      program, {.mode = mode, .backend = options.backend, .db = db, .metrics = &metrics});
+  if (!session.is_ok()) return session.status();
+  ProgramSession& s = **session;
+  for (int step = 0; step < options.warmup; ++step) {
+    Result<ProgramSession::PreparedStep> p = s.prepare(step);
+    if (!p.is_ok()) return p.status();
+    Result<std::vector<BufferRef>> outs = s.run(*p);
+    if (!outs.is_ok()) return outs.status();
+  }
+  BenchRow row{.target = target, .mode = mode, .steps = options.steps};
+  std::vector<double> step_us, kernel_us, overhead_us;
+  for (int i = 0; i < options.steps; ++i) {
+    int step = options.warmup + i;
+    Result<ProgramSession::PreparedStep> p = s.prepare(step);
+    if (!p.is_ok()) return p.status();
+    metrics.clear_values();
+    auto start = std::chrono::steady_clock::now();
+    Result<std::vector<BufferRef>> outs = s.run(*p);
+    auto stop = std::chrono::steady_clock::now();
+    if (!outs.is_ok()) return outs.status();
+    double total = std::chrono::duration<double, std::micro>(stop - start).count();
+    double kernels = metrics.timer(timers::kRun).total_ms * 1000.0;
+    step_us.push_back(total);
+    kernel_us.push_back(kernels);
+    overhead_us.push_back(std::max(0.0, total - kernels));
+    row.traces += metrics.counter(counters::kTraces);
+    row.compiles += metrics.counter(counters::kCompiles);
+  }
+  if (Runtime* runtime = s.runtime()) {
+    runtime->flush();
+    for (const std::string& w : runtime->warnings()) warn(w);
+  }
+  row.step_us = median(step_us);
+  row.kernel_us = median(kernel_us);
+  row.overhead_us = median(overhead_us);
+  return row;
+}
+
+struct Speedup {
+  std::string target;
+  double overhead = 0;  // lazy overhead / once overhead
+  double step = 0;      // lazy step time / once step time
+};
+
+std::vector<Speedup> speedups(const std::vector<BenchRow>& rows) {
+  std::vector<Speedup> out;
+  for (const BenchRow& once : rows) {
+    if (once.mode != Mode::kOnce) continue;
+    for (const BenchRow& lazy : rows) {
+      if (lazy.mode != Mode::kLazy || lazy.target != once.target) continue;
+      out.push_back({once.target,
+                     once.overhead_us > 0 ? lazy.overhead_us / once.overhead_us : 0,
+                     once.step_us > 0 ? lazy.step_us / once.step_us : 0});
+    }
+  }
+  return out;
+}
+
+void print_json(const BenchOptions& options, const std::vector<BenchRow>& rows) {
+  JsonWriter j;
+  j.begin_object();
+  j.key("backend").value(options.backend);
+  j.key("steps").value(options.steps);
+  j.key("warmup").value(options.warmup);
+  j.key("rows").begin_array();
+  for (const BenchRow& r : rows) {
+    j.begin_object();
+    j.key("target").value(r.target);
+    j.key("mode").value(mode_name(r.mode));
+    j.key("step_us").value(rounded(r.step_us));
+    j.key("kernel_us").value(rounded(r.kernel_us));
+    j.key("overhead_us").value(rounded(r.overhead_us));
+    j.key("traces").value(r.traces);
+    j.key("compiles").value(r.compiles);
+    j.end_object();
+  }
+  j.end_array();
+  j.key("speedups").begin_array();
+  for (const Speedup& s : speedups(rows)) {
+    j.begin_object();
+    j.key("target").value(s.target);
+    j.key("overhead_once_vs_lazy").value(rounded(s.overhead));
+    j.key("step_once_vs_lazy").value(rounded(s.step));
+    j.end_object();
+  }
+  j.end_array();
+  j.end_object();
+  out(j.str() + "\n");
+}
+
+void print_table(const BenchOptions& options, const std::vector<BenchRow>& rows) {
+  size_t width = 6;
+  for (const BenchRow& r : rows) width = std::max(width, r.target.size());
+  out(fmt::format("backend {}, {} timed steps after {} warmup; medians per step, microseconds\n",
+                  options.backend, options.steps, options.warmup));
+  out(fmt::format("{:<{}}  {:<5}  {:>10}  {:>10}  {:>12}  {:>6}\n", "target", width, "mode",
+                  "step us", "kernel us", "overhead us", "traces"));
+  for (const BenchRow& r : rows) {
+    out(fmt::format("{:<{}}  {:<5}  {:>10.1f}  {:>10.1f}  {:>12.1f}  {:>6}\n", r.target, width,
+                    mode_name(r.mode), r.step_us, r.kernel_us, r.overhead_us, r.traces));
+  }
+  std::vector<Speedup> ups = speedups(rows);
+  if (!ups.empty()) out("\n");
+  for (const Speedup& s : ups) {
+    out(fmt::format("{}: once/lazy speedup: host overhead {:.1f}x, step time {:.2f}x\n", s.target,
+                    s.overhead, s.step));
+  }
+}
+
+}  // namespace
+
+int bench_command(const BenchOptions& options) {
+  Result<std::vector<Mode>> modes = parse_modes(options.modes);
+  if (!modes.is_ok()) return report_error(modes.status());
+  if (options.steps < 1 || options.warmup < 0) {
+    return report_error(invalid_argument("--steps must be >= 1 and --warmup >= 0"));
+  }
+  std::vector<Program> programs;
+  for (const std::string& t : options.targets) {
+    Result<Program> p = load_program(t);
+    if (!p.is_ok()) return report_error(p.status());
+    programs.push_back(std::move(p).value());
+  }
+  std::unique_ptr<store::CacheDb> db;
+  if (!options.db.empty()) {
+    Result<std::unique_ptr<store::CacheDb>> opened = store::CacheDb::open({.path = options.db});
+    if (!opened.is_ok()) return report_error(opened.status());
+    db = std::move(*opened);
+  }
+
+  std::vector<BenchRow> rows;
+  for (size_t t = 0; t < programs.size(); ++t) {
+    std::string target = std::filesystem::path(options.targets[t]).filename().string();
+    for (Mode mode : *modes) {
+      std::fputs(fmt::format("bench: {} {}: {} warmup + {} timed steps\n", target,
+                             mode_name(mode), options.warmup, options.steps)
+                     .c_str(),
+                 stderr);
+      Result<BenchRow> row = bench_one(programs[t], target, mode, options, db.get());
+      if (!row.is_ok()) return report_error(row.status());
+      rows.push_back(std::move(row).value());
+    }
+  }
+  if (options.json) {
+    print_json(options, rows);
+  } else {
+    print_table(options, rows);
+  }
+  return kExitOk;
+}
+
+}  // namespace tracecache::cli

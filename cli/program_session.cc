@@ -1,0 +1,135 @@
+#include "cli/program_session.h"
+
+#include <xxhash.h>
+
+#include <fmt/format.h>
+
+#include <cassert>
+#include <filesystem>
+
+#include "capture/reference.h"
+#include "replay/cpu_backend.h"
+#include "replay/eager_runner.h"
+
+namespace tracecache::cli {
+
+std::optional<Mode> parse_mode(std::string_view name) {
+  if (name == "eager") return Mode::kEager;
+  if (name == "lazy") return Mode::kLazy;
+  if (name == "once") return Mode::kOnce;
+  return std::nullopt;
+}
+
+std::string_view mode_name(Mode mode) {
+  switch (mode) {
+    case Mode::kEager: return "eager";
+    case Mode::kLazy: return "lazy";
+    case Mode::kOnce: return "once";
+  }
+  return "?";
+}
+
+ProgramSession::ProgramSession(const Program& program, SessionOptions options)
+    : program_(program), options_(std::move(options)) {}
+
+ProgramSession::~ProgramSession() = default;
+
+Result<std::unique_ptr<ProgramSession>> ProgramSession::create(const Program& program,
+                                                               SessionOptions options) {
+  assert(options.metrics != nullptr);
+  bool cpu = options.backend == "cpu";
+  if (!cpu && options.backend != "reference") {
+    return invalid_argument(
+        fmt::format("unknown backend '{}' (available: cpu, reference)", options.backend));
+  }
+  if (!cpu && options.mode == Mode::kOnce) {
+    return invalid_argument(
+        "--mode once runs compiled executables: it needs --backend cpu, not reference");
+  }
+  std::unique_ptr<ProgramSession> s(new ProgramSession(program, options));
+  LazyOptions lazy;
+  lazy.canonicalize.bake_scalars = options.bake_scalars;
+  lazy.metrics = options.metrics;
+  GraphExecutor* executor = nullptr;
+  if (cpu && options.mode != Mode::kEager) {
+    s->backend_ = std::make_unique<CpuBackend>();
+    s->runtime_ = std::make_unique<Runtime>(s->backend_.get(), options.db, options.metrics);
+    executor = s->runtime_.get();
+  } else {
+    s->reference_ = std::make_unique<ReferenceExecutor>();
+    executor = s->reference_.get();
+  }
+  if (options.mode == Mode::kEager) {
+    if (cpu) {
+      s->op_runner_ = std::make_unique<CpuOpRunner>(options.metrics);
+    } else {
+      s->op_runner_ = std::make_unique<ReferenceOpRunner>();
+    }
+    lazy.eager = s->op_runner_.get();
+  }
+  s->ctx_ = std::make_unique<LazyContext>(executor, lazy);
+  s->arguments_ = std::make_unique<StepArguments>(program, *s->ctx_);
+  if (options.mode == Mode::kOnce) {
+    CompiledFunctionOptions fo;
+    fo.canonicalize = lazy.canonicalize;
+    for (const TensorDecl& d : program.tensors) fo.input_names.push_back(d.name);
+    // Guard entries persist under the function's name; the program's canonical text is the
+    // function's code, so an edited program never replays the old program's entries.
+    const std::string text = print_program(program);
+    fo.user_version = hex64(XXH3_64bits(text.data(), text.size()));
+    std::string name =
+        std::filesystem::path(program.file_name).filename().string() + ":step";
+    // The graph may depend on nothing but the arguments: the dims come from the (guarded)
+    // scalars, never from the step number.
+    TracedFn fn = [&program](LazyContext& ctx, const TraceArgs& args) {
+      std::vector<int64_t> dims;
+      for (size_t i = 0; i < args.num_scalars(); ++i) {
+        dims.push_back(static_cast<int64_t>(args.scalar(i)));
+      }
+      std::vector<Tensor> tensors;
+      for (size_t i = 0; i < args.num_tensors(); ++i) tensors.push_back(args.tensor(i));
+      return record_step(program, ctx, dims, tensors).value_or_throw();
+    };
+    s->function_ = std::make_unique<CompiledFunction>(std::move(name), std::move(fn),
+                                                      s->runtime_.get(), std::move(fo));
+  }
+  return s;
+}
+
+Result<ProgramSession::PreparedStep> ProgramSession::prepare(int step) {
+  PreparedStep p;
+  p.step = step;
+  p.dims = step_dim_values(program_, step);
+  Result<std::vector<Tensor>> args = arguments_->make(step);
+  if (!args.is_ok()) return args.status();
+  p.call.tensors = std::move(args).value();
+  p.call.scalars.assign(p.dims.begin(), p.dims.end());
+  return p;
+}
+
+Result<std::vector<BufferRef>> ProgramSession::run(const PreparedStep& p) {
+  std::vector<BufferRef> values;
+  if (function_) {
+    Result<std::vector<Tensor>> outs = (*function_)(*ctx_, p.call);
+    if (!outs.is_ok()) return step_error(program_, p.step, outs.status());
+    values.reserve(outs->size());
+    for (const Tensor& t : *outs) values.push_back(t.buffer());
+    return values;
+  }
+  Result<std::vector<Tensor>> outs = record_step(program_, *ctx_, p.dims, p.call.tensors);
+  if (!outs.is_ok()) return outs.status();
+  try {
+    ctx_->mark_step();
+    values.reserve(outs->size());
+    for (const Tensor& t : *outs) values.push_back(t.buffer());
+  } catch (const Error& e) {
+    return step_error(program_, p.step, e.status());
+  }
+  return values;
+}
+
+const std::vector<GraphKey>& ProgramSession::executed_keys() const {
+  return ctx_->executed_keys();
+}
+
+}  // namespace tracecache::cli

@@ -1,0 +1,86 @@
+# The three execution modes give the same bits (DESIGN.md invariants 3 and 4): `run --mode
+# eager|lazy|once --json` reports equal output checksums for every step of every fixture;
+# once mode on a varying batch recompiles and says why (the input and the dim); text mode
+# prints the guard counts and the reasons; `bench` prints the once/lazy speedups, and its
+# --json is valid with the documented fields.
+source "$(dirname "$0")/lib.sh"
+P="$SRC/fixtures/programs"
+for f in mlp attention matmul_varying_batch lr_schedule ops_tour embedding; do
+  for m in eager lazy once; do
+    "$TC" run "$P/$f.trace" --mode "$m" --json --db "$TMP/modes.db" > "$TMP/$f.$m.json" ||
+      fail "run $f.trace --mode $m exited $?"
+  done
+  python3 - "$TMP/$f" <<'PY' || fail "$f.trace: modes disagree"
+import json, sys
+docs = {m: json.load(open(f"{sys.argv[1]}.{m}.json")) for m in ("eager", "lazy", "once")}
+sums = {m: [[(o["name"], o["shape"], o["checksum"]) for o in s] for s in d["outputs"]]
+        for m, d in docs.items()}
+assert sums["eager"] == sums["lazy"] == sums["once"], sums
+for m, d in docs.items():
+    assert d["mode"] == m, (m, d["mode"])
+    for c in ("guard_checks", "guard_failures", "recompiles", "traces", "compiles"):
+        assert isinstance(d["counters"][c], int), (m, c)
+    assert isinstance(d["recompile_reasons"], list)
+e = docs["eager"]
+assert e["counters"]["traces"] == 0 and e["counters"]["compiles"] == 0 and e["graph_hashes"] == []
+assert docs["lazy"]["counters"]["traces"] == docs["lazy"]["steps"]
+o = docs["once"]
+assert o["counters"]["guard_checks"] >= o["steps"] - 1, o["counters"]
+assert len(o["recompile_reasons"]) == o["counters"]["recompiles"]
+PY
+done
+
+# Once mode on a varying batch: one recompile per new batch size, each naming input x and dim 0.
+python3 - "$TMP/matmul_varying_batch.once.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+c = d["counters"]
+assert c["recompiles"] == 2, c  # B = 8, 8, 16, 16, 32, 8: 16 and 32 are new
+assert c["guard_failures"] >= 2, c
+reasons = d["recompile_reasons"]
+assert len(reasons) == 2, reasons
+for r, actual in zip(reasons, ("16", "32")):
+    assert "input 0 'x'" in r and "size of dim 0" in r, r
+    assert f"expected 8, actual {actual}" in r, r
+PY
+
+# Text mode: the counts line and the reasons.
+"$TC" run "$P/matmul_varying_batch.trace" --mode once --no-cache > "$TMP/once.txt"
+grep -Eq '^[0-9]+ guard checks, [0-9]+ guard failures, 2 recompiles$' "$TMP/once.txt" ||
+  fail "no guard counts line: $(cat "$TMP/once.txt")"
+[ "$(grep -c "^recompile: .*input 0 'x': size of dim 0 expected 8, actual" "$TMP/once.txt")" -eq 2 ] ||
+  fail "recompile reasons missing: $(cat "$TMP/once.txt")"
+grep -q "(once mode)" "$TMP/once.txt" || fail "text output does not name the mode"
+
+# once needs compiled executables; unknown modes are bad input.
+expect_exit 2 "$TC" run "$P/mlp.trace" --mode once --backend reference
+grep -q "needs --backend cpu" "$TMP/err" || fail "unhelpful error: $(cat "$TMP/err")"
+expect_exit 2 "$TC" run "$P/mlp.trace" --mode fast
+
+# bench: a table with the speedups, progress on stderr, valid JSON.
+expect_exit 0 "$TC" bench "$P/mlp.trace" "$P/lr_schedule.trace" --steps 3 --warmup 2
+grep -q "once/lazy speedup: host overhead" "$TMP/out" || fail "no speedup in: $(cat "$TMP/out")"
+for m in eager lazy once; do
+  grep -Eq "^mlp.trace +$m " "$TMP/out" || fail "no mlp.trace $m row: $(cat "$TMP/out")"
+  grep -q "bench: mlp.trace $m" "$TMP/err" || fail "no progress line for $m"
+done
+expect_exit 0 "$TC" bench "$P/matmul_varying_batch.trace" --modes lazy,once --steps 3 --warmup 6 --json
+python3 - "$TMP/out" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["backend"] == "cpu" and d["steps"] == 3 and d["warmup"] == 6, d
+assert [r["mode"] for r in d["rows"]] == ["lazy", "once"], d["rows"]
+for r in d["rows"]:
+    assert r["target"] == "matmul_varying_batch.trace"
+    for k in ("step_us", "kernel_us", "overhead_us"):
+        assert isinstance(r[k], (int, float)) and r[k] >= 0, (k, r)
+    assert r["step_us"] >= r["overhead_us"]
+once = d["rows"][1]
+assert once["traces"] == 0 and once["compiles"] == 0, once  # warm: every batch size seen
+assert d["rows"][0]["traces"] == 3
+(s,) = d["speedups"]
+assert s["target"] == "matmul_varying_batch.trace"
+assert s["overhead_once_vs_lazy"] > 0 and s["step_once_vs_lazy"] > 0, s
+PY
+expect_exit 2 "$TC" bench "$P/mlp.trace" --modes eager,turbo
+echo ok

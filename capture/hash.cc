@@ -59,6 +59,25 @@ std::optional<GraphKey> GraphKey::from_hex(std::string_view hex) {
   return GraphKey{parts[0], parts[1]};
 }
 
+std::string GraphKey::to_bytes() const {
+  std::string b(16, '\0');
+  for (int i = 0; i < 8; ++i) {
+    b[static_cast<size_t>(i)] = static_cast<char>(high >> (56 - 8 * i));
+    b[static_cast<size_t>(8 + i)] = static_cast<char>(low >> (56 - 8 * i));
+  }
+  return b;
+}
+
+std::optional<GraphKey> GraphKey::from_bytes(std::string_view bytes) {
+  if (bytes.size() != 16) return std::nullopt;
+  GraphKey k;
+  for (size_t i = 0; i < 8; ++i) {
+    k.high = (k.high << 8) | static_cast<uint8_t>(bytes[i]);
+    k.low = (k.low << 8) | static_cast<uint8_t>(bytes[8 + i]);
+  }
+  return k;
+}
+
 std::string encode_graph(const Graph& graph) {
   std::string out;
   out.reserve(64 + graph.size() * 48);

@@ -31,6 +31,10 @@ struct GraphKey {
   std::string to_hex() const;
   // Inverse of to_hex(); nullopt unless `hex` is exactly 32 hex digits.
   static std::optional<GraphKey> from_hex(std::string_view hex);
+  // 16 bytes, high half then low half, big-endian: the form stored in protobuf messages.
+  std::string to_bytes() const;
+  // Inverse of to_bytes(); nullopt unless `bytes` has exactly 16 bytes.
+  static std::optional<GraphKey> from_bytes(std::string_view bytes);
 };
 
 // Identity hash for in-process maps keyed by GraphKey.

@@ -23,6 +23,23 @@ struct TensorImpl {
   bool pending() const { return node != kNoNode; }
 };
 
+// A span of n scratch values: inline for the common small case, on the heap beyond it.
+template <typename T, size_t N = 4>
+class Scratch {
+ public:
+  explicit Scratch(size_t n) {
+    if (n > N) heap_.resize(n);
+    span_ = n > N ? std::span<T>(heap_) : std::span<T>(inline_.data(), n);
+  }
+  std::span<T> span() { return span_; }
+  T& operator[](size_t i) { return span_[i]; }
+
+ private:
+  std::array<T, N> inline_{};
+  std::vector<T> heap_;
+  std::span<T> span_;
+};
+
 // ---- Tensor -------------------------------------------------------------------------------
 
 Tensor::Tensor(TensorImpl* impl) : impl_(impl) {}
@@ -104,14 +121,7 @@ NodeId LazyContext::node_for(TensorImpl* t) {
 
 Tensor LazyContext::record(OpKind op, std::span<const Tensor> inputs,
                            std::span<const AttrValue> attrs) {
-  constexpr size_t kInline = 4;
-  std::array<TensorType, kInline> inline_types;
-  std::vector<TensorType> heap_types;
-  std::span<TensorType> types(inline_types.data(), std::min(inputs.size(), kInline));
-  if (inputs.size() > kInline) {
-    heap_types.resize(inputs.size());
-    types = heap_types;
-  }
+  Scratch<TensorType> types(inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) {
     const Tensor& t = inputs[i];
     if (!t.defined()) {
@@ -131,23 +141,17 @@ Tensor LazyContext::record(OpKind op, std::span<const Tensor> inputs,
   std::array<AttrValue, kMaxOpAttrs> attr_buf;
   std::copy(attrs.begin(), attrs.end(), attr_buf.begin());
   std::span<AttrValue> normalized(attr_buf.data(), attrs.size());
-  TensorType type = infer_op(op, types, normalized);
+  TensorType type = infer_op(op, types.span(), normalized);
   if (options_.eager) return run_eager(op, inputs, normalized, type);
   if (options_.metrics && trace_.empty()) trace_started_ = std::chrono::steady_clock::now();
 
-  std::array<NodeId, kInline> inline_ids;
-  std::vector<NodeId> heap_ids;
-  std::span<NodeId> ids(inline_ids.data(), std::min(inputs.size(), kInline));
-  if (inputs.size() > kInline) {
-    heap_ids.resize(inputs.size());
-    ids = heap_ids;
-  }
+  Scratch<NodeId> ids(inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) ids[i] = node_for(inputs[i].impl_);
 
   auto* impl = new TensorImpl;
   impl->ctx = this;
   impl->type = type;
-  impl->node = trace_.add_node(op, ids, normalized, type);
+  impl->node = trace_.add_node(op, ids.span(), normalized, type);
   impl->pending_slot = static_cast<uint32_t>(pending_.size());
   pending_.push_back(impl);
   ++live_pending_;
@@ -157,19 +161,12 @@ Tensor LazyContext::record(OpKind op, std::span<const Tensor> inputs,
 Tensor LazyContext::run_eager(OpKind op, std::span<const Tensor> inputs,
                               std::span<const AttrValue> attrs, const TensorType& type) {
   // Every tensor of an eager context is materialized: nothing is ever recorded.
-  constexpr size_t kInline = 4;
-  std::array<BufferRef, kInline> inline_data;
-  std::vector<BufferRef> heap_data;
-  std::span<BufferRef> data(inline_data.data(), std::min(inputs.size(), kInline));
-  if (inputs.size() > kInline) {
-    heap_data.resize(inputs.size());
-    data = heap_data;
-  }
+  Scratch<BufferRef> data(inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) {
     assert(!inputs[i].impl_->pending());
     data[i] = inputs[i].impl_->data;
   }
-  Result<BufferRef> out = options_.eager->run_op(op, data, attrs, type);
+  Result<BufferRef> out = options_.eager->run_op(op, data.span(), attrs, type);
   if (!out.is_ok()) throw Error(out.status());
   if ((*out)->dtype() != type.dtype || (*out)->shape() != type.shape) {
     throw Error(internal_error(fmt::format("op '{}': the op runner returned {}, expected {}",

@@ -83,15 +83,6 @@ std::optional<ValueSource> source_from_proto(const proto::ValueSource& in) {
   return v;
 }
 
-std::string key_bytes(const GraphKey& k) {
-  std::string b(16, '\0');
-  for (int i = 0; i < 8; ++i) {
-    b[static_cast<size_t>(i)] = static_cast<char>(k.high >> (56 - 8 * i));
-    b[static_cast<size_t>(8 + i)] = static_cast<char>(k.low >> (56 - 8 * i));
-  }
-  return b;
-}
-
 std::string serialize_entry(const Entry& e) {
   proto::GuardEntry pe;
   pe.set_format_version(kGuardEntryFormat);
@@ -104,7 +95,7 @@ std::string serialize_entry(const Entry& e) {
   }
   for (const Segment& seg : e.segments) {
     proto::Segment* ps = pe.add_segments();
-    ps->set_graph_key(key_bytes(seg.key));
+    ps->set_graph_key(seg.key.to_bytes());
     for (const ValueSource& v : seg.params) source_to_proto(v, ps->add_params());
     for (const auto& [o, h] : seg.value_guards) {
       proto::ValueGuard* g = ps->add_value_guards();
@@ -172,12 +163,10 @@ std::optional<Entry> parse_entry(const std::string& bytes) {
     return false;
   };
   for (const proto::Segment& ps : pe.segments()) {
-    if (ps.graph_key().size() != 16) return std::nullopt;
+    std::optional<GraphKey> key = GraphKey::from_bytes(ps.graph_key());
+    if (!key) return std::nullopt;
     Segment seg;
-    for (int i = 0; i < 8; ++i) {
-      seg.key.high = (seg.key.high << 8) | static_cast<uint8_t>(ps.graph_key()[static_cast<size_t>(i)]);
-      seg.key.low = (seg.key.low << 8) | static_cast<uint8_t>(ps.graph_key()[static_cast<size_t>(8 + i)]);
-    }
+    seg.key = *key;
     for (const proto::ValueSource& pv : ps.params()) {
       std::optional<ValueSource> v = source_from_proto(pv);
       if (!v || !source_ok(*v, e.segments.size())) return std::nullopt;

@@ -185,12 +185,7 @@ uint64_t Executable::footprint_bytes() const {
 std::string serialize_executable(const Executable& exe) {
   proto::Executable pe;
   pe.set_format_version(kExecutableFormatVersion);
-  std::string key(16, '\0');
-  for (int i = 0; i < 8; ++i) {
-    key[static_cast<size_t>(i)] = static_cast<char>(exe.graph_key.high >> (56 - 8 * i));
-    key[static_cast<size_t>(8 + i)] = static_cast<char>(exe.graph_key.low >> (56 - 8 * i));
-  }
-  pe.set_graph_key(key);
+  pe.set_graph_key(exe.graph_key.to_bytes());
   pe.set_backend(exe.backend);
   pe.set_options_digest(exe.options_digest);
   pe.set_compiler_version(exe.compiler_version);
@@ -220,12 +215,10 @@ Result<Executable> parse_executable(std::string_view bytes) {
   if (pe.format_version() != kExecutableFormatVersion) {
     return bad(fmt::format("format version {} is not {}", pe.format_version(), kExecutableFormatVersion));
   }
-  if (pe.graph_key().size() != 16) return bad("graph key is not 16 bytes");
+  std::optional<GraphKey> key = GraphKey::from_bytes(pe.graph_key());
+  if (!key) return bad("graph key is not 16 bytes");
   Executable exe;
-  for (int i = 0; i < 8; ++i) {
-    exe.graph_key.high = (exe.graph_key.high << 8) | static_cast<uint8_t>(pe.graph_key()[static_cast<size_t>(i)]);
-    exe.graph_key.low = (exe.graph_key.low << 8) | static_cast<uint8_t>(pe.graph_key()[static_cast<size_t>(8 + i)]);
-  }
+  exe.graph_key = *key;
   exe.backend = pe.backend();
   exe.options_digest = pe.options_digest();
   exe.compiler_version = pe.compiler_version();

@@ -411,11 +411,7 @@ void max(std::span<const HostBuffer* const> in, std::span<const AttrValue> attrs
 void argmax(std::span<const HostBuffer* const> in, std::span<const AttrValue> attrs, HostBuffer& out) {
   const HostBuffer& x = *in[0];
   const int axis = static_cast<int>(attrs[0].i);
-  // View the input as [outer, len, inner] around `axis`.
-  const int64_t len = x.shape()[axis];
-  int64_t outer = 1, inner = 1;
-  for (int d = 0; d < axis; ++d) outer *= x.shape()[d];
-  for (int d = axis + 1; d < x.shape().rank(); ++d) inner *= x.shape()[d];
+  const auto [outer, len, inner] = split_at_axis(x.shape(), axis);
   int64_t* o = out.data<int64_t>();
   dispatch_dtype(x.dtype(), [&]<typename T>() {
     const T* p = x.data<T>();

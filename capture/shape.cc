@@ -62,6 +62,14 @@ IntList broadcast_strides(const Shape& s, const Shape& to) {
   return out;
 }
 
+AxisSplit split_at_axis(const Shape& s, int axis) {
+  AxisSplit a;
+  for (int d = 0; d < axis; ++d) a.outer *= s[d];
+  a.len = s[axis];
+  for (int d = axis + 1; d < s.rank(); ++d) a.inner *= s[d];
+  return a;
+}
+
 bool broadcast_shapes(const Shape& a, const Shape& b, Shape* out) {
   int r = std::max(a.rank(), b.rank());
   Shape s;

@@ -67,6 +67,13 @@ IntList contiguous_strides(const Shape& s);
 // REQUIRES: `s` broadcasts to `to`.
 IntList broadcast_strides(const Shape& s, const Shape& to);
 
+// A shape viewed as [outer, len, inner] around `axis`: the product of the dims before it, the
+// axis's own size, and the product of the dims after it. REQUIRES: 0 <= axis < rank.
+struct AxisSplit {
+  int64_t outer = 1, len = 1, inner = 1;
+};
+AxisSplit split_at_axis(const Shape& s, int axis);
+
 // NumPy broadcasting of two shapes; false when incompatible.
 bool broadcast_shapes(const Shape& a, const Shape& b, Shape* out);
 

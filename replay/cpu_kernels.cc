@@ -769,10 +769,7 @@ bool reduce_fast(OpKind op, const HostBuffer& x, const IntList& axes, HostBuffer
 
 // argmax over `axis`: the index of the first maximal element, the first NaN winning.
 void argmax(const HostBuffer& x, int axis, HostBuffer& out) {
-  const int64_t len = x.shape()[axis];
-  int64_t outer = 1, inner = 1;
-  for (int d = 0; d < axis; ++d) outer *= x.shape()[d];
-  for (int d = axis + 1; d < x.shape().rank(); ++d) inner *= x.shape()[d];
+  const auto [outer, len, inner] = split_at_axis(x.shape(), axis);
   int64_t* o = out.data<int64_t>();
   dispatch_dtype(x.dtype(), [&]<typename T>() {
     const T* p = x.data<T>();
@@ -818,9 +815,8 @@ void argmax(const HostBuffer& x, int axis, HostBuffer& out) {
 void concat(std::span<const HostBuffer* const> in, int axis, HostBuffer& out) {
   // Each input is a run of outer blocks of (its axis dim x inner) elements.
   const Shape& s = out.shape();
-  int64_t outer = 1, inner = 1;
-  for (int d = 0; d < axis; ++d) outer *= s[d];
-  for (int d = axis + 1; d < s.rank(); ++d) inner *= s[d];
+  const AxisSplit split = split_at_axis(s, axis);
+  const int64_t outer = split.outer, inner = split.inner;
   const size_t elem = dtype_size(out.dtype());
   const size_t out_row = static_cast<size_t>(s[axis] * inner) * elem;
   size_t at = 0;

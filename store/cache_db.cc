@@ -193,7 +193,7 @@ struct CacheDb::Impl {
   Stmt get_exe, put_exe, remove_exe, touch_exe;
   Stmt other_compiler, last_lifecycle_event;
   Stmt append_event, events_after;
-  Stmt list_exes, lru_exes;
+  Stmt list_exes, lru_exes, remove_exe_row;
   Stmt count_graphs, count_exes, count_events, page_count, page_size;
   Stmt audit_graphs, recent_misses;
   Stmt all_graph_blobs, all_exe_blobs;
@@ -280,7 +280,7 @@ Status CacheDb::Impl::prepare_all() {
   constexpr const char* kExeKey = "graph_key = ?1 AND backend = ?2 AND options_digest = ?3 AND compiler_version = ?4";
   constexpr const char* kEntryColumns =
       "e.graph_key, e.backend, e.options_digest, e.compiler_version, e.bytes, e.created, e.last_used, "
-      "e.uses, e.compile_ms, COALESCE(g.nodes, 0) FROM executables e LEFT JOIN graphs g ON g.key = e.graph_key";
+      "e.uses, e.compile_ms, COALESCE(g.nodes, 0), e.rowid FROM executables e LEFT JOIN graphs g ON g.key = e.graph_key";
   const std::pair<Stmt*, std::string> statements[] = {
       {&begin_write, "BEGIN IMMEDIATE"},
       {&begin_read, "BEGIN DEFERRED"},
@@ -312,6 +312,7 @@ Status CacheDb::Impl::prepare_all() {
        "WHERE id > ?1 ORDER BY id LIMIT ?2"},
       {&list_exes, fmt::format("SELECT {} ORDER BY e.last_used DESC, e.created DESC, e.rowid DESC", kEntryColumns)},
       {&lru_exes, fmt::format("SELECT {} ORDER BY e.last_used, e.created, e.rowid", kEntryColumns)},
+      {&remove_exe_row, "DELETE FROM executables WHERE rowid = ?1"},
       {&count_graphs, "SELECT COUNT(*), COALESCE(SUM(bytes), 0) FROM graphs"},
       {&count_exes, "SELECT COUNT(*), COALESCE(SUM(bytes), 0) FROM executables"},
       {&count_events,
@@ -747,9 +748,10 @@ Result<std::vector<EntryInfo>> CacheDb::list_executables() {
   std::vector<EntryInfo> out;
   int rc;
   while ((rc = q.step()) == SQLITE_ROW) {
+    // A malformed row (damaged key columns) can never be looked up: it is not listed here,
+    // verify() reports it and gc() removes it.
     Result<EntryInfo> e = impl_->entry_from_row(q);
-    if (!e.is_ok()) return e.status();
-    out.push_back(std::move(*e));
+    if (e.is_ok()) out.push_back(std::move(*e));
   }
   if (rc != SQLITE_DONE) return impl_->error(rc, "listing executables");
   return out;
@@ -840,17 +842,29 @@ Result<std::vector<EntryInfo>> CacheDb::gc(uint64_t max_bytes) {
   Status st = impl_->write_transaction("evict executables", [&]() -> Status {
     evicted.clear();  // a retried transaction starts over
     std::vector<EntryInfo> all;
+    std::vector<int64_t> malformed;  // rowids of rows whose key columns do not parse
     uint64_t total = 0;
     {
       Query q(impl_->lru_exes);
       int rc;
       while ((rc = q.step()) == SQLITE_ROW) {
         Result<EntryInfo> e = impl_->entry_from_row(q);
-        if (!e.is_ok()) return e.status();
+        if (!e.is_ok()) {
+          malformed.push_back(q.col_i64(10));
+          continue;
+        }
         total += e->bytes;
         all.push_back(std::move(*e));
       }
       if (rc != SQLITE_DONE) return impl_->error(rc, "listing executables");
+    }
+    // Malformed rows can never be served: gc always removes them, so a damaged file can be
+    // cleaned.
+    for (int64_t rowid : malformed) {
+      Query q(impl_->remove_exe_row);
+      q.i64(1, rowid);
+      int rc = q.step();
+      if (rc != SQLITE_DONE) return impl_->error(rc, "removing a malformed executable row");
     }
     const double now = now_seconds();
     const int64_t pid = static_cast<int64_t>(::getpid());
@@ -917,6 +931,10 @@ Result<std::vector<VerifyProblem>> CacheDb::verify() {
     while ((rc = q.step()) == SQLITE_ROW) {
       std::string key = fmt::format("{} backend={} options={} compiler={}", q.col_text(0), q.col_text(1),
                                     q.col_text(2), q.col_i64(3));
+      if (!GraphKey::from_hex(q.col_text(0)) || q.col_i64(3) < 0 || q.col_i64(3) > static_cast<int64_t>(UINT32_MAX)) {
+        problems.push_back({"executables", key, "malformed key columns (gc removes the row)"});
+        continue;
+      }
       check("executables", key, q.col_blob(4), q.col_i64(5), q.col_i64(6));
     }
     Status st = finish("executables", rc);

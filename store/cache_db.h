@@ -199,11 +199,14 @@ class CacheDb {
   Result<std::vector<FunctionAudit>> function_audit();
 
   // ---- queries and maintenance for the CLI ----
-  Result<std::vector<EntryInfo>> list_executables();  // most recently used first
+  // Most recently used first. Rows whose key columns are damaged are left out (verify() reports
+  // them; gc() removes them).
+  Result<std::vector<EntryInfo>> list_executables();
   Result<CacheStats> stats();
   Result<std::vector<GraphAudit>> audit();            // most recently used first
   // Evicts executables, least recently used first, until they take at most max_bytes; records
-  // an `evict` event for each. Returns the evicted entries.
+  // an `evict` event for each. Returns the evicted entries. Also removes rows whose key columns
+  // are damaged (they could never be served).
   Result<std::vector<EntryInfo>> gc(uint64_t max_bytes);
   // Checks every stored blob's checksum; returns the bad ones (does not remove them).
   Result<std::vector<VerifyProblem>> verify();

@@ -91,6 +91,19 @@ assert a["outputs"] == b["outputs"], "a swapped executable changed the results"
 assert b["counters"]["cache_corrupt"] == 1 and b["counters"]["compiles"] == 1, b["counters"]
 PY
 
+# A row whose key columns are damaged: ls still works, verify flags the database, gc cleans it.
+dmg="$TMP/damaged.db"
+"$TC" run "$mlp" --steps 1 --db "$dmg" > /dev/null
+"$TC" run "$SRC/fixtures/programs/attention.trace" --steps 1 --db "$dmg" > /dev/null
+sqlite3 "$dmg" "UPDATE executables SET graph_key = 'not-a-key', compiler_version = -5 WHERE rowid = (SELECT MIN(rowid) FROM executables)"
+expect_exit 0 "$TC" ls --db "$dmg" --json
+python3 -c "import json,sys; assert len(json.load(open(sys.argv[1]))) == 1" "$TMP/out"
+verify_rc=0; "$TC" verify --db "$dmg" > /dev/null 2>&1 || verify_rc=$?
+[ "$verify_rc" -ne 0 ] || fail "verify passed a damaged row"
+expect_exit 0 "$TC" gc --db "$dmg" --max-bytes 1G
+expect_exit 0 "$TC" verify --db "$dmg"
+[ "$(sqlite3 "$dmg" "SELECT COUNT(*) FROM executables")" = 1 ] || fail "gc did not remove the damaged row"
+
 # Missing database for maintenance commands; TRACECACHE_DB is honoured.
 expect_exit 2 "$TC" audit --db "$TMP/none.db"
 TRACECACHE_DB="$TMP/env.db" "$TC" run "$mlp" --steps 1 > /dev/null

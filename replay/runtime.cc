@@ -85,6 +85,7 @@ std::shared_ptr<const Executable> Runtime::load_from_disk(const store::Executabl
       *reason = store::MissReason::kCorrupt;
     } else {
       warn(fmt::format("could not read the cache: {}", stored.status().message()));
+      *reason = store::MissReason::kUnreadable;
     }
     return nullptr;
   }
@@ -139,7 +140,7 @@ Result<std::shared_ptr<const Executable>> Runtime::prepare(const CanonicalGraph&
     }
     if (!reason) {
       Result<store::MissReason> r = db_->classify_miss(key);
-      reason = r.is_ok() ? *r : store::MissReason::kNewGraph;
+      reason = r.is_ok() ? *r : store::MissReason::kUnreadable;
     }
   }
   lookup.stop();

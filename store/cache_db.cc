@@ -490,6 +490,7 @@ std::string_view miss_reason_name(MissReason r) {
     case MissReason::kEvicted: return "evicted";
     case MissReason::kCorrupt: return "corrupt";
     case MissReason::kStaleCompiler: return "stale compiler version";
+    case MissReason::kUnreadable: return "cache unreadable";
   }
   return "unknown";
 }

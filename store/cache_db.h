@@ -52,8 +52,10 @@ enum class MissReason : uint8_t {
   kEvicted,         // it was stored once, then evicted (gc) or removed
   kCorrupt,         // it was stored but failed verification when loaded
   kStaleCompiler,   // only executables from other compiler versions exist
+  kUnreadable,      // the database could not be read (busy, I/O error): it may hold the entry
 };
-std::string_view miss_reason_name(MissReason r);  // "new graph", "evicted", "corrupt", "stale compiler version"
+// "new graph", "evicted", "corrupt", "stale compiler version", "cache unreadable".
+std::string_view miss_reason_name(MissReason r);
 
 enum class EventKind : uint8_t {
   kHitMemory,    // found in the in-memory LRU

@@ -843,6 +843,7 @@ TEST(CacheDbStore, NamesOfReasonsAndKinds) {
   EXPECT_EQ(miss_reason_name(MissReason::kEvicted), "evicted");
   EXPECT_EQ(miss_reason_name(MissReason::kCorrupt), "corrupt");
   EXPECT_EQ(miss_reason_name(MissReason::kStaleCompiler), "stale compiler version");
+  EXPECT_EQ(miss_reason_name(MissReason::kUnreadable), "cache unreadable");
   const std::pair<EventKind, const char*> kinds[] = {
       {EventKind::kHitMemory, "hit_memory"}, {EventKind::kHitDisk, "hit_disk"}, {EventKind::kMiss, "miss"},
       {EventKind::kCompile, "compile"},      {EventKind::kStore, "store"},      {EventKind::kEvict, "evict"},

@@ -4,20 +4,12 @@
 #include "capture/canonical.h"
 #include "capture/reference.h"
 #include "capture/tensor.h"
+#include "tests/test_graphs.h"
 
 namespace tracecache {
 namespace {
 
-// Records the canonical graphs it is asked to run, then runs them on the reference evaluator.
-class RecordingExecutor : public GraphExecutor {
- public:
-  Result<std::vector<BufferRef>> execute(const CanonicalGraph& g,
-                                         std::span<const BufferRef> params) override {
-    graphs.push_back(g);
-    return evaluate_reference(g.graph, params);
-  }
-  std::vector<CanonicalGraph> graphs;
-};
+using testing::RecordingExecutor;
 
 HostBuffer filled(DType dtype, Shape shape, double start = 0) {
   HostBuffer b(dtype, shape);

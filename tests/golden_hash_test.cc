@@ -5,35 +5,16 @@
 
 #include <map>
 
-#include "capture/program.h"
-#include "capture/program_runner.h"
+#include "tests/test_graphs.h"
 
 namespace tracecache {
 namespace {
 
-// Collects graph keys without computing anything.
-class KeyOnlyExecutor final : public GraphExecutor {
- public:
-  Result<std::vector<BufferRef>> execute(const CanonicalGraph& g, std::span<const BufferRef>) override {
-    std::vector<BufferRef> outs;
-    for (NodeId o : g.graph.outputs()) {
-      outs.push_back(std::make_shared<const HostBuffer>(g.graph.node(o).dtype, g.graph.node(o).shape));
-    }
-    return outs;
-  }
-};
-
+// Distinct graph keys of a fixture program's steps, in order of first appearance.
 std::vector<std::string> distinct_keys(const std::string& name) {
-  Result<Program> p = load_program(std::string(TRACECACHE_SOURCE_DIR) + "/fixtures/programs/" + name);
-  EXPECT_TRUE(p.is_ok()) << p.status().to_string();
-  if (!p.is_ok()) return {};
-  KeyOnlyExecutor exec;
-  LazyContext ctx(&exec);
-  Result<std::vector<StepResult>> steps = run_program(*p, ctx);
-  EXPECT_TRUE(steps.is_ok()) << steps.status().to_string();
   std::vector<std::string> keys;
-  for (const GraphKey& k : ctx.executed_keys()) {
-    std::string hex = k.to_hex();
+  for (const CanonicalGraph& g : testing::fixture_graphs(name)) {
+    std::string hex = g.key.to_hex();
     if (std::find(keys.begin(), keys.end(), hex) == keys.end()) keys.push_back(hex);
   }
   return keys;

@@ -221,6 +221,7 @@ constexpr GenArg kUniformArgs[] = {{"seed", true}, {"low", false}, {"high", fals
 constexpr GenArg kFullArgs[] = {{"value", true}};
 constexpr GenArg kScheduleArgs[] = {{"values", true}};
 constexpr GenArg kNpyArgs[] = {{"path", true}};
+constexpr GenArg kSafetensorsArgs[] = {{"path", true}, {"tensor", true}};
 
 struct GenSpec {
   std::string_view name;
@@ -233,6 +234,7 @@ constexpr GenSpec kGenerators[] = {
     {"full", Generator::Kind::kFull, kFullArgs},
     {"schedule", Generator::Kind::kSchedule, kScheduleArgs},
     {"npy", Generator::Kind::kNpy, kNpyArgs},
+    {"safetensors", Generator::Kind::kSafetensors, kSafetensorsArgs},
 };
 
 const GenSpec& gen_spec(Generator::Kind kind) {
@@ -464,7 +466,7 @@ class Parser {
   Generator parse_generator(const TensorDecl& decl) {
     const Token& name = peek();
     if (name.kind != Token::Kind::kName) {
-      expected("a generator (normal, uniform, full, schedule, npy)", name);
+      expected("a generator (normal, uniform, full, schedule, npy, safetensors)", name);
     }
     const GenSpec* spec = nullptr;
     for (const GenSpec& g : kGenerators) {
@@ -541,6 +543,9 @@ class Parser {
     } else if (arg == "path") {
       if (peek().kind != Token::Kind::kString) expected("a quoted path", peek());
       g.path = next().text;
+    } else if (arg == "tensor") {
+      if (peek().kind != Token::Kind::kString) expected("a quoted tensor name", peek());
+      g.tensor = next().text;
     } else if (arg == "values") {
       expect_punct('[');
       g.values.push_back(expect_number("a number"));
@@ -592,6 +597,10 @@ class Parser {
         break;
       case Generator::Kind::kNpy:
         if (g.path.empty()) fail("the path is empty");
+        break;
+      case Generator::Kind::kSafetensors:
+        if (g.path.empty()) fail("the path is empty");
+        if (g.tensor.empty()) fail("the tensor name is empty");
         break;
     }
   }
@@ -853,6 +862,16 @@ class Parser {
   std::set<std::string, std::less<>> defined_tensors_;
 };
 
+// `s` as a string token: in double quotes, with `"` and `\` escaped.
+std::string string_token(std::string_view s) {
+  std::string out = "\"";
+  for (char ch : s) {
+    if (ch == '"' || ch == '\\') out += '\\';
+    out += ch;
+  }
+  return out + "\"";
+}
+
 }  // namespace
 
 // ---- Literal, Generator, Program -----------------------------------------------------------
@@ -891,7 +910,7 @@ bool operator==(const Generator& a, const Generator& b) {
   return a.kind == b.kind && a.seed == b.seed && same_double(a.mean, b.mean) &&
          same_double(a.stddev, b.stddev) && same_double(a.low, b.low) &&
          same_double(a.high, b.high) && same_double(a.value, b.value) &&
-         same_doubles(a.values, b.values) && a.path == b.path;
+         same_doubles(a.values, b.values) && a.path == b.path && a.tensor == b.tensor;
 }
 
 bool operator==(const Program& a, const Program& b) {
@@ -982,15 +1001,12 @@ std::string print_program(const Program& program) {
         gen = fmt::format("schedule([{}])", fmt::join(vs, ", "));
         break;
       }
-      case Generator::Kind::kNpy: {
-        std::string escaped;
-        for (char c : g.path) {
-          if (c == '"' || c == '\\') escaped += '\\';
-          escaped += c;
-        }
-        gen = fmt::format("npy(\"{}\")", escaped);
+      case Generator::Kind::kNpy:
+        gen = fmt::format("npy({})", string_token(g.path));
         break;
-      }
+      case Generator::Kind::kSafetensors:
+        gen = fmt::format("safetensors({}, {})", string_token(g.path), string_token(g.tensor));
+        break;
     }
     out +=
         fmt::format("{} {} : {}[{}] = {}\n", t.role == TensorDecl::Role::kParam ? "param" : "input",

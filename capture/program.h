@@ -90,6 +90,7 @@ struct Generator {
     kFull,      // full(value)
     kSchedule,  // schedule([v0, v1, ...]): full(v[step % n])
     kNpy,       // npy("path"): a NumPy file, relative paths against the program's directory
+    kSafetensors,  // safetensors("path", "tensor"): one tensor of a .safetensors file, by name
   };
   Kind kind = Kind::kFull;
   uint64_t seed = 0;
@@ -97,7 +98,8 @@ struct Generator {
   double low = 0, high = 1;     // kUniform
   double value = 0;             // kFull
   std::vector<double> values;   // kSchedule, never empty
-  std::string path;             // kNpy, as written
+  std::string path;             // kNpy and kSafetensors, as written
+  std::string tensor;           // kSafetensors: the tensor's name in the file
   SourcePos pos;
 
   friend bool operator==(const Generator& a, const Generator& b);
@@ -153,13 +155,13 @@ struct Program {
 
   // Not structure (ignored by ==, not printed): where the program came from.
   std::string file_name;  // prefix of error messages
-  std::string base_dir;   // relative npy paths are resolved against it ("" = the working dir)
+  std::string base_dir;   // relative npy and safetensors paths are resolved against it ("" = the working dir)
 
   // `steps` if written, else the longest dim value list, else 1.
   int64_t default_steps() const;
   const DimDecl* find_dim(std::string_view name) const;
   const TensorDecl* find_tensor(std::string_view name) const;
-  // The path an npy generator reads: absolute paths as written, relative ones under base_dir.
+  // The path an npy or safetensors generator reads: absolute paths as written, relative ones under base_dir.
   std::string resolve_path(const std::string& path) const;
 
   friend bool operator==(const Program& a, const Program& b);

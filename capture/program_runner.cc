@@ -9,6 +9,7 @@
 
 #include "capture/npy.h"
 #include "capture/random.h"
+#include "capture/safetensors.h"
 
 namespace tracecache {
 
@@ -148,9 +149,25 @@ void fill_value(HostBuffer& b, double v) {
   });
 }
 
+Status declared_type_mismatch(const Program& p, const TensorDecl& decl, const std::string& source,
+                              const TensorType& want, const TensorType& got) {
+  return at(p, decl.init.pos,
+            invalid_argument(fmt::format("{} holds {} but '{}' is declared {}", source,
+                                         type_to_string(got), decl.name, type_to_string(want))));
+}
+
+}  // namespace
+
+struct StepArguments::Files {
+  std::map<std::string, BufferRef> npy;                 // by resolved path
+  std::map<std::string, SafetensorsFile> safetensors;  // by resolved path
+};
+
+namespace {
+
 // Makes the value of `decl` for `step`. Parameters pass step 0 and never mix it into seeds.
 Result<BufferRef> make_value(const Program& p, const TensorDecl& decl, int step,
-                             std::map<std::string, BufferRef>& npy_cache) {
+                             StepArguments::Files& files) {
   Result<Shape> shape = declared_shape(p, decl, step);
   if (!shape.is_ok()) return shape.status();
   const Generator& g = decl.init;
@@ -158,23 +175,43 @@ Result<BufferRef> make_value(const Program& p, const TensorDecl& decl, int step,
   uint64_t seed = is_input ? random_bits(g.seed, static_cast<uint64_t>(step)) : g.seed;
   if (g.kind == Generator::Kind::kNpy) {
     std::string path = p.resolve_path(g.path);
-    auto it = npy_cache.find(path);
-    if (it == npy_cache.end()) {
+    auto it = files.npy.find(path);
+    if (it == files.npy.end()) {
       Result<HostBuffer> loaded = read_npy(path);
       if (!loaded.is_ok()) return at(p, g.pos, loaded.status());
-      it = npy_cache.emplace(path, std::make_shared<const HostBuffer>(std::move(loaded).value()))
+      it = files.npy.emplace(path, std::make_shared<const HostBuffer>(std::move(loaded).value()))
                .first;
     }
     const HostBuffer& b = *it->second;
     TensorType want{decl.dtype, *shape};
     TensorType got{b.dtype(), b.shape()};
     if (!(want == got)) {
-      return at(
-          p, g.pos,
-          invalid_argument(fmt::format("npy \"{}\" holds {} but '{}' is declared {}", g.path,
-                                       type_to_string(got), decl.name, type_to_string(want))));
+      return declared_type_mismatch(p, decl, fmt::format("npy \"{}\"", g.path), want, got);
     }
     return it->second;
+  }
+  if (g.kind == Generator::Kind::kSafetensors) {
+    std::string path = p.resolve_path(g.path);
+    auto it = files.safetensors.find(path);
+    if (it == files.safetensors.end()) {
+      Result<SafetensorsFile> opened = SafetensorsFile::open(path);
+      if (!opened.is_ok()) return at(p, g.pos, opened.status());
+      it = files.safetensors.emplace(path, std::move(opened).value()).first;
+    }
+    std::string source = fmt::format("safetensors \"{}\" tensor \"{}\"", g.path, g.tensor);
+    TensorType want{decl.dtype, *shape};
+    // Check the header before reading any data: a mismatch costs no I/O.
+    if (const SafetensorsEntry* e = it->second.find(g.tensor)) {
+      if (e->dtype && e->shape.size() <= static_cast<size_t>(kMaxRank)) {
+        Shape shape_in_file;
+        for (int64_t d : e->shape) shape_in_file.push_back(d);
+        TensorType got{*e->dtype, shape_in_file};
+        if (!(want == got)) return declared_type_mismatch(p, decl, source, want, got);
+      }
+    }
+    Result<HostBuffer> loaded = it->second.tensor(g.tensor);
+    if (!loaded.is_ok()) return at(p, g.pos, loaded.status());
+    return BufferRef(std::make_shared<const HostBuffer>(std::move(loaded).value()));
   }
   HostBuffer b(decl.dtype, *shape);
   switch (g.kind) {
@@ -184,7 +221,8 @@ Result<BufferRef> make_value(const Program& p, const TensorDecl& decl, int step,
     case Generator::Kind::kSchedule:
       fill_value(b, g.values[static_cast<size_t>(step) % g.values.size()]);
       break;
-    case Generator::Kind::kNpy: break;
+    case Generator::Kind::kNpy:
+    case Generator::Kind::kSafetensors: break;
   }
   return BufferRef(std::make_shared<const HostBuffer>(std::move(b)));
 }
@@ -257,7 +295,7 @@ std::vector<int64_t> step_dim_values(const Program& program, int step) {
 }
 
 StepArguments::StepArguments(const Program& program, LazyContext& ctx)
-    : program_(program), ctx_(ctx) {}
+    : program_(program), ctx_(ctx), files_(std::make_unique<Files>()) {}
 
 StepArguments::~StepArguments() = default;
 
@@ -274,7 +312,7 @@ Result<std::vector<Tensor>> StepArguments::make(int step) {
         continue;
       }
     }
-    Result<BufferRef> value = make_value(program_, d, is_param ? 0 : step, npy_cache_);
+    Result<BufferRef> value = make_value(program_, d, is_param ? 0 : step, *files_);
     if (!value.is_ok()) return value.status();
     Tensor t = ctx_.from_buffer(std::move(value).value());
     if (is_param) params_.emplace(i, t);

@@ -26,6 +26,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <span>
 #include <string>
 #include <utility>
@@ -71,11 +72,15 @@ class StepArguments {
   // declaration, as a Status naming the place in the program.
   Result<std::vector<Tensor>> make(int step);
 
+  // The files the generators read (npy, safetensors), each opened once; opaque, defined in the
+  // .cc.
+  struct Files;
+
  private:
   const Program& program_;
   LazyContext& ctx_;
   std::map<size_t, Tensor> params_;  // by index into program.tensors
-  std::map<std::string, BufferRef> npy_cache_;
+  std::unique_ptr<Files> files_;
 };
 
 // Records one step's op stream on `ctx` and returns its outputs (pending, unless ctx is eager),

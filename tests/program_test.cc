@@ -753,5 +753,74 @@ TEST(ProgramRunner, MissingNpyFileIsAnErrorAtTheGenerator) {
   EXPECT_EQ(r.status().message(), "t.trace:2:20: /nonexistent/t.npy: no such file");
 }
 
+// ---- safetensors("file", "tensor") ------------------------------------------------------------
+
+TEST(ProgramSafetensors, ParsesPrintsAndRoundTrips) {
+  Program p = parse_ok(
+      "tracecache 1\n"
+      "param w : f32[2] = safetensors(\"w \\\"x\\\".safetensors\", tensor=\"layer.0.weight\")\n"
+      "output w\n");
+  EXPECT_EQ(p.tensors[0].init.kind, Generator::Kind::kSafetensors);
+  EXPECT_EQ(p.tensors[0].init.path, "w \"x\".safetensors");
+  EXPECT_EQ(p.tensors[0].init.tensor, "layer.0.weight");
+  std::string printed = print_program(p);
+  EXPECT_NE(printed.find("safetensors(\"w \\\"x\\\".safetensors\", \"layer.0.weight\")"),
+            std::string::npos)
+      << printed;
+  Program again = parse_ok(printed);
+  EXPECT_TRUE(p == again);
+  again.tensors[0].init.tensor = "layer.1.weight";
+  EXPECT_FALSE(p == again);
+}
+
+TEST(ProgramSafetensors, ParseErrors) {
+  EXPECT_EQ(parse_error_of("tracecache 1\nparam w : f32[2] = safetensors(\"a.safetensors\")\n"
+                           "output w\n"),
+            "t.trace:2:20: generator 'safetensors' needs argument 'tensor'");
+  EXPECT_EQ(parse_error_of("tracecache 1\nparam w : f32[2] = safetensors(\"a\", \"\")\n"
+                           "output w\n"),
+            "t.trace:2:20: generator 'safetensors' for 'w': the tensor name is empty");
+  EXPECT_EQ(parse_error_of("tracecache 1\nparam w : f32[2] = safetensors(\"a\", 3)\n"
+                           "output w\n"),
+            "t.trace:2:37: expected a quoted tensor name, found '3'");
+}
+
+TEST(ProgramSafetensors, LoadsTensorsByNameRelativeToTheProgram) {
+  Result<Program> p = load_program((kPrograms / "safetensors_weights.trace").string());
+  ASSERT_TRUE(p.is_ok()) << p.status().to_string();
+  ReferenceExecutor executor;
+  LazyContext ctx(&executor);
+  Result<std::vector<StepResult>> r = run_program(*p, ctx, 2);
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  EXPECT_EQ(values((*r)[0].outputs[1].second), (std::vector<double>{1, 0, 1}));
+  // The parameter is the file's data: the same in every step.
+  EXPECT_EQ((*r)[0].outputs[1].second, (*r)[1].outputs[1].second);
+}
+
+TEST(ProgramSafetensors, ErrorsPointAtTheGenerator) {
+  std::string file = (kPrograms / "data" / "weights.safetensors").string();
+  auto run_decl = [&](const std::string& decl) {
+    return run_text("tracecache 1\nparam t : " + decl + "\noutput t\n");
+  };
+  Result<std::vector<StepResult>> missing_tensor =
+      run_decl("f32[2] = safetensors(\"" + file + "\", \"nope\")");
+  ASSERT_FALSE(missing_tensor.is_ok());
+  EXPECT_EQ(missing_tensor.status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(missing_tensor.status().message(), "t.trace:2:20: " + file + ": no tensor 'nope'");
+
+  Result<std::vector<StepResult>> wrong_dtype =
+      run_decl("i32[2] = safetensors(\"" + file + "\", \"ids\")");
+  ASSERT_FALSE(wrong_dtype.is_ok());
+  EXPECT_EQ(wrong_dtype.status().message(),
+            "t.trace:2:20: safetensors \"" + file +
+                "\" tensor \"ids\" holds i64[2] but 't' is declared i32[2]");
+
+  Result<std::vector<StepResult>> no_file =
+      run_decl("f32[2] = safetensors(\"/nonexistent/w.safetensors\", \"a\")");
+  ASSERT_FALSE(no_file.is_ok());
+  EXPECT_EQ(no_file.status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(no_file.status().message(), "t.trace:2:20: /nonexistent/w.safetensors: no such file");
+}
+
 }  // namespace
 }  // namespace tracecache

@@ -1,4 +1,5 @@
-// `tracecache bench`: host overhead per step of eager, lazy and once mode on trace programs.
+// `tracecache bench`: host overhead per step of eager, lazy and once mode on trace programs and
+// zoo models (as the trace programs `tracecache zoo emit` writes).
 //
 // For each target and mode, a fresh session (cli/program_session.h) runs `warmup` steps (which
 // trace and compile whatever the steps need) and then `steps` timed steps. A timed step's
@@ -61,6 +62,26 @@ Result<std::vector<Mode>> parse_modes(const std::string& list) {
   return modes;
 }
 
+// Tells stderr which step of which target and mode is running, at most once a second: long runs
+// (full-size models) show where they are, short ones print nothing more than their start line.
+class Progress {
+ public:
+  Progress(const std::string& target, Mode mode) : target_(target), mode_(mode) {}
+  void step(std::string_view phase, int i, int n) {
+    auto now = std::chrono::steady_clock::now();
+    if (now - last_ < std::chrono::seconds(1)) return;
+    last_ = now;
+    std::fputs(fmt::format("bench: {} {}: {} step {}/{}\n", target_, mode_name(mode_), phase, i + 1, n)
+                   .c_str(),
+               stderr);
+  }
+
+ private:
+  const std::string& target_;
+  Mode mode_;
+  std::chrono::steady_clock::time_point last_ = std::chrono::steady_clock::now();
+};
+
 // Runs one target in one mode. Metrics are cleared before each timed step (outside the clock;
 // keeping the names, so recording during the step allocates no map nodes), so the "run" timer
 // and the counters hold exactly that step's numbers.
@@ -71,7 +92,9 @@ Result<BenchRow> bench_one(const Program& program, const std::string& target, Mo
       program, {.mode = mode, .backend = options.backend, .db = db, .metrics = &metrics});
   if (!session.is_ok()) return session.status();
   ProgramSession& s = **session;
+  Progress progress(target, mode);
   for (int step = 0; step < options.warmup; ++step) {
+    progress.step("warmup", step, options.warmup);
     Result<ProgramSession::PreparedStep> p = s.prepare(step);
     if (!p.is_ok()) return p.status();
     Result<std::vector<BufferRef>> outs = s.run(*p);
@@ -81,6 +104,7 @@ Result<BenchRow> bench_one(const Program& program, const std::string& target, Mo
   std::vector<double> step_us, kernel_us, overhead_us;
   for (int i = 0; i < options.steps; ++i) {
     int step = options.warmup + i;
+    progress.step("timed", i, options.steps);
     Result<ProgramSession::PreparedStep> p = s.prepare(step);
     if (!p.is_ok()) return p.status();
     metrics.clear_values();
@@ -185,11 +209,25 @@ int bench_command(const BenchOptions& options) {
   if (options.steps < 1 || options.warmup < 0) {
     return report_error(invalid_argument("--steps must be >= 1 and --warmup >= 0"));
   }
+  // A target is a trace program, or else the name of a zoo model.
   std::vector<Program> programs;
+  std::vector<std::string> labels;
   for (const std::string& t : options.targets) {
-    Result<Program> p = load_program(t);
-    if (!p.is_ok()) return report_error(p.status());
+    std::error_code ec;
+    bool zoo_model = !std::filesystem::exists(t, ec) && is_zoo_model(t);
+    Result<Program> p = zoo_model ? zoo_program(t, options.preset) : load_program(t);
+    if (!p.is_ok()) {
+      if (p.status().code() == StatusCode::kNotFound && !zoo_model) {
+        return report_error(not_found(fmt::format(
+            "{} (a bench target is a trace program or a zoo model: see `tracecache zoo list`)",
+            p.status().message())));
+      }
+      return report_error(p.status());
+    }
     programs.push_back(std::move(p).value());
+    labels.push_back(!zoo_model ? std::filesystem::path(t).filename().string()
+                     : options.preset == "default" ? t
+                                                   : fmt::format("{}:{}", t, options.preset));
   }
   std::unique_ptr<store::CacheDb> db;
   if (!options.db.empty()) {
@@ -200,7 +238,7 @@ int bench_command(const BenchOptions& options) {
 
   std::vector<BenchRow> rows;
   for (size_t t = 0; t < programs.size(); ++t) {
-    std::string target = std::filesystem::path(options.targets[t]).filename().string();
+    const std::string& target = labels[t];
     for (Mode mode : *modes) {
       std::fputs(fmt::format("bench: {} {}: {} warmup + {} timed steps\n", target,
                              mode_name(mode), options.warmup, options.steps)

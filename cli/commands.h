@@ -7,8 +7,13 @@
 #include <string_view>
 #include <vector>
 
+#include "capture/program.h"
 #include "capture/status.h"
 #include "store/cache_db.h"
+
+namespace CLI {
+class App;
+}
 
 namespace tracecache::cli {
 
@@ -37,11 +42,14 @@ struct RunOptions {
   DbOptions db;
 };
 int run_command(const RunOptions& options);
+// `run` on a program already in memory (options.program only labels it).
+int run_loaded_program(const Program& program, const RunOptions& options);
 
 // `bench`: per target and mode, median step time and host overhead (step time minus kernel
 // time) over timed steps that follow warmup steps; input generation is not timed.
 struct BenchOptions {
-  std::vector<std::string> targets;  // trace programs
+  std::vector<std::string> targets;  // trace programs or zoo model names
+  std::string preset = "default";    // for zoo models
   std::string modes = "eager,lazy,once";
   std::string backend = "cpu";
   int steps = 20;
@@ -50,6 +58,26 @@ struct BenchOptions {
   std::string db;  // empty: no disk cache (compiles stay in memory)
 };
 int bench_command(const BenchOptions& options);
+
+// `zoo list | emit | run` (cli/zoo_command.cc).
+struct ZooOptions {
+  std::string model;
+  std::string preset = "default";
+  int64_t batch = 0;  // 0: the preset's
+  int64_t resolution = 0;
+  int64_t seq_len = 0;
+  std::string weights;  // a .safetensors file; empty: deterministic initializers
+  std::string output;   // emit: the program file; empty: stdout
+  bool json = false;    // list
+  RunOptions run;       // run: mode, backend, steps, cache, output format
+};
+// Adds the `zoo` command and its subcommands to `app`, parsing into `options`.
+CLI::App* add_zoo_command(CLI::App& app, ZooOptions& options, const std::string& db_help);
+// Runs whichever subcommand of `zoo` (the App add_zoo_command returned) was given.
+int zoo_command(const CLI::App& zoo, const ZooOptions& options);
+// The trace program of zoo model `model` at `preset` (bench targets).
+Result<Program> zoo_program(const std::string& model, const std::string& preset);
+bool is_zoo_model(std::string_view name);
 
 struct ShowOptions {
   std::string target;  // a .trace program, or a graph hash in the cache

@@ -55,7 +55,9 @@ int main(int argc, char** argv) {
   BenchOptions bench;
   CLI::App* bench_cmd = app.add_subcommand(
       "bench", "Median step time and host overhead per step of trace programs in eager, lazy and once mode.");
-  bench_cmd->add_option("targets", bench.targets, "Trace programs (.trace)")->required();
+  bench_cmd->add_option("targets", bench.targets, "Trace programs (.trace) or zoo model names")->required();
+  bench_cmd->add_option("--preset", bench.preset, "Preset of zoo models: default or small")
+      ->capture_default_str();
   bench_cmd->add_option("--modes", bench.modes, "Comma-separated modes to run: eager, lazy, once")
       ->capture_default_str();
   bench_cmd->add_option("--backend", bench.backend, "cpu (reference: eager and lazy only)")
@@ -68,6 +70,11 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   bench_cmd->add_option("--db", bench.db, "Cache database to use (default: none, compile in memory)");
   bench_cmd->add_flag("--json", bench.json, "Print one JSON object: rows (per target and mode) and speedups");
+
+  ZooOptions zoo;
+  zoo.run.db.env = cache_env;
+  zoo.run.steps = 1;
+  CLI::App* zoo_cmd = add_zoo_command(app, zoo, db_help);
 
   ShowOptions show;
   show.db.env = cache_env;
@@ -112,6 +119,7 @@ int main(int argc, char** argv) {
     if (*run_cmd) return run_command(run);
     if (*show_cmd) return show_command(show);
     if (*bench_cmd) return bench_command(bench);
+    if (*zoo_cmd) return zoo_command(*zoo_cmd, zoo);
     if (*audit_cmd) return audit_command(cache);
     if (*ls_cmd) return ls_command(cache);
     if (*stats_cmd) return stats_command(cache);

@@ -1,0 +1,211 @@
+// `tracecache zoo list | emit | run`: the model zoo (zoo/) from the command line.
+//
+// A model is run by turning it into a trace program (zoo/program.h) and handing that to the
+// same code `tracecache run` uses (run_loaded_program), so `zoo run NAME` and `run` on the
+// output of `zoo emit NAME` print the same checksums.
+#include <CLI/CLI.hpp>
+
+#include <filesystem>
+#include <fstream>
+
+#include "capture/safetensors.h"
+#include "cli/common.h"
+#include "cli/json.h"
+#include "zoo/model.h"
+#include "zoo/program.h"
+
+namespace tracecache::cli {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+Result<zoo::ModelOptions> model_options(const ZooOptions& o) {
+  std::optional<zoo::Preset> preset = zoo::parse_preset(o.preset);
+  if (!preset) {
+    return invalid_argument(
+        fmt::format("unknown preset '{}' (available: default, small)", o.preset));
+  }
+  if (o.batch < 0 || o.resolution < 0 || o.seq_len < 0) {
+    return invalid_argument("--batch, --resolution and --seq-len must be positive");
+  }
+  return zoo::ModelOptions{*preset, o.batch, o.resolution, o.seq_len};
+}
+
+// The spec of the model the options name; with --weights, the file is checked against it.
+Result<zoo::ModelSpec> model_spec(const ZooOptions& o) {
+  Result<zoo::ModelOptions> options = model_options(o);
+  if (!options.is_ok()) return options.status();
+  Result<zoo::ModelSpec> spec = zoo::make_model(o.model, *options);
+  if (!spec.is_ok()) return spec.status();
+  if (!o.weights.empty()) {
+    Result<SafetensorsFile> file = SafetensorsFile::open(o.weights);
+    if (!file.is_ok()) return file.status();
+    Status st = zoo::check_weights(*spec, *file);
+    if (!st.is_ok()) return st;
+  }
+  return spec;
+}
+
+std::string with_commas(int64_t n) {
+  std::string digits = std::to_string(n), out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return out;
+}
+
+int list_command(const ZooOptions& o) {
+  std::vector<zoo::ModelSpec> specs;
+  for (const zoo::ModelInfo& info : zoo::zoo_models()) {
+    specs.push_back(std::move(zoo::make_model(info.name)).value_or_throw());
+  }
+  if (o.json) {
+    JsonWriter j;
+    j.begin_array();
+    for (const zoo::ModelSpec& s : specs) {
+      j.begin_object();
+      j.key("name").value(s.name);
+      j.key("description").value(s.description);
+      j.key("kind").value(s.kind == zoo::ModelKind::kImage ? "image" : "text");
+      j.key("parameters").value(s.parameter_count());
+      j.key("tensors").value(s.tensors.size());
+      j.key("inputs").begin_array();
+      for (const zoo::InputSpec& in : s.inputs) {
+        j.begin_object();
+        j.key("name").value(in.name);
+        j.key("dtype").value(dtype_name(in.dtype));
+        j.key("shape").begin_array();
+        for (int64_t d : in.shape) j.value(d);
+        j.end_array();
+        j.end_object();
+      }
+      j.end_array();
+      j.key("outputs").begin_array();
+      for (const std::string& name : s.output_names) j.value(name);
+      j.end_array();
+      j.end_object();
+    }
+    j.end_array();
+    out(j.str() + "\n");
+    return kExitOk;
+  }
+  out(fmt::format("{:<16}  {:>12}  {}\n", "model", "parameters", "default input"));
+  for (const zoo::ModelSpec& s : specs) {
+    out(fmt::format("{:<16}  {:>12}  {}\n", s.name, with_commas(s.parameter_count()),
+                    s.input_summary()));
+  }
+  return kExitOk;
+}
+
+// How the emitted program spells the weights file: relative to the program's directory when
+// the program is written to a file, else absolute.
+std::string weights_reference(const ZooOptions& o) {
+  if (o.weights.empty()) return "";
+  std::error_code ec;
+  fs::path weights = fs::absolute(o.weights, ec);
+  if (o.output.empty()) return weights.string();
+  fs::path dir = fs::absolute(o.output, ec).parent_path();
+  fs::path relative = weights.lexically_relative(dir);
+  return relative.empty() ? weights.string() : relative.string();
+}
+
+int emit_command(const ZooOptions& o) {
+  Result<zoo::ModelSpec> spec = model_spec(o);
+  if (!spec.is_ok()) return report_error(spec.status());
+  zoo::ProgramOptions po;
+  po.weights_path = weights_reference(o);
+  Result<Program> program = zoo::model_program(*spec, po);
+  if (!program.is_ok()) return report_error(program.status());
+  std::string text = fmt::format("# {}: {} ({} preset), {} parameters; tracecache zoo emit\n",
+                                 spec->name, spec->description, zoo::preset_name(spec->preset),
+                                 with_commas(spec->parameter_count())) +
+                     print_program(*program);
+  if (o.output.empty()) {
+    out(text);
+    return kExitOk;
+  }
+  std::ofstream file(o.output, std::ios::binary | std::ios::trunc);
+  if (!file) return report_error(io_error(fmt::format("{}: cannot open for writing", o.output)));
+  file << text;
+  file.close();
+  if (!file) return report_error(io_error(fmt::format("{}: write failed", o.output)));
+  return kExitOk;
+}
+
+int run_zoo_model(const ZooOptions& o) {
+  Result<zoo::ModelSpec> spec = model_spec(o);
+  if (!spec.is_ok()) return report_error(spec.status());
+  zoo::ProgramOptions po;
+  std::error_code ec;
+  if (!o.weights.empty()) po.weights_path = fs::absolute(o.weights, ec).string();
+  Result<Program> program = zoo::model_program(*spec, po);
+  if (!program.is_ok()) return report_error(program.status());
+  RunOptions run = o.run;
+  run.program = spec->name;
+  return run_loaded_program(*program, run);
+}
+
+}  // namespace
+
+Result<Program> zoo_program(const std::string& model, const std::string& preset) {
+  ZooOptions o;
+  o.model = model;
+  o.preset = preset;
+  Result<zoo::ModelSpec> spec = model_spec(o);
+  if (!spec.is_ok()) return spec.status();
+  return zoo::model_program(*spec);
+}
+
+bool is_zoo_model(std::string_view name) {
+  for (const zoo::ModelInfo& info : zoo::zoo_models()) {
+    if (info.name == name) return true;
+  }
+  return false;
+}
+
+CLI::App* add_zoo_command(CLI::App& app, ZooOptions& o, const std::string& db_help) {
+  CLI::App* zoo = app.add_subcommand(
+      "zoo", "Reference models (torchvision, BERT-base): list them, emit them as trace programs, run them.");
+  zoo->require_subcommand(1);
+  auto model_flags = [&o](CLI::App* c) {
+    c->add_option("model", o.model, "Model name (see `tracecache zoo list`)")->required();
+    c->add_option("--preset", o.preset, "default (full size) or small (same structure, reduced)")
+        ->capture_default_str();
+    c->add_option("--batch", o.batch, "Batch size (default: the preset's, 1)");
+    c->add_option("--resolution", o.resolution, "Image height = width (image models; default 224, small 32 or 64)");
+    c->add_option("--seq-len", o.seq_len, "Sequence length (bert_base; default 128, small 16)");
+    c->add_option("--weights", o.weights,
+                  "A .safetensors file with the model's state_dict (checked against the model; "
+                  "default: deterministic initializers)");
+  };
+  CLI::App* list = zoo->add_subcommand("list", "Every model: name, parameter count, default input.");
+  list->add_flag("--json", o.json, "Print a JSON array");
+  CLI::App* emit = zoo->add_subcommand("emit", "Write a model's forward as a trace program for `tracecache run`.");
+  model_flags(emit);
+  emit->add_option("-o,--output", o.output, "Write the program here (default: stdout)");
+  CLI::App* run = zoo->add_subcommand("run", "Run a model's forward and print output checksums and step times.");
+  model_flags(run);
+  run->add_option("--mode", o.run.mode, "eager, lazy or once (as for `tracecache run`)")
+      ->check(CLI::IsMember({"eager", "lazy", "once"}))
+      ->capture_default_str();
+  run->add_option("--backend", o.run.backend, "cpu (compiled, cached) or reference (the uncached oracle)")
+      ->capture_default_str();
+  run->add_option("--steps", o.run.steps, "Steps to run, each with fresh inputs (default 1)")
+      ->check(CLI::PositiveNumber);
+  run->add_option("--db", o.run.db.flag, db_help);
+  run->add_flag("--no-cache", o.run.no_cache, "Compile in memory only; do not open the cache database");
+  run->add_flag("--json", o.run.json, "Print one JSON object, as `tracecache run --json`");
+  run->add_flag("--metrics", o.run.metrics, "Print the metrics report");
+  return zoo;
+}
+
+int zoo_command(const CLI::App& zoo, const ZooOptions& options) {
+  if (zoo.got_subcommand("list")) return list_command(options);
+  if (zoo.got_subcommand("emit")) return emit_command(options);
+  if (zoo.got_subcommand("run")) return run_zoo_model(options);
+  return report_error(invalid_argument("zoo: expected list, emit or run"));
+}
+
+}  // namespace tracecache::cli

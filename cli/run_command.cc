@@ -96,7 +96,7 @@ void write_counters_json(JsonWriter& j, const Metrics& m) {
                                      counters::kHitsMemory,   counters::kHitsDisk,
                                      counters::kMisses,       counters::kExecutions,
                                      counters::kGuardChecks,  counters::kGuardFailures,
-                                     counters::kRecompiles};
+                                     counters::kRecompiles,   counters::kSpecializations};
   j.key("counters").begin_object();
   for (std::string_view name : always) j.key(name).value(m.counter(name));
   for (const auto& [name, value] : m.counters()) {
@@ -137,7 +137,8 @@ int run_command(const RunOptions& options) {
   }
   Result<std::unique_ptr<ProgramSession>> session = ProgramSession::create(
       *program, {.mode = *mode, .backend = options.backend, .db = db.get(),
-                 .bake_scalars = options.bake_scalars, .metrics = &metrics});
+                 .bake_scalars = options.bake_scalars, .automatic_dynamic = !options.no_auto_dynamic,
+                 .metrics = &metrics});
   if (!session.is_ok()) return report_error(session.status());
   ProgramSession& s = **session;
 
@@ -205,7 +206,10 @@ int run_command(const RunOptions& options) {
   for (size_t i = 0; i < steps->size(); ++i) {
     const StepResult& r = (*steps)[i];
     std::string keys;
-    for (const GraphKey& k : r.graph_keys) keys += (keys.empty() ? "" : ",") + k.to_hex();
+    for (const GraphKey& k : r.graph_keys) {
+      if (!keys.empty()) keys += ',';
+      keys += k.to_hex();
+    }
     if (*mode == Mode::kLazy) {
       out(fmt::format("step {}  graph {}\n", i, keys));
     } else {
@@ -224,6 +228,9 @@ int run_command(const RunOptions& options) {
     out(fmt::format("{} guard checks, {} guard failures, {} recompiles\n",
                     metrics.counter(counters::kGuardChecks), metrics.counter(counters::kGuardFailures),
                     metrics.counter(counters::kRecompiles)));
+    if (int64_t n = metrics.counter(counters::kSpecializations)) {
+      out(fmt::format("{} shape specializations (dynamic entries at new sizes, no trace)\n", n));
+    }
     for (const std::string& r : reasons) out(fmt::format("recompile: {}\n", r));
   }
   if (options.metrics) out(metrics.report());

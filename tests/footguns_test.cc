@@ -214,6 +214,7 @@ TEST(CompiledFunction, RecompileLimitFallsBackToLazyWithOneWarning) {
   Harness h;
   CompiledFunctionOptions o;
   o.recompile_limit = 2;
+  o.automatic_dynamic = false;  // every size its own entry
   CompiledFunction f("grow", [](LazyContext&, const TraceArgs& a) {
     return std::vector<Tensor>{exp(a.tensor(0))};
   }, &h.runtime, o);

@@ -6,7 +6,9 @@
 //  - convert<To>(x): the conversion used wherever a value changes dtype (`cast`, operands
 //    converted to an op's compute dtype, `full`/`arange` values, integer `uniform`);
 //  - wrapping integer arithmetic (wrap_add/sub/mul) and int_pow;
-//  - one scalar functor per elementwise op (ew::Neg ... ew::Where);
+//  - one scalar functor per elementwise op (ew::Neg ... ew::Where, then the nn activations
+//    ew::GeluErf ... ew::Clamp; gelu picks its functor by its `tanh` attribute, clamp is built
+//    from its `min`/`max` attributes with Clamp<T>::make);
 //  - compute_dtype(): the dtype an op's operands are converted to before its functor runs.
 // An elementwise op on elements a, b of any dtypes is exactly
 //   out = F(convert<C>(a), convert<C>(b))   with C = compute_dtype(op, {a, b}, out),
@@ -176,13 +178,71 @@ struct Lt { template <typename T> bool operator()(T a, T b) const { return a < b
 struct Gt { template <typename T> bool operator()(T a, T b) const { return a > b; } };
 struct Where { template <typename T> T operator()(bool c, T a, T b) const { return c ? a : b; } };
 
+// ---- nn activations (capture/nn.h) ----
+//
+// All f32 except Clamp. Written as PyTorch 1.13's CPU kernels write them, operation for
+// operation, in float; docs/ops.md spells out the edge cases (gelu(-inf) and silu(-inf) are NaN,
+// as in PyTorch, because the formulas compute -inf * 0).
+
+// gelu, erf form: x * 0.5 * (1 + erf(x / sqrt(2))).
+struct GeluErf {
+  float operator()(float x) const { return x * 0.5f * (1.0f + std::erf(x * 0.70710678118654752f)); }
+};
+// gelu, tanh form (PyTorch's approximate='tanh'):
+// 0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x^3))).
+struct GeluTanh {
+  float operator()(float x) const {
+    const float cube = x * x * x;
+    const float inner = 0.79788456080286536f * (x + 0.044715f * cube);
+    return 0.5f * x * (1.0f + std::tanh(inner));
+  }
+};
+// x * sigmoid(x), computed as x / (1 + exp(-x)).
+struct Silu { float operator()(float x) const { return x / (1.0f + std::exp(-x)); } };
+// relu6(x + 3) / 6, NaN propagating (the selects are false for NaN).
+struct Hardsigmoid {
+  float operator()(float x) const {
+    float t = x + 3.0f;
+    t = t < 0.0f ? 0.0f : t;
+    t = t > 6.0f ? 6.0f : t;
+    return t / 6.0f;
+  }
+};
+// x * relu6(x + 3) / 6, multiplied before dividing (as PyTorch).
+struct Hardswish {
+  float operator()(float x) const {
+    float t = x + 3.0f;
+    t = t < 0.0f ? 0.0f : t;
+    t = t > 6.0f ? 6.0f : t;
+    return x * t / 6.0f;
+  }
+};
+struct Erf { float operator()(float x) const { return std::erf(x); } };
+
+// clamp(x, min, max) in x's dtype; the bounds are attributes (doubles) converted once by
+// make(). Floats: the bounds round to nearest f32; NaN propagates (both selects are false);
+// -0.0 inside the range stays -0.0. Integers: the bounds become the integers inside
+// [min, max], i.e. ceil(min) and floor(max), saturated to the type's range, so integer clamp
+// gives exactly the in-range integer nearest to x. REQUIRES (the inference rule checks it):
+// make()'s bounds satisfy lo <= hi.
+template <typename T>
+struct Clamp {
+  T lo, hi;
+  static Clamp make(double min, double max) {
+    if constexpr (std::is_floating_point_v<T>) return {convert<T>(min), convert<T>(max)};
+    else return {convert<T>(std::ceil(min)), convert<T>(std::floor(max))};
+  }
+  T operator()(T x) const { return x < lo ? lo : x > hi ? hi : x; }
+};
+
 }  // namespace ew
 
 // True for unary ops whose output (and compute) dtype is always f32.
 constexpr bool is_float_unary(OpKind op) {
   switch (op) {
     case OpKind::kExp: case OpKind::kLog: case OpKind::kSqrt: case OpKind::kRsqrt:
-    case OpKind::kTanh: case OpKind::kSigmoid:
+    case OpKind::kTanh: case OpKind::kSigmoid: case OpKind::kGelu: case OpKind::kSilu:
+    case OpKind::kHardswish: case OpKind::kHardsigmoid: case OpKind::kErf:
       return true;
     default:
       return false;
@@ -191,8 +251,9 @@ constexpr bool is_float_unary(OpKind op) {
 
 // The dtype elementwise op `op` computes in, given its input dtypes and its output dtype (as
 // inferred): comparisons compute in promote(a, b); the f32 unary ops (exp, log, sqrt, rsqrt,
-// tanh, sigmoid) and div in f32 (their output dtype); every other op (neg, abs, relu, add, sub,
-// mul, pow, maximum, minimum, where, cast) in its output dtype. For `where` this is the dtype of
+// tanh, sigmoid, gelu, silu, hardswish, hardsigmoid, erf) and div in f32 (their output dtype);
+// every other op (neg, abs, relu, clamp, add, sub, mul, pow, maximum, minimum, where, cast) in
+// its output dtype. For `where` this is the dtype of
 // the two values (the condition is bool); for `cast` it is the target dtype.
 // REQUIRES: op_info(op).elementwise().
 constexpr DType compute_dtype(OpKind op, std::span<const DType> in, DType out) {

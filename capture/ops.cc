@@ -59,6 +59,16 @@ const AttrSpec kNormalAttrs[] = {{"shape", AttrKind::kInts, true, none_ints()},
                                  {"seed", AttrKind::kInt, true, AttrValue::of_int(0)},
                                  {"dtype", AttrKind::kDType, false, AttrValue::of_dtype(DType::kF32)}};
 
+const AttrSpec kGeluAttrs[] = {{"tanh", AttrKind::kBool, false, AttrValue::of_bool(false)}};
+const AttrSpec kClampAttrs[] = {{"min", AttrKind::kFloat, true, AttrValue::of_float(0)},
+                                {"max", AttrKind::kFloat, true, AttrValue::of_float(0)}};
+const AttrSpec kBatchNormAttrs[] = {{"eps", AttrKind::kFloat, false, AttrValue::of_float(1e-5)}};
+const AttrSpec kLayerNormAttrs[] = {{"normalized_dims", AttrKind::kInt, true, AttrValue::of_int(1)},
+                                    {"eps", AttrKind::kFloat, false, AttrValue::of_float(1e-5)}};
+const AttrSpec kSoftmaxAttrs[] = {{"axis", AttrKind::kInt, true, AttrValue::of_int(0)}};
+const AttrSpec kAttentionAttrs[] = {{"causal", AttrKind::kBool, false, AttrValue::of_bool(false)},
+                                    {"scale", AttrKind::kFloat, false, AttrValue::of_float(0)}};
+
 // ---- shared checks ------------------------------------------------------------------------
 
 // Makes `axis` non-negative for a tensor of rank `rank`; fails if out of range.
@@ -397,6 +407,133 @@ TensorType infer_normal(std::span<const TensorType>, std::span<AttrValue> attrs)
   return {attrs[4].dtype, Shape(attrs[0].ints)};
 }
 
+// ---- nn ops (capture/nn.h) -----------------------------------------------------------------
+
+TensorType infer_clamp(std::span<const TensorType> in, std::span<AttrValue> attrs) {
+  reject_bool("clamp", in[0]);
+  const double lo = attrs[0].f, hi = attrs[1].f;
+  if (!(lo <= hi)) {
+    fail("clamp", fmt::format("min {} must be <= max {} (and neither NaN)", lo, hi));
+  }
+  // An integer clamp keeps the integers in [min, max]; there must be one.
+  if (!is_floating(in[0].dtype) && std::ceil(lo) > std::floor(hi)) {
+    fail("clamp", fmt::format("no integer lies in [min {}, max {}] for the {} operand {}", lo, hi,
+                              dtype_name(in[0].dtype), describe(in[0])));
+  }
+  return in[0];
+}
+
+void require_f32(std::string_view op, std::string_view role, const TensorType& t) {
+  if (t.dtype != DType::kF32) {
+    fail(op, fmt::format("{} {} must be f32; cast it first", role, describe(t)));
+  }
+}
+
+void check_eps(std::string_view op, double eps) {
+  if (!(eps >= 0) || !std::isfinite(eps)) {
+    fail(op, fmt::format("eps must be finite and >= 0, got {}", eps));
+  }
+}
+
+TensorType infer_batch_norm(std::span<const TensorType> in, std::span<AttrValue> attrs) {
+  const TensorType& x = in[0];
+  require_f32("batch_norm", "input", x);
+  if (x.shape.rank() < 2) {
+    fail("batch_norm", fmt::format("input {} must have rank >= 2 ([N, C, ...])", describe(x)));
+  }
+  const int64_t channels = x.shape[1];
+  static constexpr std::string_view kRoles[] = {"running_mean", "running_var", "weight", "bias"};
+  for (size_t k = 1; k < 5; ++k) {
+    require_f32("batch_norm", kRoles[k - 1], in[k]);
+    if (!(in[k].shape == Shape{channels})) {
+      fail("batch_norm", fmt::format("{} {} must have shape [{}] (the channels of input {})",
+                                     kRoles[k - 1], describe(in[k]), channels, describe(x)));
+    }
+  }
+  check_eps("batch_norm", attrs[0].f);
+  return x;
+}
+
+TensorType infer_layer_norm(std::span<const TensorType> in, std::span<AttrValue> attrs) {
+  const TensorType& x = in[0];
+  require_f32("layer_norm", "input", x);
+  const int rank = x.shape.rank();
+  const int64_t dims = attrs[0].i;
+  if (dims < 1 || dims > rank) {
+    fail("layer_norm", fmt::format("normalized_dims {} must be in [1, {}] for input {}", dims,
+                                   rank, describe(x)));
+  }
+  Shape normalized(IntList(std::span(x.shape.begin() + (rank - dims), static_cast<size_t>(dims))));
+  static constexpr std::string_view kRoles[] = {"weight", "bias"};
+  for (size_t k = 1; k < in.size(); ++k) {
+    require_f32("layer_norm", kRoles[k - 1], in[k]);
+    if (!(in[k].shape == normalized)) {
+      fail("layer_norm", fmt::format("{} {} must have the normalized shape {} of input {}",
+                                     kRoles[k - 1], describe(in[k]), normalized.to_string(),
+                                     describe(x)));
+    }
+  }
+  check_eps("layer_norm", attrs[1].f);
+  return x;
+}
+
+template <OpKind K>
+TensorType infer_softmax(std::span<const TensorType> in, std::span<AttrValue> attrs) {
+  std::string_view name = op_info(K).name;
+  require_f32(name, "input", in[0]);
+  if (in[0].shape.rank() == 0) fail(name, fmt::format("input {} must have rank >= 1", describe(in[0])));
+  attrs[0].i = normalize_axis(name, attrs[0].i, in[0].shape.rank());
+  return in[0];
+}
+
+TensorType infer_attention(std::span<const TensorType> in, std::span<AttrValue> attrs) {
+  constexpr std::string_view kOp = "scaled_dot_product_attention";
+  const TensorType &q = in[0], &k = in[1], &v = in[2];
+  require_f32(kOp, "query", q);
+  require_f32(kOp, "key", k);
+  require_f32(kOp, "value", v);
+  const int rank = q.shape.rank();
+  if (rank < 2 || k.shape.rank() != rank || v.shape.rank() != rank) {
+    fail(kOp, fmt::format("query {}, key {} and value {} must have the same rank >= 2",
+                          describe(q), describe(k), describe(v)));
+  }
+  bool batch_equal = true;
+  for (int d = 0; d < rank - 2; ++d) {
+    batch_equal = batch_equal && q.shape[d] == k.shape[d] && q.shape[d] == v.shape[d];
+  }
+  if (!batch_equal) {
+    fail(kOp, fmt::format("leading dims of query {}, key {} and value {} must be equal",
+                          describe(q), describe(k), describe(v)));
+  }
+  const int64_t e = q.shape[rank - 1];
+  const int64_t lk = k.shape[rank - 2], ev = v.shape[rank - 1];
+  if (k.shape[rank - 1] != e) {
+    fail(kOp, fmt::format("key {} must have the embedding dim {} of query {}", describe(k), e,
+                          describe(q)));
+  }
+  if (v.shape[rank - 2] != lk) {
+    fail(kOp, fmt::format("value {} must have the {} positions of key {}", describe(v), lk,
+                          describe(k)));
+  }
+  Shape out = q.shape;
+  out[rank - 1] = ev;
+  if (in.size() == 4) {
+    const TensorType& mask = in[3];
+    require_f32(kOp, "mask", mask);
+    Shape scores = q.shape;
+    scores[rank - 1] = lk;
+    Shape b;
+    if (!broadcast_shapes(mask.shape, scores, &b) || !(b == scores)) {
+      fail(kOp, fmt::format("mask {} does not broadcast to the scores' shape {}", describe(mask),
+                            scores.to_string()));
+    }
+  }
+  if (!std::isfinite(attrs[1].f)) {
+    fail(kOp, fmt::format("scale must be finite (0 means 1/sqrt(E)), got {}", attrs[1].f));
+  }
+  return {DType::kF32, out};
+}
+
 // ---- the table ----------------------------------------------------------------------------
 
 using C = OpClass;
@@ -440,6 +577,18 @@ const OpInfo kOps[] = {
     {OpKind::kArange, "arange", C::kSource, 0, 0, kArangeAttrs, infer_arange, ref::arange},
     {OpKind::kUniform, "uniform", C::kSource, 0, 0, kUniformAttrs, infer_uniform, ref::uniform},
     {OpKind::kNormal, "normal", C::kSource, 0, 0, kNormalAttrs, infer_normal, ref::normal},
+    {OpKind::kGelu, "gelu", C::kUnary, 1, 1, kGeluAttrs, infer_unary_float, ref::gelu},
+    {OpKind::kSilu, "silu", C::kUnary, 1, 1, kNoAttrs, infer_unary_float, ref::silu},
+    {OpKind::kHardswish, "hardswish", C::kUnary, 1, 1, kNoAttrs, infer_unary_float, ref::hardswish},
+    {OpKind::kHardsigmoid, "hardsigmoid", C::kUnary, 1, 1, kNoAttrs, infer_unary_float, ref::hardsigmoid},
+    {OpKind::kErf, "erf", C::kUnary, 1, 1, kNoAttrs, infer_unary_float, ref::erf},
+    {OpKind::kClamp, "clamp", C::kUnary, 1, 1, kClampAttrs, infer_clamp, ref::clamp},
+    {OpKind::kBatchNorm, "batch_norm", C::kNn, 5, 5, kBatchNormAttrs, infer_batch_norm, ref::batch_norm},
+    {OpKind::kLayerNorm, "layer_norm", C::kNn, 1, 3, kLayerNormAttrs, infer_layer_norm, ref::layer_norm},
+    {OpKind::kSoftmax, "softmax", C::kNn, 1, 1, kSoftmaxAttrs, infer_softmax<OpKind::kSoftmax>, ref::softmax},
+    {OpKind::kLogSoftmax, "log_softmax", C::kNn, 1, 1, kSoftmaxAttrs, infer_softmax<OpKind::kLogSoftmax>, ref::log_softmax},
+    {OpKind::kScaledDotProductAttention, "scaled_dot_product_attention", C::kNn, 3, 4, kAttentionAttrs,
+     infer_attention, ref::scaled_dot_product_attention},
 };
 static_assert(std::size(kOps) == kOpCount, "every OpKind needs exactly one registry row");
 

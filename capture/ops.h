@@ -42,6 +42,9 @@ enum class OpKind : uint16_t {
   kReshape, kPermute, kTranspose, kBroadcastTo, kConcat, kSlice,
   // sources (no tensor inputs)
   kFull, kArange, kUniform, kNormal,
+  // nn activations, normalization, attention (capture/nn.h)
+  kGelu, kSilu, kHardswish, kHardsigmoid, kErf, kClamp,
+  kBatchNorm, kLayerNorm, kSoftmax, kLogSoftmax, kScaledDotProductAttention,
   kCount
 };
 inline constexpr int kOpCount = static_cast<int>(OpKind::kCount);
@@ -72,6 +75,9 @@ inline constexpr size_t kMaxOpAttrs = 5;
 
 enum class OpClass : uint8_t {
   kParameter, kUnary, kBinary, kCompare, kWhere, kCast, kMatmul, kReduce, kLayout, kSource,
+  // Non-elementwise neural-network ops with their own kernels (normalization, softmax,
+  // attention). The nn activations (gelu, clamp, ...) are kUnary.
+  kNn,
 };
 
 struct OpInfo {

@@ -113,7 +113,7 @@ Status replay(const Program& p, std::span<const int64_t> dims, Ops& ops,
           in.push_back(ops.scalar(v, t));
         }
       }
-      env.insert_or_assign(op.result, ops.apply(op.op, in, attrs));
+      env.insert_or_assign(op.result, ops.apply(op, in, attrs));
     } catch (const Error& e) {
       return at(p, op.pos, e.status());
     }
@@ -125,21 +125,48 @@ struct TypeOps {
   using Value = TensorType;
   DType dtype_of(const TensorType& t) const { return t.dtype; }
   TensorType scalar(double, DType t) const { return {t, Shape{}}; }
-  TensorType apply(OpKind op, std::span<const TensorType> in, std::vector<AttrValue>& attrs) const {
-    return infer_op(op, in, attrs);
+  TensorType apply(const OpStmt& op, std::span<const TensorType> in, std::vector<AttrValue>& attrs) const {
+    return infer_op(op.op, in, attrs);
   }
 };
 
 struct TensorOps {
   using Value = Tensor;
   LazyContext& ctx;
+  const Program& program;
+  std::span<const DimSource> bound;  // empty, or one per program.dims entry
+  std::span<const Tensor> args;
   DType dtype_of(const Tensor& t) const { return t.dtype(); }
   Tensor scalar(double v, DType t) const {
     AttrValue attrs[] = {AttrValue::of_ints({}), AttrValue::of_float(v), AttrValue::of_dtype(t)};
     return ctx.record(OpKind::kFull, std::span<const Tensor>(), attrs);
   }
-  Tensor apply(OpKind op, std::span<const Tensor> in, std::vector<AttrValue>& attrs) const {
-    return ctx.record(op, in, attrs);
+  Tensor apply(const OpStmt& op, std::span<const Tensor> in, std::vector<AttrValue>& attrs) const {
+    if (bound.empty()) return ctx.record(op.op, in, attrs);
+    // Attribute elements written as a dim follow that dim's source size in a captured template.
+    std::vector<AttrBinding> bindings;
+    const OpInfo& info = op_info(op.op);
+    auto bind = [&](const Literal& l, size_t attr, int32_t element) {
+      if (l.kind != Literal::Kind::kName) return;
+      const DimDecl* d = program.find_dim(l.name);
+      if (!d) return;
+      const DimSource& src = bound[static_cast<size_t>(d - program.dims.data())];
+      if (src.tensor < 0) return;
+      bindings.push_back({static_cast<uint32_t>(attr), element, args[static_cast<size_t>(src.tensor)], src.axis});
+    };
+    for (const NamedAttr& a : op.attrs) {
+      int i = info.attr_index(a.name);
+      if (i < 0) continue;
+      AttrKind kind = info.attrs[static_cast<size_t>(i)].kind;
+      if (kind == AttrKind::kInt || kind == AttrKind::kFloat) {
+        bind(a.value, static_cast<size_t>(i), -1);
+      } else if (kind == AttrKind::kInts) {
+        for (size_t j = 0; j < a.value.items.size(); ++j) {
+          bind(a.value.items[j], static_cast<size_t>(i), static_cast<int32_t>(j));
+        }
+      }
+    }
+    return ctx.record(op.op, in, attrs, bindings);
   }
 };
 
@@ -321,9 +348,24 @@ Result<std::vector<Tensor>> StepArguments::make(int step) {
   return args;
 }
 
+std::vector<DimSource> dim_sources(const Program& program) {
+  std::vector<DimSource> out(program.dims.size());
+  for (size_t i = 0; i < program.tensors.size(); ++i) {
+    const TensorDecl& t = program.tensors[i];
+    for (size_t axis = 0; axis < t.dims.size(); ++axis) {
+      const DimDecl* d = t.dims[axis].name.empty() ? nullptr : program.find_dim(t.dims[axis].name);
+      if (!d) continue;
+      DimSource& s = out[static_cast<size_t>(d - program.dims.data())];
+      if (s.tensor < 0) s = {static_cast<int>(i), static_cast<int>(axis)};
+    }
+  }
+  return out;
+}
+
 Result<std::vector<Tensor>> record_step(const Program& program, LazyContext& ctx,
                                         std::span<const int64_t> dims,
-                                        std::span<const Tensor> args) {
+                                        std::span<const Tensor> args,
+                                        std::span<const DimSource> bound) {
   if (dims.size() != program.dims.size() || args.size() != program.tensors.size()) {
     return invalid_argument(fmt::format(
         "{}: a step takes {} dim values and {} tensors, got {} and {}", program.file_name,
@@ -334,19 +376,25 @@ Result<std::vector<Tensor>> record_step(const Program& program, LazyContext& ctx
     const TensorDecl& d = program.tensors[i];
     Result<Shape> want = bound_shape(program, d, dims);
     if (!want.is_ok()) return want.status();
-    if (!args[i].defined() || args[i].dtype() != d.dtype || args[i].shape() != *want) {
+    // With bound dims, the shapes are checked, not observed: the dims come from them.
+    if (!args[i].defined() || args[i].dtype() != d.dtype ||
+        (bound.empty() ? args[i].shape() : args[i].peek_shape()) != *want) {
       return at(program, d.pos,
                 invalid_argument(fmt::format(
                     "'{}' is declared {} but the step's argument is {}", d.name,
                     type_to_string({d.dtype, *want}),
-                    args[i].defined() ? type_to_string({args[i].dtype(), args[i].shape()})
+                    args[i].defined() ? type_to_string({args[i].dtype(), args[i].peek_shape()})
                                       : std::string("undefined"))));
     }
     env.insert_or_assign(d.name, args[i]);
   }
   // Every intermediate lives in `env` and dies on return: only the outputs stay live, so
   // they are the roots of the step's graph.
-  TensorOps ops{ctx};
+  if (!bound.empty() && bound.size() != program.dims.size()) {
+    return invalid_argument(fmt::format("{}: {} dim sources given for {} dims", program.file_name,
+                                        bound.size(), program.dims.size()));
+  }
+  TensorOps ops{ctx, program, bound, args};
   Status st = replay(program, dims, ops, env);
   if (!st.is_ok()) return st;
   std::vector<Tensor> outputs;

@@ -83,15 +83,29 @@ class StepArguments {
   std::unique_ptr<Files> files_;
 };
 
+// Where a dim's value can be read from a step's arguments: size `axis` of argument `tensor`
+// (-1: no argument's declared type uses the dim).
+struct DimSource {
+  int tensor = -1;
+  int axis = 0;
+};
+// For each program.dims entry, the first program.tensors declaration that uses it.
+std::vector<DimSource> dim_sources(const Program& program);
+
 // Records one step's op stream on `ctx` and returns its outputs (pending, unless ctx is eager),
 // in the program's output order; every intermediate is dropped before returning. `dims` holds
 // one value per program.dims entry (step_dim_values()); `args` one tensor per program.tensors
 // entry (StepArguments::make()), each of its declared type with `dims` bound.
+// With `bound` (one DimSource per dim, from dim_sources()), every attribute element written as
+// a dim that has a source is recorded bound to that argument's size (AttrBinding), and the
+// arguments' shapes are checked without being observed: a captured template then follows the
+// sizes (shape-polymorphic trace once). `dims` must hold the sources' sizes.
 // Errors: argument counts or types that do not fit, and shape or attribute errors while
 // recording, as a Status starting "FILE:LINE:COL: ". Does not mark_step().
 Result<std::vector<Tensor>> record_step(const Program& program, LazyContext& ctx,
                                         std::span<const int64_t> dims,
-                                        std::span<const Tensor> args);
+                                        std::span<const Tensor> args,
+                                        std::span<const DimSource> bound = {});
 
 // `cause` prefixed with "FILE: step N: ", how run_program reports failures at a barrier.
 Status step_error(const Program& program, int step, const Status& cause);

@@ -511,4 +511,33 @@ void normal(std::span<const HostBuffer* const>, std::span<const AttrValue> attrs
   fill_normal(out, static_cast<uint64_t>(attrs[3].i), attrs[1].f, attrs[2].f);
 }
 
+// ---- nn activations (capture/nn.h) ----------------------------------------------------------
+
+void gelu(std::span<const HostBuffer* const> in, std::span<const AttrValue> attrs, HostBuffer& out) {
+  if (attrs[0].as_bool()) unary_float(in, out, ew::GeluTanh{});
+  else unary_float(in, out, ew::GeluErf{});
+}
+
+void silu(std::span<const HostBuffer* const> in, std::span<const AttrValue>, HostBuffer& out) {
+  unary_float(in, out, ew::Silu{});
+}
+
+void hardswish(std::span<const HostBuffer* const> in, std::span<const AttrValue>, HostBuffer& out) {
+  unary_float(in, out, ew::Hardswish{});
+}
+
+void hardsigmoid(std::span<const HostBuffer* const> in, std::span<const AttrValue>, HostBuffer& out) {
+  unary_float(in, out, ew::Hardsigmoid{});
+}
+
+void erf(std::span<const HostBuffer* const> in, std::span<const AttrValue>, HostBuffer& out) {
+  unary_float(in, out, ew::Erf{});
+}
+
+void clamp(std::span<const HostBuffer* const> in, std::span<const AttrValue> attrs, HostBuffer& out) {
+  dispatch_numeric(out.dtype(), [&]<typename T>() {
+    unary<T, T>(in, out, ew::Clamp<T>::make(attrs[0].f, attrs[1].f));
+  });
+}
+
 }  // namespace tracecache::ref

@@ -55,6 +55,21 @@ TRACECACHE_REF_KERNEL(arange);
 TRACECACHE_REF_KERNEL(uniform);
 TRACECACHE_REF_KERNEL(normal);
 
+// nn activations, normalization, attention (capture/nn.h). The elementwise activations live
+// in reference_kernels.cc with the other unary ops; the rest in reference_nn_ops.cc, with the
+// per-element formulas of capture/nn_numerics.h.
+TRACECACHE_REF_KERNEL(gelu);
+TRACECACHE_REF_KERNEL(silu);
+TRACECACHE_REF_KERNEL(hardswish);
+TRACECACHE_REF_KERNEL(hardsigmoid);
+TRACECACHE_REF_KERNEL(erf);
+TRACECACHE_REF_KERNEL(clamp);
+TRACECACHE_REF_KERNEL(batch_norm);
+TRACECACHE_REF_KERNEL(layer_norm);
+TRACECACHE_REF_KERNEL(softmax);
+TRACECACHE_REF_KERNEL(log_softmax);
+TRACECACHE_REF_KERNEL(scaled_dot_product_attention);
+
 #undef TRACECACHE_REF_KERNEL
 
 }  // namespace tracecache::ref

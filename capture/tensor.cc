@@ -56,7 +56,11 @@ Tensor::~Tensor() {
 }
 
 DType Tensor::dtype() const { return impl_->type.dtype; }
-const Shape& Tensor::shape() const { return impl_->type.shape; }
+const Shape& Tensor::shape() const {
+  if (impl_->ctx->options_.capture) impl_->ctx->observe(impl_);
+  return impl_->type.shape;
+}
+const Shape& Tensor::peek_shape() const { return impl_->type.shape; }
 LazyContext& Tensor::context() const { return *impl_->ctx; }
 bool Tensor::is_materialized() const { return !impl_->pending(); }
 
@@ -115,12 +119,41 @@ NodeId LazyContext::node_for(TensorImpl* t) {
   if (inserted) {
     it->second = trace_.add_parameter(t->type);
     trace_params_.push_back(t->data);
+    if (TraceTemplate* c = capturing()) {
+      c->graph.add_parameter(t->type);
+      c->param_data.push_back(t->data);
+    }
   }
   return it->second;
 }
 
+TraceTemplate* LazyContext::capturing() const {
+  TraceTemplate* c = options_.capture;
+  return c && c->barriers == 0 ? c : nullptr;
+}
+
+void LazyContext::observe(const TensorImpl* t) {
+  TraceTemplate* c = options_.capture;
+  if (!c) return;
+  if (!t->pending()) {
+    c->observed_data.emplace_back(t->data.get(), t->type.shape);
+  } else if (c->barriers == 0) {
+    if (c->observed.empty() || c->observed.back().node != t->node) {
+      c->observed.push_back({t->node, t->type.shape});
+    }
+  }
+  // A pending tensor after the first barrier belongs to a second graph: the template is
+  // unusable anyway (see materialize).
+}
+
 Tensor LazyContext::record(OpKind op, std::span<const Tensor> inputs,
                            std::span<const AttrValue> attrs) {
+  return record(op, inputs, attrs, {});
+}
+
+Tensor LazyContext::record(OpKind op, std::span<const Tensor> inputs,
+                           std::span<const AttrValue> attrs,
+                           std::span<const AttrBinding> bindings) {
   Scratch<TensorType> types(inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) {
     const Tensor& t = inputs[i];
@@ -140,6 +173,29 @@ Tensor LazyContext::record(OpKind op, std::span<const Tensor> inputs,
   }
   std::array<AttrValue, kMaxOpAttrs> attr_buf;
   std::copy(attrs.begin(), attrs.end(), attr_buf.begin());
+  for (const AttrBinding& b : bindings) {
+    const TensorImpl* src = b.source.impl_;
+    bool ok = b.attr < attrs.size() && src && src->ctx == this && b.dim >= 0 &&
+              b.dim < src->type.shape.rank();
+    if (ok) {
+      const AttrValue& a = attrs[b.attr];
+      const int64_t size = src->type.shape[b.dim];
+      if (a.kind == AttrKind::kInts) {
+        ok = b.element >= 0 && b.element < a.ints.size() && a.ints[b.element] == size;
+      } else if (a.kind == AttrKind::kInt) {
+        ok = b.element == -1 && a.i == size;
+      } else if (a.kind == AttrKind::kFloat) {
+        ok = b.element == -1 && a.f == static_cast<double>(size);
+      } else {
+        ok = false;
+      }
+    }
+    if (!ok) {
+      throw Error(invalid_argument(fmt::format(
+          "op '{}': attribute binding (attribute {}, element {}, dim {}) does not match the "
+          "attribute or its source", op_info(op).name, b.attr, b.element, b.dim)));
+    }
+  }
   std::span<AttrValue> normalized(attr_buf.data(), attrs.size());
   TensorType type = infer_op(op, types.span(), normalized);
   if (options_.eager) return run_eager(op, inputs, normalized, type);
@@ -148,10 +204,21 @@ Tensor LazyContext::record(OpKind op, std::span<const Tensor> inputs,
   Scratch<NodeId> ids(inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) ids[i] = node_for(inputs[i].impl_);
 
+  TraceTemplate* capture = capturing();
+  Scratch<NodeId> sources(capture ? bindings.size() : 0);
+  for (size_t k = 0; capture && k < bindings.size(); ++k) sources[k] = node_for(bindings[k].source.impl_);
+
   auto* impl = new TensorImpl;
   impl->ctx = this;
   impl->type = type;
   impl->node = trace_.add_node(op, ids.span(), normalized, type);
+  if (capture) {
+    capture->graph.add_node(op, ids.span(), attrs, type);
+    for (size_t k = 0; k < bindings.size(); ++k) {
+      const AttrBinding& b = bindings[k];
+      capture->sym_attrs.push_back({impl->node, b.attr, b.element, sources[k], static_cast<uint32_t>(b.dim)});
+    }
+  }
   impl->pending_slot = static_cast<uint32_t>(pending_.size());
   pending_.push_back(impl);
   ++live_pending_;
@@ -185,6 +252,9 @@ void LazyContext::forget_pending(TensorImpl* t) {
 
 void LazyContext::reset_trace_if_idle() {
   if (live_pending_ != 0) return;
+  if (TraceTemplate* c = capturing(); c && !c->graph.empty()) {
+    c->mark_unusable("the traced code abandoned an unmaterialized op stream");
+  }
   trace_.clear();
   trace_params_.clear();
   param_of_data_.clear();
@@ -208,6 +278,13 @@ void LazyContext::materialize(std::span<TensorImpl* const> roots) {
   std::vector<NodeId> root_nodes;
   root_nodes.reserve(roots.size());
   for (TensorImpl* t : roots) root_nodes.push_back(t->node);
+  if (TraceTemplate* c = options_.capture) {
+    if (++c->barriers == 1) {
+      c->roots = root_nodes;
+    } else {
+      c->mark_unusable("the traced code read a value (more than one graph)");
+    }
+  }
   if (options_.metrics) {
     options_.metrics->record_ms(timers::kTrace, std::chrono::duration<double, std::milli>(
                                                     std::chrono::steady_clock::now() - trace_started_)

@@ -34,6 +34,7 @@
 #include "capture/graph.h"
 #include "capture/metrics.h"
 #include "capture/status.h"
+#include "capture/trace_template.h"
 
 namespace tracecache {
 
@@ -64,8 +65,14 @@ class Tensor {
   bool defined() const { return impl_ != nullptr; }
   // REQUIRES (all below): defined().
   DType dtype() const;
+  // Reading the shape is an observation: while a context captures a trace template
+  // (LazyOptions::capture), the traced code may depend on it, so it is noted there.
   const Shape& shape() const;
-  int rank() const { return shape().rank(); }
+  // The shape without noting an observation, for code that only passes it on as an
+  // attribute bound with AttrBinding (whose element then follows the size), never branches on
+  // it. Misuse makes a shape-polymorphic trace unsound.
+  const Shape& peek_shape() const;
+  int rank() const { return peek_shape().rank(); }  // ranks are guarded, not dynamic
   int64_t numel() const { return shape().numel(); }
   LazyContext& context() const;
   // True once the value is known (no pending computation).
@@ -103,6 +110,19 @@ struct LazyOptions {
   // Eager mode when set: ops run at once on this runner (not owned; must outlive the context)
   // and the executor is never called.
   OpRunner* eager = nullptr;
+  // When set (not owned), the trace is also captured as a template (capture/trace_template.h)
+  // until its first barrier.
+  TraceTemplate* capture = nullptr;
+};
+
+// Declares attribute `attr` of a record() call (element `element` of an int list, -1 for an
+// int or float attribute) equal to the size of dim `dim` of `source`: a captured template then
+// follows that size instead of keeping the number. The attribute's value must equal the size.
+struct AttrBinding {
+  uint32_t attr = 0;
+  int32_t element = -1;
+  Tensor source;
+  int dim = 0;
 };
 
 class LazyContext {
@@ -121,6 +141,10 @@ class LazyContext {
   // (see op_info(op).attrs). Normalizes the attributes and infers the output type; throws
   // Error if the inputs or attributes do not fit the op, or belong to another context.
   Tensor record(OpKind op, std::span<const Tensor> inputs, std::span<const AttrValue> attrs);
+  // The same, with some attribute elements bound to sizes (see AttrBinding); throws Error if a
+  // binding does not fit.
+  Tensor record(OpKind op, std::span<const Tensor> inputs, std::span<const AttrValue> attrs,
+                std::span<const AttrBinding> bindings);
   Tensor record(OpKind op, std::initializer_list<Tensor> inputs,
                 std::initializer_list<AttrValue> attrs = {}) {
     return record(op, std::span<const Tensor>(inputs.begin(), inputs.size()),
@@ -141,6 +165,8 @@ class LazyContext {
   friend class Tensor;
   friend struct TensorImpl;
   NodeId node_for(TensorImpl* t);
+  void observe(const TensorImpl* t);
+  TraceTemplate* capturing() const;  // the template, while it still mirrors the trace
   Tensor run_eager(OpKind op, std::span<const Tensor> inputs, std::span<const AttrValue> attrs,
                    const TensorType& type);
   void materialize(std::span<TensorImpl* const> roots);

@@ -39,6 +39,7 @@ struct RunOptions {
   std::string backend = "cpu";  // "cpu" or "reference" (uncached oracle)
   bool no_cache = false;         // cpu without the disk cache
   bool metrics = false;
+  bool no_auto_dynamic = false;  // once: every new size recompiles instead of becoming dynamic
   DbOptions db;
 };
 int run_command(const RunOptions& options);

@@ -51,6 +51,9 @@ int main(int argc, char** argv) {
                       "Write every output of every step to DIR/step<N>_<name>.npy");
   run_cmd->add_flag("--bake-scalars", run.bake_scalars,
                     "Keep scalar constants in the graph (and its key) instead of lifting them to inputs");
+  run_cmd->add_flag("--no-auto-dynamic", run.no_auto_dynamic,
+                    "once: a dim whose size changes recompiles for every new size instead of becoming "
+                    "dynamic (shape-polymorphic)");
 
   BenchOptions bench;
   CLI::App* bench_cmd = app.add_subcommand(

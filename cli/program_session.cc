@@ -72,6 +72,7 @@ Result<std::unique_ptr<ProgramSession>> ProgramSession::create(const Program& pr
   if (options.mode == Mode::kOnce) {
     CompiledFunctionOptions fo;
     fo.canonicalize = lazy.canonicalize;
+    fo.automatic_dynamic = options.automatic_dynamic;
     for (const TensorDecl& d : program.tensors) fo.input_names.push_back(d.name);
     // Guard entries persist under the function's name; the program's canonical text is the
     // function's code, so an edited program never replays the old program's entries.
@@ -79,16 +80,22 @@ Result<std::unique_ptr<ProgramSession>> ProgramSession::create(const Program& pr
     fo.user_version = hex64(XXH3_64bits(text.data(), text.size()));
     std::string name =
         std::filesystem::path(program.file_name).filename().string() + ":step";
-    // The graph may depend on nothing but the arguments: the dims come from the (guarded)
-    // scalars, never from the step number.
-    TracedFn fn = [&program](LazyContext& ctx, const TraceArgs& args) {
+    // The graph may depend on nothing but the arguments, never on the step number. A dim that
+    // some argument's declared type uses is read from that argument's size, and attributes
+    // written with it are bound to that size, so the step is shape-polymorphic in it: a new
+    // batch size needs no retrace once the dim is dynamic. Other dims are guarded scalars.
+    s->dim_sources_ = dim_sources(program);
+    TracedFn fn = [&program, sources = s->dim_sources_](LazyContext& ctx, const TraceArgs& args) {
       std::vector<int64_t> dims;
-      for (size_t i = 0; i < args.num_scalars(); ++i) {
-        dims.push_back(static_cast<int64_t>(args.scalar(i)));
+      size_t scalar = 0;
+      for (const DimSource& src : sources) {
+        dims.push_back(src.tensor >= 0
+                           ? args.tensor(static_cast<size_t>(src.tensor)).peek_shape()[src.axis]
+                           : static_cast<int64_t>(args.scalar(scalar++)));
       }
       std::vector<Tensor> tensors;
       for (size_t i = 0; i < args.num_tensors(); ++i) tensors.push_back(args.tensor(i));
-      return record_step(program, ctx, dims, tensors).value_or_throw();
+      return record_step(program, ctx, dims, tensors, sources).value_or_throw();
     };
     s->function_ = std::make_unique<CompiledFunction>(std::move(name), std::move(fn),
                                                       s->runtime_.get(), std::move(fo));
@@ -103,7 +110,11 @@ Result<ProgramSession::PreparedStep> ProgramSession::prepare(int step) {
   Result<std::vector<Tensor>> args = arguments_->make(step);
   if (!args.is_ok()) return args.status();
   p.call.tensors = std::move(args).value();
-  p.call.scalars.assign(p.dims.begin(), p.dims.end());
+  if (function_) {
+    for (size_t d = 0; d < p.dims.size(); ++d) {
+      if (dim_sources_[d].tensor < 0) p.call.scalars.push_back(static_cast<double>(p.dims[d]));
+    }
+  }
   return p;
 }
 

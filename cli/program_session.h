@@ -40,6 +40,7 @@ struct SessionOptions {
   std::string backend = "cpu";        // "cpu", or "reference" (eager and lazy only)
   store::CacheDb* db = nullptr;       // the disk cache for lazy and once; null: memory only
   bool bake_scalars = false;          // canonicalization (lazy and once)
+  bool automatic_dynamic = true;      // once: CompiledFunctionOptions::automatic_dynamic
   Metrics* metrics = nullptr;         // REQUIRED: counters and timers of every part
 };
 
@@ -80,6 +81,8 @@ class ProgramSession {
   std::unique_ptr<GraphExecutor> reference_;  // lazy on the reference backend; eager's unused executor
   std::unique_ptr<OpRunner> op_runner_;       // eager
   std::unique_ptr<LazyContext> ctx_;
+  // once: where each dim's value comes from (an argument's size; else a guarded scalar).
+  std::vector<DimSource> dim_sources_;
   std::unique_ptr<StepArguments> arguments_;
   std::unique_ptr<CompiledFunction> function_;  // once
 };

@@ -115,7 +115,7 @@ void write_counters_json(JsonWriter& j, const Metrics& m) {
                                      counters::kHitsMemory,   counters::kHitsDisk,
                                      counters::kMisses,       counters::kExecutions,
                                      counters::kGuardChecks,  counters::kGuardFailures,
-                                     counters::kRecompiles};
+                                     counters::kRecompiles,   counters::kSpecializations};
   j.key("counters").begin_object();
   for (std::string_view name : always) j.key(name).value(m.counter(name));
   for (const auto& [name, value] : m.counters()) {
@@ -160,7 +160,8 @@ int run_loaded_program(const Program& program, const RunOptions& options) {
   }
   Result<std::unique_ptr<ProgramSession>> session = ProgramSession::create(
       program, {.mode = *mode, .backend = options.backend, .db = db.get(),
-                 .bake_scalars = options.bake_scalars, .metrics = &metrics});
+                 .bake_scalars = options.bake_scalars, .automatic_dynamic = !options.no_auto_dynamic,
+                 .metrics = &metrics});
   if (!session.is_ok()) return report_error(session.status());
   ProgramSession& s = **session;
 
@@ -258,6 +259,9 @@ int run_loaded_program(const Program& program, const RunOptions& options) {
     out(fmt::format("{} guard checks, {} guard failures, {} recompiles\n",
                     metrics.counter(counters::kGuardChecks), metrics.counter(counters::kGuardFailures),
                     metrics.counter(counters::kRecompiles)));
+    if (int64_t n = metrics.counter(counters::kSpecializations)) {
+      out(fmt::format("{} shape specializations (dynamic entries at new sizes, no trace)\n", n));
+    }
     for (const std::string& r : reasons) out(fmt::format("recompile: {}\n", r));
   }
   if (options.metrics) out(metrics.report());

@@ -1,5 +1,6 @@
 #include "replay/compiled_function.h"
 
+#include "capture/trace_template.h"
 #include "store/graph_codec.h"
 #include "store/proto/tracecache.pb.h"
 
@@ -29,6 +30,8 @@ struct Check {
   enum class Kind : uint8_t {
     kNumTensors, kNumScalars, kOptions, kDType, kRank, kSize, kContiguous, kDevice,
     kAliasOf, kDistinct, kScalarValue,
+    kSizeRange,  // dynamic dim: expected <= size <= kMaxDynamicSize
+    kSameSize,   // dynamic dim: size equals that of input expected / 256, dim expected % 256
   };
   Kind kind;
   uint32_t index = 0;
@@ -46,15 +49,31 @@ struct Segment {
   std::vector<std::pair<uint32_t, XXH128_hash_t>> value_guards;
 };
 
+// An entry's graph at one assignment of its dynamic dims.
+struct Specialization {
+  std::vector<int64_t> sizes;  // one per Dynamic::dims
+  Segment segment;
+};
+
+// What makes an entry shape-polymorphic: its trace template and how to fill it.
+struct Dynamic {
+  TraceTemplate tmpl;                 // graph, sym_attrs, observed, roots
+  std::vector<ValueSource> params;    // one per template parameter (inputs, dynamic scalars)
+  std::vector<DynamicDim> dims;
+  std::vector<Specialization> specs;  // most recently made last
+};
+constexpr size_t kMaxSpecializations = 32;
+
 struct Entry {
   std::vector<Check> checks;
+  std::shared_ptr<Dynamic> dynamic;  // null: a static entry (fixed segments)
   std::vector<Segment> segments;
   std::vector<ValueSource> outputs;
   int64_t db_index = -1;      // row in the functions table, -1 if not stored
   int64_t unflushed_hits = 0;
 };
 
-constexpr uint32_t kGuardEntryFormat = 1;
+constexpr uint32_t kGuardEntryFormat = 2;
 
 void source_to_proto(const ValueSource& v, proto::ValueSource* out) {
   out->set_kind(static_cast<uint32_t>(v.kind));
@@ -105,7 +124,86 @@ std::string serialize_entry(const Entry& e) {
     }
   }
   for (const ValueSource& v : e.outputs) source_to_proto(v, pe.add_outputs());
+  if (e.dynamic) {
+    const Dynamic& d = *e.dynamic;
+    proto::DynamicPlan* pd = pe.mutable_dynamic();
+    store::graph_to_proto(d.tmpl.graph, pd->mutable_graph());
+    for (const SymAttr& a : d.tmpl.sym_attrs) {
+      proto::SymAttr* pa = pd->add_sym_attrs();
+      pa->set_node(a.node);
+      pa->set_attr(a.attr);
+      pa->set_element(a.element);
+      pa->set_source(a.source);
+      pa->set_dim(a.dim);
+    }
+    for (const ShapeObservation& o : d.tmpl.observed) {
+      proto::ShapeObservation* po = pd->add_observed();
+      po->set_node(o.node);
+      for (int64_t x : o.shape) po->add_shape(x);
+    }
+    for (NodeId r : d.tmpl.roots) pd->add_roots(r);
+    for (const ValueSource& v : d.params) source_to_proto(v, pd->add_params());
+    for (const DynamicDim& dd : d.dims) {
+      proto::DynamicDim* pdd = pd->add_dims();
+      pdd->set_input(static_cast<uint32_t>(dd.input));
+      pdd->set_dim(static_cast<uint32_t>(dd.dim));
+    }
+  }
   return store::serialize_deterministic(pe);
+}
+
+// Parses and checks a stored dynamic plan so that instantiating it can never index out of
+// range: template graph re-inferred (graph codec, raw attributes), bindings point at earlier
+// nodes' existing dims and at existing attribute elements in node order, observations and
+// roots at existing nodes, one parameter source per template parameter.
+bool parse_dynamic(const proto::DynamicPlan& pd, uint64_t num_tensors, uint64_t num_scalars,
+                   const std::vector<int64_t>& rank, Entry& e) {
+  auto d = std::make_shared<Dynamic>();
+  Result<Graph> g = store::graph_from_proto(pd.graph(), store::AttrForm::kRaw);
+  if (!g.is_ok()) return false;
+  d->tmpl.graph = std::move(*g);
+  const Graph& graph = d->tmpl.graph;
+  NodeId last = 0;
+  for (const proto::SymAttr& pa : pd.sym_attrs()) {
+    SymAttr a{pa.node(), pa.attr(), pa.element(), pa.source(), pa.dim()};
+    if (a.node >= graph.size() || a.node < last || a.source >= a.node) return false;
+    last = a.node;
+    const Node& n = graph.node(a.node);
+    if (n.op == OpKind::kParameter || a.attr >= op_info(n.op).attrs.size()) return false;
+    if (a.dim >= static_cast<uint32_t>(graph.node(a.source).shape.rank())) return false;
+    const AttrValue& v = graph.attrs(n)[a.attr];
+    bool fits = v.kind == AttrKind::kInts
+                    ? a.element >= 0 && a.element < v.ints.size()
+                    : (v.kind == AttrKind::kInt || v.kind == AttrKind::kFloat) && a.element == -1;
+    if (!fits) return false;
+    d->tmpl.sym_attrs.push_back(a);
+  }
+  for (const proto::ShapeObservation& po : pd.observed()) {
+    if (po.node() >= graph.size() || po.shape_size() > kMaxRank) return false;
+    d->tmpl.observed.push_back(
+        {po.node(), Shape(IntList(std::span<const int64_t>(po.shape().data(), po.shape_size())))});
+  }
+  if (pd.roots_size() == 0) return false;
+  for (uint32_t r : pd.roots()) {
+    if (r >= graph.size()) return false;
+    d->tmpl.roots.push_back(r);
+  }
+  if (static_cast<size_t>(pd.params_size()) != graph.params().size()) return false;
+  for (const proto::ValueSource& pv : pd.params()) {
+    std::optional<ValueSource> v = source_from_proto(pv);
+    if (!v) return false;
+    bool ok = (v->kind == ValueSource::Kind::kInput && v->a < num_tensors) ||
+              (v->kind == ValueSource::Kind::kDynamicScalar && v->a < num_scalars);
+    if (!ok) return false;
+    d->params.push_back(std::move(*v));
+  }
+  if (pd.dims_size() == 0) return false;
+  for (const proto::DynamicDim& pdd : pd.dims()) {
+    if (pdd.input() >= num_tensors || rank[pdd.input()] <= static_cast<int64_t>(pdd.dim())) return false;
+    d->dims.push_back({pdd.input(), static_cast<int>(pdd.dim())});
+  }
+  e.dynamic = std::move(d);
+  return true;
 }
 
 // Parses and checks a stored entry so that evaluating its guards and routing its values can
@@ -121,7 +219,7 @@ std::optional<Entry> parse_entry(const std::string& bytes) {
   std::vector<int64_t> rank;  // per tensor, -1 until its rank check
   for (int i = 0; i < pe.checks_size(); ++i) {
     const proto::GuardCheck& pc = pe.checks(i);
-    if (pc.kind() > static_cast<uint32_t>(Check::Kind::kScalarValue)) return std::nullopt;
+    if (pc.kind() > static_cast<uint32_t>(Check::Kind::kSameSize)) return std::nullopt;
     Check c{static_cast<Check::Kind>(pc.kind()), pc.index(), pc.dim(), pc.expected()};
     bool ok = true;
     switch (c.kind) {
@@ -149,6 +247,15 @@ std::optional<Entry> parse_entry(const std::string& bytes) {
         ok = c.index < num_tensors && c.dim < num_tensors && c.expected < num_tensors;
         break;
       case Check::Kind::kScalarValue: ok = c.index < num_scalars; break;
+      case Check::Kind::kSizeRange:
+        ok = c.index < num_tensors && rank[c.index] > static_cast<int64_t>(c.dim);
+        break;
+      case Check::Kind::kSameSize: {
+        const uint64_t other = c.expected / 256, other_dim = c.expected % 256;
+        ok = c.index < num_tensors && rank[c.index] > static_cast<int64_t>(c.dim) &&
+             other < num_tensors && rank[other] > static_cast<int64_t>(other_dim);
+        break;
+      }
     }
     if (!ok) return std::nullopt;
     e.checks.push_back(c);
@@ -177,9 +284,20 @@ std::optional<Entry> parse_entry(const std::string& bytes) {
     }
     e.segments.push_back(std::move(seg));
   }
+  if (pe.has_dynamic()) {
+    if (!e.segments.empty() || !parse_dynamic(pe.dynamic(), num_tensors, num_scalars, rank, e)) {
+      return std::nullopt;
+    }
+  }
+  // A dynamic entry's outputs route from its one (specialized) segment: root indices.
+  const size_t segments = e.dynamic ? 1 : e.segments.size();
   for (const proto::ValueSource& pv : pe.outputs()) {
     std::optional<ValueSource> v = source_from_proto(pv);
-    if (!v || !source_ok(*v, e.segments.size())) return std::nullopt;
+    if (!v || !source_ok(*v, segments)) return std::nullopt;
+    if (e.dynamic && v->kind == ValueSource::Kind::kSegmentOutput &&
+        v->b >= e.dynamic->tmpl.roots.size()) {
+      return std::nullopt;
+    }
     e.outputs.push_back(std::move(*v));
   }
   return e;
@@ -252,29 +370,48 @@ struct CompiledFunction::Impl {
       case Check::Kind::kOptions: return options_digest;
       case Check::Kind::kDType: return static_cast<uint64_t>(args.tensors[c.index].dtype());
       case Check::Kind::kRank: return static_cast<uint64_t>(args.tensors[c.index].rank());
-      case Check::Kind::kSize: return static_cast<uint64_t>(args.tensors[c.index].shape()[static_cast<int>(c.dim)]);
+      case Check::Kind::kSize: return static_cast<uint64_t>(args.tensors[c.index].peek_shape()[static_cast<int>(c.dim)]);
       case Check::Kind::kContiguous: return 1;  // HostBuffers are dense row-major
       case Check::Kind::kDevice: return 0;      // host memory
       case Check::Kind::kAliasOf: return first_alias(args, c.index);
       case Check::Kind::kDistinct: return data(args, c.index) == data(args, c.dim) ? 0 : 1;  // unused since guards1
       case Check::Kind::kScalarValue: return scalar_bits(args.scalars[c.index]);
+      case Check::Kind::kSizeRange: case Check::Kind::kSameSize:
+        return static_cast<uint64_t>(args.tensors[c.index].peek_shape()[static_cast<int>(c.dim)]);
     }
     return 0;
+  }
+
+  static uint64_t other_size(const Check& c, const CallArgs& args) {
+    return static_cast<uint64_t>(
+        args.tensors[c.expected / 256].peek_shape()[static_cast<int>(c.expected % 256)]);
+  }
+
+  bool passes(const Check& c, const CallArgs& args) const {
+    const uint64_t got = actual(c, args);
+    switch (c.kind) {
+      case Check::Kind::kSizeRange: return got >= c.expected && got <= static_cast<uint64_t>(kMaxDynamicSize);
+      case Check::Kind::kSameSize: return got == other_size(c, args);
+      default: return got == c.expected;
+    }
   }
 
   // Checks in order; a count or rank failure stops the walk (later checks index by them).
   bool holds(const Entry& e, const CallArgs& args) const {
     for (const Check& c : e.checks) {
-      if (actual(c, args) != c.expected) return false;
+      if (!passes(c, args)) return false;
     }
     return true;
   }
 
-  std::vector<GuardFailure> explain(const Entry& e, const CallArgs& args) const {
+  // The failed guards of `e`, described; `failed` (optional) receives the failed checks.
+  std::vector<GuardFailure> explain(const Entry& e, const CallArgs& args,
+                                    std::vector<Check>* failed = nullptr) const {
     std::vector<GuardFailure> out;
     for (const Check& c : e.checks) {
-      uint64_t got = actual(c, args);
-      if (got == c.expected) continue;
+      if (passes(c, args)) continue;
+      const uint64_t got = actual(c, args);
+      if (failed) failed->push_back(c);
       GuardFailure f;
       switch (c.kind) {
         case Check::Kind::kNumTensors:
@@ -318,6 +455,16 @@ struct CompiledFunction::Impl {
           f = {fmt::format("scalar {}: value", c.index), fmt::format("{}", std::bit_cast<double>(c.expected)),
                fmt::format("{}", args.scalars[c.index])};
           break;
+        case Check::Kind::kSizeRange:
+          f = {fmt::format("{}: size of dim {} (dynamic)", input_name(c.index), c.dim),
+               fmt::format("in [{}, {}]", c.expected, kMaxDynamicSize), fmt::format("{}", got)};
+          break;
+        case Check::Kind::kSameSize:
+          f = {fmt::format("{}: size of dim {} (dynamic)", input_name(c.index), c.dim),
+               fmt::format("equal to {} dim {} ({})", input_name(static_cast<uint32_t>(c.expected / 256)),
+                           c.expected % 256, other_size(c, args)),
+               fmt::format("{}", got)};
+          break;
       }
       out.push_back(std::move(f));
       // Later checks index tensors by count and dims by rank: stop once those differ.
@@ -329,7 +476,11 @@ struct CompiledFunction::Impl {
     return out;
   }
 
-  std::vector<Check> make_checks(const CallArgs& args) const {
+  static bool is_dynamic(std::span<const DynamicDim> dims, size_t input, int dim) {
+    return std::find(dims.begin(), dims.end(), DynamicDim{input, dim}) != dims.end();
+  }
+
+  std::vector<Check> make_checks(const CallArgs& args, std::span<const DynamicDim> dynamic) const {
     std::vector<Check> checks;
     checks.push_back({Check::Kind::kNumTensors, 0, 0, args.tensors.size()});
     checks.push_back({Check::Kind::kNumScalars, 0, 0, args.scalars.size()});
@@ -339,7 +490,20 @@ struct CompiledFunction::Impl {
       checks.push_back({Check::Kind::kDType, i, 0, static_cast<uint64_t>(t.dtype())});
       checks.push_back({Check::Kind::kRank, i, 0, static_cast<uint64_t>(t.rank())});
       for (int d = 0; d < t.rank(); ++d) {
-        checks.push_back({Check::Kind::kSize, i, static_cast<uint32_t>(d), static_cast<uint64_t>(t.shape()[d])});
+        const uint64_t size = static_cast<uint64_t>(t.peek_shape()[d]);
+        if (!is_dynamic(dynamic, i, d)) {
+          checks.push_back({Check::Kind::kSize, i, static_cast<uint32_t>(d), size});
+          continue;
+        }
+        checks.push_back({Check::Kind::kSizeRange, i, static_cast<uint32_t>(d), 1});
+        // Dynamic dims equal now stay equal: relate this one to the first equal one before it.
+        for (const DynamicDim& o : dynamic) {
+          if (o.input > i || (o.input == i && o.dim >= d)) continue;
+          if (args.tensors[o.input].peek_shape()[o.dim] != t.peek_shape()[d]) continue;
+          checks.push_back({Check::Kind::kSameSize, i, static_cast<uint32_t>(d),
+                            o.input * 256 + static_cast<uint64_t>(o.dim)});
+          break;
+        }
       }
       checks.push_back({Check::Kind::kContiguous, i, 0, 1});
       checks.push_back({Check::Kind::kDevice, i, 0, 0});
@@ -356,9 +520,73 @@ struct CompiledFunction::Impl {
 
   // ---- replay -----------------------------------------------------------------------------
 
-  // Runs entry `e`. Returns nullopt (not an error) if a value guard between segments fails.
-  Result<std::optional<std::vector<BufferRef>>> replay(Entry& e, const CallArgs& args) {
-    std::vector<std::vector<BufferRef>> seg_out(e.segments.size());
+  // The type a template parameter has in this call.
+  static TensorType type_of(const ValueSource& v, const CallArgs& args) {
+    if (v.kind == ValueSource::Kind::kInput) {
+      const Tensor& t = args.tensors[v.a];
+      return {t.dtype(), t.peek_shape()};
+    }
+    return {DType::kF32, Shape{}};  // a dynamic scalar
+  }
+
+  // The segment of dynamic entry `e` for this call's sizes: kept from before, or instantiated
+  // from the template now (no trace), compiled through the runtime (so the graph cache serves
+  // it when it can) and kept. nullptr with `why` set if the template does not apply at these
+  // sizes.
+  Result<Segment*> specialize(Entry& e, const CallArgs& args, std::string* why) {
+    Dynamic& d = *e.dynamic;
+    for (Specialization& sp : d.specs) {
+      bool same = true;
+      for (size_t k = 0; k < d.dims.size() && same; ++k) {
+        same = sp.sizes[k] == args.tensors[d.dims[k].input].peek_shape()[d.dims[k].dim];
+      }
+      if (same) return &sp.segment;
+    }
+    std::vector<TensorType> types;
+    types.reserve(d.params.size());
+    for (const ValueSource& v : d.params) types.push_back(type_of(v, args));
+    Result<Graph> g = instantiate(d.tmpl, types);
+    if (!g.is_ok()) {
+      *why = g.status().message();
+      return static_cast<Segment*>(nullptr);
+    }
+    ScopedTimer timer(&runtime->metrics(), timers::kCanonicalizeHash);
+    CanonicalGraph cg = canonicalize(*g, g->outputs(), options.canonicalize);
+    timer.stop();
+    Specialization sp;
+    for (const DynamicDim& dd : d.dims) sp.sizes.push_back(args.tensors[dd.input].peek_shape()[dd.dim]);
+    sp.segment.key = cg.key;
+    for (const ParamSource& ps : cg.sources) {
+      if (ps.kind == ParamSource::Kind::kTraceParam) {
+        sp.segment.params.push_back(d.params[ps.trace_param]);
+      } else {
+        ValueSource v;
+        v.kind = ValueSource::Kind::kConstant;
+        v.constant = std::make_shared<const HostBuffer>(scalar_buffer(ps));
+        sp.segment.params.push_back(std::move(v));
+      }
+    }
+    Result<std::shared_ptr<const Executable>> exe = runtime->prepare(cg);
+    if (!exe.is_ok()) return exe.status();
+    sp.segment.exe = *exe;
+    if (d.specs.size() >= kMaxSpecializations) d.specs.erase(d.specs.begin());
+    d.specs.push_back(std::move(sp));
+    ++specializations;
+    runtime->metrics().add(counters::kSpecializations);
+    return &d.specs.back().segment;
+  }
+
+  // Runs entry `e`. Returns nullopt (not an error) if a value guard between segments fails or
+  // a dynamic entry's template does not apply (then `why` says why).
+  Result<std::optional<std::vector<BufferRef>>> replay(Entry& e, const CallArgs& args, std::string* why) {
+    std::span<Segment> segments(e.segments);
+    if (e.dynamic) {
+      Result<Segment*> seg = specialize(e, args, why);
+      if (!seg.is_ok()) return seg.status();
+      if (*seg == nullptr) return std::optional<std::vector<BufferRef>>();
+      segments = std::span<Segment>(*seg, 1);
+    }
+    std::vector<std::vector<BufferRef>> seg_out(segments.size());
     auto value_of = [&](const ValueSource& v) -> BufferRef {
       switch (v.kind) {
         case ValueSource::Kind::kInput: return args.tensors[v.a].buffer();
@@ -375,8 +603,8 @@ struct CompiledFunction::Impl {
     auto routed = [&](const ValueSource& v) {
       return v.kind != ValueSource::Kind::kSegmentOutput || v.b < seg_out[v.a].size();
     };
-    for (size_t k = 0; k < e.segments.size(); ++k) {
-      Segment& seg = e.segments[k];
+    for (size_t k = 0; k < segments.size(); ++k) {
+      Segment& seg = segments[k];
       if (!seg.exe) {  // an entry loaded from the cache: fetch its executable by key
         Result<std::shared_ptr<const Executable>> exe = runtime->prepare_by_key(seg.key);
         if (!exe.is_ok()) return exe.status();
@@ -456,12 +684,66 @@ struct CompiledFunction::Impl {
     Runtime* runtime_;
   };
 
-  // Traces `fn` on `args`; appends an entry unless `keep` is false. Returns the outputs.
-  Result<std::vector<BufferRef>> trace(const CallArgs& args, bool keep) {
+  // Makes `entry` shape-polymorphic in `dims` from the template of its trace, if the trace
+  // allows it (one graph, every parameter an argument); the dims of an input whose shape `fn`
+  // read become static again. Returns a note for the recompile reason.
+  std::string make_dynamic(Entry& entry, TraceTemplate& tmpl, Recorder& rec, size_t segments_inside_fn,
+                           std::vector<DynamicDim> dims, const CallArgs& args) {
+    if (!tmpl.usable) return "dims stay static: " + tmpl.unusable_reason;
+    if (rec.segments.size() != 1 || segments_inside_fn != 0 || tmpl.barriers != 1) {
+      return "dims stay static: the traced code read a value (more than one graph)";
+    }
+    auto d = std::make_shared<Dynamic>();
+    for (const BufferRef& b : tmpl.param_data) {
+      auto it = rec.origin.find(b.get());
+      if (it == rec.origin.end() || (it->second.kind != ValueSource::Kind::kInput &&
+                                     it->second.kind != ValueSource::Kind::kDynamicScalar)) {
+        return "dims stay static: the graph reads data that is not an argument";
+      }
+      d->params.push_back(it->second);
+    }
+    std::string note;
+    for (const auto& [data, shape] : tmpl.observed_data) {
+      auto it = rec.origin.find(data);
+      if (it == rec.origin.end()) continue;
+      const ValueSource& v = it->second;
+      if (v.kind == ValueSource::Kind::kInput) {
+        size_t before = dims.size();
+        std::erase_if(dims, [&](const DynamicDim& dd) { return dd.input == v.a; });
+        if (dims.size() != before) note += fmt::format("; {} stays static: the function read its shape", input_name(v.a));
+      } else if (v.kind == ValueSource::Kind::kSegmentOutput && v.b < tmpl.roots.size()) {
+        tmpl.observed.push_back({tmpl.roots[v.b], shape});
+      }
+    }
+    if (dims.empty()) return note.empty() ? note : note.substr(2);
+    std::string made;
+    for (const DynamicDim& dd : dims) {
+      made += fmt::format("{}{} dim {}", made.empty() ? "" : ", ", input_name(static_cast<uint32_t>(dd.input)), dd.dim);
+    }
+    d->tmpl.graph = std::move(tmpl.graph);
+    d->tmpl.sym_attrs = std::move(tmpl.sym_attrs);
+    d->tmpl.observed = std::move(tmpl.observed);
+    d->tmpl.roots = std::move(tmpl.roots);
+    Specialization sp;
+    for (const DynamicDim& dd : dims) sp.sizes.push_back(args.tensors[dd.input].peek_shape()[dd.dim]);
+    sp.segment = std::move(rec.segments[0]);
+    d->specs.push_back(std::move(sp));
+    d->dims = std::move(dims);
+    entry.dynamic = std::move(d);
+    return "dynamic: " + made + note;
+  }
+
+  // Traces `fn` on `args`; appends an entry unless `keep` is false, dynamic in `dynamic_dims`
+  // if it can be. Returns the outputs; `note` (optional) receives what became of the dims.
+  Result<std::vector<BufferRef>> trace(const CallArgs& args, bool keep,
+                                       std::vector<DynamicDim> dynamic_dims = {},
+                                       std::string* note = nullptr) {
     Recorder rec(runtime);
+    TraceTemplate tmpl;
     LazyOptions lo;
     lo.canonicalize = options.canonicalize;
     lo.metrics = &runtime->metrics();
+    if (keep && !dynamic_dims.empty()) lo.capture = &tmpl;
     std::vector<Tensor> outputs;
     size_t segments_inside_fn = 0;
     {
@@ -510,8 +792,13 @@ struct CompiledFunction::Impl {
       }
     }
     if (keep) {
-      entry.segments = std::move(rec.segments);
-      entry.checks = make_checks(args);
+      if (!dynamic_dims.empty()) {
+        std::string n = make_dynamic(entry, tmpl, rec, segments_inside_fn, std::move(dynamic_dims), args);
+        if (note) *note = std::move(n);
+      }
+      if (!entry.dynamic) entry.segments = std::move(rec.segments);
+      entry.checks = make_checks(args, entry.dynamic ? std::span<const DynamicDim>(entry.dynamic->dims)
+                                                     : std::span<const DynamicDim>());
       save(entry);
       entries.push_back(std::move(entry));
     }
@@ -571,6 +858,7 @@ struct CompiledFunction::Impl {
 
   store::FunctionKey key;
   int64_t next_db_index = 0;
+  int64_t specializations = 0;
 };
 
 CompiledFunction::CompiledFunction(std::string name, TracedFn fn, Runtime* runtime,
@@ -634,6 +922,7 @@ Result<std::vector<Tensor>> CompiledFunction::operator()(LazyContext& ctx, const
   }
 
   bool value_guard_failed = false;
+  std::string template_failure;  // why a dynamic entry whose guards held did not apply
   for (size_t e = 0; e < impl_->entries.size(); ++e) {
     ++stats_.guard_checks;
     m.add(counters::kGuardChecks);
@@ -642,7 +931,9 @@ Result<std::vector<Tensor>> CompiledFunction::operator()(LazyContext& ctx, const
       m.add(counters::kGuardFailures);
       continue;
     }
-    Result<std::optional<std::vector<BufferRef>>> r = impl_->replay(impl_->entries[e], args);
+    std::string why;
+    Result<std::optional<std::vector<BufferRef>>> r = impl_->replay(impl_->entries[e], args, &why);
+    stats_.specializations = impl_->specializations;
     if (!r.is_ok() && r.status().code() == StatusCode::kCorruption) {
       // Only a stored entry can be malformed: drop it and look further.
       impl_->drop_stored(impl_->entries[e].db_index, r.status().message());
@@ -653,7 +944,11 @@ Result<std::vector<Tensor>> CompiledFunction::operator()(LazyContext& ctx, const
     }
     if (!r.is_ok()) return r.status();
     if (!r->has_value()) {
-      value_guard_failed = true;
+      if (why.empty()) {
+        value_guard_failed = true;
+      } else if (template_failure.empty()) {
+        template_failure = fmt::format("entry {}: {}", e, why);
+      }
       ++stats_.guard_failures;
       m.add(counters::kGuardFailures);
       continue;
@@ -663,25 +958,53 @@ Result<std::vector<Tensor>> CompiledFunction::operator()(LazyContext& ctx, const
     return wrap(std::move(**r));
   }
 
+  // The dims the next entry makes dynamic: those marked, and (automatic_dynamic) those whose
+  // size alone failed the closest entry, with the closest entry's own dynamic dims.
+  std::vector<DynamicDim> dynamic;
+  auto add_dynamic = [&](size_t input, int dim) {
+    if (input < args.tensors.size() && dim >= 0 && dim < args.tensors[input].rank() &&
+        !Impl::is_dynamic(dynamic, input, dim)) {
+      dynamic.push_back({input, dim});
+    }
+  };
+  for (const DynamicDim& d : impl_->options.dynamic_dims) add_dynamic(d.input, d.dim);
+
   // No entry holds: trace (the first time) or recompile, saying why.
+  std::string reason;
   if (!impl_->entries.empty()) {
     size_t closest = 0;
     std::vector<GuardFailure> best;
+    std::vector<Check> best_failed;
     for (size_t e = 0; e < impl_->entries.size(); ++e) {
-      std::vector<GuardFailure> f = impl_->explain(impl_->entries[e], args);
+      std::vector<Check> failed;
+      std::vector<GuardFailure> f = impl_->explain(impl_->entries[e], args, &failed);
       if (e == 0 || f.size() < best.size()) {
         best = std::move(f);
+        best_failed = std::move(failed);
         closest = e;
       }
     }
-    std::string reason = fmt::format("entry {}: ", closest);
-    if (best.empty() && value_guard_failed) reason += "a value read inside the function changed";
+    reason = fmt::format("entry {}: ", closest);
+    if (best.empty() && !template_failure.empty()) {
+      reason = template_failure;
+    } else if (best.empty() && value_guard_failed) {
+      reason += "a value read inside the function changed";
+    }
     for (size_t i = 0; i < best.size(); ++i) reason += (i ? "; " : "") + best[i].to_string();
-    ++stats_.recompiles;
-    m.add(counters::kRecompiles);
-    stats_.recompile_reasons.push_back(reason);
-    impl_->runtime->function_event(store::EventKind::kRecompile, name_, reason);
+    const bool sizes_only = !best_failed.empty() && std::all_of(best_failed.begin(), best_failed.end(), [](const Check& c) {
+      return c.kind == Check::Kind::kSize || c.kind == Check::Kind::kSizeRange || c.kind == Check::Kind::kSameSize;
+    });
+    if (impl_->options.automatic_dynamic && sizes_only) {
+      for (const Check& c : best_failed) add_dynamic(c.index, static_cast<int>(c.dim));
+      if (const auto& d = impl_->entries[closest].dynamic) {
+        for (const DynamicDim& dd : d->dims) add_dynamic(dd.input, dd.dim);
+      }
+    }
     if (static_cast<int>(impl_->entries.size()) >= impl_->options.recompile_limit) {
+      ++stats_.recompiles;
+      m.add(counters::kRecompiles);
+      stats_.recompile_reasons.push_back(reason);
+      impl_->runtime->function_event(store::EventKind::kRecompile, name_, reason);
       stats_.fell_back_to_lazy = true;
       std::string why = fmt::format("'{}' recompiled {} times (limit {}); it now runs in lazy mode",
                                     name_, impl_->entries.size(), impl_->options.recompile_limit);
@@ -694,10 +1017,25 @@ Result<std::vector<Tensor>> CompiledFunction::operator()(LazyContext& ctx, const
     }
   }
   ++stats_.traces;
-  Result<std::vector<BufferRef>> r = impl_->trace(args, /*keep=*/true);
+  std::string note;
+  Result<std::vector<BufferRef>> r = impl_->trace(args, /*keep=*/true, std::move(dynamic), &note);
+  if (!impl_->entries.empty() && !reason.empty()) {
+    // A recompile: recorded with what became of the dims (after tracing, which decides it).
+    if (!note.empty()) reason += " [" + note + "]";
+    ++stats_.recompiles;
+    m.add(counters::kRecompiles);
+    stats_.recompile_reasons.push_back(reason);
+    impl_->runtime->function_event(store::EventKind::kRecompile, name_, reason);
+  }
   if (!r.is_ok()) return r.status();
   stats_.hits_per_entry.push_back(0);
   return wrap(std::move(*r));
+}
+
+void CompiledFunction::mark_dynamic(size_t input, int dim) {
+  DynamicDim d{input, dim};
+  auto& dims = impl_->options.dynamic_dims;
+  if (std::find(dims.begin(), dims.end(), d) == dims.end()) dims.push_back(d);
 }
 
 }  // namespace tracecache

@@ -23,6 +23,17 @@
 //    tracing the call.
 // A guard set is a flat list of checks; checking allocates nothing.
 //
+// Dynamic dims (shape polymorphism). A dim marked dynamic (CompiledFunctionOptions::
+// dynamic_dims, mark_dynamic()), or, with automatic_dynamic, a dim whose size alone made the
+// closest entry fail, is not guarded by its size in the next entry but by a range check
+// (1 <= size <= kMaxDynamicSize) and by relation checks (dynamic dims that were equal when
+// traced must stay equal). Such an entry keeps the trace template (capture/trace_template.h):
+// a call with new sizes re-infers the template at those sizes (no call of `fn`, no tracing),
+// which gives the graph for the sizes; it is compiled (or found in the cache) and kept per size
+// in the entry. The template records the shapes `fn` read; where a read shape would differ at
+// the new sizes the entry does not apply and the call recompiles, saying so. A trace that read
+// a value (more than one segment) cannot be a template: its entry stays static.
+//
 // `fn` must build its result only from its arguments (and constants it creates): tensor data
 // captured from elsewhere is an error at trace time, as it would silently become a constant.
 // Thread-safety: one thread at a time. Ownership: the runtime (and metrics) must outlive this.
@@ -68,13 +79,26 @@ using TracedFn = std::function<std::vector<Tensor>(LazyContext& ctx, const Trace
 // + this toolkit version, so a new process with a warm cache runs its first call with zero
 // traces and zero compiles. The user version must change whenever `fn`'s code does: entries are
 // only as sound as that promise (tracecache cannot see `fn`'s code).
-inline constexpr std::string_view kToolkitVersion = "tracecache-0.2/ir2/compiler1/guards1";
+inline constexpr std::string_view kToolkitVersion = "tracecache-0.3/ir2/compiler1/guards2";
+
+// The largest size a dynamic dim's range check admits.
+inline constexpr int64_t kMaxDynamicSize = int64_t{1} << 31;
+
+struct DynamicDim {
+  size_t input = 0;  // tensor argument index
+  int dim = 0;
+  friend bool operator==(const DynamicDim&, const DynamicDim&) = default;
+};
 
 struct CompiledFunctionOptions {
   std::string user_version;  // identifies fn's code; part of the persistent key
   bool persist = true;       // store and load guard entries (needs a runtime with a database)
   std::vector<size_t> dynamic_scalars;  // scalar argument indices fed as graph inputs
   int recompile_limit = 8;
+  // Dims that are dynamic from the first trace on (see the header comment).
+  std::vector<DynamicDim> dynamic_dims;
+  // Make a dim dynamic when its size alone failed the closest entry's guards.
+  bool automatic_dynamic = true;
   CanonicalizeOptions canonicalize;     // changes lowering: guarded
   std::vector<std::string> input_names; // for guard messages ("input 0 'x'"); optional
 };
@@ -93,6 +117,7 @@ struct FunctionStats {
   int64_t guard_checks = 0;    // entries checked
   int64_t guard_failures = 0;  // entries whose guards failed
   int64_t recompiles = 0;      // traces after the first
+  int64_t specializations = 0; // dynamic entries instantiated at new sizes (no trace)
   bool fell_back_to_lazy = false;
   std::vector<int64_t> hits_per_entry;
   std::vector<std::string> recompile_reasons;  // one line per recompile, all failures joined
@@ -110,6 +135,9 @@ class CompiledFunction {
   // `ctx`. Errors: argument problems (a pending tensor argument, a tensor from another context)
   // and errors thrown by `fn` are returned as Status.
   Result<std::vector<Tensor>> operator()(LazyContext& ctx, const CallArgs& args);
+
+  // Marks dim `dim` of tensor argument `input` dynamic for the traces that follow.
+  void mark_dynamic(size_t input, int dim);
 
   const std::string& name() const { return name_; }
   const FunctionStats& stats() const { return stats_; }
@@ -132,6 +160,7 @@ namespace counters {
 inline constexpr std::string_view kGuardChecks = "guard_checks";
 inline constexpr std::string_view kGuardFailures = "guard_failures";
 inline constexpr std::string_view kRecompiles = "recompiles";
+inline constexpr std::string_view kSpecializations = "shape_specializations";
 }  // namespace counters
 
 }  // namespace tracecache

@@ -27,6 +27,7 @@
 
 
 #include "capture/elementwise.h"
+#include "replay/cpu_nn_ops.h"
 
 namespace tracecache::cpu {
 
@@ -262,6 +263,8 @@ struct Instr {
   TileFn fn = nullptr;
   uint32_t dst = 0;
   std::array<uint32_t, 3> src{};
+  // Attribute values the tile function reads (clamp: min and max).
+  std::array<double, 2> params{};
   // Broadcast loads only: the leaf's bytes, its element size and how to walk it.
   const std::byte* leaf = nullptr;
   size_t elem = 0;
@@ -275,8 +278,7 @@ struct Instr {
 // or not, each element goes through the same IEEE operations, so the bits do not change.
 
 template <typename C, typename R, typename F>
-void unary_loop(const C* __restrict a, R* __restrict o, int64_t len) {
-  const F f{};
+void unary_loop(const C* __restrict a, R* __restrict o, int64_t len, const F f = F{}) {
   if (len == kTileElements) {
     for (int64_t i = 0; i < kTileElements; ++i) o[i] = f(a[i]);
   } else {
@@ -326,6 +328,13 @@ void unary_tile(const Instr& ins, std::byte* const* regs, int64_t, int64_t len) 
   unary_loop<C, R, F>(reg_in<C>(regs, ins.src[0]), reg_out<R>(regs, ins.dst), len);
 }
 
+// clamp: the functor is built from the instruction's bounds (cheap; once per tile).
+template <typename T>
+void clamp_tile(const Instr& ins, std::byte* const* regs, int64_t, int64_t len) {
+  unary_loop<T, T>(reg_in<T>(regs, ins.src[0]), reg_out<T>(regs, ins.dst), len,
+                   ew::Clamp<T>::make(ins.params[0], ins.params[1]));
+}
+
 template <typename C, typename R, typename F>
 void binary_tile(const Instr& ins, std::byte* const* regs, int64_t, int64_t len) {
   binary_loop<C, R, F>(reg_in<C>(regs, ins.src[0]), reg_in<C>(regs, ins.src[1]),
@@ -359,6 +368,21 @@ TileFn numeric_unary(DType c) {
   return nullptr;
 }
 
+TileFn numeric_unary_clamp(DType c) {
+  switch (c) {
+    case DType::kI32: return clamp_tile<int32_t>;
+    case DType::kI64: return clamp_tile<int64_t>;
+    case DType::kF32: return clamp_tile<float>;
+    case DType::kBool: break;
+  }
+  return nullptr;
+}
+
+// gelu's functor depends on its `tanh` attribute.
+TileFn gelu_fn(bool tanh_form) {
+  return tanh_form ? unary_tile<float, float, ew::GeluTanh> : unary_tile<float, float, ew::GeluErf>;
+}
+
 template <typename F>
 TileFn numeric_binary(DType c) {
   switch (c) {
@@ -390,7 +414,9 @@ TileFn convert_fn(DType from, DType to) {
   });
 }
 
-// nullptr if the inference rules never let `op` compute in `c`.
+// nullptr if the inference rules never let `op` compute in `c`. The two ops with attributes:
+// gelu's tile function comes from gelu_fn(), and a clamp instruction also carries its bounds in
+// Instr::params (FusedProgram sets both).
 TileFn op_fn(OpKind op, DType c) {
   switch (op) {
     case OpKind::kNeg: return numeric_unary<ew::Neg>(c);
@@ -402,6 +428,11 @@ TileFn op_fn(OpKind op, DType c) {
     case OpKind::kRsqrt: return unary_tile<float, float, ew::Rsqrt>;
     case OpKind::kTanh: return unary_tile<float, float, ew::Tanh>;
     case OpKind::kSigmoid: return unary_tile<float, float, ew::Sigmoid>;
+    case OpKind::kSilu: return unary_tile<float, float, ew::Silu>;
+    case OpKind::kHardswish: return unary_tile<float, float, ew::Hardswish>;
+    case OpKind::kHardsigmoid: return unary_tile<float, float, ew::Hardsigmoid>;
+    case OpKind::kErf: return unary_tile<float, float, ew::Erf>;
+    case OpKind::kClamp: return numeric_unary_clamp(c);
     case OpKind::kAdd: return numeric_binary<ew::Add>(c);
     case OpKind::kSub: return numeric_binary<ew::Sub>(c);
     case OpKind::kMul: return numeric_binary<ew::Mul>(c);
@@ -453,8 +484,16 @@ class FusedProgram {
         for (size_t k = 0; k < ins.size(); ++k) types[k] = g.node(ins[k]).dtype;
         const DType c = compute_dtype(n.op, std::span(types.data(), ins.size()), n.dtype);
         const uint32_t a = as(value(ins[0]), c);
-        if (ins.size() == 1) emit(op_fn(n.op, c), dst, {a});
-        else emit(op_fn(n.op, c), dst, {a, as(value(ins[1]), c)});
+        if (n.op == OpKind::kGelu) {
+          emit(gelu_fn(g.attrs(n)[0].as_bool()), dst, {a});
+        } else if (n.op == OpKind::kClamp) {
+          emit(op_fn(n.op, c), dst, {a});
+          instrs_.back().params = {g.attrs(n)[0].f, g.attrs(n)[1].f};
+        } else if (ins.size() == 1) {
+          emit(op_fn(n.op, c), dst, {a});
+        } else {
+          emit(op_fn(n.op, c), dst, {a, as(value(ins[1]), c)});
+        }
       }
       values_.emplace_back(m, dst);
     }
@@ -832,6 +871,10 @@ void concat(std::span<const HostBuffer* const> in, int axis, HostBuffer& out) {
 
 }  // namespace
 
+void parallel_for(int64_t items, int64_t work, const std::function<void(int64_t, int64_t)>& fn) {
+  parallel_chunks(items, work, fn);
+}
+
 void run_fused(const Graph& g, std::span<const NodeId> members,
                const std::function<const HostBuffer*(NodeId)>& leaf_value, HostBuffer& out) {
   assert(!members.empty());
@@ -854,6 +897,8 @@ void run_op(const Graph& g, NodeId node, std::span<const HostBuffer* const> inpu
     }, out);
     return;
   }
+  // nn normalization, softmax and attention (replay/cpu_nn_ops.h).
+  if (info.op_class == OpClass::kNn && run_nn_op(n.op, inputs, attrs, out)) return;
   switch (n.op) {
     case OpKind::kMatmul:
       if (out.dtype() == DType::kF32 && matmul_f32(*inputs[0], *inputs[1], out)) return;

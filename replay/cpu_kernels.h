@@ -12,6 +12,8 @@
 //   neg abs exp log sqrt rsqrt tanh      tiled interpreter (run_fused with one   bitwise
 //   sigmoid relu add sub mul div pow     member), operands converted with
 //   maximum minimum eq lt gt where cast  convert<C>, C = compute_dtype()
+//   gelu silu hardswish hardsigmoid
+//   erf clamp
 //   broadcast_to                         tiled interpreter (a broadcast load)    bitwise
 //   matmul, f32 output                   OpenBLAS cblas_sgemm per batch (batch   TOLERANCE (*)
 //                                        folded into M when b has no batch)
@@ -27,6 +29,11 @@
 //   permute transpose slice              strided copy (merged dims)              bitwise
 //   concat                               block memcpy                            bitwise
 //   full arange uniform normal           reference kernel                        bitwise
+//   batch_norm layer_norm softmax        replay/cpu_nn_ops.h: loops over the     bitwise
+//   log_softmax                          normalized axis, formulas and order of
+//                                        capture/nn_numerics.h
+//   scaled_dot_product_attention         cpu_nn_ops.h: cblas_sgemm for q.k^T     TOLERANCE
+//                                        and p.v, softmax in f32 (see there)
 //
 // (*) GEMM sums in f32 in OpenBLAS's blocked order (possibly with FMA) instead of the
 // reference's sequential double sum. Tested bound, a rigorous one for any f32 summation order:
@@ -74,6 +81,11 @@ inline constexpr int64_t kParallelThreshold = int64_t{1} << 16;
 // Result: bitwise what running the members one by one with the reference kernels gives.
 void run_fused(const Graph& g, std::span<const NodeId> members,
                const std::function<const HostBuffer*(NodeId)>& leaf_value, HostBuffer& out);
+
+// Calls fn(begin, end) on disjoint ranges covering [0, items), on this thread and the helper
+// pool when `work` (elements touched in total) reaches kParallelThreshold, on this thread
+// alone otherwise (see Threading above). For kernels outside this file (cpu_nn_ops.cc).
+void parallel_for(int64_t items, int64_t work, const std::function<void(int64_t, int64_t)>& fn);
 
 // Runs the single node `node` of `g`: inputs[k] is the value of its k-th input; `out` is
 // preallocated with the node's dtype and shape and fully overwritten.

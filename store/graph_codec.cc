@@ -88,7 +88,7 @@ void graph_to_proto(const Graph& graph, proto::Graph* out) {
   for (NodeId o : graph.outputs()) out->add_outputs(o);
 }
 
-Result<Graph> graph_from_proto(const proto::Graph& in) {
+Result<Graph> graph_from_proto(const proto::Graph& in, AttrForm form) {
   if (in.ir_version() != kIrFormatVersion) {
     return corruption(fmt::format("stored graph has IR version {}, expected {}", in.ir_version(),
                                   kIrFormatVersion));
@@ -150,7 +150,8 @@ Result<Graph> graph_from_proto(const proto::Graph& in) {
       return bad(id, fmt::format("stored type {} but its op computes {}", type_to_string(stored),
                                  type_to_string(inferred)));
     }
-    if (!std::equal(attrs.begin(), attrs.end(), normalized.begin(), normalized.end())) {
+    if (form == AttrForm::kNormalized &&
+        !std::equal(attrs.begin(), attrs.end(), normalized.begin(), normalized.end())) {
       return bad(id, "attributes are not in normal form");
     }
     g.add_node(info->kind, inputs, attrs, stored);

@@ -25,7 +25,10 @@ class Graph;
 namespace tracecache::store {
 
 void graph_to_proto(const Graph& graph, proto::Graph* out);
-Result<Graph> graph_from_proto(const proto::Graph& in);
+// Attributes of a canonical graph are in normal form; a trace template's (capture/
+// trace_template.h) are kept as the code passed them and are only checked to infer.
+enum class AttrForm : uint8_t { kNormalized, kRaw };
+Result<Graph> graph_from_proto(const proto::Graph& in, AttrForm form = AttrForm::kNormalized);
 
 std::string serialize_graph(const Graph& graph);
 Result<Graph> parse_graph(std::string_view bytes);

@@ -1,13 +1,16 @@
 // The cpu backend's kernels (replay/cpu_kernels.h) against the reference kernels, the oracle:
 //  - every op of the registry but parameter, through run_op, on dtype/shape cases including
 //    broadcasting, size-1 and size-0 dims, tile- and thread-crossing sizes: bitwise equal,
-//    except f32 matmul (BLAS), which must be within the bound cpu_kernels.h documents;
+//    except f32 matmul and scaled_dot_product_attention (BLAS), which must be within the
+//    bounds cpu_kernels.h and cpu_nn_ops.h document (tests/nn_ops_test.cc has the nn ops'
+//    edge cases);
 //  - random fused elementwise chains (seeded) with broadcast leaves, mixed dtypes,
 //    compare/where/cast inside, through run_fused: bitwise equal to running the same nodes one
 //    by one with the reference kernels.
 // "Bitwise" lets any NaN stand for any NaN (see cpu_kernels.h); everything else compares bits.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdio>
@@ -24,6 +27,7 @@
 #include "capture/ops.h"
 #include "capture/status.h"
 #include "replay/cpu_kernels.h"
+#include "tests/attention_bound.h"
 
 namespace tracecache {
 namespace {
@@ -176,11 +180,20 @@ std::vector<OpCase> cases_for(const OpInfo& op) {
       break;
     case OpClass::kUnary:
     case OpClass::kCast: {
-      // neg/abs/relu reject bool; the cases the rule rejects are filtered out by the caller.
-      std::vector<DType> targets = op.op_class == OpClass::kCast ? kAll : std::vector<DType>{DType::kF32};
-      for (DType to : targets) {
-        NamedAttrs attrs;
-        if (op.op_class == OpClass::kCast) attrs = {{"dtype", dt(to)}};
+      // neg/abs/relu/clamp reject bool; the cases the rule rejects are filtered out by the caller.
+      std::vector<NamedAttrs> attr_sets = {{}};
+      if (op.op_class == OpClass::kCast) {
+        attr_sets.clear();
+        for (DType to : kAll) attr_sets.push_back({{"dtype", dt(to)}});
+      } else if (op.kind == OpKind::kGelu) {
+        attr_sets = {{{"tanh", flag(false)}}, {{"tanh", flag(true)}}};
+      } else if (op.kind == OpKind::kClamp) {
+        const double inf = std::numeric_limits<double>::infinity();
+        attr_sets = {{{"min", real(-1.5)}, {"max", real(2.5)}}, {{"min", real(0)}, {"max", real(6)}},
+                     {{"min", real(-inf)}, {"max", real(0.5)}}, {{"min", real(2)}, {"max", real(2)}},
+                     {{"min", real(-1e30)}, {"max", real(inf)}}};
+      }
+      for (const NamedAttrs& attrs : attr_sets) {
         for (DType t : kAll) {
           for (const Shape& s : kUnaryShapes) add({{t, s}}, attrs);
           if (t != DType::kBool) {
@@ -306,6 +319,49 @@ std::vector<OpCase> cases_for(const OpInfo& op) {
         }
       }
       break;
+    case OpClass::kNn:
+      switch (op.kind) {
+        case OpKind::kBatchNorm:
+          for (const Shape& x : std::vector<Shape>{{2, 3, 4, 5}, {4, 3}, {1, 1, 1}, {0, 3, 2}, {2, 5, 0}, {2, 64, 40, 30}}) {
+            const TensorType c{DType::kF32, {x[1]}};
+            add({{DType::kF32, x}, c, c, c, c});
+            add({{DType::kF32, x}, c, c, c, c}, {{"eps", real(0.1)}});
+          }
+          break;
+        case OpKind::kLayerNorm:
+          for (const auto& [x, dims] : std::vector<std::pair<Shape, int>>{
+                   {{2, 3, 4}, 1}, {{2, 3, 4}, 2}, {{2, 3, 4}, 3}, {{5, 1}, 1}, {{5, 0}, 1}, {{300, 300}, 1}, {{7}, 1}}) {
+            Shape normalized;
+            for (int d = x.rank() - dims; d < x.rank(); ++d) normalized.push_back(x[d]);
+            const TensorType xt{DType::kF32, x}, wt{DType::kF32, normalized};
+            add({xt}, {{"normalized_dims", num(dims)}});
+            add({xt, wt}, {{"normalized_dims", num(dims)}, {"eps", real(0.5)}});
+            add({xt, wt, wt}, {{"normalized_dims", num(dims)}});
+          }
+          break;
+        case OpKind::kSoftmax:
+        case OpKind::kLogSoftmax:
+          for (const Shape& x : std::vector<Shape>{{2, 3, 4}, {7}, {1, 5}, {4, 0}, {300, 300}, {3, 700, 40}, {2, 1, 70}}) {
+            for (int axis = 0; axis < x.rank(); ++axis) add({{DType::kF32, x}}, {{"axis", num(axis)}});
+            add({{DType::kF32, x}}, {{"axis", num(-1)}});
+          }
+          break;
+        case OpKind::kScaledDotProductAttention: {
+          const TensorType q{DType::kF32, {2, 3, 5, 8}}, k{DType::kF32, {2, 3, 7, 8}}, v{DType::kF32, {2, 3, 7, 4}};
+          add({q, k, v});
+          add({q, k, v}, {{"causal", flag(true)}});
+          add({q, k, v, {DType::kF32, {5, 7}}}, {{"scale", real(0.3)}});
+          add({q, k, v, {DType::kF32, {3, 1, 7}}}, {{"causal", flag(true)}});
+          add({{DType::kF32, {1, 1}}, {DType::kF32, {1, 1}}, {DType::kF32, {1, 1}}});
+          add({{DType::kF32, {4, 0, 3}}, {DType::kF32, {4, 6, 3}}, {DType::kF32, {4, 6, 2}}});
+          add({{DType::kF32, {2, 3}}, {DType::kF32, {0, 3}}, {DType::kF32, {0, 5}}});
+          add({{DType::kF32, {70, 64}}, {DType::kF32, {90, 64}}, {DType::kF32, {90, 33}}}, {{"causal", flag(true)}});
+          break;
+        }
+        default:
+          break;
+      }
+      break;
     case OpClass::kSource:
       for (DType t : kAll) {
         switch (op.kind) {
@@ -378,7 +434,8 @@ bool check_case(const OpInfo& op, const OpCase& c, Rng& rng) {
   Graph g;
   std::vector<NodeId> ids;
   std::vector<HostBuffer> values;
-  const bool tame = op.kind == OpKind::kMatmul;  // keeps the tolerance meaningful
+  // keeps the tolerance meaningful
+  const bool tame = op.kind == OpKind::kMatmul || op.kind == OpKind::kScaledDotProductAttention;
   for (const TensorType& t : c.inputs) {
     ids.push_back(g.add_parameter(t));
     values.push_back(random_buffer(t.dtype, t.shape, rng, tame));
@@ -408,6 +465,12 @@ bool check_case(const OpInfo& op, const OpCase& c, Rng& rng) {
     op.reference(abs_in, g.attrs(g.node(node)), abs_ref);
     const Shape& sa = c.inputs[0].shape;
     EXPECT_TRUE(within_gemm_bound(got, want, abs_ref, sa[sa.rank() - 1])) << describe(op, c);
+  } else if (op.kind == OpKind::kScaledDotProductAttention) {
+    const std::span<const AttrValue> a = g.attrs(g.node(node));
+    EXPECT_TRUE(testing::within_attention_bound(got, want, values[0], values[1], values[2],
+                                                values.size() > 3 ? &values[3] : nullptr,
+                                                a[0].as_bool(), a[1].f))
+        << describe(op, c);
   } else {
     EXPECT_TRUE(same_bits(got, want)) << describe(op, c);
   }
@@ -441,7 +504,7 @@ TEST(CpuKernels, EveryOpButParameterIsTested) {
   // A new op joins the parameterized suite automatically; this count is a reminder to give it
   // cases in cases_for().
   EXPECT_EQ(ops_with_kernels().size(), static_cast<size_t>(kOpCount - 1));
-  EXPECT_EQ(kOpCount, 37);
+  EXPECT_EQ(kOpCount, 48);
   for (const std::string& name : ops_with_kernels()) EXPECT_FALSE(cases_for(*find_op(name)).empty()) << name;
 }
 
@@ -502,7 +565,9 @@ Chain random_chain(const Shape& root, int length, Rng& rng) {
       OpKind::kNeg, OpKind::kAbs,  OpKind::kExp,   OpKind::kLog,     OpKind::kSqrt,    OpKind::kRsqrt,
       OpKind::kTanh, OpKind::kSigmoid, OpKind::kRelu, OpKind::kAdd,  OpKind::kSub,     OpKind::kMul,
       OpKind::kDiv, OpKind::kPow,  OpKind::kMaximum, OpKind::kMinimum, OpKind::kEq,    OpKind::kLt,
-      OpKind::kGt,  OpKind::kWhere, OpKind::kCast,  OpKind::kCast,    OpKind::kWhere,  OpKind::kBroadcastTo};
+      OpKind::kGt,  OpKind::kWhere, OpKind::kCast,  OpKind::kCast,    OpKind::kWhere,  OpKind::kBroadcastTo,
+      OpKind::kGelu, OpKind::kSilu, OpKind::kHardswish, OpKind::kHardsigmoid, OpKind::kErf, OpKind::kClamp,
+      OpKind::kClamp};
   int attempts = 0;
   while (static_cast<int>(c.members.size()) < length && ++attempts < 200) {
     const NodeId last = c.members.back();
@@ -527,6 +592,12 @@ Chain random_chain(const Shape& root, int length, Rng& rng) {
       continue;
     }
     if (op == OpKind::kCast) attrs[0] = AttrValue::of_dtype(rng.pick(kAll));
+    if (op == OpKind::kGelu) attrs[0] = AttrValue::of_bool(rng.chance(0.5));
+    if (op == OpKind::kClamp) {
+      // Bounds with fractions (integer clamp rounds them inward), sometimes infinite.
+      const double lo = rng.chance(0.2) ? -std::numeric_limits<double>::infinity() : rng.unit() * 6 - 4;
+      attrs = {AttrValue::of_float(lo), AttrValue::of_float(std::max(lo, 0.0) + rng.unit() * 3 + 1)};
+    }
     if (op == OpKind::kWhere) {
       // The previous member is the condition when bool, else one of the values.
       std::vector<NodeId> bools;

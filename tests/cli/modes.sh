@@ -30,25 +30,38 @@ assert len(o["recompile_reasons"]) == o["counters"]["recompiles"]
 PY
 done
 
-# Once mode on a varying batch: one recompile per new batch size, each naming input x and dim 0.
+# Once mode on a varying batch (B = 8, 8, 16, 16, 32, 8): B = 16 recompiles, naming input x and
+# dim 0, and makes that dim dynamic; B = 32 is then a new specialization of the dynamic entry,
+# with no trace.
 python3 - "$TMP/matmul_varying_batch.once.json" <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1]))
 c = d["counters"]
-assert c["recompiles"] == 2, c  # B = 8, 8, 16, 16, 32, 8: 16 and 32 are new
+assert c["recompiles"] == 1 and c["traces"] == 2, c
+assert c["shape_specializations"] == 1, c
 assert c["guard_failures"] >= 2, c
-reasons = d["recompile_reasons"]
-assert len(reasons) == 2, reasons
-for r, actual in zip(reasons, ("16", "32")):
-    assert "input 0 'x'" in r and "size of dim 0" in r, r
-    assert f"expected 8, actual {actual}" in r, r
+(r,) = d["recompile_reasons"]
+assert "input 0 'x': size of dim 0 expected 8, actual 16" in r, r
+assert "dynamic: input 0 'x' dim 0" in r, r
+PY
+
+# With automatic dynamism off, every new batch size recompiles.
+"$TC" run "$P/matmul_varying_batch.trace" --mode once --no-cache --no-auto-dynamic --json > "$TMP/static.json"
+python3 - "$TMP/static.json" "$TMP/matmul_varying_batch.once.json" <<'PY'
+import json, sys
+d, dyn = (json.load(open(p)) for p in sys.argv[1:3])
+c = d["counters"]
+assert c["recompiles"] == 2 and c["traces"] == 3 and c.get("shape_specializations", 0) == 0, c
+for r, actual in zip(d["recompile_reasons"], ("16", "32")):
+    assert f"input 0 'x': size of dim 0 expected 8, actual {actual}" in r, r
+assert d["outputs"] == dyn["outputs"]
 PY
 
 # Text mode: the counts line and the reasons.
 "$TC" run "$P/matmul_varying_batch.trace" --mode once --no-cache > "$TMP/once.txt"
-grep -Eq '^[0-9]+ guard checks, [0-9]+ guard failures, 2 recompiles$' "$TMP/once.txt" ||
+grep -Eq '^[0-9]+ guard checks, [0-9]+ guard failures, 1 recompiles$' "$TMP/once.txt" ||
   fail "no guard counts line: $(cat "$TMP/once.txt")"
-[ "$(grep -c "^recompile: .*input 0 'x': size of dim 0 expected 8, actual" "$TMP/once.txt")" -eq 2 ] ||
+[ "$(grep -c "^recompile: .*input 0 'x': size of dim 0 expected 8, actual 16" "$TMP/once.txt")" -eq 1 ] ||
   fail "recompile reasons missing: $(cat "$TMP/once.txt")"
 grep -q "(once mode)" "$TMP/once.txt" || fail "text output does not name the mode"
 

@@ -69,6 +69,7 @@ struct ZooOptions {
   int64_t seq_len = 0;
   std::string weights;  // a .safetensors file; empty: deterministic initializers
   std::string output;   // emit: the program file; empty: stdout
+  std::string save_weights;  // emit: also write the initial weights here (.safetensors)
   bool json = false;    // list
   RunOptions run;       // run: mode, backend, steps, cache, output format
 };

@@ -118,6 +118,10 @@ int emit_command(const ZooOptions& o) {
   po.weights_path = weights_reference(o);
   Result<Program> program = zoo::model_program(*spec, po);
   if (!program.is_ok()) return report_error(program.status());
+  if (!o.save_weights.empty()) {
+    Status st = zoo::write_initial_weights(*spec, o.save_weights);
+    if (!st.is_ok()) return report_error(st);
+  }
   std::string text = fmt::format("# {}: {} ({} preset), {} parameters; tracecache zoo emit\n",
                                  spec->name, spec->description, zoo::preset_name(spec->preset),
                                  with_commas(spec->parameter_count())) +
@@ -185,6 +189,8 @@ CLI::App* add_zoo_command(CLI::App& app, ZooOptions& o, const std::string& db_he
   CLI::App* emit = zoo->add_subcommand("emit", "Write a model's forward as a trace program for `tracecache run`.");
   model_flags(emit);
   emit->add_option("-o,--output", o.output, "Write the program here (default: stdout)");
+  emit->add_option("--save-weights", o.save_weights,
+                   "Also write the model's deterministic initial weights to this .safetensors file");
   CLI::App* run = zoo->add_subcommand("run", "Run a model's forward and print output checksums and step times.");
   model_flags(run);
   run->add_option("--mode", o.run.mode, "eager, lazy or once (as for `tracecache run`)")

@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -209,6 +210,29 @@ TEST(ZooWeights, EveryMisfitIsNamedInOneError) {
             "bn1.running_mean is I32 [8] in the file, F32 [8] in the model.");
 }
 
+TEST(ZooWeights, SavedInitialWeightsFitAndHoldTheInitializersValues) {
+  ModelSpec spec = model("mnasnet1_0", small());
+  std::string path = (std::filesystem::temp_directory_path() / "tracecache_zoo_mnas.safetensors").string();
+  ASSERT_TRUE(write_initial_weights(spec, path).is_ok());
+  Result<SafetensorsFile> file = SafetensorsFile::open(path);
+  ASSERT_TRUE(file.is_ok()) << file.status().to_string();
+  EXPECT_TRUE(check_weights(spec, *file).is_ok());
+  EXPECT_EQ(file->metadata().at("model"), "mnasnet1_0");
+  for (const char* name : {"layers.0.weight", "layers.1.running_var", "classifier.1.bias",
+                           "layers.15.num_batches_tracked"}) {
+    Result<HostBuffer> b = file->tensor(name);
+    ASSERT_TRUE(b.is_ok()) << b.status().to_string();
+    EXPECT_EQ(b->checksum(), initial_value(*spec.find_tensor(name)).checksum()) << name;
+  }
+  HostBuffer w = initial_value(*spec.find_tensor("layers.0.weight"));
+  double bound = spec.find_tensor("layers.0.weight")->init.high;
+  double largest = 0;
+  for (float x : w.span<float>()) largest = std::max(largest, std::abs(static_cast<double>(x)));
+  EXPECT_LE(largest, bound);
+  EXPECT_GT(largest, bound / 2);
+  std::filesystem::remove(path);
+}
+
 TEST(ZooWeights, LongListsAreCut) {
   ModelSpec spec = model("resnet50");
   Status st = check_weights(spec, weights_file(model("resnet18", small()), [](auto&) {}));
@@ -267,6 +291,24 @@ TEST(ZooPrograms, WeightsComeFromTheFileByStateDictName) {
 
 std::vector<StepResult> run(const Program& p, LazyContext& ctx) {
   return std::move(run_program(p, ctx)).value_or_throw();
+}
+
+TEST(ZooPrograms, WeightsFromAFileGiveTheSeededOutputs) {
+  ModelSpec spec = model("bert_base", small());
+  std::string path = (std::filesystem::temp_directory_path() / "tracecache_zoo_bert.safetensors").string();
+  ASSERT_TRUE(write_initial_weights(spec, path).is_ok());
+  ProgramOptions o;
+  o.weights_path = path;
+  Program from_file = model_program(spec, o).value_or_throw();
+  Program seeded = model_program(spec).value_or_throw();
+  ReferenceExecutor a, b;
+  LazyContext ctx_a(&a), ctx_b(&b);
+  std::vector<StepResult> x = run(from_file, ctx_a), y = run(seeded, ctx_b);
+  ASSERT_EQ(x[0].outputs.size(), 2u);
+  for (size_t k = 0; k < 2; ++k) {
+    EXPECT_EQ(x[0].outputs[k].second->checksum(), y[0].outputs[k].second->checksum());
+  }
+  std::filesystem::remove(path);
 }
 
 // The small variant of every model, on the reference evaluator, the cpu op runner (eager) and

@@ -9,6 +9,7 @@
 #include <set>
 
 #include "capture/canonical.h"
+#include "capture/random.h"
 #include "capture/tensor.h"
 
 namespace tracecache::zoo {
@@ -233,6 +234,33 @@ Result<Program> model_program(const ModelSpec& spec, const ProgramOptions& optio
   }
   for (const std::string& name : output_names) program.outputs.push_back({name, {}});
   return program;
+}
+
+HostBuffer initial_value(const TensorSpec& tensor) {
+  HostBuffer b(tensor.dtype, tensor.shape);
+  const Generator& g = tensor.init;
+  switch (g.kind) {
+    case Generator::Kind::kNormal: fill_normal(b, g.seed, g.mean, g.stddev); break;
+    case Generator::Kind::kUniform: fill_uniform(b, g.seed, g.low, g.high); break;
+    default:
+      dispatch_dtype(b.dtype(), [&]<typename T>() {
+        for (T& x : b.span<T>()) x = static_cast<T>(g.value);
+      });
+      break;
+  }
+  return b;
+}
+
+Status write_initial_weights(const ModelSpec& spec, const std::string& path) {
+  std::vector<HostBuffer> values;
+  values.reserve(spec.tensors.size());
+  std::vector<NamedBuffer> named;
+  for (const TensorSpec& t : spec.tensors) {
+    values.push_back(initial_value(t));
+    named.push_back({t.name, &values.back()});
+  }
+  return write_safetensors(path, named, {{"model", spec.name},
+                                         {"preset", std::string(preset_name(spec.preset))}});
 }
 
 Status check_weights(const ModelSpec& spec, const SafetensorsFile& file) {

@@ -40,6 +40,14 @@ Result<Program> model_program(const ModelSpec& spec, const ProgramOptions& optio
 // The program name of a state_dict key.
 std::string program_name(const std::string& state_dict_key);
 
+// The value `tensor`'s initializer makes: what a program's param declared with it holds.
+// REQUIRES: tensor.init is normal, uniform or full.
+HostBuffer initial_value(const TensorSpec& tensor);
+
+// Writes every tensor of `spec` with its initial value to a .safetensors file at `path` (a file
+// that check_weights accepts and that gives the same outputs as the initializers).
+Status write_initial_weights(const ModelSpec& spec, const std::string& path);
+
 // Checks that `file` holds exactly the spec's tensors with the spec's dtypes and shapes. On
 // failure one kInvalidArgument error names the file, the model and every missing, unexpected
 // and mismatched tensor (at most 8 of each, then a count).

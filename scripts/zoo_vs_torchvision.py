@@ -1,0 +1,77 @@
+#!/usr/bin/env python3
+"""Checks a zoo model against torchvision: the same weights and input give the same logits.
+
+Runs `tracecache zoo emit MODEL --save-weights` (the deterministic initial weights), runs the
+emitted program with `tracecache run --save-outputs` (the image input saved as an output too),
+loads the weights into torchvision's model with load_state_dict(strict=True) and compares its
+logits on that image. Needs torch, torchvision and numpy (Debian: python3-torchvision).
+
+Usage: scripts/zoo_vs_torchvision.py [--tracecache build/cli/tracecache] MODEL...
+"""
+import argparse
+import json
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import torch
+import torchvision.models as models
+
+DTYPES = {"F32": np.float32, "I64": np.int64, "I32": np.int32, "BOOL": np.bool_}
+
+
+def read_safetensors(path):
+    with open(path, "rb") as f:
+        data = f.read()
+    (n,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8:8 + n])
+    base = 8 + n
+    tensors = {}
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        begin, end = entry["data_offsets"]
+        array = np.frombuffer(data[base + begin:base + end], dtype=DTYPES[entry["dtype"]])
+        tensors[name] = torch.from_numpy(array.reshape(entry["shape"]).copy())
+    return tensors
+
+
+def check(tc, name, tmp):
+    weights = os.path.join(tmp, name + ".safetensors")
+    program = os.path.join(tmp, name + ".trace")
+    subprocess.run([tc, "zoo", "emit", name, "--save-weights", weights, "-o", program], check=True)
+    with open(program) as f:
+        text = f.read().replace("\noutput logits\n", "\noutput logits, image\n")
+    with open(program, "w") as f:
+        f.write(text)
+    out = os.path.join(tmp, name + "_out")
+    subprocess.run([tc, "run", program, "--no-cache", "--save-outputs", out], check=True,
+                   stdout=subprocess.DEVNULL)
+    ours = np.load(os.path.join(out, "step0_logits.npy"))
+    image = torch.from_numpy(np.load(os.path.join(out, "step0_image.npy")))
+    model = getattr(models, name)()
+    model.load_state_dict(read_safetensors(weights), strict=True)
+    model.eval()
+    with torch.no_grad():
+        theirs = model(image).numpy()
+    scale = max(np.abs(theirs).max(), 1e-30)
+    error = np.abs(ours - theirs).max() / scale
+    print(f"{name}: max |logit| {scale:.3e}, max relative difference {error:.2e}")
+    return error < 1e-4
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--tracecache", default="build/cli/tracecache")
+    parser.add_argument("models", nargs="+")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        ok = [check(args.tracecache, m, tmp) for m in args.models]
+    sys.exit(0 if all(ok) else 1)
+
+
+if __name__ == "__main__":
+    main()

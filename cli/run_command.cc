@@ -205,7 +205,10 @@ int run_command(const RunOptions& options) {
   for (size_t i = 0; i < steps->size(); ++i) {
     const StepResult& r = (*steps)[i];
     std::string keys;
-    for (const GraphKey& k : r.graph_keys) keys += (keys.empty() ? "" : ",") + k.to_hex();
+    for (const GraphKey& k : r.graph_keys) {
+      if (!keys.empty()) keys += ',';
+      keys += k.to_hex();
+    }
     if (*mode == Mode::kLazy) {
       out(fmt::format("step {}  graph {}\n", i, keys));
     } else {

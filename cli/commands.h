@@ -34,6 +34,7 @@ struct RunOptions {
   std::string backend = "cpu";  // "cpu" or "reference" (uncached oracle)
   bool no_cache = false;         // cpu without the disk cache
   bool metrics = false;
+  std::string timeline;  // sim only: write a Chrome trace-event file here ("": none)
   DbOptions db;
 };
 int run_command(const RunOptions& options);

@@ -46,6 +46,7 @@ class SimTimeline final : public SpanObserver {
   int64_t device_ready_ps() const { return device_ready_ps_; }
 
   // Takes the real interval [from, to) off the host clock (the CPU computed device work).
+  // REQUIRES: `to` is not in the future and not before the last exclude's or wait's time.
   void exclude(Clock::time_point from, Clock::time_point to);
   // Enqueues device work of `duration_ps` now; returns its start. Adds it to the busy time.
   int64_t enqueue(TimelineEvent event);

@@ -31,7 +31,7 @@ struct RunOptions {
   bool json = false;
   std::string save_outputs;  // empty: do not save
   bool bake_scalars = false;
-  std::string backend = "cpu";  // "cpu" or "reference" (uncached oracle)
+  std::string backend = "cpu";  // "cpu", "reference" (uncached oracle) or "sim:PRESET|SPEC_FILE"
   bool no_cache = false;         // cpu without the disk cache
   bool metrics = false;
   std::string timeline;  // sim only: write a Chrome trace-event file here ("": none)

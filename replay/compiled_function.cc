@@ -926,7 +926,10 @@ Result<std::vector<Tensor>> CompiledFunction::operator()(LazyContext& ctx, const
   for (size_t e = 0; e < impl_->entries.size(); ++e) {
     ++stats_.guard_checks;
     m.add(counters::kGuardChecks);
-    if (!impl_->holds(impl_->entries[e], args)) {
+    ScopedTimer guard_timer(&m, timers::kGuardCheck);
+    const bool holds = impl_->holds(impl_->entries[e], args);
+    guard_timer.stop();
+    if (!holds) {
       ++stats_.guard_failures;
       m.add(counters::kGuardFailures);
       continue;

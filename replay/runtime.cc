@@ -197,7 +197,10 @@ Result<std::vector<BufferRef>> Runtime::run_prepared(const Executable& exe,
   device_params.reserve(params.size());
   for (const BufferRef& p : params) {
     Result<DeviceRef> d = backend_->to_device(p);
-    if (!d.is_ok()) return d.status();
+    if (!d.is_ok()) {
+      return Status(d.status().code(),
+                    fmt::format("graph {}: {}", exe.graph_key.to_hex(), d.status().message()));
+    }
     if (!backend_->shares_host_memory()) {
       metrics_->add(counters::kBytesToDevice, static_cast<int64_t>(p->nbytes()));
     }

@@ -223,6 +223,16 @@ Result<std::vector<BufferRef>> Runtime::run_prepared(const Executable& exe,
   return host;
 }
 
+Result<std::vector<BufferRef>> Runtime::run_or_fall_back(const Executable& exe,
+                                                         std::span<const BufferRef> params) {
+  Result<std::vector<BufferRef>> outs = run_prepared(exe, params);
+  if (outs.is_ok() || outs.status().code() != StatusCode::kResourceExhausted) return outs;
+  event(store::EventKind::kFallback, exe.graph_key, "run failed", 0, outs.status().message());
+  warn(fmt::format("backend '{}' failed ({}); this step ran on the reference evaluator",
+                   backend_->name(), outs.status().message()));
+  return evaluate_reference(exe.graph, params);
+}
+
 void Runtime::remember(const GraphKey& key, const std::shared_ptr<const Executable>& exe) {
   for (const GraphKey& evicted : memory_.put(key, exe, exe->footprint_bytes())) {
     event(store::EventKind::kEvict, evicted, {}, 0, "memory LRU");

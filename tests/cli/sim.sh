@@ -74,6 +74,15 @@ import json, sys
 a, b = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
 assert a['outputs'] == b['outputs'], 'fallback results differ from the reference'
 " "$TMP/tiny.json" "$TMP/ref.json"
+# The same in once mode: the compiled function's runs fall back too (trace and replay).
+expect_exit 0 "$TC" run "$P/mlp.trace" --backend "sim:$TMP/tiny.spec" --mode once --steps 2 --no-cache --json
+grep -q "ran on the reference evaluator" "$TMP/err" || fail "no fallback warning in once mode: $(cat "$TMP/err")"
+python3 -c "
+import json, sys
+a, b = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+assert a['outputs'] == b['outputs'], 'once-mode fallback results differ from the reference'
+assert a['function']['entries'] == 1, a['function']
+" "$TMP/out" "$TMP/ref.json"
 
 # --timeline: a Chrome trace-event file.
 "$TC" run "$P/attention.trace" --backend sim:a100 --mode once --steps 3 --no-cache --timeline "$TMP/tl.json" > /dev/null

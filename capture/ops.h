@@ -40,6 +40,9 @@ enum class OpKind : uint16_t {
   kSum, kMean, kMax, kArgmax,
   // layout
   kReshape, kPermute, kTranspose, kBroadcastTo, kConcat, kSlice,
+  // nn layers (capture/nn.h)
+  kConv2d, kMaxPool2d, kAvgPool2d, kAdaptiveAvgPool2d, kLinear, kFlatten, kPad, kDropout,
+  kEmbedding, kGather, kIndexSelect,
   // sources (no tensor inputs)
   kFull, kArange, kUniform, kNormal,
   kCount
@@ -72,6 +75,7 @@ inline constexpr size_t kMaxOpAttrs = 5;
 
 enum class OpClass : uint8_t {
   kParameter, kUnary, kBinary, kCompare, kWhere, kCast, kMatmul, kReduce, kLayout, kSource,
+  kNn,  // the layers of capture/nn.h: one kernel per node, never fused
 };
 
 struct OpInfo {

@@ -55,6 +55,21 @@ TRACECACHE_REF_KERNEL(arange);
 TRACECACHE_REF_KERNEL(uniform);
 TRACECACHE_REF_KERNEL(normal);
 
+// nn layers (capture/nn.h); in capture/reference_nn_layers.cc. conv2d and linear accumulate in
+// double and round once (as matmul); pools are exact up to the one rounding of an average.
+// Out-of-range indices of embedding, gather and index_select are clamped (docs/ops.md).
+TRACECACHE_REF_KERNEL(conv2d);
+TRACECACHE_REF_KERNEL(max_pool2d);
+TRACECACHE_REF_KERNEL(avg_pool2d);
+TRACECACHE_REF_KERNEL(adaptive_avg_pool2d);
+TRACECACHE_REF_KERNEL(linear);
+TRACECACHE_REF_KERNEL(flatten);
+TRACECACHE_REF_KERNEL(pad);
+TRACECACHE_REF_KERNEL(dropout);
+TRACECACHE_REF_KERNEL(embedding);
+TRACECACHE_REF_KERNEL(gather);
+TRACECACHE_REF_KERNEL(index_select);
+
 #undef TRACECACHE_REF_KERNEL
 
 }  // namespace tracecache::ref

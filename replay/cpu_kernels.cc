@@ -27,6 +27,7 @@
 
 
 #include "capture/elementwise.h"
+#include "replay/cpu_nn_layers.h"
 
 namespace tracecache::cpu {
 
@@ -854,6 +855,7 @@ void run_op(const Graph& g, NodeId node, std::span<const HostBuffer* const> inpu
     }, out);
     return;
   }
+  if (info.op_class == OpClass::kNn && run_nn_layer(n.op, inputs, attrs, out)) return;
   switch (n.op) {
     case OpKind::kMatmul:
       if (out.dtype() == DType::kF32 && matmul_f32(*inputs[0], *inputs[1], out)) return;

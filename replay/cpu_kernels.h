@@ -27,6 +27,7 @@
 //   permute transpose slice              strided copy (merged dims)              bitwise
 //   concat                               block memcpy                            bitwise
 //   full arange uniform normal           reference kernel                        bitwise
+//   nn layers (conv2d, pools, linear...) replay/cpu_nn_layers.h                  see there
 //
 // (*) GEMM sums in f32 in OpenBLAS's blocked order (possibly with FMA) instead of the
 // reference's sequential double sum. Tested bound, a rigorous one for any f32 summation order:

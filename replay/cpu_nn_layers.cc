@@ -224,9 +224,12 @@ bool linear(std::span<const HostBuffer* const> in, HostBuffer& out) {
 }
 
 // ---- pooling ------------------------------------------------------------------------------------
-// Same loops as the reference (taps in row-major order, sums in double), with the window
-// bounds of each output column computed once per layer instead of per element.
+// Bitwise equal to the reference: every output meets its window's cells in the same row-major
+// order, compared (max) or summed in double (averages) as there.
 
+// Per output row, taps outermost: for each kernel tap (i, j) in row-major order, one pass over
+// the output columns it reaches. Each output still meets its taps in the reference's order,
+// and the inner loop (strided load, compare, select) vectorizes.
 void max_pool2d(const HostBuffer& x, std::span<const AttrValue> attrs, HostBuffer& out) {
   const IntList& kernel = attrs[0].ints;
   const IntList& stride = attrs[1].ints;
@@ -234,28 +237,29 @@ void max_pool2d(const HostBuffer& x, std::span<const AttrValue> attrs, HostBuffe
   const IntList& dilation = attrs[3].ints;
   const int64_t planes = x.shape()[0] * x.shape()[1], h = x.shape()[2], w = x.shape()[3];
   const int64_t oh = out.shape()[2], ow = out.shape()[3];
-  std::vector<Range> col_taps(static_cast<size_t>(ow));
-  for (int64_t z = 0; z < ow; ++z) {
-    col_taps[static_cast<size_t>(z)] = valid_taps(kernel[1], dilation[1], z * stride[1] - padding[1], w);
+  const int64_t sw = stride[1];
+  std::vector<Range> tap_cols(static_cast<size_t>(kernel[1]));
+  for (int64_t j = 0; j < kernel[1]; ++j) {
+    tap_cols[static_cast<size_t>(j)] = valid_outputs(ow, sw, j * dilation[1] - padding[1], w);
   }
   for (int64_t p = 0; p < planes; ++p) {
     const float* plane = x.data<float>() + p * h * w;
-    float* dst = out.data<float>() + p * oh * ow;
     for (int64_t y = 0; y < oh; ++y) {
+      float* dst = out.data<float>() + (p * oh + y) * ow;
+      std::fill_n(dst, ow, -std::numeric_limits<float>::infinity());
       const int64_t y_start = y * stride[0] - padding[0];
       const Range rows = valid_taps(kernel[0], dilation[0], y_start, h);
-      for (int64_t z = 0; z < ow; ++z) {
-        const Range cols = col_taps[static_cast<size_t>(z)];
-        const int64_t z_start = z * stride[1] - padding[1];
-        float best = -std::numeric_limits<float>::infinity();
-        for (int64_t i = rows.lo; i < rows.hi; ++i) {
-          const int64_t row = (y_start + i * dilation[0]) * w + z_start;
-          for (int64_t j = cols.lo; j < cols.hi; ++j) {
-            const float v = plane[row + j * dilation[1]];
-            if (v > best || std::isnan(v)) best = v;
+      for (int64_t i = rows.lo; i < rows.hi; ++i) {
+        const float* src = plane + (y_start + i * dilation[0]) * w;
+        for (int64_t j = 0; j < kernel[1]; ++j) {
+          const Range cols = tap_cols[static_cast<size_t>(j)];
+          const int64_t offset = j * dilation[1] - padding[1];
+          for (int64_t z = cols.lo; z < cols.hi; ++z) {
+            const float v = src[z * sw + offset];
+            const float best = dst[z];
+            dst[z] = (v > best || v != v) ? v : best;  // v != v: NaN wins, as in the reference
           }
         }
-        dst[y * ow + z] = best;
       }
     }
   }
@@ -272,6 +276,8 @@ AvgWindow avg_window(int64_t out_pos, int64_t kernel, int64_t stride, int64_t pa
   return {std::max<int64_t>(start, 0), std::min(end, size), end - start};
 }
 
+// As max_pool2d: taps outermost, each output summing its cells in the reference's order, in
+// a row of double accumulators.
 void avg_pool2d(const HostBuffer& x, std::span<const AttrValue> attrs, HostBuffer& out) {
   const IntList& kernel = attrs[0].ints;
   const IntList& stride = attrs[1].ints;
@@ -279,25 +285,34 @@ void avg_pool2d(const HostBuffer& x, std::span<const AttrValue> attrs, HostBuffe
   const bool count_include_pad = attrs[4].as_bool();
   const int64_t planes = x.shape()[0] * x.shape()[1], h = x.shape()[2], w = x.shape()[3];
   const int64_t oh = out.shape()[2], ow = out.shape()[3];
+  const int64_t sw = stride[1];
   std::vector<AvgWindow> cols(static_cast<size_t>(ow));
-  for (int64_t z = 0; z < ow; ++z) cols[static_cast<size_t>(z)] = avg_window(z, kernel[1], stride[1], padding[1], w);
+  for (int64_t z = 0; z < ow; ++z) cols[static_cast<size_t>(z)] = avg_window(z, kernel[1], sw, padding[1], w);
+  std::vector<Range> tap_cols(static_cast<size_t>(kernel[1]));
+  for (int64_t j = 0; j < kernel[1]; ++j) tap_cols[static_cast<size_t>(j)] = valid_outputs(ow, sw, j - padding[1], w);
+  std::vector<double> acc(static_cast<size_t>(ow));
   for (int64_t p = 0; p < planes; ++p) {
     const float* plane = x.data<float>() + p * h * w;
-    float* dst = out.data<float>() + p * oh * ow;
     for (int64_t y = 0; y < oh; ++y) {
       const AvgWindow r = avg_window(y, kernel[0], stride[0], padding[0], h);
+      std::fill(acc.begin(), acc.end(), 0.0);
+      for (int64_t iy = r.lo; iy < r.hi; ++iy) {
+        const float* src = plane + iy * w;
+        for (int64_t j = 0; j < kernel[1]; ++j) {
+          const Range valid = tap_cols[static_cast<size_t>(j)];
+          const int64_t offset = j - padding[1];
+          for (int64_t z = valid.lo; z < valid.hi; ++z) acc[static_cast<size_t>(z)] += static_cast<double>(src[z * sw + offset]);
+        }
+      }
+      float* dst = out.data<float>() + (p * oh + y) * ow;
       for (int64_t z = 0; z < ow; ++z) {
         const AvgWindow c = cols[static_cast<size_t>(z)];
         if (r.lo >= r.hi || c.lo >= c.hi) {
-          dst[y * ow + z] = 0.0f;
+          dst[z] = 0.0f;
           continue;
         }
-        double sum = 0;
-        for (int64_t iy = r.lo; iy < r.hi; ++iy) {
-          for (int64_t iz = c.lo; iz < c.hi; ++iz) sum += static_cast<double>(plane[iy * w + iz]);
-        }
         const int64_t count = count_include_pad ? r.padded * c.padded : (r.hi - r.lo) * (c.hi - c.lo);
-        dst[y * ow + z] = static_cast<float>(sum / static_cast<double>(count));
+        dst[z] = static_cast<float>(acc[static_cast<size_t>(z)] / static_cast<double>(count));
       }
     }
   }

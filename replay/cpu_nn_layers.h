@@ -12,8 +12,10 @@
 //                          tap over the output plane, accumulating in f32
 //   linear                 cblas_sgemm with the weight transposed, bias as the  TOLERANCE (*)
 //                          initial C (beta = 1)
-//   max_pool2d avg_pool2d  the reference's loops with window bounds hoisted,    bitwise
-//   adaptive_avg_pool2d    same order of summation (double) and comparison
+//   max_pool2d avg_pool2d  per output row, one vectorizable pass per kernel tap  bitwise
+//                          over the outputs it reaches: each output sees its
+//                          cells in the reference's order (sums in double)
+//   adaptive_avg_pool2d    the reference's loops, window bounds hoisted          bitwise
 //   flatten dropout        memcpy                                               bitwise
 //   pad                    fill, then one memcpy per kept innermost row         bitwise
 //   embedding gather       row memcpy / strided element copies, indices         bitwise

@@ -47,8 +47,8 @@ struct Layer {
       cpu::run_op(g, node, in, out);
       benchmark::DoNotOptimize(out.bytes());
     }
-    state.counters["GFLOP/s"] =
-        benchmark::Counter(flops * static_cast<double>(state.iterations()) / 1e9, benchmark::Counter::kIsRate);
+    state.counters["GFLOP/s"] = benchmark::Counter(flops * static_cast<double>(state.iterations()) / 1e9,
+                                                   benchmark::Counter::kIsRate);
   }
 };
 

@@ -21,27 +21,27 @@ Tensor with_optional_bias(OpKind op, const Tensor& x, const Tensor& weight, cons
 
 }  // namespace
 
-Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, IntList stride,
-              IntList padding, IntList dilation, int64_t groups) {
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, IntList stride, IntList padding,
+              IntList dilation, int64_t groups) {
   return with_optional_bias(OpKind::kConv2d, x, weight, bias,
                             {AttrValue::of_ints(stride), AttrValue::of_ints(padding),
                              AttrValue::of_ints(dilation), AttrValue::of_int(groups)});
 }
 
-Tensor max_pool2d(const Tensor& x, IntList kernel, IntList stride, IntList padding,
-                  IntList dilation, bool ceil_mode) {
-  return x.context().record(OpKind::kMaxPool2d, {x},
-                            {AttrValue::of_ints(kernel), AttrValue::of_ints(stride),
-                             AttrValue::of_ints(padding), AttrValue::of_ints(dilation),
-                             AttrValue::of_bool(ceil_mode)});
+Tensor max_pool2d(const Tensor& x, IntList kernel, IntList stride, IntList padding, IntList dilation,
+                  bool ceil_mode) {
+  return x.context().record(
+      OpKind::kMaxPool2d, {x},
+      {AttrValue::of_ints(kernel), AttrValue::of_ints(stride), AttrValue::of_ints(padding),
+       AttrValue::of_ints(dilation), AttrValue::of_bool(ceil_mode)});
 }
 
-Tensor avg_pool2d(const Tensor& x, IntList kernel, IntList stride, IntList padding,
-                  bool ceil_mode, bool count_include_pad) {
-  return x.context().record(OpKind::kAvgPool2d, {x},
-                            {AttrValue::of_ints(kernel), AttrValue::of_ints(stride),
-                             AttrValue::of_ints(padding), AttrValue::of_bool(ceil_mode),
-                             AttrValue::of_bool(count_include_pad)});
+Tensor avg_pool2d(const Tensor& x, IntList kernel, IntList stride, IntList padding, bool ceil_mode,
+                  bool count_include_pad) {
+  return x.context().record(
+      OpKind::kAvgPool2d, {x},
+      {AttrValue::of_ints(kernel), AttrValue::of_ints(stride), AttrValue::of_ints(padding),
+       AttrValue::of_bool(ceil_mode), AttrValue::of_bool(count_include_pad)});
 }
 
 Tensor adaptive_avg_pool2d(const Tensor& x, IntList output_size) {

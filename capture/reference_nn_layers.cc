@@ -85,7 +85,8 @@ void conv2d(std::span<const HostBuffer* const> in, std::span<const AttrValue> at
   }
 }
 
-void max_pool2d(std::span<const HostBuffer* const> in, std::span<const AttrValue> attrs, HostBuffer& out) {
+void max_pool2d(std::span<const HostBuffer* const> in, std::span<const AttrValue> attrs,
+                HostBuffer& out) {
   const HostBuffer& x = *in[0];
   const IntList& kernel = attrs[0].ints;
   const IntList& stride = attrs[1].ints;
@@ -115,7 +116,8 @@ void max_pool2d(std::span<const HostBuffer* const> in, std::span<const AttrValue
   }
 }
 
-void avg_pool2d(std::span<const HostBuffer* const> in, std::span<const AttrValue> attrs, HostBuffer& out) {
+void avg_pool2d(std::span<const HostBuffer* const> in, std::span<const AttrValue> attrs,
+                HostBuffer& out) {
   const HostBuffer& x = *in[0];
   const IntList& kernel = attrs[0].ints;
   const IntList& stride = attrs[1].ints;
@@ -219,7 +221,8 @@ void pad(std::span<const HostBuffer* const> in, std::span<const AttrValue> attrs
         src += at * in_strides[d];
       }
       if (inside) {
-        std::memcpy(out.bytes() + static_cast<size_t>(i) * elem, x.bytes() + static_cast<size_t>(src) * elem, elem);
+        std::memcpy(out.bytes() + static_cast<size_t>(i) * elem,
+                    x.bytes() + static_cast<size_t>(src) * elem, elem);
       } else {
         out.data<T>()[i] = fill;
       }
@@ -237,7 +240,9 @@ void embedding(std::span<const HostBuffer* const> in, std::span<const AttrValue>
   const size_t row = static_cast<size_t>(w.shape()[1]) * dtype_size(w.dtype());
   for (int64_t i = 0; i < index.numel(); ++i) {
     const int64_t r = clamp_index(index_at(index, i), w.shape()[0]);
-    if (row > 0) std::memcpy(out.bytes() + static_cast<size_t>(i) * row, w.bytes() + static_cast<size_t>(r) * row, row);
+    if (row > 0)
+      std::memcpy(out.bytes() + static_cast<size_t>(i) * row, w.bytes() + static_cast<size_t>(r) * row,
+                  row);
   }
 }
 
@@ -252,11 +257,13 @@ void gather(std::span<const HostBuffer* const> in, std::span<const AttrValue> at
     at[axis] = clamp_index(index_at(index, i), x.shape()[axis]);
     int64_t src = 0;
     for (int d = 0; d < x.shape().rank(); ++d) src += at[d] * strides[d];
-    std::memcpy(out.bytes() + static_cast<size_t>(i) * elem, x.bytes() + static_cast<size_t>(src) * elem, elem);
+    std::memcpy(out.bytes() + static_cast<size_t>(i) * elem, x.bytes() + static_cast<size_t>(src) * elem,
+                elem);
   }
 }
 
-void index_select(std::span<const HostBuffer* const> in, std::span<const AttrValue> attrs, HostBuffer& out) {
+void index_select(std::span<const HostBuffer* const> in, std::span<const AttrValue> attrs,
+                  HostBuffer& out) {
   const HostBuffer& x = *in[0];
   const HostBuffer& index = *in[1];
   const int axis = static_cast<int>(attrs[0].i);
@@ -267,7 +274,8 @@ void index_select(std::span<const HostBuffer* const> in, std::span<const AttrVal
     at[axis] = clamp_index(index_at(index, at[axis]), x.shape()[axis]);
     int64_t src = 0;
     for (int d = 0; d < x.shape().rank(); ++d) src += at[d] * strides[d];
-    std::memcpy(out.bytes() + static_cast<size_t>(i) * elem, x.bytes() + static_cast<size_t>(src) * elem, elem);
+    std::memcpy(out.bytes() + static_cast<size_t>(i) * elem, x.bytes() + static_cast<size_t>(src) * elem,
+                elem);
   }
 }
 

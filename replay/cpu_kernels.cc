@@ -833,6 +833,10 @@ void concat(std::span<const HostBuffer* const> in, int axis, HostBuffer& out) {
 
 }  // namespace
 
+void parallel_for(int64_t items, int64_t work, const std::function<void(int64_t, int64_t)>& fn) {
+  parallel_chunks(items, work, fn);
+}
+
 void run_fused(const Graph& g, std::span<const NodeId> members,
                const std::function<const HostBuffer*(NodeId)>& leaf_value, HostBuffer& out) {
   assert(!members.empty());

@@ -82,4 +82,9 @@ void run_fused(const Graph& g, std::span<const NodeId> members,
 // overlap any input. Numerics per the table above.
 void run_op(const Graph& g, NodeId node, std::span<const HostBuffer* const> inputs, HostBuffer& out);
 
+// Calls fn(begin, end) on disjoint ranges covering [0, items), split over the helper pool when
+// `work` (elements touched in total) reaches kParallelThreshold, else once on this thread; for
+// kernels outside this file (cpu_nn_layers.h). fn must not depend on how [0, items) is split.
+void parallel_for(int64_t items, int64_t work, const std::function<void(int64_t, int64_t)>& fn);
+
 }  // namespace tracecache::cpu

@@ -16,9 +16,11 @@
 #include <cstring>
 #include <initializer_list>
 #include <limits>
+#include <memory>
 #include <vector>
 
 #include "capture/elementwise.h"
+#include "replay/cpu_kernels.h"
 
 namespace tracecache::cpu {
 
@@ -74,47 +76,65 @@ ConvShape conv_shape(const HostBuffer& x, const HostBuffer& w, std::span<const A
                      const HostBuffer& out) {
   const Shape& xs = x.shape();
   const Shape& ws = w.shape();
-  return {xs[0], xs[1], xs[2], xs[3], ws[0], ws[1], ws[2], ws[3], out.shape()[2], out.shape()[3],
-          attrs[0].ints[0], attrs[0].ints[1], attrs[1].ints[0], attrs[1].ints[1],
-          attrs[2].ints[0], attrs[2].ints[1], attrs[3].i};
+  return {xs[0],
+          xs[1],
+          xs[2],
+          xs[3],
+          ws[0],
+          ws[1],
+          ws[2],
+          ws[3],
+          out.shape()[2],
+          out.shape()[3],
+          attrs[0].ints[0],
+          attrs[0].ints[1],
+          attrs[1].ints[0],
+          attrs[1].ints[1],
+          attrs[2].ints[0],
+          attrs[2].ints[1],
+          attrs[3].i};
 }
 
 // Rows (c, i, j) of the im2col matrix for output positions [q0, q1) of one image and group:
 // col[((c * kh + i) * kw + j) * (q1 - q0) + (q - q0)]. `xg` is the group's first input plane.
+// Channels are split over threads (each writes its own rows).
 void im2col(const float* xg, const ConvShape& s, int64_t q0, int64_t q1, float* col) {
   const int64_t cols = q1 - q0;
-  for (int64_t c = 0; c < s.cg; ++c) {
-    const float* plane = xg + c * s.h * s.w;
-    for (int64_t i = 0; i < s.kh; ++i) {
-      const int64_t offset_y = i * s.dh - s.ph;
-      for (int64_t j = 0; j < s.kw; ++j) {
-        const int64_t offset_x = j * s.dw - s.pw;
-        const Range valid_x = valid_outputs(s.ow, s.sw, offset_x, s.w);
-        float* row = col + ((c * s.kh + i) * s.kw + j) * cols;
-        for (int64_t q = q0; q < q1;) {
-          const int64_t oy = q / s.ow, ox0 = q % s.ow;
-          const int64_t ox1 = std::min(s.ow, ox0 + (q1 - q));
-          float* dst = row + (q - q0);  // dst[ox - ox0] is output position (oy, ox)
-          const int64_t iy = oy * s.sh + offset_y;
-          if (iy < 0 || iy >= s.h) {
-            std::fill(dst, dst + (ox1 - ox0), 0.0f);
-          } else {
-            const float* src = plane + iy * s.w;
-            const int64_t lo = std::clamp(valid_x.lo, ox0, ox1);
-            const int64_t hi = std::clamp(valid_x.hi, lo, ox1);
-            std::fill(dst, dst + (lo - ox0), 0.0f);
-            if (s.sw == 1) {
-              std::memcpy(dst + (lo - ox0), src + lo + offset_x, static_cast<size_t>(hi - lo) * sizeof(float));
+  parallel_for(s.cg, s.cg * s.kh * s.kw * cols, [&](int64_t c_begin, int64_t c_end) {
+    for (int64_t c = c_begin; c < c_end; ++c) {
+      const float* plane = xg + c * s.h * s.w;
+      for (int64_t i = 0; i < s.kh; ++i) {
+        const int64_t offset_y = i * s.dh - s.ph;
+        for (int64_t j = 0; j < s.kw; ++j) {
+          const int64_t offset_x = j * s.dw - s.pw;
+          const Range valid_x = valid_outputs(s.ow, s.sw, offset_x, s.w);
+          float* row = col + ((c * s.kh + i) * s.kw + j) * cols;
+          for (int64_t q = q0; q < q1;) {
+            const int64_t oy = q / s.ow, ox0 = q % s.ow;
+            const int64_t ox1 = std::min(s.ow, ox0 + (q1 - q));
+            float* dst = row + (q - q0);  // dst[ox - ox0] is output position (oy, ox)
+            const int64_t iy = oy * s.sh + offset_y;
+            if (iy < 0 || iy >= s.h) {
+              std::fill(dst, dst + (ox1 - ox0), 0.0f);
             } else {
-              for (int64_t ox = lo; ox < hi; ++ox) dst[ox - ox0] = src[ox * s.sw + offset_x];
+              const float* src = plane + iy * s.w;
+              const int64_t lo = std::clamp(valid_x.lo, ox0, ox1);
+              const int64_t hi = std::clamp(valid_x.hi, lo, ox1);
+              std::fill(dst, dst + (lo - ox0), 0.0f);
+              if (s.sw == 1) {
+                std::memcpy(dst + (lo - ox0), src + lo + offset_x,
+                            static_cast<size_t>(hi - lo) * sizeof(float));
+              } else {
+                for (int64_t ox = lo; ox < hi; ++ox) dst[ox - ox0] = src[ox * s.sw + offset_x];
+              }
+              std::fill(dst + (hi - ox0), dst + (ox1 - ox0), 0.0f);
             }
-            std::fill(dst + (hi - ox0), dst + (ox1 - ox0), 0.0f);
+            q += ox1 - ox0;
           }
-          q += ox1 - ox0;
         }
       }
     }
-  }
+  });
 }
 
 // Fills each of the `rows` rows of `out` (`len` floats each) with bias[r], or 0 without bias.
@@ -124,11 +144,13 @@ void fill_rows(float* out, int64_t rows, int64_t len, const float* bias) {
 
 // groups == channels with one input channel per group: each output plane is a weighted sum of
 // shifted copies of one input plane, one pass per kernel tap.
-void depthwise_conv2d(const float* x, const float* w, const float* bias, const ConvShape& s, float* out) {
+void depthwise_conv2d(const float* x, const float* w, const float* bias, const ConvShape& s,
+                      float* out) {
   const int64_t per_channel = s.o / s.groups;
   const int64_t plane_out = s.oh * s.ow;
-  for (int64_t n = 0; n < s.n; ++n) {
-    for (int64_t oc = 0; oc < s.o; ++oc) {
+  parallel_for(s.n * s.o, s.n * s.o * plane_out * s.kh * s.kw, [&](int64_t begin, int64_t end) {
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t n = item / s.o, oc = item % s.o;
       const float* plane = x + (n * s.c + oc / per_channel) * s.h * s.w;
       const float* taps = w + oc * s.kh * s.kw;
       float* dst = out + (n * s.o + oc) * plane_out;
@@ -152,7 +174,7 @@ void depthwise_conv2d(const float* x, const float* w, const float* bias, const C
         }
       }
     }
-  }
+  });
 }
 
 bool conv2d(std::span<const HostBuffer* const> in, std::span<const AttrValue> attrs, HostBuffer& out) {
@@ -174,10 +196,11 @@ bool conv2d(std::span<const HostBuffer* const> in, std::span<const AttrValue> at
     return true;
   }
   const bool direct = s.kh == 1 && s.kw == 1 && s.sh == 1 && s.sw == 1 && s.ph == 0 && s.pw == 0;
-  const int64_t block = direct ? plane_out
-                               : std::min(plane_out, std::max(kMinBlockColumns, kColBudget / k));
+  const int64_t block =
+      direct ? plane_out : std::min(plane_out, std::max(kMinBlockColumns, kColBudget / k));
   if (!fits_blas({per_group, k, plane_out, block})) return false;
-  std::vector<float> col(direct ? 0 : static_cast<size_t>(k * block));
+  const std::unique_ptr<float[]> col =
+      direct ? nullptr : std::make_unique_for_overwrite<float[]>(static_cast<size_t>(k * block));
   for (int64_t n = 0; n < s.n; ++n) {
     for (int64_t g = 0; g < s.groups; ++g) {
       const float* xg = x + (n * s.c + g * s.cg) * s.h * s.w;
@@ -192,9 +215,9 @@ bool conv2d(std::span<const HostBuffer* const> in, std::span<const AttrValue> at
       }
       for (int64_t q0 = 0; q0 < plane_out; q0 += block) {
         const int64_t q1 = std::min(plane_out, q0 + block);
-        im2col(xg, s, q0, q1, col.data());
+        im2col(xg, s, q0, q1, col.get());
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, blas_int(per_group), blas_int(q1 - q0),
-                    blas_int(k), 1.0f, wg, blas_int(k), col.data(), blas_int(q1 - q0), 1.0f, og + q0,
+                    blas_int(k), 1.0f, wg, blas_int(k), col.get(), blas_int(q1 - q0), 1.0f, og + q0,
                     blas_int(plane_out));
       }
     }
@@ -213,8 +236,10 @@ bool linear(std::span<const HostBuffer* const> in, HostBuffer& out) {
   if (!fits_blas({rows, n_out, n_in})) return false;
   float* o = out.data<float>();
   for (int64_t r = 0; r < rows; ++r) {
-    if (bias) std::copy_n(bias, n_out, o + r * n_out);
-    else std::fill_n(o + r * n_out, n_out, 0.0f);
+    if (bias)
+      std::copy_n(bias, n_out, o + r * n_out);
+    else
+      std::fill_n(o + r * n_out, n_out, 0.0f);
   }
   if (n_in == 0) return true;
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, blas_int(rows), blas_int(n_out), blas_int(n_in),
@@ -242,27 +267,29 @@ void max_pool2d(const HostBuffer& x, std::span<const AttrValue> attrs, HostBuffe
   for (int64_t j = 0; j < kernel[1]; ++j) {
     tap_cols[static_cast<size_t>(j)] = valid_outputs(ow, sw, j * dilation[1] - padding[1], w);
   }
-  for (int64_t p = 0; p < planes; ++p) {
-    const float* plane = x.data<float>() + p * h * w;
-    for (int64_t y = 0; y < oh; ++y) {
-      float* dst = out.data<float>() + (p * oh + y) * ow;
-      std::fill_n(dst, ow, -std::numeric_limits<float>::infinity());
-      const int64_t y_start = y * stride[0] - padding[0];
-      const Range rows = valid_taps(kernel[0], dilation[0], y_start, h);
-      for (int64_t i = rows.lo; i < rows.hi; ++i) {
-        const float* src = plane + (y_start + i * dilation[0]) * w;
-        for (int64_t j = 0; j < kernel[1]; ++j) {
-          const Range cols = tap_cols[static_cast<size_t>(j)];
-          const int64_t offset = j * dilation[1] - padding[1];
-          for (int64_t z = cols.lo; z < cols.hi; ++z) {
-            const float v = src[z * sw + offset];
-            const float best = dst[z];
-            dst[z] = (v > best || v != v) ? v : best;  // v != v: NaN wins, as in the reference
+  parallel_for(planes, planes * oh * ow * kernel[0] * kernel[1], [&](int64_t begin, int64_t end) {
+    for (int64_t p = begin; p < end; ++p) {
+      const float* plane = x.data<float>() + p * h * w;
+      for (int64_t y = 0; y < oh; ++y) {
+        float* dst = out.data<float>() + (p * oh + y) * ow;
+        std::fill_n(dst, ow, -std::numeric_limits<float>::infinity());
+        const int64_t y_start = y * stride[0] - padding[0];
+        const Range rows = valid_taps(kernel[0], dilation[0], y_start, h);
+        for (int64_t i = rows.lo; i < rows.hi; ++i) {
+          const float* src = plane + (y_start + i * dilation[0]) * w;
+          for (int64_t j = 0; j < kernel[1]; ++j) {
+            const Range cols = tap_cols[static_cast<size_t>(j)];
+            const int64_t offset = j * dilation[1] - padding[1];
+            for (int64_t z = cols.lo; z < cols.hi; ++z) {
+              const float v = src[z * sw + offset];
+              const float best = dst[z];
+              dst[z] = (v > best || v != v) ? v : best;  // v != v: NaN wins, as in the reference
+            }
           }
         }
       }
     }
-  }
+  });
 }
 
 // One output coordinate's window of avg_pool2d along one axis: [lo, hi) clipped to the input,
@@ -287,57 +314,67 @@ void avg_pool2d(const HostBuffer& x, std::span<const AttrValue> attrs, HostBuffe
   const int64_t oh = out.shape()[2], ow = out.shape()[3];
   const int64_t sw = stride[1];
   std::vector<AvgWindow> cols(static_cast<size_t>(ow));
-  for (int64_t z = 0; z < ow; ++z) cols[static_cast<size_t>(z)] = avg_window(z, kernel[1], sw, padding[1], w);
+  for (int64_t z = 0; z < ow; ++z)
+    cols[static_cast<size_t>(z)] = avg_window(z, kernel[1], sw, padding[1], w);
   std::vector<Range> tap_cols(static_cast<size_t>(kernel[1]));
-  for (int64_t j = 0; j < kernel[1]; ++j) tap_cols[static_cast<size_t>(j)] = valid_outputs(ow, sw, j - padding[1], w);
-  std::vector<double> acc(static_cast<size_t>(ow));
-  for (int64_t p = 0; p < planes; ++p) {
-    const float* plane = x.data<float>() + p * h * w;
-    for (int64_t y = 0; y < oh; ++y) {
-      const AvgWindow r = avg_window(y, kernel[0], stride[0], padding[0], h);
-      std::fill(acc.begin(), acc.end(), 0.0);
-      for (int64_t iy = r.lo; iy < r.hi; ++iy) {
-        const float* src = plane + iy * w;
-        for (int64_t j = 0; j < kernel[1]; ++j) {
-          const Range valid = tap_cols[static_cast<size_t>(j)];
-          const int64_t offset = j - padding[1];
-          for (int64_t z = valid.lo; z < valid.hi; ++z) acc[static_cast<size_t>(z)] += static_cast<double>(src[z * sw + offset]);
+  for (int64_t j = 0; j < kernel[1]; ++j)
+    tap_cols[static_cast<size_t>(j)] = valid_outputs(ow, sw, j - padding[1], w);
+  parallel_for(planes, planes * oh * ow * kernel[0] * kernel[1], [&](int64_t begin, int64_t end) {
+    std::vector<double> acc(static_cast<size_t>(ow));
+    for (int64_t p = begin; p < end; ++p) {
+      const float* plane = x.data<float>() + p * h * w;
+      for (int64_t y = 0; y < oh; ++y) {
+        const AvgWindow r = avg_window(y, kernel[0], stride[0], padding[0], h);
+        std::fill(acc.begin(), acc.end(), 0.0);
+        for (int64_t iy = r.lo; iy < r.hi; ++iy) {
+          const float* src = plane + iy * w;
+          for (int64_t j = 0; j < kernel[1]; ++j) {
+            const Range valid = tap_cols[static_cast<size_t>(j)];
+            const int64_t offset = j - padding[1];
+            for (int64_t z = valid.lo; z < valid.hi; ++z)
+              acc[static_cast<size_t>(z)] += static_cast<double>(src[z * sw + offset]);
+          }
         }
-      }
-      float* dst = out.data<float>() + (p * oh + y) * ow;
-      for (int64_t z = 0; z < ow; ++z) {
-        const AvgWindow c = cols[static_cast<size_t>(z)];
-        if (r.lo >= r.hi || c.lo >= c.hi) {
-          dst[z] = 0.0f;
-          continue;
+        float* dst = out.data<float>() + (p * oh + y) * ow;
+        for (int64_t z = 0; z < ow; ++z) {
+          const AvgWindow c = cols[static_cast<size_t>(z)];
+          if (r.lo >= r.hi || c.lo >= c.hi) {
+            dst[z] = 0.0f;
+            continue;
+          }
+          const int64_t count = count_include_pad ? r.padded * c.padded : (r.hi - r.lo) * (c.hi - c.lo);
+          dst[z] = static_cast<float>(acc[static_cast<size_t>(z)] / static_cast<double>(count));
         }
-        const int64_t count = count_include_pad ? r.padded * c.padded : (r.hi - r.lo) * (c.hi - c.lo);
-        dst[z] = static_cast<float>(acc[static_cast<size_t>(z)] / static_cast<double>(count));
       }
     }
-  }
+  });
 }
 
 void adaptive_avg_pool2d(const HostBuffer& x, HostBuffer& out) {
   const int64_t planes = x.shape()[0] * x.shape()[1], h = x.shape()[2], w = x.shape()[3];
   const int64_t oh = out.shape()[2], ow = out.shape()[3];
   std::vector<Range> cols(static_cast<size_t>(ow));
-  for (int64_t z = 0; z < ow; ++z) cols[static_cast<size_t>(z)] = {z * w / ow, ((z + 1) * w + ow - 1) / ow};
-  for (int64_t p = 0; p < planes; ++p) {
-    const float* plane = x.data<float>() + p * h * w;
-    float* dst = out.data<float>() + p * oh * ow;
-    for (int64_t y = 0; y < oh; ++y) {
-      const int64_t y0 = y * h / oh, y1 = ((y + 1) * h + oh - 1) / oh;
-      for (int64_t z = 0; z < ow; ++z) {
-        const Range c = cols[static_cast<size_t>(z)];
-        double sum = 0;
-        for (int64_t iy = y0; iy < y1; ++iy) {
-          for (int64_t iz = c.lo; iz < c.hi; ++iz) sum += static_cast<double>(plane[iy * w + iz]);
+  for (int64_t z = 0; z < ow; ++z)
+    cols[static_cast<size_t>(z)] = {z * w / ow, ((z + 1) * w + ow - 1) / ow};
+  // Each output reads about (h / oh + 1) x (w / ow + 1) cells.
+  const int64_t work = planes * (h + oh) * (w + ow);
+  parallel_for(planes, work, [&](int64_t begin, int64_t end) {
+    for (int64_t p = begin; p < end; ++p) {
+      const float* plane = x.data<float>() + p * h * w;
+      float* dst = out.data<float>() + p * oh * ow;
+      for (int64_t y = 0; y < oh; ++y) {
+        const int64_t y0 = y * h / oh, y1 = ((y + 1) * h + oh - 1) / oh;
+        for (int64_t z = 0; z < ow; ++z) {
+          const Range c = cols[static_cast<size_t>(z)];
+          double sum = 0;
+          for (int64_t iy = y0; iy < y1; ++iy) {
+            for (int64_t iz = c.lo; iz < c.hi; ++iz) sum += static_cast<double>(plane[iy * w + iz]);
+          }
+          dst[y * ow + z] = static_cast<float>(sum / static_cast<double>((y1 - y0) * (c.hi - c.lo)));
         }
-        dst[y * ow + z] = static_cast<float>(sum / static_cast<double>((y1 - y0) * (c.hi - c.lo)));
       }
     }
-  }
+  });
 }
 
 // ---- layout and lookups -------------------------------------------------------------------------
@@ -346,7 +383,8 @@ void pad(const HostBuffer& x, std::span<const AttrValue> attrs, HostBuffer& out)
   const IntList& pads = attrs[0].ints;
   const Shape& s = x.shape();
   const int rank = s.rank();
-  dispatch_dtype(out.dtype(), [&]<typename T>() { std::fill_n(out.data<T>(), out.numel(), convert<T>(attrs[1].f)); });
+  dispatch_dtype(out.dtype(),
+                 [&]<typename T>() { std::fill_n(out.data<T>(), out.numel(), convert<T>(attrs[1].f)); });
   if (out.numel() == 0 || x.numel() == 0) return;
   if (rank == 0) {
     std::memcpy(out.bytes(), x.bytes(), out.nbytes());
@@ -373,7 +411,8 @@ void pad(const HostBuffer& x, std::span<const AttrValue> attrs, HostBuffer& out)
       src += at[d] * in_strides[d];
       dst += (at[d] + before[d]) * out_strides[d];
     }
-    std::memcpy(out.bytes() + static_cast<size_t>(dst) * elem, x.bytes() + static_cast<size_t>(src) * elem, run);
+    std::memcpy(out.bytes() + static_cast<size_t>(dst) * elem,
+                x.bytes() + static_cast<size_t>(src) * elem, run);
     int d = rank - 2;
     for (; d >= 0; --d) {
       if (++at[d] < last[d]) break;
@@ -394,7 +433,8 @@ void embedding(const HostBuffer& w, const HostBuffer& index, HostBuffer& out) {
   if (row == 0) return;
   for (int64_t i = 0; i < index.numel(); ++i) {
     const int64_t r = clamp_index(index_at(index, i), w.shape()[0]);
-    std::memcpy(out.bytes() + static_cast<size_t>(i) * row, w.bytes() + static_cast<size_t>(r) * row, row);
+    std::memcpy(out.bytes() + static_cast<size_t>(i) * row, w.bytes() + static_cast<size_t>(r) * row,
+                row);
   }
 }
 

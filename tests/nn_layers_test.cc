@@ -62,7 +62,8 @@ template <typename T>
 HostBuffer buffer(const Shape& shape, const std::vector<T>& values) {
   HostBuffer b(dtype_of<T>(), shape);
   EXPECT_EQ(static_cast<size_t>(b.numel()), values.size());
-  for (size_t i = 0; i < values.size() && i < static_cast<size_t>(b.numel()); ++i) b.data<T>()[i] = values[i];
+  for (size_t i = 0; i < values.size() && i < static_cast<size_t>(b.numel()); ++i)
+    b.data<T>()[i] = values[i];
   return b;
 }
 
@@ -79,7 +80,8 @@ struct Evaluated {
 };
 
 // Infers `op` on the inputs' types (normalizing `named` attributes) and runs its reference kernel.
-Evaluated reference(OpKind kind, const std::vector<const HostBuffer*>& in, const NamedAttrs& named = {}) {
+Evaluated reference(OpKind kind, const std::vector<const HostBuffer*>& in,
+                    const NamedAttrs& named = {}) {
   const OpInfo& op = op_info(kind);
   std::vector<AttrValue> attrs = attrs_for(op, named);
   std::vector<TensorType> types;
@@ -106,7 +108,8 @@ TEST(NnReference, Conv2dValidPaddedDilatedGroupedAndBias) {
   EXPECT_EQ(valid.value.shape(), (Shape{1, 1, 2, 2}));
   EXPECT_EQ(values(valid.value), (std::vector<double>{37, 47, 67, 77}));
   // Padding 1, stride 2: windows start at -1 and 1; padding contributes zeros.
-  Evaluated padded = reference(OpKind::kConv2d, {&x, &w}, {{"stride", ints({2, 2})}, {"padding", ints({1})}});
+  Evaluated padded =
+      reference(OpKind::kConv2d, {&x, &w}, {{"stride", ints({2, 2})}, {"padding", ints({1})}});
   EXPECT_EQ(padded.value.shape(), (Shape{1, 1, 2, 2}));
   EXPECT_EQ(values(padded.value), (std::vector<double>{4 * 1, 3 * 2 + 4 * 3, 2 * 4 + 4 * 7, 77}));
   // Dilation 2: the taps are x[0][0], x[0][2], x[2][0], x[2][2].
@@ -143,14 +146,16 @@ TEST(NnReference, MaxPool2dWindowsPaddingCeilModeAndNaN) {
   EXPECT_EQ(values(ceil.value), (std::vector<double>{5, 7, 7, 13, 15, 15, 13, 15, 15}));
   // A NaN anywhere in a window wins (PyTorch propagates NaN); -inf never beats a number.
   const HostBuffer y = buffer<float>({1, 1, 2, 2}, {1, kNaN, -kInf, 3});
-  EXPECT_TRUE(std::isnan(reference(OpKind::kMaxPool2d, {&y}, {{"kernel", ints({2})}}).value.data<float>()[0]));
+  EXPECT_TRUE(
+      std::isnan(reference(OpKind::kMaxPool2d, {&y}, {{"kernel", ints({2})}}).value.data<float>()[0]));
   const HostBuffer z = buffer<float>({1, 1, 1, 2}, {-kInf, -2});
-  EXPECT_EQ(values(reference(OpKind::kMaxPool2d, {&z}, {{"kernel", ints({1, 2})}}).value), (std::vector<double>{-2}));
+  EXPECT_EQ(values(reference(OpKind::kMaxPool2d, {&z}, {{"kernel", ints({1, 2})}}).value),
+            (std::vector<double>{-2}));
   // Dilation 2 with padding 1 on a 1x1 input: both taps fall in the padding, which is -inf.
   const HostBuffer one = buffer<float>({1, 1, 1, 1}, {7});
-  Evaluated only_pad = reference(OpKind::kMaxPool2d, {&one},
-                                 {{"kernel", ints({2})}, {"stride", ints({1})}, {"padding", ints({1})},
-                                  {"dilation", ints({2})}});
+  Evaluated only_pad = reference(
+      OpKind::kMaxPool2d, {&one},
+      {{"kernel", ints({2})}, {"stride", ints({1})}, {"padding", ints({1})}, {"dilation", ints({2})}});
   EXPECT_EQ(only_pad.value.shape(), (Shape{1, 1, 1, 1}));
   EXPECT_EQ(only_pad.value.data<float>()[0], -kInf);
 }
@@ -167,12 +172,15 @@ TEST(NnReference, AvgPool2dDivisors) {
   // ceil_mode windows that run past the input: the divisor counts only cells inside the
   // (padded) input, even with count_include_pad. 3x3 input 0..8, kernel 2, stride 2.
   const HostBuffer y = iota({1, 1, 3, 3});
-  Evaluated ceil = reference(OpKind::kAvgPool2d, {&y}, {{"kernel", ints({2})}, {"ceil_mode", flag(true)}});
+  Evaluated ceil =
+      reference(OpKind::kAvgPool2d, {&y}, {{"kernel", ints({2})}, {"ceil_mode", flag(true)}});
   EXPECT_EQ(ceil.value.shape(), (Shape{1, 1, 2, 2}));
-  EXPECT_EQ(values(ceil.value), (std::vector<double>{(0 + 1 + 3 + 4) / 4.0, (2 + 5) / 2.0, (6 + 7) / 2.0, 8}));
+  EXPECT_EQ(values(ceil.value),
+            (std::vector<double>{(0 + 1 + 3 + 4) / 4.0, (2 + 5) / 2.0, (6 + 7) / 2.0, 8}));
   // Kernel 3, stride 2, padding 1, ceil_mode on 3x3: window (1, 1) spans rows/cols 1..3, of
   // which 3 is padding: 9 cells with padding (capped at the padded input), 4 without.
-  NamedAttrs c3 = {{"kernel", ints({3})}, {"stride", ints({2})}, {"padding", ints({1})}, {"ceil_mode", flag(true)}};
+  NamedAttrs c3 = {
+      {"kernel", ints({3})}, {"stride", ints({2})}, {"padding", ints({1})}, {"ceil_mode", flag(true)}};
   Evaluated with_pad = reference(OpKind::kAvgPool2d, {&y}, c3);
   EXPECT_FLOAT_EQ(with_pad.value.data<float>()[0], 8.0f / 9.0f);
   EXPECT_FLOAT_EQ(with_pad.value.data<float>()[3], 24.0f / 9.0f);
@@ -202,7 +210,8 @@ TEST(NnReference, LinearWithAndWithoutBias) {
   const HostBuffer w = buffer<float>({2, 3}, {1, 0, -1, 0.5f, 0.5f, 0.5f});
   const HostBuffer b = buffer<float>({2}, {10, 20});
   EXPECT_EQ(values(reference(OpKind::kLinear, {&x, &w}).value), (std::vector<double>{-2, 3, -2, 7.5}));
-  EXPECT_EQ(values(reference(OpKind::kLinear, {&x, &w, &b}).value), (std::vector<double>{8, 23, 8, 27.5}));
+  EXPECT_EQ(values(reference(OpKind::kLinear, {&x, &w, &b}).value),
+            (std::vector<double>{8, 23, 8, 27.5}));
   const HostBuffer v = iota({3}, 1);
   Evaluated vec = reference(OpKind::kLinear, {&v, &w});
   EXPECT_EQ(vec.value.shape(), (Shape{2}));
@@ -254,7 +263,8 @@ TEST(NnReference, EmbeddingLooksUpRowsAndClampsOutOfRange) {
   EXPECT_EQ(values(r.value), (std::vector<double>{20, 21, 0, 1, 10, 11, 10, 11}));
   // Out of range: 5 reads the last row, -1 the first (clamped, never out of bounds).
   const HostBuffer bad = buffer<int32_t>({2}, {5, -1});
-  EXPECT_EQ(values(reference(OpKind::kEmbedding, {&w, &bad}).value), (std::vector<double>{20, 21, 0, 1}));
+  EXPECT_EQ(values(reference(OpKind::kEmbedding, {&w, &bad}).value),
+            (std::vector<double>{20, 21, 0, 1}));
   const HostBuffer scalar_index = buffer<int32_t>({}, {1});
   EXPECT_EQ(reference(OpKind::kEmbedding, {&w, &scalar_index}).type.shape, (Shape{2}));
 }
@@ -291,7 +301,8 @@ TEST(NnReference, IndexSelectPicksSlices) {
 // ---- inference rules ----------------------------------------------------------------------------
 
 // The normalized attributes of `kind` on inputs of types `in`.
-std::vector<AttrValue> normalized(OpKind kind, const std::vector<TensorType>& in, const NamedAttrs& named) {
+std::vector<AttrValue> normalized(OpKind kind, const std::vector<TensorType>& in,
+                                  const NamedAttrs& named) {
   std::vector<AttrValue> attrs = attrs_for(op_info(kind), named);
   infer_op(kind, in, attrs);
   return attrs;
@@ -343,7 +354,8 @@ TEST(NnInference, OutputShapesFollowPyTorch) {
   EXPECT_EQ(shape_of(OpKind::kAvgPool2d, {{DType::kF32, {1, 1, 6, 6}}},
                      {{"kernel", ints({3})}, {"stride", ints({2})}}),
             (Shape{1, 1, 2, 2}));
-  EXPECT_EQ(shape_of(OpKind::kLinear, {{DType::kF32, {2, 5, 7}}, {DType::kF32, {3, 7}}}, {}), (Shape{2, 5, 3}));
+  EXPECT_EQ(shape_of(OpKind::kLinear, {{DType::kF32, {2, 5, 7}}, {DType::kF32, {3, 7}}}, {}),
+            (Shape{2, 5, 3}));
   EXPECT_EQ(shape_of(OpKind::kPad, {{DType::kI64, {2, 3}}}, {{"pads", ints({-1, -2})}}), (Shape{2, 0}));
 }
 
@@ -357,7 +369,8 @@ void expect_error(OpKind kind, const std::vector<TensorType>& in, const NamedAtt
   } catch (const Error& e) {
     const std::string msg = e.status().message();
     EXPECT_NE(msg.find(fmt::format("op '{}'", op_info(kind).name)), std::string::npos) << msg;
-    for (const std::string& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << msg << "\nmissing: " << p;
+    for (const std::string& p : parts)
+      EXPECT_NE(msg.find(p), std::string::npos) << msg << "\nmissing: " << p;
   }
 }
 
@@ -374,27 +387,33 @@ TEST(NnInference, BadOperandsAndAttributesNameTheOp) {
                {"bias f32[3] must be [2]"});
   expect_error(OpKind::kConv2d, {{DType::kI32, {1, 4, 8, 8}}, {DType::kF32, {2, 4, 3, 3}}}, {},
                {"input i32[1, 4, 8, 8] must be f32"});
-  expect_error(OpKind::kConv2d, {{DType::kF32, {4, 8, 8}}, {DType::kF32, {2, 4, 3, 3}}}, {}, {"must have rank 4"});
+  expect_error(OpKind::kConv2d, {{DType::kF32, {4, 8, 8}}, {DType::kF32, {2, 4, 3, 3}}}, {},
+               {"must have rank 4"});
   expect_error(OpKind::kConv2d, {image, {DType::kF32, {2, 4, 3, 3}}}, {{"stride", ints({0, 1})}},
                {"stride [0, 1] must have entries >= 1"});
   expect_error(OpKind::kMaxPool2d, {image}, {{"kernel", ints({3})}, {"padding", ints({2})}},
                {"padding [2, 2] must be at most half the kernel [3, 3]"});
-  expect_error(OpKind::kMaxPool2d, {image}, {{"kernel", ints({3, 3, 3})}}, {"kernel [3, 3, 3] must have 2 entries"});
+  expect_error(OpKind::kMaxPool2d, {image}, {{"kernel", ints({3, 3, 3})}},
+               {"kernel [3, 3, 3] must have 2 entries"});
   expect_error(OpKind::kMaxPool2d, {image}, {{"kernel", ints({9})}}, {"does not fit the input"});
-  expect_error(OpKind::kAvgPool2d, {image}, {{"kernel", ints({0})}}, {"kernel [0, 0] must have entries >= 1"});
+  expect_error(OpKind::kAvgPool2d, {image}, {{"kernel", ints({0})}},
+               {"kernel [0, 0] must have entries >= 1"});
   expect_error(OpKind::kAdaptiveAvgPool2d, {{DType::kF32, {1, 1, 0, 3}}}, {{"output_size", ints({1})}},
                {"empty spatial dim"});
   expect_error(OpKind::kLinear, {{DType::kF32, {2, 5}}, {DType::kF32, {3, 4}}}, {},
                {"input f32[2, 5] has 5 features but weight f32[3, 4] expects 4"});
-  expect_error(OpKind::kFlatten, {image}, {{"start_dim", num(2)}, {"end_dim", num(1)}}, {"comes after end_dim"});
+  expect_error(OpKind::kFlatten, {image}, {{"start_dim", num(2)}, {"end_dim", num(1)}},
+               {"comes after end_dim"});
   expect_error(OpKind::kPad, {image}, {{"pads", ints({1, 1, 1})}}, {"even number of entries"});
   expect_error(OpKind::kPad, {{DType::kF32, {2, 3}}}, {{"pads", ints({-2, -2})}}, {"negative size"});
   expect_error(OpKind::kDropout, {image}, {{"p", real(1.5)}}, {"p must be in [0, 1]"});
-  expect_error(OpKind::kEmbedding, {{DType::kF32, {10, 4}}, {DType::kF32, {3}}}, {}, {"index f32[3] must be i32 or i64"});
+  expect_error(OpKind::kEmbedding, {{DType::kF32, {10, 4}}, {DType::kF32, {3}}}, {},
+               {"index f32[3] must be i32 or i64"});
   expect_error(OpKind::kEmbedding, {{DType::kF32, {0, 4}}, {DType::kI64, {3}}}, {}, {"no rows"});
   expect_error(OpKind::kGather, {{DType::kF32, {2, 3}}, {DType::kI64, {2, 4}}}, {{"axis", num(0)}},
                {"no dim larger than the input's outside axis 0"});
-  expect_error(OpKind::kGather, {{DType::kF32, {2, 3}}, {DType::kI64, {2}}}, {{"axis", num(0)}}, {"the rank of the input"});
+  expect_error(OpKind::kGather, {{DType::kF32, {2, 3}}, {DType::kI64, {2}}}, {{"axis", num(0)}},
+               {"the rank of the input"});
   expect_error(OpKind::kIndexSelect, {{DType::kF32, {2, 3}}, {DType::kI64, {2, 1}}}, {{"axis", num(0)}},
                {"must have rank 1"});
   expect_error(OpKind::kIndexSelect, {{DType::kF32, {2, 3}}, {DType::kI64, {2}}}, {{"axis", num(2)}},
@@ -432,9 +451,12 @@ HostBuffer random_of(DType dtype, const Shape& shape, std::mt19937_64& gen) {
   for (int64_t i = 0; i < b.numel(); ++i) {
     const float v = f.data<float>()[i];
     dispatch_dtype(dtype, [&]<typename T>() {
-      if constexpr (std::is_same_v<T, bool>) b.data<T>()[i] = v > 0;
-      else if constexpr (std::is_floating_point_v<T>) b.data<T>()[i] = v;
-      else b.data<T>()[i] = static_cast<T>(std::lround(v * 1000));
+      if constexpr (std::is_same_v<T, bool>)
+        b.data<T>()[i] = v > 0;
+      else if constexpr (std::is_floating_point_v<T>)
+        b.data<T>()[i] = v;
+      else
+        b.data<T>()[i] = static_cast<T>(std::lround(v * 1000));
     });
   }
   return b;
@@ -445,8 +467,10 @@ HostBuffer random_index(DType dtype, const Shape& shape, int64_t lo, int64_t hi,
   HostBuffer b(dtype, shape);
   for (int64_t i = 0; i < b.numel(); ++i) {
     const int64_t v = lo + static_cast<int64_t>(gen() % static_cast<uint64_t>(hi - lo));
-    if (dtype == DType::kI32) b.data<int32_t>()[i] = static_cast<int32_t>(v);
-    else b.data<int64_t>()[i] = v;
+    if (dtype == DType::kI32)
+      b.data<int32_t>()[i] = static_cast<int32_t>(v);
+    else
+      b.data<int64_t>()[i] = v;
   }
   return b;
 }
@@ -463,8 +487,11 @@ HostBuffer poisoned(const TensorType& t) {
   }
   const size_t elem = dtype_size(got.dtype());
   for (int64_t i = 0; i < got.numel(); ++i) {
-    if (got.dtype() == DType::kF32 && std::isnan(got.data<float>()[i]) && std::isnan(want.data<float>()[i])) continue;
-    if (std::memcmp(got.bytes() + static_cast<size_t>(i) * elem, want.bytes() + static_cast<size_t>(i) * elem, elem) != 0) {
+    if (got.dtype() == DType::kF32 && std::isnan(got.data<float>()[i]) &&
+        std::isnan(want.data<float>()[i]))
+      continue;
+    if (std::memcmp(got.bytes() + static_cast<size_t>(i) * elem,
+                    want.bytes() + static_cast<size_t>(i) * elem, elem) != 0) {
       return ::testing::AssertionFailure() << "element " << i << ": cpu " << got.element_as_double(i)
                                            << ", reference " << want.element_as_double(i);
     }
@@ -562,20 +589,20 @@ struct ConvCase {
 TEST(NnCpu, Conv2dMatchesReference) {
   const std::vector<ConvCase> cases = {
       {{1, 3, 8, 8}, {4, 3, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1, true},
-      {{2, 3, 9, 7}, {5, 3, 3, 2}, {2, 2}, {1, 0}, {1, 1}, 1, false},       // non-square, batch 2
-      {{1, 4, 10, 10}, {6, 4, 1, 1}, {1, 1}, {0, 0}, {1, 1}, 1, true},      // 1x1: no im2col
-      {{2, 8, 7, 7}, {8, 8, 1, 1}, {2, 2}, {0, 0}, {1, 1}, 1, false},       // 1x1 strided
-      {{1, 4, 6, 6}, {3, 4, 1, 1}, {1, 1}, {1, 1}, {1, 1}, 1, true},        // 1x1 padded
-      {{1, 2, 11, 11}, {3, 2, 3, 3}, {1, 1}, {2, 2}, {2, 2}, 1, true},      // dilation
-      {{1, 2, 12, 9}, {3, 2, 2, 3}, {3, 2}, {1, 0}, {2, 1}, 1, false},      // mixed per axis
-      {{1, 3, 5, 5}, {2, 3, 2, 2}, {3, 3}, {0, 0}, {1, 1}, 1, true},        // stride > kernel
-      {{1, 3, 7, 6}, {2, 3, 5, 1}, {1, 4}, {2, 0}, {1, 1}, 1, true},        // non-square kernel
-      {{2, 8, 9, 9}, {8, 1, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 8, true},        // depthwise
-      {{1, 6, 10, 7}, {6, 1, 3, 3}, {2, 2}, {1, 1}, {1, 1}, 6, false},      // depthwise strided
-      {{1, 4, 6, 6}, {8, 1, 3, 3}, {1, 1}, {0, 0}, {1, 1}, 4, true},        // depthwise x2
-      {{1, 4, 9, 9}, {4, 1, 3, 3}, {1, 1}, {2, 2}, {2, 2}, 4, false},       // depthwise dilated
-      {{1, 3, 5, 5}, {3, 1, 5, 5}, {2, 2}, {2, 2}, {1, 1}, 3, true},        // depthwise, window > padding
-      {{1, 64, 8, 8}, {64, 2, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 32, true},     // 32 groups
+      {{2, 3, 9, 7}, {5, 3, 3, 2}, {2, 2}, {1, 0}, {1, 1}, 1, false},    // non-square, batch 2
+      {{1, 4, 10, 10}, {6, 4, 1, 1}, {1, 1}, {0, 0}, {1, 1}, 1, true},   // 1x1: no im2col
+      {{2, 8, 7, 7}, {8, 8, 1, 1}, {2, 2}, {0, 0}, {1, 1}, 1, false},    // 1x1 strided
+      {{1, 4, 6, 6}, {3, 4, 1, 1}, {1, 1}, {1, 1}, {1, 1}, 1, true},     // 1x1 padded
+      {{1, 2, 11, 11}, {3, 2, 3, 3}, {1, 1}, {2, 2}, {2, 2}, 1, true},   // dilation
+      {{1, 2, 12, 9}, {3, 2, 2, 3}, {3, 2}, {1, 0}, {2, 1}, 1, false},   // mixed per axis
+      {{1, 3, 5, 5}, {2, 3, 2, 2}, {3, 3}, {0, 0}, {1, 1}, 1, true},     // stride > kernel
+      {{1, 3, 7, 6}, {2, 3, 5, 1}, {1, 4}, {2, 0}, {1, 1}, 1, true},     // non-square kernel
+      {{2, 8, 9, 9}, {8, 1, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 8, true},     // depthwise
+      {{1, 6, 10, 7}, {6, 1, 3, 3}, {2, 2}, {1, 1}, {1, 1}, 6, false},   // depthwise strided
+      {{1, 4, 6, 6}, {8, 1, 3, 3}, {1, 1}, {0, 0}, {1, 1}, 4, true},     // depthwise x2
+      {{1, 4, 9, 9}, {4, 1, 3, 3}, {1, 1}, {2, 2}, {2, 2}, 4, false},    // depthwise dilated
+      {{1, 3, 5, 5}, {3, 1, 5, 5}, {2, 2}, {2, 2}, {1, 1}, 3, true},     // depthwise, window > padding
+      {{1, 64, 8, 8}, {64, 2, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 32, true},  // 32 groups
       {{2, 128, 6, 5}, {128, 4, 3, 3}, {2, 1}, {1, 1}, {1, 1}, 32, false},  // ResNeXt-like
       {{1, 4, 5, 5}, {6, 2, 3, 3}, {1, 1}, {0, 0}, {1, 1}, 2, true},        // 2 groups
       {{1, 1, 1, 1}, {1, 1, 1, 1}, {1, 1}, {0, 0}, {1, 1}, 1, true},        // all size 1
@@ -595,7 +622,9 @@ TEST(NnCpu, Conv2dMatchesReference) {
     c.inputs.push_back(random_f32(cc.x, gen, false));
     c.inputs.push_back(random_f32(cc.w, gen, false));
     if (cc.bias) c.inputs.push_back(random_f32({cc.w[0]}, gen, false));
-    c.attrs = {{"stride", ints(cc.stride)}, {"padding", ints(cc.padding)}, {"dilation", ints(cc.dilation)},
+    c.attrs = {{"stride", ints(cc.stride)},
+               {"padding", ints(cc.padding)},
+               {"dilation", ints(cc.dilation)},
                {"groups", num(cc.groups)}};
     check_layer(OpKind::kConv2d, c);
   }
@@ -603,8 +632,9 @@ TEST(NnCpu, Conv2dMatchesReference) {
 
 TEST(NnCpu, LinearMatchesReference) {
   const std::vector<std::pair<Shape, Shape>> shapes = {
-      {{4, 7}, {5, 7}},  {{7}, {5, 7}},    {{2, 3, 7}, {5, 7}}, {{0, 7}, {5, 7}},      {{4, 7}, {0, 7}},
-      {{3, 0}, {4, 0}},  {{1, 1}, {1, 1}}, {{64, 300}, {200, 300}}, {{5, 1000}, {3, 1000}}};
+      {{4, 7}, {5, 7}}, {{7}, {5, 7}},           {{2, 3, 7}, {5, 7}},
+      {{0, 7}, {5, 7}}, {{4, 7}, {0, 7}},        {{3, 0}, {4, 0}},
+      {{1, 1}, {1, 1}}, {{64, 300}, {200, 300}}, {{5, 1000}, {3, 1000}}};
   std::mt19937_64 gen(7);
   for (const auto& [xs, ws] : shapes) {
     for (bool bias : {false, true}) {
@@ -628,10 +658,18 @@ TEST(NnCpu, PoolsMatchReferenceBitwise) {
       {{2, 3, 7, 9}, {{"kernel", ints({3})}, {"stride", ints({2})}, {"padding", ints({1})}}},
       {{1, 2, 8, 8}, {{"kernel", ints({3})}, {"stride", ints({2})}, {"ceil_mode", flag(true)}}},
       {{1, 1, 5, 5}, {{"kernel", ints({2})}, {"padding", ints({1})}, {"ceil_mode", flag(true)}}},
-      {{1, 3, 7, 7}, {{"kernel", ints({3})}, {"stride", ints({2})}, {"padding", ints({1})}, {"ceil_mode", flag(true)}}},
+      {{1, 3, 7, 7},
+       {{"kernel", ints({3})},
+        {"stride", ints({2})},
+        {"padding", ints({1})},
+        {"ceil_mode", flag(true)}}},
       {{1, 1, 10, 10}, {{"kernel", ints({2})}, {"stride", ints({3})}}},
       {{1, 2, 7, 6}, {{"kernel", ints({3, 2})}, {"stride", ints({2, 1})}, {"padding", ints({1, 1})}}},
-      {{1, 2, 5, 6}, {{"kernel", ints({2, 3})}, {"stride", ints({3, 1})}, {"padding", ints({1, 1})}, {"ceil_mode", flag(true)}}},
+      {{1, 2, 5, 6},
+       {{"kernel", ints({2, 3})},
+        {"stride", ints({3, 1})},
+        {"padding", ints({1, 1})},
+        {"ceil_mode", flag(true)}}},
       {{1, 1, 1, 1}, {{"kernel", ints({1})}}},
       {{2, 4, 8, 8}, {{"kernel", ints({2})}}},
       {{0, 2, 4, 4}, {{"kernel", ints({2})}}},
@@ -656,9 +694,15 @@ TEST(NnCpu, PoolsMatchReferenceBitwise) {
   }
   // Dilated max pools, including windows that see only padding.
   const std::vector<PoolCase> dilated = {
-      {{1, 2, 9, 9}, {{"kernel", ints({3})}, {"stride", ints({1})}, {"padding", ints({1})}, {"dilation", ints({2})}}},
-      {{1, 1, 1, 1}, {{"kernel", ints({2})}, {"stride", ints({1})}, {"padding", ints({1})}, {"dilation", ints({2})}}},
-      {{1, 1, 8, 7}, {{"kernel", ints({2, 3})}, {"padding", ints({1})}, {"dilation", ints({3, 2})}, {"ceil_mode", flag(true)}}},
+      {{1, 2, 9, 9},
+       {{"kernel", ints({3})}, {"stride", ints({1})}, {"padding", ints({1})}, {"dilation", ints({2})}}},
+      {{1, 1, 1, 1},
+       {{"kernel", ints({2})}, {"stride", ints({1})}, {"padding", ints({1})}, {"dilation", ints({2})}}},
+      {{1, 1, 8, 7},
+       {{"kernel", ints({2, 3})},
+        {"padding", ints({1})},
+        {"dilation", ints({3, 2})},
+        {"ceil_mode", flag(true)}}},
   };
   for (const PoolCase& p : dilated) {
     LayerCase c;
@@ -666,8 +710,11 @@ TEST(NnCpu, PoolsMatchReferenceBitwise) {
     c.attrs = p.attrs;
     check_layer(OpKind::kMaxPool2d, c);
   }
-  const std::vector<std::pair<Shape, IntList>> adaptive = {
-      {{1, 3, 7, 7}, {1, 1}}, {{2, 4, 10, 7}, {3, 4}}, {{1, 1, 5, 5}, {7, 7}}, {{1, 2, 1, 9}, {1, 4}}, {{0, 1, 3, 3}, {2, 2}}};
+  const std::vector<std::pair<Shape, IntList>> adaptive = {{{1, 3, 7, 7}, {1, 1}},
+                                                           {{2, 4, 10, 7}, {3, 4}},
+                                                           {{1, 1, 5, 5}, {7, 7}},
+                                                           {{1, 2, 1, 9}, {1, 4}},
+                                                           {{0, 1, 3, 3}, {2, 2}}};
   for (const auto& [shape, size] : adaptive) {
     LayerCase c;
     c.inputs.push_back(random_f32(shape, gen, true));
@@ -680,12 +727,18 @@ TEST(NnCpu, LayoutOpsMatchReferenceBitwise) {
   std::mt19937_64 gen(11);
   const std::vector<DType> all = {DType::kBool, DType::kI32, DType::kI64, DType::kF32};
   for (DType t : all) {
-    const std::vector<std::pair<Shape, IntList>> pads = {
-        {{2, 3}, {1, 2}},           {{2, 3, 4}, {1, 1, 2, 0, 0, 3}}, {{4, 5}, {-1, 2, 0, -1}},
-        {{3, 3}, {-3, 0}},          {{}, {}},                         {{0, 3}, {1, 1}},
-        {{2, 1, 3, 2, 2}, {1, 0, 0, 2}}, {{300, 300}, {2, 2, 1, 1}},  {{3, 4}, {0, 0, 2, 0}}};
+    const std::vector<std::pair<Shape, IntList>> pads = {{{2, 3}, {1, 2}},
+                                                         {{2, 3, 4}, {1, 1, 2, 0, 0, 3}},
+                                                         {{4, 5}, {-1, 2, 0, -1}},
+                                                         {{3, 3}, {-3, 0}},
+                                                         {{}, {}},
+                                                         {{0, 3}, {1, 1}},
+                                                         {{2, 1, 3, 2, 2}, {1, 0, 0, 2}},
+                                                         {{300, 300}, {2, 2, 1, 1}},
+                                                         {{3, 4}, {0, 0, 2, 0}}};
     for (const auto& [shape, p] : pads) {
-      check_layer(OpKind::kPad, {buffers(random_of(t, shape, gen)), {{"pads", ints(p)}, {"value", real(-2.5)}}});
+      check_layer(OpKind::kPad,
+                  {buffers(random_of(t, shape, gen)), {{"pads", ints(p)}, {"value", real(-2.5)}}});
     }
     check_layer(OpKind::kFlatten, {buffers(random_of(t, {2, 3, 4}, gen)), {{"start_dim", num(1)}}});
     check_layer(OpKind::kFlatten, {buffers(random_of(t, {}, gen)), {}});
@@ -700,24 +753,36 @@ TEST(NnCpu, LookupsMatchReferenceBitwiseAndClamp) {
   for (DType t : all) {
     for (DType it : {DType::kI32, DType::kI64}) {
       // Indices run 3 past each end of the valid range, so clamping is exercised.
-      check_layer(OpKind::kEmbedding, {buffers(random_of(t, {10, 4}, gen), random_index(it, {3, 5}, -3, 13, gen)), {}});
-      check_layer(OpKind::kEmbedding, {buffers(random_of(t, {10, 4}, gen), random_index(it, {}, 0, 10, gen)), {}});
-      check_layer(OpKind::kEmbedding, {buffers(random_of(t, {7, 0}, gen), random_index(it, {4}, 0, 7, gen)), {}});
-      check_layer(OpKind::kEmbedding, {buffers(random_of(t, {0, 3}, gen), random_index(it, {0}, 0, 1, gen)), {}});
+      check_layer(OpKind::kEmbedding,
+                  {buffers(random_of(t, {10, 4}, gen), random_index(it, {3, 5}, -3, 13, gen)), {}});
+      check_layer(OpKind::kEmbedding,
+                  {buffers(random_of(t, {10, 4}, gen), random_index(it, {}, 0, 10, gen)), {}});
+      check_layer(OpKind::kEmbedding,
+                  {buffers(random_of(t, {7, 0}, gen), random_index(it, {4}, 0, 7, gen)), {}});
+      check_layer(OpKind::kEmbedding,
+                  {buffers(random_of(t, {0, 3}, gen), random_index(it, {0}, 0, 1, gen)), {}});
       const Shape x{3, 4, 5};
       for (int axis = -3; axis < 3; ++axis) {
         const int a = axis < 0 ? axis + 3 : axis;
         Shape ix{2, 3, 4};
         ix[a] = 6;
-        check_layer(OpKind::kGather, {buffers(random_of(t, x, gen), random_index(it, ix, -3, x[a] + 3, gen)), {{"axis", num(axis)}}});
-        check_layer(OpKind::kGather, {buffers(random_of(t, x, gen), random_index(it, x, 0, x[a], gen)), {{"axis", num(axis)}}});
+        check_layer(OpKind::kGather,
+                    {buffers(random_of(t, x, gen), random_index(it, ix, -3, x[a] + 3, gen)),
+                     {{"axis", num(axis)}}});
+        check_layer(OpKind::kGather, {buffers(random_of(t, x, gen), random_index(it, x, 0, x[a], gen)),
+                                      {{"axis", num(axis)}}});
         for (int64_t picks : {0, 1, 7}) {
           check_layer(OpKind::kIndexSelect,
-                      {buffers(random_of(t, x, gen), random_index(it, {picks}, -3, x[a] + 3, gen)), {{"axis", num(axis)}}});
+                      {buffers(random_of(t, x, gen), random_index(it, {picks}, -3, x[a] + 3, gen)),
+                       {{"axis", num(axis)}}});
         }
       }
-      check_layer(OpKind::kGather, {buffers(random_of(t, {300, 40}, gen), random_index(it, {300, 40}, 0, 300, gen)), {{"axis", num(0)}}});
-      check_layer(OpKind::kGather, {buffers(random_of(t, {4, 0}, gen), random_index(it, {4, 0}, 0, 1, gen)), {{"axis", num(1)}}});
+      check_layer(OpKind::kGather,
+                  {buffers(random_of(t, {300, 40}, gen), random_index(it, {300, 40}, 0, 300, gen)),
+                   {{"axis", num(0)}}});
+      check_layer(
+          OpKind::kGather,
+          {buffers(random_of(t, {4, 0}, gen), random_index(it, {4, 0}, 0, 1, gen)), {{"axis", num(1)}}});
     }
   }
 }
@@ -851,7 +916,8 @@ TEST(NnLazy, TraceProgramUsesTheOpsByName) {
       ASSERT_EQ(g[k].second->shape(), w[k].second->shape());
       for (int64_t i = 0; i < w[k].second->numel(); ++i) {
         const float a = g[k].second->data<float>()[i], b = w[k].second->data<float>()[i];
-        EXPECT_NEAR(a, b, 1e-5 * (1 + std::fabs(b))) << w[k].first << " step " << step << " element " << i;
+        EXPECT_NEAR(a, b, 1e-5 * (1 + std::fabs(b)))
+            << w[k].first << " step " << step << " element " << i;
       }
     }
     EXPECT_TRUE(same_bits(*g[1].second, *w[1].second));

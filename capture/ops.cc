@@ -388,8 +388,8 @@ TensorType infer_slice(std::span<const TensorType> in, std::span<AttrValue> attr
 // ---- nn layers (capture/nn.h) -------------------------------------------------------------
 
 // Bound on window attributes (kernel, stride, padding, dilation, output size): far beyond any
-// real layer, small enough that the size arithmetic below cannot overflow.
-constexpr int64_t kMaxWindowAttr = int64_t{1} << 32;
+// real layer, small enough that products of two of them with a dim (< 2^48) cannot overflow.
+constexpr int64_t kMaxWindowAttr = int64_t{1} << 24;
 
 // Normalizes the pair attribute `name` (one entry means both) to {height, width} and checks
 // each entry is in [min_value, kMaxWindowAttr].
@@ -401,7 +401,7 @@ IntList& normalize_pair(std::string_view op, std::string_view name, AttrValue& a
   }
   for (int64_t e : v) {
     if (e < min_value || e > kMaxWindowAttr) {
-      fail(op, fmt::format("{} {} must have entries >= {}", name, v.to_string(), min_value));
+      fail(op, fmt::format("{} {} must have entries >= {} and <= 2^24", name, v.to_string(), min_value));
     }
   }
   return v;
@@ -529,6 +529,11 @@ TensorType infer_adaptive_avg_pool2d(std::span<const TensorType> in, std::span<A
   const IntList& size = normalize_pair("adaptive_avg_pool2d", "output_size", attrs[0], 1);
   if (x.shape[2] == 0 || x.shape[3] == 0) {
     fail("adaptive_avg_pool2d", fmt::format("input {} has an empty spatial dim", describe(x)));
+  }
+  // The kernels compute window bounds as i * H / output_size.
+  if (size[0] > kMaxElements / x.shape[2] || size[1] > kMaxElements / x.shape[3]) {
+    fail("adaptive_avg_pool2d", fmt::format("output_size {} is too large for the input {}",
+                                            size.to_string(), describe(x)));
   }
   return {DType::kF32, Shape{x.shape[0], x.shape[1], size[0], size[1]}};
 }

@@ -398,6 +398,10 @@ TEST(NnInference, BadOperandsAndAttributesNameTheOp) {
   expect_error(OpKind::kMaxPool2d, {image}, {{"kernel", ints({9})}}, {"does not fit the input"});
   expect_error(OpKind::kAvgPool2d, {image}, {{"kernel", ints({0})}},
                {"kernel [0, 0] must have entries >= 1"});
+  expect_error(OpKind::kAdaptiveAvgPool2d, {{DType::kF32, {1, 1, int64_t{1} << 40, 1}}},
+               {{"output_size", ints({int64_t{1} << 20})}}, {"too large for the input"});
+  expect_error(OpKind::kMaxPool2d, {image}, {{"kernel", ints({int64_t{1} << 25})}},
+               {"must have entries >= 1 and <= 2^24"});
   expect_error(OpKind::kAdaptiveAvgPool2d, {{DType::kF32, {1, 1, 0, 3}}}, {{"output_size", ints({1})}},
                {"empty spatial dim"});
   expect_error(OpKind::kLinear, {{DType::kF32, {2, 5}}, {DType::kF32, {3, 4}}}, {},
@@ -601,6 +605,7 @@ TEST(NnCpu, Conv2dMatchesReference) {
       {{1, 6, 10, 7}, {6, 1, 3, 3}, {2, 2}, {1, 1}, {1, 1}, 6, false},   // depthwise strided
       {{1, 4, 6, 6}, {8, 1, 3, 3}, {1, 1}, {0, 0}, {1, 1}, 4, true},     // depthwise x2
       {{1, 4, 9, 9}, {4, 1, 3, 3}, {1, 1}, {2, 2}, {2, 2}, 4, false},    // depthwise dilated
+      {{1, 32, 30, 30}, {32, 1, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 32, true},  // depthwise, threaded
       {{1, 3, 5, 5}, {3, 1, 5, 5}, {2, 2}, {2, 2}, {1, 1}, 3, true},     // depthwise, window > padding
       {{1, 64, 8, 8}, {64, 2, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 32, true},  // 32 groups
       {{2, 128, 6, 5}, {128, 4, 3, 3}, {2, 1}, {1, 1}, {1, 1}, 32, false},  // ResNeXt-like
@@ -714,7 +719,8 @@ TEST(NnCpu, PoolsMatchReferenceBitwise) {
                                                            {{2, 4, 10, 7}, {3, 4}},
                                                            {{1, 1, 5, 5}, {7, 7}},
                                                            {{1, 2, 1, 9}, {1, 4}},
-                                                           {{0, 1, 3, 3}, {2, 2}}};
+                                                           {{0, 1, 3, 3}, {2, 2}},
+                                                           {{1, 256, 20, 20}, {3, 3}}};
   for (const auto& [shape, size] : adaptive) {
     LayerCase c;
     c.inputs.push_back(random_f32(shape, gen, true));

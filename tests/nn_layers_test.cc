@@ -12,6 +12,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <limits>
 #include <random>
 #include <string>
@@ -32,6 +33,7 @@
 #include "replay/cpu_backend.h"
 #include "replay/cpu_kernels.h"
 #include "replay/runtime.h"
+#include "store/cache_db.h"
 
 namespace tracecache {
 namespace {
@@ -842,6 +844,44 @@ TEST(NnLazy, ConvnetRunsOnReferenceAndCpuReplay) {
   }
   // The lookups copy table entries: exact.
   EXPECT_TRUE(same_bits(*got[3], *want[3]));
+}
+
+// The executable of the convnet goes through SQLite: a second process (a fresh runtime on the
+// same file) loads it, validates it (which re-infers every node through the registry) and runs
+// it with the same results, without compiling.
+TEST(NnLazy, ExecutableSurvivesTheDiskCache) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("tracecache-nn-" + std::to_string(std::random_device()()));
+  fs::create_directories(dir);
+  std::vector<BufferRef> first, second;
+  std::vector<store::Event> second_events;
+  {
+    auto db = store::CacheDb::open({.path = (dir / "cache.db").string()});
+    ASSERT_TRUE(db.is_ok()) << db.status().to_string();
+    CpuBackend cpu;
+    Runtime runtime(&cpu, db->get(), nullptr);
+    first = small_net(runtime);
+  }
+  {
+    auto db = store::CacheDb::open({.path = (dir / "cache.db").string()});
+    ASSERT_TRUE(db.is_ok()) << db.status().to_string();
+    CpuBackend cpu;
+    Runtime runtime(&cpu, db->get(), nullptr);
+    second = small_net(runtime);
+    second_events = runtime.events();
+  }
+  fs::remove_all(dir);
+  int disk_hits = 0, compiles = 0, corrupt = 0;
+  for (const store::Event& e : second_events) {
+    disk_hits += e.kind == store::EventKind::kHitDisk;
+    compiles += e.kind == store::EventKind::kCompile;
+    corrupt += e.kind == store::EventKind::kCorrupt;
+  }
+  EXPECT_EQ(disk_hits, 1);
+  EXPECT_EQ(compiles, 0);
+  EXPECT_EQ(corrupt, 0);
+  ASSERT_EQ(first.size(), second.size());
+  for (size_t k = 0; k < first.size(); ++k) EXPECT_TRUE(same_bits(*second[k], *first[k])) << "output " << k;
 }
 
 TEST(NnLazy, UndefinedBiasIsNotAnInput) {

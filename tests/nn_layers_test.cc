@@ -5,8 +5,8 @@
 //  - the inference rules: attribute normalization, and errors naming the op;
 //  - the cpu kernels (replay/cpu_nn_layers.h) against the reference on many shapes and edge
 //    cases: bitwise for pools and lookups, within the GEMM bound for conv2d and linear;
-//  - the ops recorded through LazyContext (C++ API and a trace program) on the reference
-//    evaluator and on the cpu backend's compiled replay.
+//  - the ops recorded through LazyContext (C++ API and fixtures/programs/convnet.trace) on the
+//    reference evaluator and on the cpu backend's compiled replay, and through the disk cache.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -34,6 +34,7 @@
 #include "replay/cpu_kernels.h"
 #include "replay/runtime.h"
 #include "store/cache_db.h"
+#include "tests/test_graphs.h"
 
 namespace tracecache {
 namespace {
@@ -900,38 +901,10 @@ TEST(NnLazy, UndefinedBiasIsNotAnInput) {
   }
 }
 
-constexpr std::string_view kConvnetProgram = R"(tracecache 1
-steps 2
-dim B = [2, 3]
-
-input x : f32[B, 3, 8, 8] = normal(seed=1)
-input ids : i64[B, 4] = uniform(seed=2, low=0, high=10)
-input cols : i64[3] = uniform(seed=3, low=0, high=6)
-param w : f32[4, 3, 3, 3] = uniform(seed=4, low=-0.2, high=0.2)
-param b : f32[4] = full(0.1)
-param fc : f32[5, 16] = uniform(seed=5, low=-0.3, high=0.3)
-param table : f32[10, 6] = normal(seed=6)
-
-c = conv2d(x, w, b, padding=[1, 1])
-r = relu(c)
-p = max_pool2d(r, kernel=[2, 2])
-a = avg_pool2d(p, kernel=[3], stride=[1], padding=[1], ceil_mode=true, count_include_pad=false)
-g = adaptive_avg_pool2d(a, output_size=[2, 2])
-f = flatten(g, start_dim=1)
-d = dropout(f, p=0.1)
-y = linear(d, fc)
-padded = pad(y, pads=[1, 1], value=-1)
-e = embedding(table, ids)
-s = index_select(e, cols, axis=2)
-first = slice(ids, axis=1, end=2)
-rows = reshape(first, shape=[B, 2, 1])
-picked = gather(e, rows, axis=1)
-
-output padded, s, picked
-)";
-
+// fixtures/programs/convnet.trace (also run by the every-fixture tests of eager, runtime and
+// compiler) on the reference evaluator and on the cpu backend.
 TEST(NnLazy, TraceProgramUsesTheOpsByName) {
-  Result<Program> p = parse_program(kConvnetProgram, "convnet.trace");
+  Result<Program> p = load_program(testing::fixture_path("convnet.trace"));
   ASSERT_TRUE(p.is_ok()) << p.status().to_string();
   Result<Program> again = parse_program(print_program(*p), "printed.trace");
   ASSERT_TRUE(again.is_ok()) << again.status().to_string();

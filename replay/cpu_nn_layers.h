@@ -26,7 +26,10 @@
 //   |cpu - ref| <= (K + 3) * 2^-24 * (|bias| + sum |x * w|)  plus one f32 ulp of the result.
 // Results are deterministic run to run for the same sizes and thread count.
 //
-// Thread-safety: as cpu_kernels.h (per-call scratch only; sgemm threads inside OpenBLAS).
+// Threading: im2col (over channels), the depthwise loop and the pools (over planes) split over
+// cpu::parallel_for's helper pool; sgemm threads inside OpenBLAS. Every output element is
+// computed by one thread in a fixed order, so the thread count never changes a result.
+// Thread-safety: as cpu_kernels.h (per-call scratch only).
 #pragma once
 
 #include <span>

@@ -128,6 +128,14 @@ std::vector<std::vector<AttrValue>> attr_variants(const OpInfo& op) {
       }
     }
     if (changed) variants.push_back(std::move(v));
+    // Only the first list attribute (a pool's kernel), the others at their defaults.
+    for (size_t a = 0; a < defaults.size(); ++a) {
+      if (op.attrs[a].kind != AttrKind::kInts) continue;
+      std::vector<AttrValue> first = defaults;
+      first[a] = AttrValue::of_ints(list);
+      variants.push_back(std::move(first));
+      break;
+    }
   }
   return variants;
 }

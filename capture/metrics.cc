@@ -19,6 +19,12 @@ void Metrics::record_ms(std::string_view timer, double ms) {
   it->second.push_back(ms);
 }
 
+void Metrics::record_span(std::string_view timer, std::chrono::steady_clock::time_point start,
+                          std::chrono::steady_clock::time_point end) {
+  record_ms(timer, std::chrono::duration<double, std::milli>(end - start).count());
+  if (observer_) observer_->on_span(timer, start, end);
+}
+
 int64_t Metrics::counter(std::string_view name) const {
   auto it = counters_.find(name);
   return it == counters_.end() ? 0 : it->second;
@@ -69,8 +75,9 @@ std::string Metrics::report() const {
 double ScopedTimer::stop() {
   if (!stopped_) {
     stopped_ = true;
-    elapsed_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_).count();
-    if (metrics_) metrics_->record_ms(timer_, elapsed_ms_);
+    const auto end = std::chrono::steady_clock::now();
+    elapsed_ms_ = std::chrono::duration<double, std::milli>(end - start_).count();
+    if (metrics_) metrics_->record_span(timer_, start_, end);
   }
   return elapsed_ms_;
 }

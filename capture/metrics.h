@@ -37,7 +37,17 @@ inline constexpr std::string_view kCanonicalizeHash = "canonicalize_hash";
 inline constexpr std::string_view kLookup = "lookup";
 inline constexpr std::string_view kCompile = "compile";
 inline constexpr std::string_view kRun = "run";
+inline constexpr std::string_view kGuardCheck = "guard_check";  // one guard entry's guards
 }  // namespace timers
+
+// Sees the real start and end of every timer measurement that has them (ScopedTimer and
+// record_span), e.g. to draw a timeline. Called on the thread that updates the Metrics.
+class SpanObserver {
+ public:
+  virtual ~SpanObserver() = default;
+  virtual void on_span(std::string_view timer, std::chrono::steady_clock::time_point start,
+                       std::chrono::steady_clock::time_point end) = 0;
+};
 
 struct TimerStats {
   int64_t count = 0;
@@ -48,6 +58,12 @@ class Metrics {
  public:
   void add(std::string_view counter, int64_t n = 1);
   void record_ms(std::string_view timer, double ms);
+  // record_ms of end - start, and tells the span observer.
+  void record_span(std::string_view timer, std::chrono::steady_clock::time_point start,
+                   std::chrono::steady_clock::time_point end);
+  // Not owned; null (the default) for none. Kept by reset() and clear_values().
+  void set_span_observer(SpanObserver* observer) { observer_ = observer; }
+  SpanObserver* span_observer() const { return observer_; }
   // Forgets every counter and sample.
   void reset() {
     counters_.clear();
@@ -71,6 +87,7 @@ class Metrics {
  private:
   std::map<std::string, int64_t, std::less<>> counters_;
   std::map<std::string, std::vector<double>, std::less<>> timers_;
+  SpanObserver* observer_ = nullptr;
 };
 
 // Measures the time from construction to stop() (or destruction) into a timer; a null

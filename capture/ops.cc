@@ -68,6 +68,29 @@ const AttrSpec kLayerNormAttrs[] = {{"normalized_dims", AttrKind::kInt, true, At
 const AttrSpec kSoftmaxAttrs[] = {{"axis", AttrKind::kInt, true, AttrValue::of_int(0)}};
 const AttrSpec kAttentionAttrs[] = {{"causal", AttrKind::kBool, false, AttrValue::of_bool(false)},
                                     {"scale", AttrKind::kFloat, false, AttrValue::of_float(0)}};
+// nn layers. Pairs are {height, width}; a one-entry list means both (normalized to two).
+AttrValue pair_of(int64_t v) { return AttrValue::of_ints({v, v}); }
+const AttrSpec kConv2dAttrs[] = {{"stride", AttrKind::kInts, false, pair_of(1)},
+                                 {"padding", AttrKind::kInts, false, pair_of(0)},
+                                 {"dilation", AttrKind::kInts, false, pair_of(1)},
+                                 {"groups", AttrKind::kInt, false, AttrValue::of_int(1)}};
+const AttrSpec kMaxPool2dAttrs[] = {{"kernel", AttrKind::kInts, true, none_ints()},
+                                    {"stride", AttrKind::kInts, false, none_ints()},
+                                    {"padding", AttrKind::kInts, false, pair_of(0)},
+                                    {"dilation", AttrKind::kInts, false, pair_of(1)},
+                                    {"ceil_mode", AttrKind::kBool, false, AttrValue::of_bool(false)}};
+const AttrSpec kAvgPool2dAttrs[] = {{"kernel", AttrKind::kInts, true, none_ints()},
+                                    {"stride", AttrKind::kInts, false, none_ints()},
+                                    {"padding", AttrKind::kInts, false, pair_of(0)},
+                                    {"ceil_mode", AttrKind::kBool, false, AttrValue::of_bool(false)},
+                                    {"count_include_pad", AttrKind::kBool, false, AttrValue::of_bool(true)}};
+const AttrSpec kAdaptiveAvgPool2dAttrs[] = {{"output_size", AttrKind::kInts, true, none_ints()}};
+const AttrSpec kFlattenAttrs[] = {{"start_dim", AttrKind::kInt, false, AttrValue::of_int(0)},
+                                  {"end_dim", AttrKind::kInt, false, AttrValue::of_int(-1)}};
+const AttrSpec kPadAttrs[] = {{"pads", AttrKind::kInts, true, none_ints()},
+                              {"value", AttrKind::kFloat, false, AttrValue::of_float(0)}};
+const AttrSpec kDropoutAttrs[] = {{"p", AttrKind::kFloat, true, AttrValue::of_float(0.5)}};
+const AttrSpec kIndexAxisAttrs[] = {{"axis", AttrKind::kInt, true, AttrValue::of_int(0)}};
 
 // ---- shared checks ------------------------------------------------------------------------
 
@@ -371,6 +394,303 @@ TensorType infer_slice(std::span<const TensorType> in, std::span<AttrValue> attr
   return {in[0].dtype, out};
 }
 
+// ---- nn layers (capture/nn.h) -------------------------------------------------------------
+
+// Bound on window attributes (kernel, stride, padding, dilation, output size): far beyond any
+// real layer, small enough that products of two of them with a dim (< 2^48) cannot overflow.
+constexpr int64_t kMaxWindowAttr = int64_t{1} << 24;
+
+// Normalizes the pair attribute `name` (one entry means both) to {height, width} and checks
+// each entry is in [min_value, kMaxWindowAttr].
+IntList& normalize_pair(std::string_view op, std::string_view name, AttrValue& attr, int64_t min_value) {
+  IntList& v = attr.ints;
+  if (v.size() == 1) v.push_back(v[0]);
+  if (v.size() != 2) {
+    fail(op, fmt::format("{} {} must have 2 entries (height, width)", name, v.to_string()));
+  }
+  for (int64_t e : v) {
+    if (e < min_value || e > kMaxWindowAttr) {
+      fail(op, fmt::format("{} {} must have entries >= {} and <= 2^24", name, v.to_string(), min_value));
+    }
+  }
+  return v;
+}
+
+void require_f32(std::string_view op, std::string_view what, const TensorType& t) {
+  if (t.dtype != DType::kF32) fail(op, fmt::format("{} {} must be f32; cast it first", what, describe(t)));
+}
+
+void require_nchw(std::string_view op, const TensorType& x) {
+  require_f32(op, "input", x);
+  if (x.shape.rank() != 4) {
+    fail(op, fmt::format("input {} must have rank 4 (N, C, H, W)", describe(x)));
+  }
+}
+
+void require_index(std::string_view op, const TensorType& t) {
+  if (t.dtype != DType::kI32 && t.dtype != DType::kI64) {
+    fail(op, fmt::format("index {} must be i32 or i64", describe(t)));
+  }
+}
+
+// Rounds toward negative infinity (num may be negative). REQUIRES: den > 0.
+int64_t floor_div(int64_t num, int64_t den) {
+  return num >= 0 ? num / den : -((-num + den - 1) / den);
+}
+
+TensorType infer_conv2d(std::span<const TensorType> in, std::span<AttrValue> attrs) {
+  const TensorType& x = in[0];
+  const TensorType& w = in[1];
+  require_nchw("conv2d", x);
+  require_f32("conv2d", "weight", w);
+  if (w.shape.rank() != 4) {
+    fail("conv2d", fmt::format("weight {} must have rank 4 (out channels, in channels / groups, "
+                               "kernel height, kernel width)", describe(w)));
+  }
+  const IntList& stride = normalize_pair("conv2d", "stride", attrs[0], 1);
+  const IntList& padding = normalize_pair("conv2d", "padding", attrs[1], 0);
+  const IntList& dilation = normalize_pair("conv2d", "dilation", attrs[2], 1);
+  const int64_t groups = attrs[3].i;
+  const int64_t c = x.shape[1], o = w.shape[0];
+  if (groups < 1) fail("conv2d", fmt::format("groups must be >= 1, got {}", groups));
+  if (c % groups != 0) {
+    fail("conv2d", fmt::format("input {} has {} channels, not divisible by groups={}", describe(x),
+                               c, groups));
+  }
+  if (w.shape[1] != c / groups) {
+    fail("conv2d", fmt::format("weight {} must have {} input channels in dim 1 (input {} has {} "
+                               "channels, groups={})", describe(w), c / groups, describe(x), c, groups));
+  }
+  if (o % groups != 0) {
+    fail("conv2d", fmt::format("weight {} has {} output channels, not divisible by groups={}",
+                               describe(w), o, groups));
+  }
+  if (w.shape[2] < 1 || w.shape[3] < 1 || w.shape[2] > kMaxWindowAttr || w.shape[3] > kMaxWindowAttr) {
+    fail("conv2d", fmt::format("weight {} has an empty or oversized kernel", describe(w)));
+  }
+  if (in.size() == 3) {
+    const TensorType& b = in[2];
+    require_f32("conv2d", "bias", b);
+    if (b.shape.rank() != 1 || b.shape[0] != o) {
+      fail("conv2d", fmt::format("bias {} must be [{}] (one per output channel of weight {})",
+                                 describe(b), o, describe(w)));
+    }
+  }
+  Shape out{x.shape[0], o, 0, 0};
+  for (int d = 0; d < 2; ++d) {
+    const int64_t padded = x.shape[2 + d] + 2 * padding[d];
+    const int64_t extent = dilation[d] * (w.shape[2 + d] - 1) + 1;
+    if (padded < extent) {
+      fail("conv2d", fmt::format("kernel {}x{} (dilation {}) is larger than the input {} padded "
+                                 "by {}", w.shape[2], w.shape[3], dilation.to_string(),
+                                 describe(x), padding.to_string()));
+    }
+    out[2 + d] = (padded - extent) / stride[d] + 1;
+  }
+  return {DType::kF32, out};
+}
+
+// The pools' shared checks and PyTorch's output size (pooling_output_shape): floor or ceil of
+// (in + 2 pad - extent) / stride, plus one; with ceil_mode the last window must start inside
+// the input or the left padding. Normalizes kernel/stride/padding(/dilation) in place.
+Shape pool_shape(std::string_view op, const TensorType& x, AttrValue& kernel_attr,
+                 AttrValue& stride_attr, AttrValue& padding_attr, AttrValue* dilation_attr,
+                 bool ceil_mode) {
+  require_nchw(op, x);
+  const IntList& kernel = normalize_pair(op, "kernel", kernel_attr, 1);
+  if (stride_attr.ints.empty()) stride_attr.ints = kernel;
+  const IntList& stride = normalize_pair(op, "stride", stride_attr, 1);
+  const IntList& padding = normalize_pair(op, "padding", padding_attr, 0);
+  IntList dilation{1, 1};
+  if (dilation_attr) dilation = normalize_pair(op, "dilation", *dilation_attr, 1);
+  Shape out = x.shape;
+  for (int d = 0; d < 2; ++d) {
+    if (padding[d] > kernel[d] / 2) {
+      fail(op, fmt::format("padding {} must be at most half the kernel {}", padding.to_string(),
+                           kernel.to_string()));
+    }
+    const int64_t size = x.shape[2 + d];
+    const int64_t extent = dilation[d] * (kernel[d] - 1) + 1;
+    int64_t n = floor_div(size + 2 * padding[d] - extent + (ceil_mode ? stride[d] - 1 : 0), stride[d]) + 1;
+    if (ceil_mode && (n - 1) * stride[d] >= size + padding[d]) --n;
+    if (n < 1) {
+      fail(op, fmt::format("kernel {} (dilation {}) does not fit the input {} padded by {}",
+                           kernel.to_string(), dilation.to_string(), describe(x), padding.to_string()));
+    }
+    out[2 + d] = n;
+  }
+  return out;
+}
+
+TensorType infer_max_pool2d(std::span<const TensorType> in, std::span<AttrValue> attrs) {
+  return {DType::kF32, pool_shape("max_pool2d", in[0], attrs[0], attrs[1], attrs[2], &attrs[3],
+                                  attrs[4].as_bool())};
+}
+
+TensorType infer_avg_pool2d(std::span<const TensorType> in, std::span<AttrValue> attrs) {
+  return {DType::kF32, pool_shape("avg_pool2d", in[0], attrs[0], attrs[1], attrs[2], nullptr,
+                                  attrs[3].as_bool())};
+}
+
+TensorType infer_adaptive_avg_pool2d(std::span<const TensorType> in, std::span<AttrValue> attrs) {
+  const TensorType& x = in[0];
+  require_nchw("adaptive_avg_pool2d", x);
+  const IntList& size = normalize_pair("adaptive_avg_pool2d", "output_size", attrs[0], 1);
+  if (x.shape[2] == 0 || x.shape[3] == 0) {
+    fail("adaptive_avg_pool2d", fmt::format("input {} has an empty spatial dim", describe(x)));
+  }
+  // The kernels compute window bounds as i * H / output_size.
+  if (size[0] > kMaxElements / x.shape[2] || size[1] > kMaxElements / x.shape[3]) {
+    fail("adaptive_avg_pool2d", fmt::format("output_size {} is too large for the input {}",
+                                            size.to_string(), describe(x)));
+  }
+  return {DType::kF32, Shape{x.shape[0], x.shape[1], size[0], size[1]}};
+}
+
+TensorType infer_linear(std::span<const TensorType> in, std::span<AttrValue>) {
+  const TensorType& x = in[0];
+  const TensorType& w = in[1];
+  require_f32("linear", "input", x);
+  require_f32("linear", "weight", w);
+  if (x.shape.rank() < 1 || w.shape.rank() != 2) {
+    fail("linear", fmt::format("input {} needs rank >= 1 and weight {} rank 2 (out, in)",
+                               describe(x), describe(w)));
+  }
+  if (x.shape[x.shape.rank() - 1] != w.shape[1]) {
+    fail("linear", fmt::format("input {} has {} features but weight {} expects {}", describe(x),
+                               x.shape[x.shape.rank() - 1], describe(w), w.shape[1]));
+  }
+  if (in.size() == 3) {
+    const TensorType& b = in[2];
+    require_f32("linear", "bias", b);
+    if (b.shape.rank() != 1 || b.shape[0] != w.shape[0]) {
+      fail("linear", fmt::format("bias {} must be [{}] (one per output feature of weight {})",
+                                 describe(b), w.shape[0], describe(w)));
+    }
+  }
+  Shape out = x.shape;
+  out[out.rank() - 1] = w.shape[0];
+  return {DType::kF32, out};
+}
+
+TensorType infer_flatten(std::span<const TensorType> in, std::span<AttrValue> attrs) {
+  const Shape& s = in[0].shape;
+  // As torch.flatten, a scalar flattens to [1] and takes dims as if it had rank 1.
+  const int rank = std::max(s.rank(), 1);
+  const int64_t start = normalize_axis("flatten", attrs[0].i, rank);
+  const int64_t end = normalize_axis("flatten", attrs[1].i, rank);
+  if (start > end) {
+    fail("flatten", fmt::format("start_dim {} comes after end_dim {} for {}", attrs[0].i,
+                                attrs[1].i, describe(in[0])));
+  }
+  attrs[0].i = start;
+  attrs[1].i = end;
+  Shape out;
+  int64_t merged = 1;
+  for (int d = 0; d < s.rank(); ++d) {
+    if (d < start || d > end) {
+      out.push_back(s[d]);
+      continue;
+    }
+    merged *= s[d];
+    if (d == end) out.push_back(merged);
+  }
+  if (s.rank() == 0) out.push_back(1);
+  return {in[0].dtype, out};
+}
+
+TensorType infer_pad(std::span<const TensorType> in, std::span<AttrValue> attrs) {
+  const Shape& s = in[0].shape;
+  IntList& pads = attrs[0].ints;
+  if (pads.size() % 2 != 0 || pads.size() > 2 * s.rank()) {
+    fail("pad", fmt::format("pads {} must have an even number of entries, at most 2 x rank of {}",
+                            pads.to_string(), describe(in[0])));
+  }
+  Shape out = s;
+  for (int k = 0; k < pads.size(); ++k) {
+    const int64_t p = pads[k];
+    if (p < -kMaxElements || p > kMaxElements) {
+      fail("pad", fmt::format("pads {} has an out-of-range entry", pads.to_string()));
+    }
+    const int d = s.rank() - 1 - k / 2;
+    out[d] += p;
+  }
+  // Normal form: no trailing (0, 0) pairs (they pad the leading dims by nothing).
+  while (pads.size() >= 2 && pads[pads.size() - 1] == 0 && pads[pads.size() - 2] == 0) {
+    pads.erase(pads.size() - 1);
+    pads.erase(pads.size() - 1);
+  }
+  for (int d = 0; d < s.rank(); ++d) {
+    if (out[d] < 0) {
+      fail("pad", fmt::format("pads {} crop dim {} of {} to a negative size", pads.to_string(), d,
+                              describe(in[0])));
+    }
+  }
+  return {in[0].dtype, out};
+}
+
+TensorType infer_dropout(std::span<const TensorType> in, std::span<AttrValue> attrs) {
+  if (!(attrs[0].f >= 0 && attrs[0].f <= 1)) {
+    fail("dropout", fmt::format("p must be in [0, 1], got {}", attrs[0].f));
+  }
+  return in[0];
+}
+
+TensorType infer_embedding(std::span<const TensorType> in, std::span<AttrValue>) {
+  const TensorType& w = in[0];
+  const TensorType& idx = in[1];
+  if (w.shape.rank() != 2) {
+    fail("embedding", fmt::format("weight {} must have rank 2 (rows, dim)", describe(w)));
+  }
+  require_index("embedding", idx);
+  if (idx.shape.rank() >= kMaxRank) {
+    fail("embedding", fmt::format("index {} has rank {}; the result would exceed rank {}",
+                                  describe(idx), idx.shape.rank(), kMaxRank));
+  }
+  if (w.shape[0] == 0 && idx.shape.numel() > 0) {
+    fail("embedding", fmt::format("weight {} has no rows to look up", describe(w)));
+  }
+  Shape out = idx.shape;
+  out.push_back(w.shape[1]);
+  return {w.dtype, out};
+}
+
+TensorType infer_gather(std::span<const TensorType> in, std::span<AttrValue> attrs) {
+  const TensorType& x = in[0];
+  const TensorType& idx = in[1];
+  const int rank = x.shape.rank();
+  const int64_t axis = normalize_axis("gather", attrs[0].i, rank);
+  attrs[0].i = axis;
+  require_index("gather", idx);
+  bool fits = idx.shape.rank() == rank;
+  for (int d = 0; fits && d < rank; ++d) fits = d == axis || idx.shape[d] <= x.shape[d];
+  if (!fits) {
+    fail("gather", fmt::format("index {} must have the rank of the input {} and no dim larger "
+                               "than the input's outside axis {}", describe(idx), describe(x), axis));
+  }
+  if (x.shape[static_cast<int>(axis)] == 0 && idx.shape.numel() > 0) {
+    fail("gather", fmt::format("input {} is empty along axis {}", describe(x), axis));
+  }
+  return {x.dtype, idx.shape};
+}
+
+TensorType infer_index_select(std::span<const TensorType> in, std::span<AttrValue> attrs) {
+  const TensorType& x = in[0];
+  const TensorType& idx = in[1];
+  const int64_t axis = normalize_axis("index_select", attrs[0].i, x.shape.rank());
+  attrs[0].i = axis;
+  require_index("index_select", idx);
+  if (idx.shape.rank() != 1) {
+    fail("index_select", fmt::format("index {} must have rank 1", describe(idx)));
+  }
+  if (x.shape[static_cast<int>(axis)] == 0 && idx.shape[0] > 0) {
+    fail("index_select", fmt::format("input {} is empty along axis {}", describe(x), axis));
+  }
+  Shape out = x.shape;
+  out[static_cast<int>(axis)] = idx.shape[0];
+  return {x.dtype, out};
+}
+
 TensorType infer_full(std::span<const TensorType>, std::span<AttrValue> attrs) {
   check_shape_attr("full", attrs[0].ints);
   return {attrs[2].dtype, Shape(attrs[0].ints)};
@@ -421,12 +741,6 @@ TensorType infer_clamp(std::span<const TensorType> in, std::span<AttrValue> attr
                               dtype_name(in[0].dtype), describe(in[0])));
   }
   return in[0];
-}
-
-void require_f32(std::string_view op, std::string_view role, const TensorType& t) {
-  if (t.dtype != DType::kF32) {
-    fail(op, fmt::format("{} {} must be f32; cast it first", role, describe(t)));
-  }
 }
 
 void check_eps(std::string_view op, double eps) {
@@ -573,6 +887,17 @@ const OpInfo kOps[] = {
     {OpKind::kBroadcastTo, "broadcast_to", C::kLayout, 1, 1, kShapeAttrs, infer_broadcast_to, ref::broadcast_to},
     {OpKind::kConcat, "concat", C::kLayout, 1, kVariadic, kConcatAttrs, infer_concat, ref::concat},
     {OpKind::kSlice, "slice", C::kLayout, 1, 1, kSliceAttrs, infer_slice, ref::slice},
+    {OpKind::kConv2d, "conv2d", C::kNn, 2, 3, kConv2dAttrs, infer_conv2d, ref::conv2d},
+    {OpKind::kMaxPool2d, "max_pool2d", C::kNn, 1, 1, kMaxPool2dAttrs, infer_max_pool2d, ref::max_pool2d},
+    {OpKind::kAvgPool2d, "avg_pool2d", C::kNn, 1, 1, kAvgPool2dAttrs, infer_avg_pool2d, ref::avg_pool2d},
+    {OpKind::kAdaptiveAvgPool2d, "adaptive_avg_pool2d", C::kNn, 1, 1, kAdaptiveAvgPool2dAttrs, infer_adaptive_avg_pool2d, ref::adaptive_avg_pool2d},
+    {OpKind::kLinear, "linear", C::kNn, 2, 3, kNoAttrs, infer_linear, ref::linear},
+    {OpKind::kFlatten, "flatten", C::kNn, 1, 1, kFlattenAttrs, infer_flatten, ref::flatten},
+    {OpKind::kPad, "pad", C::kNn, 1, 1, kPadAttrs, infer_pad, ref::pad},
+    {OpKind::kDropout, "dropout", C::kNn, 1, 1, kDropoutAttrs, infer_dropout, ref::dropout},
+    {OpKind::kEmbedding, "embedding", C::kNn, 2, 2, kNoAttrs, infer_embedding, ref::embedding},
+    {OpKind::kGather, "gather", C::kNn, 2, 2, kIndexAxisAttrs, infer_gather, ref::gather},
+    {OpKind::kIndexSelect, "index_select", C::kNn, 2, 2, kIndexAxisAttrs, infer_index_select, ref::index_select},
     {OpKind::kFull, "full", C::kSource, 0, 0, kFullAttrs, infer_full, ref::full},
     {OpKind::kArange, "arange", C::kSource, 0, 0, kArangeAttrs, infer_arange, ref::arange},
     {OpKind::kUniform, "uniform", C::kSource, 0, 0, kUniformAttrs, infer_uniform, ref::uniform},

@@ -40,6 +40,9 @@ enum class OpKind : uint16_t {
   kSum, kMean, kMax, kArgmax,
   // layout
   kReshape, kPermute, kTranspose, kBroadcastTo, kConcat, kSlice,
+  // nn layers (capture/nn.h)
+  kConv2d, kMaxPool2d, kAvgPool2d, kAdaptiveAvgPool2d, kLinear, kFlatten, kPad, kDropout,
+  kEmbedding, kGather, kIndexSelect,
   // sources (no tensor inputs)
   kFull, kArange, kUniform, kNormal,
   // nn activations, normalization, attention (capture/nn.h)
@@ -75,8 +78,9 @@ inline constexpr size_t kMaxOpAttrs = 5;
 
 enum class OpClass : uint8_t {
   kParameter, kUnary, kBinary, kCompare, kWhere, kCast, kMatmul, kReduce, kLayout, kSource,
-  // Non-elementwise neural-network ops with their own kernels (normalization, softmax,
-  // attention). The nn activations (gelu, clamp, ...) are kUnary.
+  // Non-elementwise neural-network ops with their own kernels, never fused: the layers of
+  // capture/nn.h (conv2d, pools, linear, lookups...) and normalization, softmax, attention.
+  // The nn activations (gelu, clamp, ...) are kUnary.
   kNn,
 };
 

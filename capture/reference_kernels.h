@@ -69,6 +69,20 @@ TRACECACHE_REF_KERNEL(layer_norm);
 TRACECACHE_REF_KERNEL(softmax);
 TRACECACHE_REF_KERNEL(log_softmax);
 TRACECACHE_REF_KERNEL(scaled_dot_product_attention);
+// nn layers (capture/nn.h); in capture/reference_nn_layers.cc. conv2d and linear accumulate in
+// double and round once (as matmul); pools are exact up to the one rounding of an average.
+// Out-of-range indices of embedding, gather and index_select are clamped (docs/ops.md).
+TRACECACHE_REF_KERNEL(conv2d);
+TRACECACHE_REF_KERNEL(max_pool2d);
+TRACECACHE_REF_KERNEL(avg_pool2d);
+TRACECACHE_REF_KERNEL(adaptive_avg_pool2d);
+TRACECACHE_REF_KERNEL(linear);
+TRACECACHE_REF_KERNEL(flatten);
+TRACECACHE_REF_KERNEL(pad);
+TRACECACHE_REF_KERNEL(dropout);
+TRACECACHE_REF_KERNEL(embedding);
+TRACECACHE_REF_KERNEL(gather);
+TRACECACHE_REF_KERNEL(index_select);
 
 #undef TRACECACHE_REF_KERNEL
 

@@ -12,6 +12,7 @@ const char* status_code_name(StatusCode code) {
     case StatusCode::kIOError: return "I/O error";
     case StatusCode::kUnsupported: return "unsupported";
     case StatusCode::kInternal: return "internal error";
+    case StatusCode::kResourceExhausted: return "resource exhausted";
   }
   return "unknown";
 }

@@ -25,6 +25,7 @@ enum class StatusCode {
   kIOError,          // the OS refused a read or a write
   kUnsupported,      // valid request, not implemented for this case
   kInternal,         // a broken invariant inside tracecache
+  kResourceExhausted,  // a device (or other budget) has no room for the request
 };
 
 const char* status_code_name(StatusCode code);
@@ -53,6 +54,7 @@ inline Status corruption(std::string m) { return {StatusCode::kCorruption, std::
 inline Status io_error(std::string m) { return {StatusCode::kIOError, std::move(m)}; }
 inline Status unsupported(std::string m) { return {StatusCode::kUnsupported, std::move(m)}; }
 inline Status internal_error(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
+inline Status resource_exhausted(std::string m) { return {StatusCode::kResourceExhausted, std::move(m)}; }
 
 // Thrown by the tensor API; see the header comment.
 class Error : public std::runtime_error {

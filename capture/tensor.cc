@@ -286,9 +286,7 @@ void LazyContext::materialize(std::span<TensorImpl* const> roots) {
     }
   }
   if (options_.metrics) {
-    options_.metrics->record_ms(timers::kTrace, std::chrono::duration<double, std::milli>(
-                                                    std::chrono::steady_clock::now() - trace_started_)
-                                                    .count());
+    options_.metrics->record_span(timers::kTrace, trace_started_, std::chrono::steady_clock::now());
   }
   ScopedTimer timer(options_.metrics, timers::kCanonicalizeHash);
   CanonicalGraph cg = canonicalize(trace_, root_nodes, options_.canonicalize);

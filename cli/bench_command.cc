@@ -8,7 +8,9 @@
 // step (the runtime's executable runs in lazy and once mode, the op runner's kernels in eager
 // mode), and host overhead is step time minus kernel time. Reported per target and mode: the
 // median step time, median kernel time and median host overhead, and per target the ratios
-// lazy / once of host overhead and of step time.
+// lazy / once of host overhead and of step time. On the sim backend each row also has the
+// medians of the simulated timeline (cli: SimInterval): step, host, wait, device busy and idle
+// time and bytes copied.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -34,6 +36,7 @@ struct BenchRow {
   double overhead_us = 0;
   int64_t traces = 0;      // during the timed steps (once mode in steady state: 0)
   int64_t compiles = 0;
+  std::optional<SimInterval> sim = std::nullopt;  // sim backend: medians per field over the timed steps
 };
 
 // Microseconds to a tenth of a nanosecond: more digits would be noise.
@@ -102,16 +105,19 @@ Result<BenchRow> bench_one(const Program& program, const std::string& target, Mo
   }
   BenchRow row{.target = target, .mode = mode, .steps = options.steps};
   std::vector<double> step_us, kernel_us, overhead_us;
+  std::vector<SimInterval> sim_steps;
   for (int i = 0; i < options.steps; ++i) {
     int step = options.warmup + i;
     progress.step("timed", i, options.steps);
     Result<ProgramSession::PreparedStep> p = s.prepare(step);
     if (!p.is_ok()) return p.status();
     metrics.clear_values();
+    const SimSnapshot sim_before = s.sim() ? s.sim()->snapshot() : SimSnapshot{};
     auto start = std::chrono::steady_clock::now();
     Result<std::vector<BufferRef>> outs = s.run(*p);
     auto stop = std::chrono::steady_clock::now();
     if (!outs.is_ok()) return outs.status();
+    if (s.sim()) sim_steps.push_back(sim_interval(sim_before, s.sim()->snapshot()));
     double total = std::chrono::duration<double, std::micro>(stop - start).count();
     double kernels = metrics.timer(timers::kRun).total_ms * 1000.0;
     step_us.push_back(total);
@@ -127,6 +133,20 @@ Result<BenchRow> bench_one(const Program& program, const std::string& target, Mo
   row.step_us = median(step_us);
   row.kernel_us = median(kernel_us);
   row.overhead_us = median(overhead_us);
+  if (!sim_steps.empty()) {
+    auto med = [&sim_steps](auto field) {
+      std::vector<double> v;
+      for (const SimInterval& i : sim_steps) v.push_back(static_cast<double>(i.*field));
+      return median(v);
+    };
+    row.sim = SimInterval{.step_us = med(&SimInterval::step_us),
+                          .host_us = med(&SimInterval::host_us),
+                          .host_wait_us = med(&SimInterval::host_wait_us),
+                          .device_busy_us = med(&SimInterval::device_busy_us),
+                          .device_idle_us = med(&SimInterval::device_idle_us),
+                          .bytes_copied = static_cast<int64_t>(med(&SimInterval::bytes_copied)),
+                          .kernels = static_cast<int64_t>(med(&SimInterval::kernels))};
+  }
   return row;
 }
 
@@ -166,6 +186,17 @@ void print_json(const BenchOptions& options, const std::vector<BenchRow>& rows) 
     j.key("overhead_us").value(rounded(r.overhead_us));
     j.key("traces").value(r.traces);
     j.key("compiles").value(r.compiles);
+    if (r.sim) {
+      j.key("sim").begin_object();
+      j.key("step_us").value(rounded(r.sim->step_us));
+      j.key("host_us").value(rounded(r.sim->host_us));
+      j.key("host_wait_us").value(rounded(r.sim->host_wait_us));
+      j.key("device_busy_us").value(rounded(r.sim->device_busy_us));
+      j.key("device_idle_us").value(rounded(r.sim->device_idle_us));
+      j.key("bytes_copied").value(r.sim->bytes_copied);
+      j.key("kernels").value(r.sim->kernels);
+      j.end_object();
+    }
     j.end_object();
   }
   j.end_array();
@@ -192,6 +223,12 @@ void print_table(const BenchOptions& options, const std::vector<BenchRow>& rows)
   for (const BenchRow& r : rows) {
     out(fmt::format("{:<{}}  {:<5}  {:>10.1f}  {:>10.1f}  {:>12.1f}  {:>6}\n", r.target, width,
                     mode_name(r.mode), r.step_us, r.kernel_us, r.overhead_us, r.traces));
+    if (r.sim) {
+      out(fmt::format("{:<{}}  {:<5}  sim: step {:.1f} us = host {:.1f} + wait {:.1f}; device busy {:.1f}, "
+                      "idle {:.1f}; {} bytes copied\n", "", width, "", r.sim->step_us, r.sim->host_us,
+                      r.sim->host_wait_us, r.sim->device_busy_us, r.sim->device_idle_us,
+                      r.sim->bytes_copied));
+    }
   }
   std::vector<Speedup> ups = speedups(rows);
   if (!ups.empty()) out("\n");

@@ -36,10 +36,11 @@ struct RunOptions {
   bool json = false;
   std::string save_outputs;  // empty: do not save
   bool bake_scalars = false;
-  std::string backend = "cpu";  // "cpu" or "reference" (uncached oracle)
+  std::string backend = "cpu";  // "cpu", "reference" (uncached oracle) or "sim:PRESET|SPEC_FILE"
   bool no_cache = false;         // cpu without the disk cache
   bool metrics = false;
   bool no_auto_dynamic = false;  // once: every new size recompiles instead of becoming dynamic
+  std::string timeline;  // sim only: write a Chrome trace-event file here ("": none)
   DbOptions db;
 };
 int run_command(const RunOptions& options);

@@ -41,8 +41,12 @@ int main(int argc, char** argv) {
                       "is a compiled function: guards checked, traced only on a recompile)")
       ->check(CLI::IsMember({"eager", "lazy", "once"}))
       ->capture_default_str();
-  run_cmd->add_option("--backend", run.backend, "cpu (compiled, cached) or reference (the uncached oracle)")
+  run_cmd->add_option("--backend", run.backend,
+                      "cpu (compiled, cached), reference (the uncached oracle), or sim:PRESET / "
+                      "sim:SPEC_FILE (a simulated accelerator; presets h100, a100, tpu-v4)")
       ->capture_default_str();
+  run_cmd->add_option("--timeline", run.timeline,
+                      "sim only: write the host and device timeline to FILE.json (Chrome/Perfetto trace events)");
   run_cmd->add_option("--db", run.db.flag, db_help);
   run_cmd->add_flag("--no-cache", run.no_cache, "Compile in memory only; do not open the cache database");
   run_cmd->add_flag("--json", run.json, "Print one JSON object: steps, outputs, graph_hashes, counters");
@@ -63,7 +67,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   bench_cmd->add_option("--modes", bench.modes, "Comma-separated modes to run: eager, lazy, once")
       ->capture_default_str();
-  bench_cmd->add_option("--backend", bench.backend, "cpu (reference: eager and lazy only)")
+  bench_cmd->add_option("--backend", bench.backend, "cpu, reference (eager and lazy only) or sim:PRESET|SPEC_FILE (lazy and once)")
       ->capture_default_str();
   bench_cmd->add_option("--steps", bench.steps, "Timed steps per target and mode")
       ->check(CLI::PositiveNumber)

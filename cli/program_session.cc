@@ -32,27 +32,45 @@ std::string_view mode_name(Mode mode) {
 ProgramSession::ProgramSession(const Program& program, SessionOptions options)
     : program_(program), options_(std::move(options)) {}
 
-ProgramSession::~ProgramSession() = default;
+ProgramSession::~ProgramSession() {
+  if (sim_) options_.metrics->set_span_observer(nullptr);
+}
 
 Result<std::unique_ptr<ProgramSession>> ProgramSession::create(const Program& program,
                                                                SessionOptions options) {
   assert(options.metrics != nullptr);
   bool cpu = options.backend == "cpu";
-  if (!cpu && options.backend != "reference") {
-    return invalid_argument(
-        fmt::format("unknown backend '{}' (available: cpu, reference)", options.backend));
+  std::optional<std::string> sim_spec;
+  if (options.backend == "sim") sim_spec = "h100";
+  if (options.backend.starts_with("sim:")) sim_spec = options.backend.substr(4);
+  if (!cpu && !sim_spec && options.backend != "reference") {
+    return invalid_argument(fmt::format(
+        "unknown backend '{}' (available: cpu, reference, sim:PRESET or sim:SPEC_FILE)", options.backend));
   }
-  if (!cpu && options.mode == Mode::kOnce) {
+  if (options.backend == "reference" && options.mode == Mode::kOnce) {
     return invalid_argument(
-        "--mode once runs compiled executables: it needs --backend cpu, not reference");
+        "--mode once runs compiled executables: it needs --backend cpu or sim, not reference");
+  }
+  if (sim_spec && options.mode == Mode::kEager) {
+    return invalid_argument(
+        "the sim backend runs compiled graphs: use --mode lazy or once (eager runs ops on the host)");
   }
   std::unique_ptr<ProgramSession> s(new ProgramSession(program, options));
   LazyOptions lazy;
   lazy.canonicalize.bake_scalars = options.bake_scalars;
   lazy.metrics = options.metrics;
   GraphExecutor* executor = nullptr;
-  if (cpu && options.mode != Mode::kEager) {
+  if (sim_spec) {
+    Result<DeviceSpec> spec = resolve_device_spec(*sim_spec);
+    if (!spec.is_ok()) return spec.status();
+    auto sim = std::make_unique<SimBackend>(std::move(*spec));
+    s->sim_ = sim.get();
+    s->backend_ = std::move(sim);
+    options.metrics->set_span_observer(&s->sim_->timeline());
+  } else if (cpu && options.mode != Mode::kEager) {
     s->backend_ = std::make_unique<CpuBackend>();
+  }
+  if (s->backend_) {
     s->runtime_ = std::make_unique<Runtime>(s->backend_.get(), options.db, options.metrics);
     executor = s->runtime_.get();
   } else {

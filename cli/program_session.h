@@ -26,6 +26,7 @@
 #include "capture/program.h"
 #include "capture/program_runner.h"
 #include "replay/compiled_function.h"
+#include "replay/sim_backend.h"
 #include "store/cache_db.h"
 
 namespace tracecache::cli {
@@ -37,7 +38,9 @@ std::string_view mode_name(Mode mode);
 
 struct SessionOptions {
   Mode mode = Mode::kLazy;
-  std::string backend = "cpu";        // "cpu", or "reference" (eager and lazy only)
+  // "cpu", "reference" (eager and lazy only), or "sim:PRESET" / "sim:SPEC_FILE" / "sim" (=
+  // sim:h100; lazy and once only), see replay/sim_backend.h.
+  std::string backend = "cpu";
   store::CacheDb* db = nullptr;       // the disk cache for lazy and once; null: memory only
   bool bake_scalars = false;          // canonicalization (lazy and once)
   bool automatic_dynamic = true;      // once: CompiledFunctionOptions::automatic_dynamic
@@ -46,7 +49,8 @@ struct SessionOptions {
 
 class ProgramSession {
  public:
-  // Errors (kInvalidArgument): an unknown backend, or once mode without the cpu backend.
+  // Errors: an unknown backend, once mode on the reference backend, eager mode on sim
+  // (kInvalidArgument); a sim device spec that cannot be read or parsed.
   static Result<std::unique_ptr<ProgramSession>> create(const Program& program,
                                                         SessionOptions options);
   ~ProgramSession();
@@ -70,6 +74,8 @@ class ProgramSession {
   const CompiledFunction* function() const { return function_.get(); }
   // Null in eager mode and on the reference backend.
   Runtime* runtime() { return runtime_.get(); }
+  // The sim backend, else null.
+  SimBackend* sim() { return sim_; }
 
  private:
   ProgramSession(const Program& program, SessionOptions options);
@@ -77,6 +83,7 @@ class ProgramSession {
   const Program& program_;
   SessionOptions options_;
   std::unique_ptr<Backend> backend_;
+  SimBackend* sim_ = nullptr;  // backend_, when it is sim
   std::unique_ptr<Runtime> runtime_;
   std::unique_ptr<GraphExecutor> reference_;  // lazy on the reference backend; eager's unused executor
   std::unique_ptr<OpRunner> op_runner_;       // eager

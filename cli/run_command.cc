@@ -1,6 +1,8 @@
 // `tracecache run` and `tracecache show`.
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <map>
 
@@ -13,6 +15,7 @@
 #include "cli/program_session.h"
 #include "replay/cpu_backend.h"
 #include "replay/runtime.h"
+#include "replay/sim_backend.h"
 #include "store/graph_codec.h"
 
 namespace tracecache::cli {
@@ -136,6 +139,79 @@ void write_counters_json(JsonWriter& j, const Metrics& m) {
   j.end_object();
 }
 
+// The sim backend's timeline as a Chrome/Perfetto trace-event file: one process, a host thread
+// (tid 1) and a device-stream thread (tid 2), complete ("X") events with ts/dur in microseconds.
+Status write_timeline(const std::string& path, const SimBackend& sim) {
+  std::vector<const TimelineEvent*> events;
+  for (const TimelineEvent& e : sim.timeline().events()) events.push_back(&e);
+  std::stable_sort(events.begin(), events.end(), [](const TimelineEvent* a, const TimelineEvent* b) {
+    return std::pair(a->track, a->start_ps) < std::pair(b->track, b->start_ps);
+  });
+  JsonWriter j;
+  j.begin_object();
+  j.key("displayTimeUnit").value("ns");
+  j.key("traceEvents").begin_array();
+  auto metadata = [&j](std::string_view what, int tid, std::string_view name) {
+    j.begin_object();
+    j.key("name").value(what);
+    j.key("ph").value("M");
+    j.key("pid").value(1);
+    j.key("tid").value(tid);
+    j.key("args").begin_object().key("name").value(name).end_object();
+    j.end_object();
+  };
+  metadata("process_name", 0, fmt::format("tracecache (sim {})", sim.spec().name));
+  metadata("thread_name", 1, "host");
+  metadata("thread_name", 2, fmt::format("device {} stream", sim.spec().name));
+  for (const TimelineEvent* e : events) {
+    j.begin_object();
+    j.key("name").value(e->name);
+    j.key("cat").value(e->category);
+    j.key("ph").value("X");
+    j.key("ts").value(static_cast<double>(e->start_ps) / 1e6);
+    j.key("dur").value(static_cast<double>(e->duration_ps) / 1e6);
+    j.key("pid").value(1);
+    j.key("tid").value(e->track == TimelineEvent::Track::kHost ? 1 : 2);
+    if (e->flops >= 0 || e->bytes >= 0) {
+      j.key("args").begin_object();
+      if (e->flops >= 0) j.key("flops").value(e->flops);
+      if (e->bytes >= 0) j.key("bytes").value(e->bytes);
+      j.end_object();
+    }
+    j.end_object();
+  }
+  j.end_array();
+  j.end_object();
+  std::FILE* f = std::fopen(path.c_str(), "wb");
+  if (!f) return io_error(fmt::format("cannot write the timeline '{}': {}", path, std::strerror(errno)));
+  const std::string& text = j.str();
+  const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size() && std::fputc('\n', f) != EOF;
+  if (std::fclose(f) != 0 || !ok) return io_error(fmt::format("cannot write the timeline '{}'", path));
+  return Status::ok();
+}
+
+void write_sim_json(JsonWriter& j, const SimBackend& sim, const std::vector<SimInterval>& steps) {
+  j.key("sim").begin_object();
+  j.key("device").value(sim.spec().name);
+  j.key("options_digest").value(sim.options_digest());
+  j.key("memory_capacity_bytes").value(sim.spec().memory_capacity);
+  j.key("memory_peak_bytes").value(sim.memory_peak());
+  j.key("steps").begin_array();
+  for (const SimInterval& i : steps) {
+    j.begin_object();
+    j.key("step_us").value(i.step_us);
+    j.key("host_us").value(i.host_us);
+    j.key("host_wait_us").value(i.host_wait_us);
+    j.key("device_busy_us").value(i.device_busy_us);
+    j.key("device_idle_us").value(i.device_idle_us);
+    j.key("bytes_copied").value(i.bytes_copied);
+    j.key("kernels").value(i.kernels);
+    j.end_object();
+  }
+  j.end_array();
+  j.end_object();
+}
+
 }  // namespace
 
 int run_command(const RunOptions& options) {
@@ -153,7 +229,7 @@ int run_loaded_program(const Program& program, const RunOptions& options) {
 
   Metrics metrics;
   std::unique_ptr<store::CacheDb> db;
-  if (options.backend == "cpu" && *mode != Mode::kEager) {
+  if (options.backend != "reference" && *mode != Mode::kEager) {
     Result<std::unique_ptr<store::CacheDb>> opened = open_run_db(options);
     if (!opened.is_ok()) return report_error(opened.status());
     db = std::move(*opened);
@@ -164,6 +240,11 @@ int run_loaded_program(const Program& program, const RunOptions& options) {
                  .metrics = &metrics});
   if (!session.is_ok()) return report_error(session.status());
   ProgramSession& s = **session;
+  if (!options.timeline.empty()) {
+    if (!s.sim()) return report_error(invalid_argument("--timeline needs --backend sim:PRESET or sim:SPEC_FILE"));
+    s.sim()->timeline().set_record_events(true);
+  }
+  std::vector<SimInterval> sim_steps;
 
   std::vector<double> step_ms;  // each step's run (recording or guards, execution), not its inputs
   Result<std::vector<StepResult>> steps = [&]() -> Result<std::vector<StepResult>> {
@@ -173,11 +254,13 @@ int run_loaded_program(const Program& program, const RunOptions& options) {
       size_t keys_before = s.executed_keys().size();
       Result<ProgramSession::PreparedStep> prepared = s.prepare(step);
       if (!prepared.is_ok()) return prepared.status();
+      const SimSnapshot before = s.sim() ? s.sim()->snapshot() : SimSnapshot{};
       auto start = std::chrono::steady_clock::now();
       Result<std::vector<BufferRef>> values = s.run(*prepared);
       step_ms.push_back(
           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
       if (!values.is_ok()) return values.status();
+      if (s.sim()) sim_steps.push_back(sim_interval(before, s.sim()->snapshot()));
       StepResult r;
       for (size_t k = 0; k < values->size(); ++k) {
         r.outputs.emplace_back(program.outputs[k].name, std::move((*values)[k]));
@@ -194,6 +277,10 @@ int run_loaded_program(const Program& program, const RunOptions& options) {
   }
   if (!steps.is_ok()) return report_error(steps.status());
 
+  if (!options.timeline.empty()) {
+    Status st = write_timeline(options.timeline, *s.sim());
+    if (!st.is_ok()) return report_error(st);
+  }
   if (!options.save_outputs.empty()) {
     Status st = save_outputs(options.save_outputs, *steps);
     if (!st.is_ok()) return report_error(st);
@@ -227,6 +314,7 @@ int run_loaded_program(const Program& program, const RunOptions& options) {
     j.key("recompile_reasons").begin_array();
     for (const std::string& r : reasons) j.value(r);
     j.end_array();
+    if (s.sim()) write_sim_json(j, *s.sim(), sim_steps);
     j.end_object();
     out(j.str() + "\n");
     if (options.metrics) std::fputs(metrics.report().c_str(), stderr);
@@ -263,6 +351,20 @@ int run_loaded_program(const Program& program, const RunOptions& options) {
       out(fmt::format("{} shape specializations (dynamic entries at new sizes, no trace)\n", n));
     }
     for (const std::string& r : reasons) out(fmt::format("recompile: {}\n", r));
+  }
+  if (SimBackend* sim = s.sim()) {
+    SimInterval total;
+    for (const SimInterval& i : sim_steps) {
+      total.step_us += i.step_us;
+      total.host_us += i.host_us;
+      total.device_busy_us += i.device_busy_us;
+      total.device_idle_us += i.device_idle_us;
+      total.bytes_copied += i.bytes_copied;
+    }
+    out(fmt::format("sim {}: step time {:.1f} us (host {:.1f} us), device busy {:.1f} us, idle {:.1f} us, "
+                    "{} bytes copied, peak memory {} bytes\n",
+                    sim->spec().name, total.step_us, total.host_us, total.device_busy_us,
+                    total.device_idle_us, total.bytes_copied, sim->memory_peak()));
   }
   if (options.metrics) out(metrics.report());
   return kExitOk;

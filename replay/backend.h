@@ -3,7 +3,8 @@
 // device buffers and host<->device copies, run, synchronize.
 //
 // Device buffers are DeviceBuffer handles. For `cpu` a device buffer is host memory and the
-// copies share it; `sim` (later) keeps its own capacity-limited space and a simulated clock.
+// copies share it; `sim` (replay/sim_backend.h) keeps its own capacity-limited space and a
+// simulated clock.
 // Thread-safety: a Backend may be called from one thread at a time.
 #pragma once
 

@@ -615,7 +615,7 @@ struct CompiledFunction::Impl {
         if (!routed(v)) return corruption("guard entry routes a value that does not exist");
         scratch.push_back(value_of(v));
       }
-      Result<std::vector<BufferRef>> outs = runtime->run_prepared(*seg.exe, scratch);
+      Result<std::vector<BufferRef>> outs = runtime->run_or_fall_back(*seg.exe, scratch);
       if (!outs.is_ok()) return corruption("guard entry does not fit its executable: " + outs.status().message());
       seg_out[k] = std::move(*outs);
       for (const auto& [o, expected] : seg.value_guards) {
@@ -661,7 +661,7 @@ struct CompiledFunction::Impl {
       Result<std::shared_ptr<const Executable>> exe = runtime_->prepare(cg);
       if (!exe.is_ok()) return exe.status();
       seg.exe = *exe;
-      Result<std::vector<BufferRef>> outs = runtime_->run_prepared(**exe, params);
+      Result<std::vector<BufferRef>> outs = runtime_->run_or_fall_back(**exe, params);
       if (!outs.is_ok()) return outs;
       const uint32_t k = static_cast<uint32_t>(segments.size());
       for (uint32_t o = 0; o < outs->size(); ++o) {
@@ -926,7 +926,10 @@ Result<std::vector<Tensor>> CompiledFunction::operator()(LazyContext& ctx, const
   for (size_t e = 0; e < impl_->entries.size(); ++e) {
     ++stats_.guard_checks;
     m.add(counters::kGuardChecks);
-    if (!impl_->holds(impl_->entries[e], args)) {
+    ScopedTimer guard_timer(&m, timers::kGuardCheck);
+    const bool holds = impl_->holds(impl_->entries[e], args);
+    guard_timer.stop();
+    if (!holds) {
       ++stats_.guard_failures;
       m.add(counters::kGuardFailures);
       continue;

@@ -28,6 +28,7 @@
 
 #include "capture/elementwise.h"
 #include "replay/cpu_nn_ops.h"
+#include "replay/cpu_nn_layers.h"
 
 namespace tracecache::cpu {
 
@@ -897,8 +898,11 @@ void run_op(const Graph& g, NodeId node, std::span<const HostBuffer* const> inpu
     }, out);
     return;
   }
-  // nn normalization, softmax and attention (replay/cpu_nn_ops.h).
-  if (info.op_class == OpClass::kNn && run_nn_op(n.op, inputs, attrs, out)) return;
+  // nn layers (replay/cpu_nn_layers.h); normalization, softmax, attention (replay/cpu_nn_ops.h).
+  if (info.op_class == OpClass::kNn &&
+      (run_nn_layer(n.op, inputs, attrs, out) || run_nn_op(n.op, inputs, attrs, out))) {
+    return;
+  }
   switch (n.op) {
     case OpKind::kMatmul:
       if (out.dtype() == DType::kF32 && matmul_f32(*inputs[0], *inputs[1], out)) return;

@@ -34,6 +34,7 @@
 //                                        capture/nn_numerics.h
 //   scaled_dot_product_attention         cpu_nn_ops.h: cblas_sgemm for q.k^T     TOLERANCE
 //                                        and p.v, softmax in f32 (see there)
+//   nn layers (conv2d, pools, linear...) replay/cpu_nn_layers.h                  see there
 //
 // (*) GEMM sums in f32 in OpenBLAS's blocked order (possibly with FMA) instead of the
 // reference's sequential double sum. Tested bound, a rigorous one for any f32 summation order:
@@ -84,7 +85,8 @@ void run_fused(const Graph& g, std::span<const NodeId> members,
 
 // Calls fn(begin, end) on disjoint ranges covering [0, items), on this thread and the helper
 // pool when `work` (elements touched in total) reaches kParallelThreshold, on this thread
-// alone otherwise (see Threading above). For kernels outside this file (cpu_nn_ops.cc).
+// alone otherwise (see Threading above). For kernels outside this file (cpu_nn_ops.cc,
+// cpu_nn_layers.cc); fn must not depend on how [0, items) is split.
 void parallel_for(int64_t items, int64_t work, const std::function<void(int64_t, int64_t)>& fn);
 
 // Runs the single node `node` of `g`: inputs[k] is the value of its k-th input; `out` is

@@ -197,7 +197,10 @@ Result<std::vector<BufferRef>> Runtime::run_prepared(const Executable& exe,
   device_params.reserve(params.size());
   for (const BufferRef& p : params) {
     Result<DeviceRef> d = backend_->to_device(p);
-    if (!d.is_ok()) return d.status();
+    if (!d.is_ok()) {
+      return Status(d.status().code(),
+                    fmt::format("graph {}: {}", exe.graph_key.to_hex(), d.status().message()));
+    }
     if (!backend_->shares_host_memory()) {
       metrics_->add(counters::kBytesToDevice, static_cast<int64_t>(p->nbytes()));
     }
@@ -218,6 +221,16 @@ Result<std::vector<BufferRef>> Runtime::run_prepared(const Executable& exe,
   backend_->synchronize();
   metrics_->add(counters::kExecutions);
   return host;
+}
+
+Result<std::vector<BufferRef>> Runtime::run_or_fall_back(const Executable& exe,
+                                                         std::span<const BufferRef> params) {
+  Result<std::vector<BufferRef>> outs = run_prepared(exe, params);
+  if (outs.is_ok() || outs.status().code() != StatusCode::kResourceExhausted) return outs;
+  event(store::EventKind::kFallback, exe.graph_key, "run failed", 0, outs.status().message());
+  warn(fmt::format("backend '{}' failed ({}); this step ran on the reference evaluator",
+                   backend_->name(), outs.status().message()));
+  return evaluate_reference(exe.graph, params);
 }
 
 void Runtime::remember(const GraphKey& key, const std::shared_ptr<const Executable>& exe) {

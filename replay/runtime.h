@@ -58,6 +58,13 @@ class Runtime final : public GraphExecutor {
   Result<std::vector<BufferRef>> run_prepared(const Executable& exe,
                                               std::span<const BufferRef> params);
 
+  // run_prepared(), except that when the backend runs out of resources (kResourceExhausted, e.g.
+  // the sim device's memory) the graph runs on the reference evaluator instead, with a
+  // `fallback` event and a warning (invariant 6: the results are never lost). Other failures
+  // are returned.
+  Result<std::vector<BufferRef>> run_or_fall_back(const Executable& exe,
+                                                  std::span<const BufferRef> params);
+
   // Records an event about a compiled function (recompile, fallback) in the audit log.
   void function_event(store::EventKind kind, const std::string& function, std::string detail);
 

@@ -62,6 +62,7 @@ const char* code_spelling(StatusCode c) {
     case StatusCode::kIOError: return "io_error";
     case StatusCode::kUnsupported: return "unsupported";
     case StatusCode::kInternal: return "internal";
+    case StatusCode::kResourceExhausted: return "resource_exhausted";
   }
   return "?";
 }

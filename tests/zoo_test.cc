@@ -158,7 +158,8 @@ TEST(Zoo, InitializersAreFixedRulesSeededByName) {
   const TensorSpec* conv = spec.find_tensor("conv1.weight");
   ASSERT_NE(conv, nullptr);
   EXPECT_EQ(conv->init.kind, Generator::Kind::kUniform);
-  EXPECT_DOUBLE_EQ(conv->init.high, 1 / std::sqrt(3.0 * 7 * 7));
+  EXPECT_DOUBLE_EQ(conv->init.high, std::sqrt(6 / (3.0 * 7 * 7)));
+  EXPECT_DOUBLE_EQ(spec.find_tensor("fc.weight")->init.high, 1 / std::sqrt(512.0));
   EXPECT_DOUBLE_EQ(conv->init.low, -conv->init.high);
   EXPECT_EQ(conv->init.seed, detail::name_seed("conv1.weight"));
   EXPECT_NE(conv->init.seed, spec.find_tensor("fc.weight")->init.seed);

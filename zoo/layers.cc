@@ -55,12 +55,12 @@ void SpecBuilder::buffer(const std::string& name, DType dtype, const Shape& shap
 
 void SpecBuilder::conv(const std::string& prefix, int64_t out, int64_t in, int64_t kernel,
                        int64_t groups, bool bias) {
-  double bound = 1.0 / std::sqrt(static_cast<double>(in / groups * kernel * kernel));
+  double fan_in = static_cast<double>(in / groups * kernel * kernel);
   std::string w = join(prefix, "weight");
-  parameter(w, Shape{out, in / groups, kernel, kernel}, uniform_init(w, bound));
+  parameter(w, Shape{out, in / groups, kernel, kernel}, uniform_init(w, std::sqrt(6 / fan_in)));
   if (bias) {
     std::string b = join(prefix, "bias");
-    parameter(b, Shape{out}, uniform_init(b, bound));
+    parameter(b, Shape{out}, uniform_init(b, 1 / std::sqrt(fan_in)));
   }
 }
 

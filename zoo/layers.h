@@ -30,8 +30,9 @@ class SpecBuilder {
   void parameter(const std::string& name, const Shape& shape, Generator init);
   void buffer(const std::string& name, DType dtype, const Shape& shape, Generator init);
 
-  // nn.Conv2d: prefix.weight [out, in / groups, k, k] (+ prefix.bias [out]); both
-  // uniform(+-1/sqrt(fan_in)), fan_in = in / groups * k * k.
+  // nn.Conv2d: prefix.weight [out, in / groups, k, k], uniform(+-sqrt(6 / fan_in)) (He
+  // uniform: activations keep their scale through deep ReLU stacks), + prefix.bias [out],
+  // uniform(+-1/sqrt(fan_in)); fan_in = in / groups * k * k.
   void conv(const std::string& prefix, int64_t out, int64_t in, int64_t kernel, int64_t groups,
             bool bias);
   // nn.Linear: prefix.weight [out, in] (+ prefix.bias [out]), uniform(+-1/sqrt(in)).

@@ -80,7 +80,6 @@ int main(int argc, char** argv) {
 
   ZooOptions zoo;
   zoo.run.db.env = cache_env;
-  zoo.run.steps = 1;
   CLI::App* zoo_cmd = add_zoo_command(app, zoo, db_help);
 
   ShowOptions show;

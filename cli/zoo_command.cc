@@ -196,7 +196,9 @@ CLI::App* add_zoo_command(CLI::App& app, ZooOptions& o, const std::string& db_he
   run->add_option("--mode", o.run.mode, "eager, lazy or once (as for `tracecache run`)")
       ->check(CLI::IsMember({"eager", "lazy", "once"}))
       ->capture_default_str();
-  run->add_option("--backend", o.run.backend, "cpu (compiled, cached) or reference (the uncached oracle)")
+  run->add_option("--backend", o.run.backend,
+                  "cpu (compiled, cached), reference (the uncached oracle) or sim:PRESET / "
+                  "sim:SPEC_FILE (as for `tracecache run`)")
       ->capture_default_str();
   run->add_option("--steps", o.run.steps, "Steps to run, each with fresh inputs (default 1)")
       ->check(CLI::PositiveNumber);

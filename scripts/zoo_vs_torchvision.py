@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
 """Checks a zoo model against torchvision: the same weights and input give the same logits.
+bert_base is checked against HuggingFace BertModel's forward written out in torch ops.
 
 Runs `tracecache zoo emit MODEL --save-weights` (the deterministic initial weights), runs the
 emitted program with `tracecache run --save-outputs` (the image input saved as an output too),
@@ -40,7 +41,70 @@ def read_safetensors(path):
     return tensors
 
 
+def bert_forward(sd, ids, types, mask, layers, heads):
+    """HuggingFace BertModel's inference forward, written out with torch ops (transformers is not
+    a dependency): embeddings, post-norm encoder layers with the additive mask, tanh pooler."""
+    F = torch.nn.functional
+    n, length = ids.shape
+    hidden = sd["embeddings.word_embeddings.weight"].shape[1]
+
+    def linear(x, p):
+        return F.linear(x, sd[p + ".weight"], sd[p + ".bias"])
+
+    def norm(x, p):
+        return F.layer_norm(x, (hidden,), sd[p + ".weight"], sd[p + ".bias"], eps=1e-12)
+
+    x = (sd["embeddings.word_embeddings.weight"][ids] +
+         sd["embeddings.token_type_embeddings.weight"][types] +
+         sd["embeddings.position_embeddings.weight"][torch.arange(length)][None])
+    x = norm(x, "embeddings.LayerNorm")
+    additive = (1.0 - mask[:, None, None, :].float()) * torch.finfo(torch.float32).min
+    d = hidden // heads
+    for i in range(layers):
+        p = f"encoder.layer.{i}"
+        split = lambda t: t.view(n, length, heads, d).permute(0, 2, 1, 3)
+        q, k, v = (split(linear(x, f"{p}.attention.self.{w}")) for w in ("query", "key", "value"))
+        scores = q @ k.transpose(-1, -2) / d ** 0.5 + additive
+        context = (scores.softmax(-1) @ v).permute(0, 2, 1, 3).reshape(n, length, hidden)
+        a = norm(linear(context, f"{p}.attention.output.dense") + x, f"{p}.attention.output.LayerNorm")
+        h = F.gelu(linear(a, f"{p}.intermediate.dense"))
+        x = norm(linear(h, f"{p}.output.dense") + a, f"{p}.output.LayerNorm")
+    return x, torch.tanh(linear(x[:, 0], "pooler.dense"))
+
+
+def check_bert(tc, preset, tmp):
+    weights = os.path.join(tmp, "bert.safetensors")
+    program = os.path.join(tmp, "bert.trace")
+    subprocess.run([tc, "zoo", "emit", "bert_base", "--preset", preset, "--save-weights", weights,
+                    "-o", program], check=True)
+    with open(program) as f:
+        text = f.read().replace("\noutput last_hidden_state, pooler_output\n",
+                                "\noutput last_hidden_state, pooler_output, input_ids\n")
+    with open(program, "w") as f:
+        f.write(text)
+    out = os.path.join(tmp, "bert_out")
+    subprocess.run([tc, "run", program, "--no-cache", "--save-outputs", out], check=True,
+                   stdout=subprocess.DEVNULL)
+    load = lambda k: np.load(os.path.join(out, f"step0_{k}.npy"))
+    ids = torch.from_numpy(load("input_ids"))
+    sd = read_safetensors(weights)
+    layers = 1 + max(int(k.split(".")[2]) for k in sd if k.startswith("encoder.layer."))
+    heads = 12 if preset == "default" else 4
+    with torch.no_grad():
+        hidden, pooled = bert_forward(sd, ids, torch.zeros_like(ids), torch.ones_like(ids), layers, heads)
+    ok = True
+    for ours, theirs, what in ((load("last_hidden_state"), hidden.numpy(), "last_hidden_state"),
+                               (load("pooler_output"), pooled.numpy(), "pooler_output")):
+        scale = max(np.abs(theirs).max(), 1e-30)
+        error = np.abs(ours - theirs).max() / scale
+        print(f"bert_base ({preset}) {what}: max |value| {scale:.3e}, max relative difference {error:.2e}")
+        ok = ok and error < 1e-4
+    return ok
+
+
 def check(tc, name, tmp):
+    if name == "bert_base":
+        return check_bert(tc, "default", tmp)
     weights = os.path.join(tmp, name + ".safetensors")
     program = os.path.join(tmp, name + ".trace")
     subprocess.run([tc, "zoo", "emit", name, "--save-weights", weights, "-o", program], check=True)

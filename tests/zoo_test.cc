@@ -312,6 +312,37 @@ TEST(ZooPrograms, WeightsFromAFileGiveTheSeededOutputs) {
   std::filesystem::remove(path);
 }
 
+// BERT's attention mask: a masked token changes no other token's output; unmasked, it does.
+TEST(ZooPrograms, BertMaskedTokensDoNotReachTheOthers) {
+  ModelSpec spec = model("bert_base", small());
+  const int64_t len = spec.inputs[0].shape[1];
+  ReferenceExecutor executor;
+  LazyContext ctx(&executor);
+  std::vector<Tensor> weights;
+  for (const TensorSpec& t : spec.tensors) weights.push_back(ctx.from_buffer(initial_value(t)));
+  auto hidden = [&](int64_t last_id, bool mask_last) {
+    HostBuffer ids(DType::kI64, Shape{1, len}), types(DType::kI64, Shape{1, len}),
+        mask(DType::kI64, Shape{1, len});
+    for (int64_t i = 0; i < len; ++i) {
+      ids.data<int64_t>()[i] = i == len - 1 ? last_id : (i * 37) % 1000;
+      mask.data<int64_t>()[i] = mask_last && i == len - 1 ? 0 : 1;
+    }
+    std::vector<Tensor> in = {ctx.from_buffer(std::move(ids)), ctx.from_buffer(std::move(types)),
+                              ctx.from_buffer(std::move(mask))};
+    Weights w(spec.tensors, weights);
+    return spec.forward(ctx, in, w)[0].to_vector<float>();
+  };
+  const size_t hidden_size = 64;
+  std::vector<float> a = hidden(5, true), b = hidden(900, true);
+  ASSERT_EQ(a.size(), static_cast<size_t>(len) * hidden_size);
+  size_t masked_start = static_cast<size_t>(len - 1) * hidden_size;
+  EXPECT_TRUE(std::equal(a.begin(), a.begin() + static_cast<std::ptrdiff_t>(masked_start), b.begin()));
+  EXPECT_FALSE(std::equal(a.begin() + static_cast<std::ptrdiff_t>(masked_start), a.end(),
+                          b.begin() + static_cast<std::ptrdiff_t>(masked_start)));
+  std::vector<float> c = hidden(5, false), d = hidden(900, false);
+  EXPECT_FALSE(std::equal(c.begin(), c.begin() + static_cast<std::ptrdiff_t>(hidden_size), d.begin()));
+}
+
 // The small variant of every model, on the reference evaluator, the cpu op runner (eager) and
 // the cpu runtime (lazy): eager and lazy cpu agree bit for bit; the reference agrees closely.
 TEST(ZooPrograms, EverySmallModelRunsTheSameEagerAndLazy) {

@@ -69,6 +69,7 @@ struct ZooOptions {
   int64_t resolution = 0;
   int64_t seq_len = 0;
   std::string weights;  // a .safetensors file; empty: deterministic initializers
+  std::vector<std::string> inputs;  // NAME=FILE.npy: that input's value instead of its generator
   std::string output;   // emit: the program file; empty: stdout
   std::string save_weights;  // emit: also write the initial weights here (.safetensors)
   bool json = false;    // list

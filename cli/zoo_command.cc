@@ -99,24 +99,40 @@ int list_command(const ZooOptions& o) {
   return kExitOk;
 }
 
-// How the emitted program spells the weights file: relative to the program's directory when
-// the program is written to a file, else absolute.
-std::string weights_reference(const ZooOptions& o) {
-  if (o.weights.empty()) return "";
+// How an emitted program spells a file it reads: relative to the program's directory when the
+// program is written to a file, else absolute.
+std::string file_reference(const ZooOptions& o, const std::string& path) {
+  if (path.empty()) return "";
   std::error_code ec;
-  fs::path weights = fs::absolute(o.weights, ec);
-  if (o.output.empty()) return weights.string();
+  fs::path file = fs::absolute(path, ec);
+  if (o.output.empty()) return file.string();
   fs::path dir = fs::absolute(o.output, ec).parent_path();
-  fs::path relative = weights.lexically_relative(dir);
-  return relative.empty() ? weights.string() : relative.string();
+  fs::path relative = file.lexically_relative(dir);
+  return relative.empty() ? file.string() : relative.string();
+}
+
+// The program options of `o`: weights and --input files spelled by file_reference (with
+// `absolute`, always absolute: the program is run from memory).
+Result<zoo::ProgramOptions> program_options(ZooOptions o, bool absolute) {
+  if (absolute) o.output.clear();
+  zoo::ProgramOptions po;
+  po.weights_path = file_reference(o, o.weights);
+  for (const std::string& spec : o.inputs) {
+    const size_t eq = spec.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == spec.size()) {
+      return invalid_argument(fmt::format("--input '{}': expected NAME=FILE.npy", spec));
+    }
+    po.input_files.emplace_back(spec.substr(0, eq), file_reference(o, spec.substr(eq + 1)));
+  }
+  return po;
 }
 
 int emit_command(const ZooOptions& o) {
   Result<zoo::ModelSpec> spec = model_spec(o);
   if (!spec.is_ok()) return report_error(spec.status());
-  zoo::ProgramOptions po;
-  po.weights_path = weights_reference(o);
-  Result<Program> program = zoo::model_program(*spec, po);
+  Result<zoo::ProgramOptions> po = program_options(o, /*absolute=*/false);
+  if (!po.is_ok()) return report_error(po.status());
+  Result<Program> program = zoo::model_program(*spec, *po);
   if (!program.is_ok()) return report_error(program.status());
   if (!o.save_weights.empty()) {
     Status st = zoo::write_initial_weights(*spec, o.save_weights);
@@ -141,10 +157,9 @@ int emit_command(const ZooOptions& o) {
 int run_zoo_model(const ZooOptions& o) {
   Result<zoo::ModelSpec> spec = model_spec(o);
   if (!spec.is_ok()) return report_error(spec.status());
-  zoo::ProgramOptions po;
-  std::error_code ec;
-  if (!o.weights.empty()) po.weights_path = fs::absolute(o.weights, ec).string();
-  Result<Program> program = zoo::model_program(*spec, po);
+  Result<zoo::ProgramOptions> po = program_options(o, /*absolute=*/true);
+  if (!po.is_ok()) return report_error(po.status());
+  Result<Program> program = zoo::model_program(*spec, *po);
   if (!program.is_ok()) return report_error(program.status());
   RunOptions run = o.run;
   run.program = spec->name;
@@ -183,6 +198,9 @@ CLI::App* add_zoo_command(CLI::App& app, ZooOptions& o, const std::string& db_he
     c->add_option("--weights", o.weights,
                   "A .safetensors file with the model's state_dict (checked against the model; "
                   "default: deterministic initializers)");
+    c->add_option("--input", o.inputs,
+                  "NAME=FILE.npy: read model input NAME (e.g. image, input_ids) from a .npy file "
+                  "instead of its seeded generator (repeatable)");
   };
   CLI::App* list = zoo->add_subcommand("list", "Every model: name, parameter count, default input.");
   list->add_flag("--json", o.json, "Print a JSON array");
@@ -206,6 +224,8 @@ CLI::App* add_zoo_command(CLI::App& app, ZooOptions& o, const std::string& db_he
   run->add_flag("--no-cache", o.run.no_cache, "Compile in memory only; do not open the cache database");
   run->add_flag("--json", o.run.json, "Print one JSON object, as `tracecache run --json`");
   run->add_flag("--metrics", o.run.metrics, "Print the metrics report");
+  run->add_option("--save-outputs", o.run.save_outputs,
+                  "Write every output of every step to DIR/step<N>_<name>.npy");
   return zoo;
 }
 

@@ -126,9 +126,25 @@ Result<Program> model_program(const ModelSpec& spec, const ProgramOptions& optio
     return ctx.from_buffer(std::move(data));
   };
   std::vector<TensorDecl> decls;
+  for (const auto& [name, path] : options.input_files) {
+    bool known = false;
+    for (const InputSpec& in : spec.inputs) known = known || in.name == name;
+    if (!known) {
+      std::string names;
+      for (const InputSpec& in : spec.inputs) names += (names.empty() ? "" : ", ") + in.name;
+      return invalid_argument(fmt::format("{} has no input '{}' (its inputs: {})", spec.name, name, names));
+    }
+  }
   for (const InputSpec& in : spec.inputs) {
     inputs.push_back(make(in.dtype, in.shape, decls.size()));
-    decls.push_back({TensorDecl::Role::kInput, in.name, in.dtype, dims_of(in.shape), in.init, {}});
+    Generator init = in.init;
+    for (const auto& [name, path] : options.input_files) {
+      if (name != in.name) continue;
+      init = Generator{};
+      init.kind = Generator::Kind::kNpy;
+      init.path = path;
+    }
+    decls.push_back({TensorDecl::Role::kInput, in.name, in.dtype, dims_of(in.shape), init, {}});
   }
   for (const TensorSpec& t : spec.tensors) {
     weights.push_back(make(t.dtype, t.shape, decls.size()));

@@ -15,6 +15,8 @@
 #pragma once
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "capture/program.h"
 #include "capture/safetensors.h"
@@ -28,6 +30,9 @@ struct ProgramOptions {
   // state_dict name from this .safetensors file, spelled in the program exactly as given here
   // (relative paths resolve against the program file's directory when it is loaded).
   std::string weights_path;
+  // Inputs read from .npy files instead of their generators: (input name, path as spelled in
+  // the program). A name the model has no input of is an error.
+  std::vector<std::pair<std::string, std::string>> input_files;
   // Prefix of the program's error messages (Program::file_name); empty: "<model>.trace".
   std::string file_name;
 };

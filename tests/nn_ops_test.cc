@@ -558,7 +558,7 @@ TEST(NnCpu, ActivationsBitwiseOnSpecialsAndIntegers) {
   HostBuffer xi(DType::kI32, {1000}), xl(DType::kI64, {1000});
   for (int64_t i = 0; i < 1000; ++i) {
     xi.data<int32_t>()[i] = static_cast<int32_t>(i * 7919 % 2001) - 1000;
-    xl.data<int64_t>()[i] = (i % 3 == 0 ? std::numeric_limits<int64_t>::min() : i * 1000003) - 500;
+    xl.data<int64_t>()[i] = i % 3 == 0 ? std::numeric_limits<int64_t>::min() : i * 1000003 - 500;
   }
   expect_cpu_matches(OpKind::kClamp, {&xi}, {{"min", real(-10.5)}, {"max", real(20.5)}}, "clamp i32");
   expect_cpu_matches(OpKind::kClamp, {&xl}, {{"min", real(-1e30)}, {"max", real(1e5)}}, "clamp i64");

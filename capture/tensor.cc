@@ -8,21 +8,6 @@
 
 namespace tracecache {
 
-constexpr NodeId kNoNode = std::numeric_limits<NodeId>::max();
-
-// The shared state behind Tensor handles. Pending: `node` names its node in the context's
-// trace and `data` is null. Materialized: `data` holds the value and `node` is kNoNode.
-struct TensorImpl {
-  uint32_t refs = 1;
-  LazyContext* ctx = nullptr;
-  TensorType type;
-  NodeId node = kNoNode;
-  uint32_t pending_slot = 0;
-  BufferRef data;
-
-  bool pending() const { return node != kNoNode; }
-};
-
 // A span of n scratch values: inline for the common small case, on the heap beyond it.
 template <typename T, size_t N = 4>
 class Scratch {
@@ -55,14 +40,10 @@ Tensor::~Tensor() {
   }
 }
 
-DType Tensor::dtype() const { return impl_->type.dtype; }
 const Shape& Tensor::shape() const {
   if (impl_->ctx->options_.capture) impl_->ctx->observe(impl_);
   return impl_->type.shape;
 }
-const Shape& Tensor::peek_shape() const { return impl_->type.shape; }
-LazyContext& Tensor::context() const { return *impl_->ctx; }
-bool Tensor::is_materialized() const { return !impl_->pending(); }
 
 BufferRef Tensor::buffer() const {
   assert(defined());
@@ -73,10 +54,6 @@ BufferRef Tensor::buffer() const {
   return impl_->data;
 }
 
-const HostBuffer* Tensor::data_ptr() const {
-  assert(defined() && !impl_->pending());
-  return impl_->data.get();
-}
 
 double Tensor::item() const {
   if (numel() != 1) {

@@ -24,6 +24,7 @@
 #include <chrono>
 #include <cstdint>
 #include <initializer_list>
+#include <limits>
 #include <span>
 #include <unordered_map>
 #include <vector>
@@ -39,7 +40,22 @@
 namespace tracecache {
 
 class LazyContext;
-struct TensorImpl;
+
+inline constexpr NodeId kNoNode = std::numeric_limits<NodeId>::max();
+
+// The shared state behind Tensor handles (an implementation detail, in the header so that the
+// accessors guard checks use inline). Pending: `node` names its node in the context's trace and
+// `data` is null. Materialized: `data` holds the value and `node` is kNoNode.
+struct TensorImpl {
+  uint32_t refs = 1;
+  LazyContext* ctx = nullptr;
+  TensorType type;
+  NodeId node = kNoNode;
+  uint32_t pending_slot = 0;
+  BufferRef data;
+
+  bool pending() const { return node != kNoNode; }
+};
 
 // Runs canonical graphs. capture/ provides the reference evaluator (reference.h); replay/
 // provides compiled, cached execution.
@@ -64,25 +80,25 @@ class Tensor {
 
   bool defined() const { return impl_ != nullptr; }
   // REQUIRES (all below): defined().
-  DType dtype() const;
+  DType dtype() const { return impl_->type.dtype; }
   // Reading the shape is an observation: while a context captures a trace template
   // (LazyOptions::capture), the traced code may depend on it, so it is noted there.
   const Shape& shape() const;
   // The shape without noting an observation, for code that only passes it on as an
   // attribute bound with AttrBinding (whose element then follows the size), never branches on
   // it. Misuse makes a shape-polymorphic trace unsound.
-  const Shape& peek_shape() const;
+  const Shape& peek_shape() const { return impl_->type.shape; }
   int rank() const { return peek_shape().rank(); }  // ranks are guarded, not dynamic
   int64_t numel() const { return shape().numel(); }
-  LazyContext& context() const;
+  LazyContext& context() const { return *impl_->ctx; }
   // True once the value is known (no pending computation).
-  bool is_materialized() const;
+  bool is_materialized() const { return !impl_->pending(); }
 
   // Value reads: materialize (a barrier for this tensor) and return the data.
   BufferRef buffer() const;
   // The data of a materialized tensor without taking a reference (no atomic operations).
   // REQUIRES: is_materialized(). The pointer lives as long as this tensor's value.
-  const HostBuffer* data_ptr() const;
+  const HostBuffer* data_ptr() const { return impl_->data.get(); }
   // The single element converted to double. Throws Error unless numel() == 1.
   double item() const;
   // Elements converted to T, row-major.

@@ -399,7 +399,13 @@ struct CompiledFunction::Impl {
   // Checks in order; a count or rank failure stops the walk (later checks index by them).
   bool holds(const Entry& e, const CallArgs& args) const {
     for (const Check& c : e.checks) {
-      if (!passes(c, args)) return false;
+      if (c.kind == Check::Kind::kSize) {  // most checks: inline
+        if (static_cast<uint64_t>(args.tensors[c.index].peek_shape()[static_cast<int>(c.dim)]) != c.expected) {
+          return false;
+        }
+      } else if (!passes(c, args)) {
+        return false;
+      }
     }
     return true;
   }

@@ -6,6 +6,9 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 jobs=$(nproc)
 
+# tests/cli/torch_weights.sh checks resnet18 against PyTorch itself: Debian's python3-torch.
+bash "$root/scripts/setup.sh" --peers
+
 echo "== release build + tests"
 bash "$root/scripts/build.sh" "$root/build"
 ctest --test-dir "$root/build" --output-on-failure -j "$jobs"

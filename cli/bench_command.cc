@@ -11,10 +11,18 @@
 // lazy / once of host overhead and of step time. On the sim backend each row also has the
 // medians of the simulated timeline (cli: SimInterval): step, host, wait, device busy and idle
 // time and bytes copied.
+//
+// After the rows, a summary with one line per target: the median step time of each mode, the
+// host overhead of lazy and once, and the once-vs-lazy speedups, with their geometric mean over
+// the targets that ran both. On the sim backend the wall-clock step is not the step of the
+// simulated device (it includes the host computing the device's numbers), so the summary and the
+// speedups use the simulated timeline: step = sim step_us, host overhead = sim host_us (the
+// host's own work, waits excluded), and add each mode's device busy and idle time.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <sstream>
 
@@ -31,6 +39,7 @@ struct BenchRow {
   std::string target;
   Mode mode = Mode::kLazy;
   int steps = 0;
+  int warmup = 0;
   double step_us = 0;      // medians over the timed steps
   double kernel_us = 0;
   double overhead_us = 0;
@@ -89,26 +98,27 @@ class Progress {
 // keeping the names, so recording during the step allocates no map nodes), so the "run" timer
 // and the counters hold exactly that step's numbers.
 Result<BenchRow> bench_one(const Program& program, const std::string& target, Mode mode,
-                           const BenchOptions& options, store::CacheDb* db) {
+                           int steps, int warmup, const BenchOptions& options,
+                           store::CacheDb* db) {
   Metrics metrics;
   Result<std::unique_ptr<ProgramSession>> session = ProgramSession::create(
       program, {.mode = mode, .backend = options.backend, .db = db, .metrics = &metrics});
   if (!session.is_ok()) return session.status();
   ProgramSession& s = **session;
   Progress progress(target, mode);
-  for (int step = 0; step < options.warmup; ++step) {
-    progress.step("warmup", step, options.warmup);
+  for (int step = 0; step < warmup; ++step) {
+    progress.step("warmup", step, warmup);
     Result<ProgramSession::PreparedStep> p = s.prepare(step);
     if (!p.is_ok()) return p.status();
     Result<std::vector<BufferRef>> outs = s.run(*p);
     if (!outs.is_ok()) return outs.status();
   }
-  BenchRow row{.target = target, .mode = mode, .steps = options.steps};
+  BenchRow row{.target = target, .mode = mode, .steps = steps, .warmup = warmup};
   std::vector<double> step_us, kernel_us, overhead_us;
   std::vector<SimInterval> sim_steps;
-  for (int i = 0; i < options.steps; ++i) {
-    int step = options.warmup + i;
-    progress.step("timed", i, options.steps);
+  for (int i = 0; i < steps; ++i) {
+    int step = warmup + i;
+    progress.step("timed", i, steps);
     Result<ProgramSession::PreparedStep> p = s.prepare(step);
     if (!p.is_ok()) return p.status();
     metrics.clear_values();
@@ -156,6 +166,11 @@ struct Speedup {
   double step = 0;      // lazy step time / once step time
 };
 
+// The step time and host overhead a comparison uses: wall clock on cpu and reference, the
+// simulated timeline on sim (see the top of this file).
+double step_of(const BenchRow& r) { return r.sim ? r.sim->step_us : r.step_us; }
+double overhead_of(const BenchRow& r) { return r.sim ? r.sim->host_us : r.overhead_us; }
+
 std::vector<Speedup> speedups(const std::vector<BenchRow>& rows) {
   std::vector<Speedup> out;
   for (const BenchRow& once : rows) {
@@ -163,24 +178,89 @@ std::vector<Speedup> speedups(const std::vector<BenchRow>& rows) {
     for (const BenchRow& lazy : rows) {
       if (lazy.mode != Mode::kLazy || lazy.target != once.target) continue;
       out.push_back({once.target,
-                     once.overhead_us > 0 ? lazy.overhead_us / once.overhead_us : 0,
-                     once.step_us > 0 ? lazy.step_us / once.step_us : 0});
+                     overhead_of(once) > 0 ? overhead_of(lazy) / overhead_of(once) : 0,
+                     step_of(once) > 0 ? step_of(lazy) / step_of(once) : 0});
     }
   }
   return out;
+}
+
+// One target's line of the summary: its rows by mode.
+struct SummaryLine {
+  std::string target;
+  const BenchRow* by_mode[3] = {nullptr, nullptr, nullptr};  // eager, lazy, once
+  std::optional<Speedup> speedup;
+};
+
+int mode_index(Mode m) { return m == Mode::kEager ? 0 : m == Mode::kLazy ? 1 : 2; }
+
+std::vector<SummaryLine> summary(const std::vector<BenchRow>& rows) {
+  std::vector<SummaryLine> lines;
+  for (const BenchRow& r : rows) {
+    auto it = std::find_if(lines.begin(), lines.end(),
+                           [&r](const SummaryLine& l) { return l.target == r.target; });
+    if (it == lines.end()) it = lines.insert(lines.end(), SummaryLine{.target = r.target, .by_mode = {}, .speedup = std::nullopt});
+    it->by_mode[mode_index(r.mode)] = &r;
+  }
+  for (const Speedup& s : speedups(rows)) {
+    for (SummaryLine& l : lines) {
+      if (l.target == s.target) l.speedup = s;
+    }
+  }
+  return lines;
+}
+
+struct Geomean {
+  int targets = 0;  // targets with both lazy and once (and ratios > 0)
+  double step = 0;
+  double overhead = 0;
+};
+
+Geomean geomean(const std::vector<Speedup>& ups) {
+  Geomean g;
+  double log_step = 0, log_overhead = 0;
+  for (const Speedup& s : ups) {
+    if (!(s.step > 0) || !(s.overhead > 0)) continue;
+    ++g.targets;
+    log_step += std::log(s.step);
+    log_overhead += std::log(s.overhead);
+  }
+  if (g.targets > 0) {
+    g.step = std::exp(log_step / g.targets);
+    g.overhead = std::exp(log_overhead / g.targets);
+  }
+  return g;
+}
+
+// The steps and warmup every row ran, if they are the same for all rows.
+std::optional<std::pair<int, int>> uniform_steps(const std::vector<BenchRow>& rows) {
+  if (rows.empty()) return std::nullopt;
+  for (const BenchRow& r : rows) {
+    if (r.steps != rows[0].steps || r.warmup != rows[0].warmup) return std::nullopt;
+  }
+  return std::pair{rows[0].steps, rows[0].warmup};
 }
 
 void print_json(const BenchOptions& options, const std::vector<BenchRow>& rows) {
   JsonWriter j;
   j.begin_object();
   j.key("backend").value(options.backend);
-  j.key("steps").value(options.steps);
-  j.key("warmup").value(options.warmup);
+  // Every row's steps and warmup; null when they differ (see the rows).
+  std::optional<std::pair<int, int>> same = uniform_steps(rows);
+  if (same) {
+    j.key("steps").value(same->first);
+    j.key("warmup").value(same->second);
+  } else {
+    j.key("steps").null();
+    j.key("warmup").null();
+  }
   j.key("rows").begin_array();
   for (const BenchRow& r : rows) {
     j.begin_object();
     j.key("target").value(r.target);
     j.key("mode").value(mode_name(r.mode));
+    j.key("steps").value(r.steps);
+    j.key("warmup").value(r.warmup);
     j.key("step_us").value(rounded(r.step_us));
     j.key("kernel_us").value(rounded(r.kernel_us));
     j.key("overhead_us").value(rounded(r.overhead_us));
@@ -209,15 +289,165 @@ void print_json(const BenchOptions& options, const std::vector<BenchRow>& rows) 
     j.end_object();
   }
   j.end_array();
+  const bool sim = std::any_of(rows.begin(), rows.end(), [](const BenchRow& r) { return r.sim; });
+  j.key("summary_step_time").value(sim ? "simulated" : "wall");
+  j.key("summary").begin_array();
+  auto number_or_null = [&j](const BenchRow* r, auto field) {
+    if (r) {
+      j.value(rounded(field(*r)));
+    } else {
+      j.null();
+    }
+  };
+  for (const SummaryLine& l : summary(rows)) {
+    j.begin_object();
+    j.key("target").value(l.target);
+    for (Mode m : {Mode::kEager, Mode::kLazy, Mode::kOnce}) {
+      const BenchRow* r = l.by_mode[mode_index(m)];
+      j.key(fmt::format("{}_step_us", mode_name(m)));
+      number_or_null(r, step_of);
+    }
+    for (Mode m : {Mode::kLazy, Mode::kOnce}) {
+      j.key(fmt::format("{}_overhead_us", mode_name(m)));
+      number_or_null(l.by_mode[mode_index(m)], overhead_of);
+    }
+    if (l.speedup) {
+      j.key("step_once_vs_lazy").value(rounded(l.speedup->step));
+      j.key("overhead_once_vs_lazy").value(rounded(l.speedup->overhead));
+    } else {
+      j.key("step_once_vs_lazy").null();
+      j.key("overhead_once_vs_lazy").null();
+    }
+    if (sim) {
+      for (Mode m : {Mode::kLazy, Mode::kOnce}) {
+        const BenchRow* r = l.by_mode[mode_index(m)];
+        if (r && !r->sim) r = nullptr;
+        j.key(fmt::format("{}_host_wait_us", mode_name(m)));
+        number_or_null(r, [](const BenchRow& x) { return x.sim->host_wait_us; });
+        j.key(fmt::format("{}_device_busy_us", mode_name(m)));
+        number_or_null(r, [](const BenchRow& x) { return x.sim->device_busy_us; });
+        j.key(fmt::format("{}_device_idle_us", mode_name(m)));
+        number_or_null(r, [](const BenchRow& x) { return x.sim->device_idle_us; });
+      }
+    }
+    j.end_object();
+  }
+  j.end_array();
+  Geomean g = geomean(speedups(rows));
+  j.key("geomean").begin_object();
+  j.key("targets").value(g.targets);
+  if (g.targets > 0) {
+    j.key("step_once_vs_lazy").value(rounded(g.step));
+    j.key("overhead_once_vs_lazy").value(rounded(g.overhead));
+  } else {
+    j.key("step_once_vs_lazy").null();
+    j.key("overhead_once_vs_lazy").null();
+  }
+  j.end_object();
   j.end_object();
   out(j.str() + "\n");
+}
+
+// The summary as a text table: only the columns of modes that ran.
+void print_summary(const std::vector<BenchRow>& rows) {
+  std::vector<SummaryLine> lines = summary(rows);
+  const bool sim = std::any_of(rows.begin(), rows.end(), [](const BenchRow& r) { return r.sim; });
+  auto ran = [&rows](Mode m) {
+    return std::any_of(rows.begin(), rows.end(), [m](const BenchRow& r) { return r.mode == m; });
+  };
+  struct Column {
+    std::string header;
+    std::function<std::optional<double>(const SummaryLine&)> get;
+    bool ratio = false;  // printed as 1.23x
+  };
+  std::vector<Column> cols;
+  auto of_mode = [](Mode m, auto field) {
+    return [m, field](const SummaryLine& l) -> std::optional<double> {
+      const BenchRow* r = l.by_mode[mode_index(m)];
+      if (!r) return std::nullopt;
+      return field(*r);
+    };
+  };
+  for (Mode m : {Mode::kEager, Mode::kLazy, Mode::kOnce}) {
+    if (ran(m)) cols.push_back({fmt::format("{} step", mode_name(m)), of_mode(m, step_of)});
+  }
+  for (Mode m : {Mode::kLazy, Mode::kOnce}) {
+    if (ran(m)) {
+      cols.push_back({fmt::format("{} {}", mode_name(m), sim ? "host" : "overhead"),
+                      of_mode(m, overhead_of)});
+    }
+  }
+  if (sim) {
+    for (Mode m : {Mode::kLazy, Mode::kOnce}) {
+      if (!ran(m)) continue;
+      auto field = [](double SimInterval::*f) {
+        return [f](const BenchRow& r) { return r.sim ? (*r.sim).*f : 0.0; };
+      };
+      cols.push_back({fmt::format("{} busy", mode_name(m)), of_mode(m, field(&SimInterval::device_busy_us))});
+      cols.push_back({fmt::format("{} idle", mode_name(m)), of_mode(m, field(&SimInterval::device_idle_us))});
+    }
+  }
+  const bool both = ran(Mode::kLazy) && ran(Mode::kOnce);
+  if (both) {
+    cols.push_back({sim ? "host once/lazy" : "overhead once/lazy",
+                    [](const SummaryLine& l) -> std::optional<double> {
+                      if (!l.speedup) return std::nullopt;
+                      return l.speedup->overhead;
+                    },
+                    true});
+    cols.push_back({"step once/lazy",
+                    [](const SummaryLine& l) -> std::optional<double> {
+                      if (!l.speedup) return std::nullopt;
+                      return l.speedup->step;
+                    },
+                    true});
+  }
+  Geomean g = geomean(speedups(rows));
+  const std::string geo_label = fmt::format("geomean ({})", g.targets);
+  size_t width = std::max<size_t>(6, geo_label.size());
+  for (const SummaryLine& l : lines) width = std::max(width, l.target.size());
+  out(fmt::format("\nsummary: medians per step in microseconds; {}; once/lazy = lazy / once\n",
+                  sim ? "simulated timeline: step = host + wait, host = the host's own work, "
+                        "busy/idle = the device's"
+                      : "overhead = step time not in kernels"));
+  std::string header = fmt::format("{:<{}}", "target", width);
+  for (const Column& c : cols) header += fmt::format("  {:>{}}", c.header, std::max<size_t>(10, c.header.size()));
+  out(header + "\n");
+  for (const SummaryLine& l : lines) {
+    std::string line = fmt::format("{:<{}}", l.target, width);
+    for (const Column& c : cols) {
+      size_t w = std::max<size_t>(10, c.header.size());
+      std::optional<double> v = c.get(l);
+      line += !v       ? fmt::format("  {:>{}}", "-", w)
+              : c.ratio ? fmt::format("  {:>{}}", fmt::format("{:.2f}x", *v), w)
+                        : fmt::format("  {:>{}.1f}", *v, w);
+    }
+    out(line + "\n");
+  }
+  if (both && g.targets > 0) {
+    std::string line = fmt::format("{:<{}}", geo_label, width);
+    for (size_t i = 0; i < cols.size(); ++i) {
+      size_t w = std::max<size_t>(10, cols[i].header.size());
+      std::string cell = i + 2 == cols.size()   ? fmt::format("{:.2f}x", g.overhead)
+                         : i + 1 == cols.size() ? fmt::format("{:.2f}x", g.step)
+                                                : "";
+      line += fmt::format("  {:>{}}", cell, w);
+    }
+    out(line + "\n");
+  }
 }
 
 void print_table(const BenchOptions& options, const std::vector<BenchRow>& rows) {
   size_t width = 6;
   for (const BenchRow& r : rows) width = std::max(width, r.target.size());
-  out(fmt::format("backend {}, {} timed steps after {} warmup; medians per step, microseconds\n",
-                  options.backend, options.steps, options.warmup));
+  if (std::optional<std::pair<int, int>> same = uniform_steps(rows)) {
+    out(fmt::format("backend {}, {} timed steps after {} warmup; medians per step, microseconds\n",
+                    options.backend, same->first, same->second));
+  } else {
+    out(fmt::format("backend {}, timed steps after warmup: {} after {} ({} after {} for full-size zoo "
+                    "models); medians per step, microseconds\n",
+                    options.backend, kBenchSteps, kBenchWarmup, kBenchZooSteps, kBenchZooWarmup));
+  }
   out(fmt::format("{:<{}}  {:<5}  {:>10}  {:>10}  {:>12}  {:>6}\n", "target", width, "mode",
                   "step us", "kernel us", "overhead us", "traces"));
   for (const BenchRow& r : rows) {
@@ -236,6 +466,7 @@ void print_table(const BenchOptions& options, const std::vector<BenchRow>& rows)
     out(fmt::format("{}: once/lazy speedup: host overhead {:.1f}x, step time {:.2f}x\n", s.target,
                     s.overhead, s.step));
   }
+  print_summary(rows);
 }
 
 }  // namespace
@@ -243,12 +474,13 @@ void print_table(const BenchOptions& options, const std::vector<BenchRow>& rows)
 int bench_command(const BenchOptions& options) {
   Result<std::vector<Mode>> modes = parse_modes(options.modes);
   if (!modes.is_ok()) return report_error(modes.status());
-  if (options.steps < 1 || options.warmup < 0) {
+  if (options.steps < 0 || options.warmup < -1) {
     return report_error(invalid_argument("--steps must be >= 1 and --warmup >= 0"));
   }
   // A target is a trace program, or else the name of a zoo model.
   std::vector<Program> programs;
   std::vector<std::string> labels;
+  std::vector<bool> full_size;  // zoo models at the default preset
   for (const std::string& t : options.targets) {
     std::error_code ec;
     bool zoo_model = !std::filesystem::exists(t, ec) && is_zoo_model(t);
@@ -262,6 +494,7 @@ int bench_command(const BenchOptions& options) {
       return report_error(p.status());
     }
     programs.push_back(std::move(p).value());
+    full_size.push_back(zoo_model && options.preset == "default");
     labels.push_back(!zoo_model ? std::filesystem::path(t).filename().string()
                      : options.preset == "default" ? t
                                                    : fmt::format("{}:{}", t, options.preset));
@@ -276,12 +509,16 @@ int bench_command(const BenchOptions& options) {
   std::vector<BenchRow> rows;
   for (size_t t = 0; t < programs.size(); ++t) {
     const std::string& target = labels[t];
+    const int steps = options.steps > 0 ? options.steps : full_size[t] ? kBenchZooSteps : kBenchSteps;
+    const int warmup = options.warmup >= 0 ? options.warmup
+                       : full_size[t]      ? kBenchZooWarmup
+                                           : kBenchWarmup;
     for (Mode mode : *modes) {
       std::fputs(fmt::format("bench: {} {}: {} warmup + {} timed steps\n", target,
-                             mode_name(mode), options.warmup, options.steps)
+                             mode_name(mode), warmup, steps)
                      .c_str(),
                  stderr);
-      Result<BenchRow> row = bench_one(programs[t], target, mode, options, db.get());
+      Result<BenchRow> row = bench_one(programs[t], target, mode, steps, warmup, options, db.get());
       if (!row.is_ok()) return report_error(row.status());
       rows.push_back(std::move(row).value());
     }

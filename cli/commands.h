@@ -54,11 +54,15 @@ struct BenchOptions {
   std::string preset = "default";    // for zoo models
   std::string modes = "eager,lazy,once";
   std::string backend = "cpu";
-  int steps = 20;
-  int warmup = 5;
+  // 0 / -1: per target, kBenchSteps / kBenchWarmup, or kBenchZooSteps / kBenchZooWarmup for
+  // zoo models at the default (full-size) preset, whose steps take up to seconds on a CPU.
+  int steps = 0;
+  int warmup = -1;
   bool json = false;
   std::string db;  // empty: no disk cache (compiles stay in memory)
 };
+inline constexpr int kBenchSteps = 20, kBenchWarmup = 5;
+inline constexpr int kBenchZooSteps = 5, kBenchZooWarmup = 2;
 int bench_command(const BenchOptions& options);
 
 // `zoo list | emit | run` (cli/zoo_command.cc).

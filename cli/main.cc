@@ -69,14 +69,17 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   bench_cmd->add_option("--backend", bench.backend, "cpu, reference (eager and lazy only) or sim:PRESET|SPEC_FILE (lazy and once)")
       ->capture_default_str();
-  bench_cmd->add_option("--steps", bench.steps, "Timed steps per target and mode")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
-  bench_cmd->add_option("--warmup", bench.warmup, "Untimed steps first (traces and compiles happen here)")
-      ->check(CLI::NonNegativeNumber)
-      ->capture_default_str();
+  bench_cmd->add_option("--steps", bench.steps,
+                        fmt::format("Timed steps per target and mode (default: {}; {} for zoo models "
+                                    "at the default preset)", kBenchSteps, kBenchZooSteps))
+      ->check(CLI::PositiveNumber);
+  bench_cmd->add_option("--warmup", bench.warmup,
+                        fmt::format("Untimed steps first, where traces and compiles happen (default: "
+                                    "{}; {} for zoo models at the default preset)", kBenchWarmup,
+                                    kBenchZooWarmup))
+      ->check(CLI::NonNegativeNumber);
   bench_cmd->add_option("--db", bench.db, "Cache database to use (default: none, compile in memory)");
-  bench_cmd->add_flag("--json", bench.json, "Print one JSON object: rows (per target and mode) and speedups");
+  bench_cmd->add_flag("--json", bench.json, "Print one JSON object: rows (per target and mode), speedups, summary (per target) and geomean");
 
   ZooOptions zoo;
   zoo.run.db.env = cache_env;

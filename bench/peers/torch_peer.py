@@ -627,6 +627,29 @@ class LazyRunner:
         torch._lazy.wait_device_ops()
         return max_rel_diff(out, ref)
 
+    def check_submodules(self):
+        """Lazy vs eager per top-level submodule output: catches what the final output can
+        hide (torchvision zero-initializes vit_b_16's head, so its logits are all 0)."""
+        seen = {"eager": {}, "lazy": {}}
+        hooks = []
+        for tag, model in (("eager", self.src_model), ("lazy", self.model)):
+            for name, child in model.named_children():
+                def hook(mod, inp, out, name=name, tag=tag):
+                    if isinstance(out, torch.Tensor):
+                        seen[tag][name] = out
+                hooks.append(child.register_forward_hook(hook))
+        try:
+            self.src_model(*self.src_inputs)
+            self.forward()
+            torch._lazy.mark_step()
+            torch._lazy.wait_device_ops()
+        finally:
+            for h in hooks:
+                h.remove()
+        return {name: max_rel_diff(seen["lazy"][name], ref)
+                for name, ref in seen["eager"].items()
+                if name in seen["lazy"] and ref.abs().max() > 0}
+
     def forward(self):
         if self.mha_fix is None:
             return self.model(*self.inputs)
@@ -832,10 +855,12 @@ def run_model(name, args, per_event_ns, index, total):
     tag = f"[{index}/{total}] {name}"
     log(f"{tag}: building")
     model, inputs, params, note = build(name, args)
-    result = {"model": name, "params": params, "inputs": [list(x.shape) for x in inputs]}
+    result = {"model": name, "params": params, "inputs": [list(x.shape) for x in inputs],
+              "loadavg_start": list(os.getloadavg())}
     if note:
         result["note"] = note
     ref = model(*inputs)
+    result["outputs_all_zero"] = all(float(t.abs().max()) == 0 for t in flat_outputs(ref))
     result["eager_kernels"] = kernel_probe(model, inputs)
 
     runners = []
@@ -844,6 +869,8 @@ def run_model(name, args, per_event_ns, index, total):
         t0 = time.perf_counter()
         r.prepare()
         r.info["max_rel_diff_vs_eager"] = r.check(ref)
+        if mode == "lazy":
+            r.info["submodule_max_rel_diff_vs_eager"] = r.check_submodules()
         warm = args.warmup if mode == "eager" else max(args.warmup, 2)
         for _ in range(warm):
             r.step()
@@ -851,7 +878,7 @@ def run_model(name, args, per_event_ns, index, total):
             r.trace_ns.clear()
             r.sync_ns.clear()
         log(f"{tag} {mode}: ready in {time.perf_counter() - t0:.1f} s "
-            f"({' '.join(f'{k}={v:.3g}' for k, v in r.info.items())})")
+            f"({' '.join(f'{k}={v:.3g}' for k, v in r.info.items() if isinstance(v, (int, float)))})")
         runners.append(r)
 
     times = {r.mode: [] for r in runners}
@@ -896,6 +923,9 @@ def run_model(name, args, per_event_ns, index, total):
                 entry["sync_host_ms"] = prof["sync_host_ms"]
                 entry["host_overhead_ms"] = entry["trace_host_ms"] + entry["sync_host_ms"]
                 entry["fallback_ms"] = prof["fallback_ms"]
+                # every executed graph must have been seen as a GraphExecutor run
+                entry["profiled_graph_runs_match_counters"] = (
+                    round(prof["graph_runs"]) == round(entry["per_step"]["graphs_run"]))
             log(f"{tag} lazy: host overhead "
                 f"{entry.get('host_overhead_ms', float('nan')):.3f} ms/step, "
                 f"{entry['per_step']['graphs_run']:.0f} graph(s)/step, "
@@ -1049,9 +1079,22 @@ def table(report):
         if r.get("eager_kernels"):
             notes.append("eager kernels " + ", ".join(
                 f"{k.replace('aten::', '')} x{v}" for k, v in sorted(r["eager_kernels"].items())))
+        diffs = [f"{m} {r[m]['max_rel_diff_vs_eager']:.1g}" for m in ("jit", "lazy")
+                 if "max_rel_diff_vs_eager" in r.get(m, {})]
+        if r.get("outputs_all_zero"):
+            diffs.append("(the model's outputs are all zero)")
+        subs = lz.get("submodule_max_rel_diff_vs_eager")
+        if subs:
+            diffs.append(f"lazy per top-level submodule {max(subs.values()):.1g} "
+                         f"(over {len(subs)})")
+        if diffs:
+            notes.append("outputs vs eager, max rel diff: " + ", ".join(diffs))
         if lz.get("fallbacks"):
             notes.append("lazy CPU fallbacks/step " + ", ".join(
                 f"{k.replace('aten::', '')} x{v:g}" for k, v in lz["fallbacks"].items()))
+        if lz.get("profiled_graph_runs_match_counters") is False:
+            notes.append("WARNING: profiled graph runs differ from LTC's compile counters; "
+                         "host split unreliable")
         if lz and lz.get("per_step", {}).get("compiles"):
             notes.append(f"lazy compiles in timed steps: {lz['per_step']['compiles']:g}/step")
         if "final_graph_nodes" in lz:

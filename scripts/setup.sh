@@ -1,12 +1,25 @@
 #!/usr/bin/env bash
 # Installs the Debian packages tracecache builds with, if any is missing.
 # Idempotent and non-interactive; does nothing when everything is present.
+#
+#   scripts/setup.sh           the build dependencies (what scripts/build.sh runs)
+#   scripts/setup.sh --peers   only the PyTorch peer's: Debian's python3-torch 1.13 and
+#                              python3-torchvision 0.14 (they import under /usr/bin/python3)
+#                              with OpenBLAS, for bench/peers/ and
+#                              scripts/export_torchvision_weights.py
 set -euo pipefail
 packages=(
   cmake ninja-build g++ pkg-config
   libsqlite3-dev sqlite3 libxxhash-dev libprotobuf-dev protobuf-compiler
   libcli11-dev libfmt-dev libgtest-dev libgmock-dev libbenchmark-dev libopenblas-dev
 )
+for arg in "$@"; do
+  case "$arg" in
+    --peers) packages=(python3-torch python3-torchvision libopenblas-dev) ;;
+    -h|--help) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "setup: unknown option '$arg' (try --help)" >&2; exit 2 ;;
+  esac
+done
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

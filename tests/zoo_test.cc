@@ -18,7 +18,9 @@
 #include "capture/safetensors.h"
 #include "replay/cpu_backend.h"
 #include "replay/eager_runner.h"
+#include "replay/device_spec.h"
 #include "replay/runtime.h"
+#include "replay/sim_backend.h"
 #include "zoo/layers.h"
 #include "zoo/model.h"
 #include "zoo/program.h"
@@ -344,8 +346,9 @@ TEST(ZooPrograms, BertMaskedTokensDoNotReachTheOthers) {
 }
 
 // The small variant of every model, on the reference evaluator, the cpu op runner (eager) and
-// the cpu runtime (lazy): eager and lazy cpu agree bit for bit; the reference agrees closely.
-TEST(ZooPrograms, EverySmallModelRunsTheSameEagerAndLazy) {
+// the cpu runtime (lazy) and the sim:h100 runtime: eager, lazy cpu and sim agree bit for bit; the
+// reference agrees closely.
+TEST(ZooPrograms, EverySmallModelRunsTheSameEagerLazyAndOnSim) {
   for (const ModelInfo& info : zoo_models()) {
     SCOPED_TRACE(info.name);
     Program p = model_program(model(info.name, small())).value_or_throw();
@@ -366,12 +369,22 @@ TEST(ZooPrograms, EverySmallModelRunsTheSameEagerAndLazy) {
     LazyContext lazy_ctx(&runtime);
     std::vector<StepResult> lazy = run(p, lazy_ctx);
 
+    // The simulated accelerator computes with the cpu kernels: the same bits (issue 6).
+    SimBackend sim(*find_device_preset("h100"));
+    Runtime sim_runtime(&sim, nullptr, nullptr);
+    LazyContext sim_ctx(&sim_runtime);
+    std::vector<StepResult> simulated = run(p, sim_ctx);
+    for (const store::Event& e : sim_runtime.events()) {
+      EXPECT_NE(e.kind, store::EventKind::kFallback) << "sim fell back: " << e.detail;
+    }
+
     ASSERT_EQ(want[0].outputs.size(), p.outputs.size());
     for (size_t k = 0; k < p.outputs.size(); ++k) {
       const HostBuffer& r = *want[0].outputs[k].second;
       const HostBuffer& e = *eager[0].outputs[k].second;
       const HostBuffer& l = *lazy[0].outputs[k].second;
       EXPECT_EQ(e.checksum(), l.checksum()) << p.outputs[k].name;
+      EXPECT_EQ(simulated[0].outputs[k].second->checksum(), l.checksum()) << p.outputs[k].name << " on sim";
       ASSERT_EQ(r.shape(), e.shape());
       double scale = 0;
       for (int64_t i = 0; i < r.numel(); ++i) scale = std::max(scale, std::abs(r.element_as_double(i)));

@@ -130,8 +130,8 @@ Result<DeviceSpec> parse_device_spec(std::string_view text, std::string_view ori
     std::string_view line = text.substr(0, nl);
     text.remove_prefix(nl == std::string_view::npos ? text.size() : nl + 1);
     ++line_no;
-    line = trim(line);
-    if (line.empty() || line.front() == '#') continue;
+    line = trim(line.substr(0, line.find('#')));  // a comment runs to the end of the line
+    if (line.empty()) continue;
     size_t eq = line.find('=');
     if (eq == std::string_view::npos) {
       return line_error(origin, line_no, fmt::format("expected 'key = value', got '{}'", line));

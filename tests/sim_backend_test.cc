@@ -11,6 +11,7 @@
 //    different specs apart;
 //  - the timeline: device work in order and never overlapping, the host waiting on reads.
 #include <gtest/gtest.h>
+#include <sstream>
 
 #include <cmath>
 #include <cstring>
@@ -439,6 +440,23 @@ TEST(DeviceSpec, ParsesCommentsBlanksAndSuffixes) {
   EXPECT_EQ(s->memory_capacity, 65536u);
   EXPECT_EQ(s->vector_tflops, 0.5);
   EXPECT_EQ(s->link_latency_ns, 0);
+}
+
+TEST(DeviceSpec, TheExampleInDocsSimMdParses) {
+  // The spec-file example of docs/sim.md, comments at the ends of lines included.
+  std::ifstream doc(std::string(TRACECACHE_SOURCE_DIR) + "/docs/sim.md");
+  ASSERT_TRUE(doc) << "docs/sim.md";
+  std::stringstream all;
+  all << doc.rdbuf();
+  const std::string text = all.str();
+  const size_t start = text.find("```\n# my device");
+  ASSERT_NE(start, std::string::npos);
+  const size_t body = start + 4, end = text.find("```", body);
+  Result<DeviceSpec> s = parse_device_spec(text.substr(body, end - body), "sim.md");
+  ASSERT_TRUE(s.is_ok()) << s.status().to_string();
+  EXPECT_EQ(s->name, "small");
+  EXPECT_EQ(s->memory_capacity, uint64_t{64} << 20);
+  EXPECT_EQ(s->launch_overhead_ns, 1000);
 }
 
 TEST(DeviceSpec, ErrorsNameFileAndLine) {

@@ -196,13 +196,15 @@ Result<std::vector<BufferRef>> Runtime::run_prepared(const Executable& exe,
   std::vector<DeviceRef> device_params;
   device_params.reserve(params.size());
   for (const BufferRef& p : params) {
-    Result<DeviceRef> d = backend_->to_device(p);
+    Result<DeviceRef> d = device_copy(p);
+    if (!d.is_ok() && d.status().code() == StatusCode::kResourceExhausted && !resident_.empty()) {
+      resident_.clear();  // free the copies kept for later steps, and try once more
+      resident_pruned_size_ = 0;
+      d = device_copy(p);
+    }
     if (!d.is_ok()) {
       return Status(d.status().code(),
                     fmt::format("graph {}: {}", exe.graph_key.to_hex(), d.status().message()));
-    }
-    if (!backend_->shares_host_memory()) {
-      metrics_->add(counters::kBytesToDevice, static_cast<int64_t>(p->nbytes()));
     }
     device_params.push_back(std::move(*d));
   }
@@ -221,6 +223,23 @@ Result<std::vector<BufferRef>> Runtime::run_prepared(const Executable& exe,
   backend_->synchronize();
   metrics_->add(counters::kExecutions);
   return host;
+}
+
+Result<DeviceRef> Runtime::device_copy(const BufferRef& host) {
+  if (backend_->shares_host_memory()) return backend_->to_device(host);
+  auto it = resident_.find(host.get());
+  if (it != resident_.end() && !it->second.host.expired()) return it->second.device;
+  Result<DeviceRef> d = backend_->to_device(host);
+  if (!d.is_ok()) return d;
+  metrics_->add(counters::kBytesToDevice, static_cast<int64_t>(host->nbytes()));
+  resident_.insert_or_assign(host.get(), Resident{host, *d});
+  if (resident_.size() > 2 * resident_pruned_size_ + 64) prune_resident();
+  return d;
+}
+
+void Runtime::prune_resident() {
+  std::erase_if(resident_, [](const auto& kv) { return kv.second.host.expired(); });
+  resident_pruned_size_ = resident_.size();
 }
 
 Result<std::vector<BufferRef>> Runtime::run_or_fall_back(const Executable& exe,

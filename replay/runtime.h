@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "capture/metrics.h"
@@ -104,6 +105,20 @@ class Runtime final : public GraphExecutor {
   size_t flushed_ = 0;  // events_[0, flushed_) are in the database (or were given up on)
   std::vector<std::string> warnings_;
   int64_t pid_;
+
+  // Device copies of host buffers, on a backend with its own memory (sim): a host buffer is
+  // immutable, so while it lives its device copy stays valid and is reused: weights are copied
+  // to the device once, not every step (DESIGN.md: tensors on a device are device data). An
+  // entry whose host buffer died is dropped (pruned as the map grows, and all at once when the
+  // device runs out of memory).
+  struct Resident {
+    std::weak_ptr<const HostBuffer> host;
+    DeviceRef device;
+  };
+  std::unordered_map<const HostBuffer*, Resident> resident_;
+  size_t resident_pruned_size_ = 0;
+  Result<DeviceRef> device_copy(const BufferRef& host);
+  void prune_resident();
 };
 
 }  // namespace tracecache

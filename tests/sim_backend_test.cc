@@ -358,6 +358,31 @@ TEST(CostModel, TransfersAndTheStreamAreExact) {
 
 // ---- device memory ---------------------------------------------------------------------------
 
+TEST(SimBackend, WeightsStayOnTheDeviceBetweenSteps) {
+  // The runtime copies a host buffer to the device once while it lives (device data): later
+  // steps copy only their new inputs.
+  SimBackend sim(*find_device_preset("h100"));
+  Metrics metrics;
+  Runtime runtime(&sim, nullptr, &metrics);
+  LazyContext ctx(&runtime);
+  Tensor w = ctx.from_buffer(filled(DType::kF32, {64, 64}, 1));
+  std::string first;
+  for (uint64_t step = 0; step < 3; ++step) {
+    Tensor x = ctx.from_buffer(filled(DType::kF32, {4, 64}, 10 + step));
+    Tensor y = matmul(x, w);
+    ctx.mark_step();
+    if (step == 0) first = y.buffer()->checksum();
+  }
+  EXPECT_EQ(metrics.counter(counters::kBytesToDevice), 64 * 64 * 4 + 3 * 4 * 64 * 4);
+  // A new weight buffer (even at a reused address) is copied again.
+  w = ctx.from_buffer(filled(DType::kF32, {64, 64}, 2));
+  Tensor x = ctx.from_buffer(filled(DType::kF32, {4, 64}, 10));
+  Tensor y = matmul(x, w);
+  ctx.mark_step();
+  EXPECT_EQ(metrics.counter(counters::kBytesToDevice), 2 * 64 * 64 * 4 + 4 * 4 * 64 * 4);
+  EXPECT_NE(y.buffer()->checksum(), first);
+}
+
 TEST(SimBackend, OutOfMemoryIsAnErrorNamingKeyAndBytes) {
   // Parameters (2 * 16 KiB) fit in 40000 bytes; the 16 KiB output does not.
   SimBackend sim(exact_spec(40000));

@@ -62,7 +62,7 @@ struct BenchOptions {
   std::string db;  // empty: no disk cache (compiles stay in memory)
 };
 inline constexpr int kBenchSteps = 20, kBenchWarmup = 5;
-inline constexpr int kBenchZooSteps = 5, kBenchZooWarmup = 2;
+inline constexpr int kBenchZooSteps = 10, kBenchZooWarmup = 2;
 int bench_command(const BenchOptions& options);
 
 // `zoo list | emit | run` (cli/zoo_command.cc).

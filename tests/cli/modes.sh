@@ -95,5 +95,25 @@ assert d["rows"][0]["traces"] == 3
 assert s["target"] == "matmul_varying_batch.trace"
 assert s["overhead_once_vs_lazy"] > 0 and s["step_once_vs_lazy"] > 0, s
 PY
+
+# The summary table: one entry per target, and the geomean of its ratios.
+expect_exit 0 "$TC" bench "$P/lr_schedule.trace" "$P/mlp.trace" --modes lazy,once --steps 3 --warmup 2 --json
+python3 - "$TMP/out" <<'PY'
+import json, math, sys
+d = json.load(open(sys.argv[1]))
+assert d["summary_step_time"] == "wall", d["summary_step_time"]
+summary = d["summary"]
+assert [s["target"] for s in summary] == ["lr_schedule.trace", "mlp.trace"], summary
+for s in summary:
+    assert s["eager_step_us"] is None and s["lazy_step_us"] > 0 and s["once_step_us"] > 0, s
+    assert abs(s["step_once_vs_lazy"] - s["lazy_step_us"] / s["once_step_us"]) <= 0.01 * s["step_once_vs_lazy"], s
+g = d["geomean"]
+assert g["targets"] == 2, g
+for k in ("step_once_vs_lazy", "overhead_once_vs_lazy"):
+    want = math.exp(sum(math.log(s[k]) for s in summary) / len(summary))
+    assert abs(g[k] - want) <= 0.01 * want, (k, g[k], want)
+PY
+"$TC" bench "$P/lr_schedule.trace" "$P/mlp.trace" --modes lazy,once --steps 3 --warmup 2 > "$TMP/table.txt" 2>/dev/null
+grep -Eq "^geomean \(2\) +[0-9.]+x +[0-9.]+x$" "$TMP/table.txt" || fail "no geomean row: $(cat "$TMP/table.txt")"
 expect_exit 2 "$TC" bench "$P/mlp.trace" --modes eager,turbo
 echo ok

@@ -84,6 +84,16 @@ assert a['outputs'] == b['outputs'], 'once-mode fallback results differ from the
 assert a['function']['entries'] == 1, a['function']
 " "$TMP/out" "$TMP/ref.json"
 
+# bench on sim: the summary uses the simulated step time.
+expect_exit 0 "$TC" bench "$P/mlp.trace" --backend sim:h100 --modes lazy,once --steps 2 --warmup 1 --json
+python3 - "$TMP/out" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["summary_step_time"] == "simulated", d["summary_step_time"]
+(s,) = d["summary"]
+assert s["lazy_step_us"] > 0 and s["once_step_us"] > 0 and d["geomean"]["targets"] == 1, d
+PY
+
 # --timeline: a Chrome trace-event file.
 "$TC" run "$P/attention.trace" --backend sim:a100 --mode once --steps 3 --no-cache --timeline "$TMP/tl.json" > /dev/null
 python3 - "$TMP/tl.json" <<'PY'

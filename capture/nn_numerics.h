@@ -82,4 +82,16 @@ inline double attention_scale(double scale, int64_t e) {
 // Causal masking: query i sees keys 0..i (top-left aligned, as torch.ones(Lq, Lk).tril()).
 inline bool causal_masked(int64_t query, int64_t key) { return key > query; }
 
+// Offset of batch `b`'s [Lq, Lk] block in an attention mask whose strides, broadcast to the
+// scores' shape [..., Lq, Lk] (`rank` dims), are `mask_strides` (0 along broadcast dims).
+template <typename ShapeT, typename StridesT>
+inline int64_t mask_block_offset(int64_t b, int rank, const ShapeT& scores_shape, const StridesT& mask_strides) {
+  int64_t offset = 0;
+  for (int d = rank - 3; d >= 0; --d) {
+    offset += b % scores_shape[d] * mask_strides[d];
+    b /= scores_shape[d];
+  }
+  return offset;
+}
+
 }  // namespace tracecache::nn

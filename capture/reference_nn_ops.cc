@@ -128,13 +128,7 @@ void scaled_dot_product_attention(std::span<const HostBuffer* const> in,
   for (int64_t b = 0; b < batches; ++b) {
     // Offset of this batch's [Lq, Lk] block in the mask.
     int64_t mask_base = 0;
-    if (mask) {
-      int64_t rem = b;
-      for (int d = rank - 3; d >= 0; --d) {
-        mask_base += rem % scores_shape[d] * mask_strides[d];
-        rem /= scores_shape[d];
-      }
-    }
+    if (mask) mask_base = nn::mask_block_offset(b, rank, scores_shape, mask_strides);
     for (int64_t i = 0; i < lq; ++i) {
       const float* qi = q + (b * lq + i) * e;
       double m = -std::numeric_limits<double>::infinity();

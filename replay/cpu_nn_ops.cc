@@ -193,13 +193,7 @@ bool attention(std::span<const HostBuffer* const> in, std::span<const AttrValue>
                   k + b * lk * e, e_, 0.0f, s, n_);
     }
     int64_t mask_base = 0;
-    if (mask) {
-      int64_t rem = b;
-      for (int d = rank - 3; d >= 0; --d) {
-        mask_base += rem % scores_shape[d] * mask_strides[d];
-        rem /= scores_shape[d];
-      }
-    }
+    if (mask) mask_base = nn::mask_block_offset(b, rank, scores_shape, mask_strides);
     for (int64_t i = 0; i < lq; ++i) {
       float* row = s + i * lk;
       for (int64_t j = 0; j < lk; ++j) row[j] *= scale;

@@ -29,6 +29,7 @@
 #include "replay/runtime.h"
 #include "tests/attention_bound.h"
 #include "tests/test_graphs.h"
+#include "tests/test_buffers.h"
 
 namespace tracecache {
 namespace {
@@ -43,16 +44,8 @@ AttrValue num(int64_t v) { return AttrValue::of_int(v); }
 AttrValue real(double v) { return AttrValue::of_float(v); }
 AttrValue flag(bool v) { return AttrValue::of_bool(v); }
 
-template <typename T>
-HostBuffer make(DType dtype, const Shape& shape, const std::vector<T>& values) {
-  HostBuffer b(dtype, shape);
-  EXPECT_EQ(static_cast<int64_t>(values.size()), b.numel()) << "test data does not fit " << shape.to_string();
-  for (size_t i = 0; i < values.size() && static_cast<int64_t>(i) < b.numel(); ++i) {
-    dispatch_dtype(dtype, [&]<typename U>() { b.data<U>()[i] = static_cast<U>(values[i]); });
-  }
-  return b;
-}
-HostBuffer f32(const Shape& s, const std::vector<float>& v) { return make(DType::kF32, s, v); }
+using test::make;
+using test::f32;
 
 // Attributes of `kind` with defaults filled and `named` applied, in registry order.
 std::vector<AttrValue> attrs_of(OpKind kind, const NamedAttrs& named) {

@@ -12,6 +12,7 @@
 
 #include "capture/buffer.h"
 #include "capture/ops.h"
+#include "tests/test_buffers.h"
 
 namespace tracecache {
 namespace {
@@ -21,18 +22,10 @@ constexpr float kInf = std::numeric_limits<float>::infinity();
 constexpr double kNaNd = std::numeric_limits<double>::quiet_NaN();
 constexpr double kInfd = std::numeric_limits<double>::infinity();
 
-template <typename T>
-HostBuffer make(DType dtype, const Shape& shape, const std::vector<T>& values) {
-  HostBuffer b(dtype, shape);
-  EXPECT_EQ(static_cast<int64_t>(values.size()), b.numel()) << "test data does not fit " << shape.to_string();
-  for (size_t i = 0; i < values.size() && static_cast<int64_t>(i) < b.numel(); ++i) {
-    dispatch_dtype(dtype, [&]<typename U>() { b.data<U>()[i] = static_cast<U>(values[i]); });
-  }
-  return b;
-}
-HostBuffer f32(const Shape& s, const std::vector<float>& v) { return make(DType::kF32, s, v); }
-HostBuffer i32(const Shape& s, const std::vector<int32_t>& v) { return make(DType::kI32, s, v); }
-HostBuffer i64(const Shape& s, const std::vector<int64_t>& v) { return make(DType::kI64, s, v); }
+using test::make;
+using test::f32;
+using test::i32;
+using test::i64;
 HostBuffer boolean(const Shape& s, const std::vector<int>& v) { return make(DType::kBool, s, v); }
 
 using NamedAttrs = std::vector<std::pair<std::string_view, AttrValue>>;

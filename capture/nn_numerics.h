@@ -42,6 +42,20 @@ inline double layer_norm_rstd(double sum_sq_dev, int64_t n, double eps) {
   return 1.0 / std::sqrt(sum_sq_dev / static_cast<double>(n) + eps);
 }
 
+// Mean and reciprocal standard deviation (biased variance) of row[0, n), two passes in double
+// in increasing index: what both the reference and the cpu layer_norm use, so they agree bitwise.
+inline RowStats layer_norm_row_stats(const float* row, int64_t n, double eps) {
+  double sum = 0;
+  for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(row[i]);
+  const double mean = sum / static_cast<double>(n);
+  double sq = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const double d = static_cast<double>(row[i]) - mean;
+    sq += d * d;
+  }
+  return {mean, layer_norm_rstd(sq, n, eps)};
+}
+
 // (x - mean) * rstd, then * weight and + bias when present, in double, rounded once.
 inline float layer_norm_apply(float x, const RowStats& s, const float* weight, const float* bias,
                               int64_t i) {

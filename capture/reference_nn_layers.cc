@@ -246,7 +246,13 @@ void embedding(std::span<const HostBuffer* const> in, std::span<const AttrValue>
   }
 }
 
-void gather(std::span<const HostBuffer* const> in, std::span<const AttrValue> attrs, HostBuffer& out) {
+namespace {
+
+// out[i] = x at out's multi-index i with its `axis` coordinate replaced by an index (clamped):
+// index element i itself (gather: index has out's shape), or index[i's axis coordinate]
+// (index_select: index is rank 1).
+void take_along_axis(std::span<const HostBuffer* const> in, std::span<const AttrValue> attrs,
+                     HostBuffer& out, bool index_per_element) {
   const HostBuffer& x = *in[0];
   const HostBuffer& index = *in[1];
   const int axis = static_cast<int>(attrs[0].i);
@@ -254,7 +260,7 @@ void gather(std::span<const HostBuffer* const> in, std::span<const AttrValue> at
   const size_t elem = dtype_size(x.dtype());
   for (int64_t i = 0; i < out.numel(); ++i) {
     IntList at = unravel(i, out.shape());
-    at[axis] = clamp_index(index_at(index, i), x.shape()[axis]);
+    at[axis] = clamp_index(index_at(index, index_per_element ? i : at[axis]), x.shape()[axis]);
     int64_t src = 0;
     for (int d = 0; d < x.shape().rank(); ++d) src += at[d] * strides[d];
     std::memcpy(out.bytes() + static_cast<size_t>(i) * elem, x.bytes() + static_cast<size_t>(src) * elem,
@@ -262,21 +268,15 @@ void gather(std::span<const HostBuffer* const> in, std::span<const AttrValue> at
   }
 }
 
+}  // namespace
+
+void gather(std::span<const HostBuffer* const> in, std::span<const AttrValue> attrs, HostBuffer& out) {
+  take_along_axis(in, attrs, out, /*index_per_element=*/true);
+}
+
 void index_select(std::span<const HostBuffer* const> in, std::span<const AttrValue> attrs,
                   HostBuffer& out) {
-  const HostBuffer& x = *in[0];
-  const HostBuffer& index = *in[1];
-  const int axis = static_cast<int>(attrs[0].i);
-  const IntList strides = contiguous_strides(x.shape());
-  const size_t elem = dtype_size(x.dtype());
-  for (int64_t i = 0; i < out.numel(); ++i) {
-    IntList at = unravel(i, out.shape());
-    at[axis] = clamp_index(index_at(index, at[axis]), x.shape()[axis]);
-    int64_t src = 0;
-    for (int d = 0; d < x.shape().rank(); ++d) src += at[d] * strides[d];
-    std::memcpy(out.bytes() + static_cast<size_t>(i) * elem, x.bytes() + static_cast<size_t>(src) * elem,
-                elem);
-  }
+  take_along_axis(in, attrs, out, /*index_per_element=*/false);
 }
 
 }  // namespace tracecache::ref

@@ -41,15 +41,7 @@ void layer_norm(std::span<const HostBuffer* const> in, std::span<const AttrValue
   const float* bias = in.size() > 2 ? in[2]->data<float>() : nullptr;
   for (int64_t r = 0; r < rows; ++r) {
     const float* row = x.data<float>() + r * n;
-    double sum = 0;
-    for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(row[i]);
-    const double mean = sum / static_cast<double>(n);
-    double sq = 0;
-    for (int64_t i = 0; i < n; ++i) {
-      const double d = static_cast<double>(row[i]) - mean;
-      sq += d * d;
-    }
-    const nn::RowStats stats{mean, nn::layer_norm_rstd(sq, n, attrs[1].f)};
+    const nn::RowStats stats = nn::layer_norm_row_stats(row, n, attrs[1].f);
     float* o = out.data<float>() + r * n;
     for (int64_t i = 0; i < n; ++i) o[i] = nn::layer_norm_apply(row[i], stats, weight, bias, i);
   }

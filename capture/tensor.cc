@@ -182,8 +182,12 @@ Tensor LazyContext::record(OpKind op, std::span<const Tensor> inputs,
   for (size_t i = 0; i < inputs.size(); ++i) ids[i] = node_for(inputs[i].impl_);
 
   TraceTemplate* capture = capturing();
-  Scratch<NodeId> sources(capture ? bindings.size() : 0);
-  for (size_t k = 0; capture && k < bindings.size(); ++k) sources[k] = node_for(bindings[k].source.impl_);
+  // Bound sources become nodes before this op's node, so they precede it (rare: no cost when
+  // not capturing, no allocation without bindings).
+  std::vector<NodeId> sources;
+  if (capture) {
+    for (const AttrBinding& b : bindings) sources.push_back(node_for(b.source.impl_));
+  }
 
   auto* impl = new TensorImpl;
   impl->ctx = this;

@@ -63,15 +63,7 @@ void layer_norm(std::span<const HostBuffer* const> in, std::span<const AttrValue
   parallel_for(rows, out.numel(), [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const float* row = x + r * n;
-      double sum = 0;
-      for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(row[i]);
-      const double mean = sum / static_cast<double>(n);
-      double sq = 0;
-      for (int64_t i = 0; i < n; ++i) {
-        const double d = static_cast<double>(row[i]) - mean;
-        sq += d * d;
-      }
-      const nn::RowStats stats{mean, nn::layer_norm_rstd(sq, n, eps)};
+      const nn::RowStats stats = nn::layer_norm_row_stats(row, n, eps);
       float* po = o + r * n;
       // The affine cases apart, so each loop has no per-element branch.
       if (weight && bias) {

@@ -18,7 +18,7 @@ void detail::BufferFree::operator()(std::byte* p) const {
 }
 
 HostBuffer::HostBuffer(DType dtype, const Shape& shape) : dtype_(dtype), shape_(shape) {
-  size_t n = nbytes();
+  size_t n = checked_nbytes(shape.span(), dtype_size(dtype)).value_or_throw();
   // Always allocate at least one byte so bytes() is never null.
   data_.reset(static_cast<std::byte*>(::operator new[](n == 0 ? 1 : n, kAlign)));
   std::memset(data_.get(), 0, n == 0 ? 1 : n);

@@ -30,7 +30,9 @@ struct BufferFree {
 class HostBuffer {
  public:
   HostBuffer() = default;
-  // Zero-initialized storage for `shape` elements of `dtype`.
+  // Zero-initialized storage for `shape` elements of `dtype`. Throws Error (kInvalidArgument,
+  // from checked_nbytes) before allocating if the shape has more than kMaxElements elements;
+  // so nbytes() of any buffer is exact.
   HostBuffer(DType dtype, const Shape& shape);
   // A non-owning view of `data` as `shape` elements of `dtype`: no allocation, no copy, no
   // initialization; the destructor does not free `data`. The caller keeps `data` alive and

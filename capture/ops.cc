@@ -102,20 +102,12 @@ int64_t normalize_axis(std::string_view op, int64_t axis, int rank) {
   return axis < 0 ? axis + rank : axis;
 }
 
-// Largest element count a tensor may have: far beyond any real tensor, far below overflow.
-constexpr int64_t kMaxElements = int64_t{1} << 48;
-
 // The product of `dims`, failing if it exceeds kMaxElements (so no later size arithmetic
-// can overflow).
+// can overflow): the same check as every shape from outside (shape.h).
 int64_t checked_product(std::string_view op, const IntList& dims) {
-  int64_t n = 1;
-  for (int64_t d : dims) {
-    if (d != 0 && n > kMaxElements / d) {
-      fail(op, fmt::format("shape {} has more than 2^48 elements", dims.to_string()));
-    }
-    n *= d;
-  }
-  return n;
+  Result<int64_t> n = checked_numel(dims.span());
+  if (!n.is_ok()) fail(op, n.status().message());
+  return *n;
 }
 
 void check_shape_attr(std::string_view op, const IntList& shape) {

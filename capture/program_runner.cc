@@ -266,6 +266,14 @@ Result<Shape> bound_shape(const Program& p, const TensorDecl& decl, std::span<co
     if (!dim) return at(p, d.pos, invalid_argument(fmt::format("undefined dim '{}'", d.name)));
     s.push_back(dims[static_cast<size_t>(dim - p.dims.data())]);
   }
+  // The same element limit every op's result obeys, checked before anything is allocated.
+  Result<uint64_t> bytes = checked_nbytes(s.span(), dtype_size(decl.dtype));
+  if (!bytes.is_ok()) {
+    return at(p, decl.dims.front().pos,
+              invalid_argument(fmt::format("'{}' is declared {}: {}; declare a smaller shape",
+                                           decl.name, type_to_string({decl.dtype, s}),
+                                           bytes.status().message())));
+  }
   return s;
 }
 

@@ -110,7 +110,9 @@ Result<std::vector<Tensor>> record_step(const Program& program, LazyContext& ctx
 // `cause` prefixed with "FILE: step N: ", how run_program reports failures at a barrier.
 Status step_error(const Program& program, int step, const Status& cause);
 
-// The shape of `decl` at `step`, its dims bound.
+// The shape of `decl` at `step`, its dims bound. kInvalidArgument at the decl's first dim if it
+// has more than kMaxElements elements (shape.h): every declared shape is checked here, so
+// nothing is allocated for one that is too large.
 Result<Shape> declared_shape(const Program& program, const TensorDecl& decl, int step);
 
 // The types of the program's outputs at `step`, by running only the inference rules (no data,

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "capture/status.h"
 
 namespace tracecache {
@@ -37,8 +39,48 @@ std::string IntList::to_string() const { return fmt::format("[{}]", fmt::join(sp
 
 int64_t Shape::numel() const {
   int64_t n = 1;
-  for (int64_t d : *this) n *= d;
+  bool overflow = false;
+  for (int64_t d : *this) {
+    if (d == 0) return 0;
+    overflow = overflow || __builtin_mul_overflow(n, d, &n);
+  }
+  if (overflow) {
+    throw Error(invalid_argument(
+        fmt::format("shape {} has more elements than a 64-bit count holds", to_string())));
+  }
   return n;
+}
+
+Result<int64_t> checked_numel(std::span<const int64_t> dims) {
+  auto spelled = [&] { return fmt::format("[{}]", fmt::join(dims, ", ")); };
+  int64_t nonzero = 1;  // the product of the non-zero dims, bounded by kMaxElements
+  bool empty = false;
+  for (int64_t d : dims) {
+    if (d < 0) return invalid_argument(fmt::format("shape {} has a negative dim", spelled()));
+    if (d == 0) {
+      empty = true;
+      continue;
+    }
+    if (__builtin_mul_overflow(nonzero, d, &nonzero) || nonzero > kMaxElements) {
+      bool has_zero = std::find(dims.begin(), dims.end(), 0) != dims.end();
+      return invalid_argument(fmt::format(
+          "shape {} {} more than 2^48 elements (the limit is {})", spelled(),
+          has_zero ? "is empty, but its other dims multiply to" : "has", kMaxElements));
+    }
+  }
+  return empty ? 0 : nonzero;
+}
+
+Result<uint64_t> checked_nbytes(std::span<const int64_t> dims, size_t element_size) {
+  Result<int64_t> n = checked_numel(dims);
+  if (!n.is_ok()) return n.status();
+  uint64_t bytes = 0;
+  if (__builtin_mul_overflow(static_cast<uint64_t>(*n), element_size, &bytes)) {
+    return invalid_argument(fmt::format("shape [{}] of {}-byte elements has more bytes than a "
+                                        "64-bit count holds",
+                                        fmt::join(dims, ", "), element_size));
+  }
+  return bytes;
 }
 
 IntList contiguous_strides(const Shape& s) {

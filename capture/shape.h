@@ -2,17 +2,30 @@
 //
 // Also used for any short list of integers (axes, permutations, slice bounds) via IntList.
 // A value type; thread-compatible. Rank above kMaxRank is rejected with Error at construction.
+//
+// Sizes from outside (trace programs, npy and safetensors headers, the cache) are untrusted:
+// checked_numel() and checked_nbytes() are the one place their element and byte counts are
+// computed, overflow-checked against kMaxElements, before anything is allocated. Every shape
+// that passed them (and every shape an op's inference rule produces: ops.cc uses the same
+// check) is safe for numel(), nbytes and stride arithmetic.
 #pragma once
 
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <initializer_list>
 #include <span>
 #include <string>
 
+#include "capture/status.h"
+
 namespace tracecache {
 
 inline constexpr int kMaxRank = 8;
+
+// Largest element count a tensor may have: far beyond any real tensor, far below the point
+// where element, byte or stride arithmetic overflows 64 bits.
+inline constexpr int64_t kMaxElements = int64_t{1} << 48;
 
 class IntList {
  public:
@@ -55,9 +68,20 @@ class Shape : public IntList {
   Shape() = default;
   explicit Shape(const IntList& l) : IntList(l) {}
   int rank() const { return size(); }
+  // The product of the dims. Throws Error (kInvalidArgument) if it does not fit int64_t, which
+  // only a shape that never went through checked_numel() can do.
   int64_t numel() const;
   int64_t dim(int i) const { return (*this)[i]; }
 };
+
+// The element count of a tensor with `dims`, computed without overflow.
+// Errors (kInvalidArgument): a negative dim ("shape [2, -1] has a negative dim"); more than
+// kMaxElements elements, where dims of size 0 count as 1 so that no stride of the shape can
+// overflow either ("shape [..] has more than 2^48 elements (the limit is 281474976710656)").
+Result<int64_t> checked_numel(std::span<const int64_t> dims);
+// The byte size of `dims` elements of `element_size` bytes each: checked_numel(dims) times
+// `element_size`, checked. Same errors.
+Result<uint64_t> checked_nbytes(std::span<const int64_t> dims, size_t element_size);
 
 // Row-major contiguous strides (in elements) for `s`.
 IntList contiguous_strides(const Shape& s);

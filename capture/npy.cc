@@ -5,14 +5,16 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <bit>
 #include <cctype>
 #include <charconv>
 #include <cstring>
-#include <filesystem>
 #include <fstream>
 #include <optional>
-#include <sstream>
+#include <vector>
+
+#include "capture/input_file.h"
 
 namespace tracecache {
 
@@ -42,11 +44,16 @@ class HeaderReader {
   Status read(std::string* descr, std::optional<bool>* fortran, std::optional<Shape>* shape) {
     skip_space();
     if (!eat('{')) return bad("expected '{' at the start of the header");
+    std::vector<std::string> seen;
     while (true) {
       skip_space();
       if (eat('}')) break;
       std::string key;
       if (!read_string(&key)) return bad("expected a quoted key");
+      if (std::find(seen.begin(), seen.end(), key) != seen.end()) {
+        return bad(fmt::format("duplicate key '{}'", key));
+      }
+      seen.push_back(key);
       skip_space();
       if (!eat(':')) return bad(fmt::format("expected ':' after key '{}'", key));
       skip_space();
@@ -136,9 +143,28 @@ uint32_t read_le(std::string_view bytes, size_t at, size_t width) {
   return v;
 }
 
-}  // namespace
+// What an npy header declares, validated: the element type, the shape (within kMaxElements)
+// and where the data starts and how long it is.
+struct NpyLayout {
+  DType dtype = DType::kF32;
+  Shape shape;
+  uint64_t data_at = 0;
+  uint64_t data_bytes = 0;
+};
 
-Result<HostBuffer> parse_npy(std::string_view bytes, std::string_view name) {
+// The header's size limit: numpy's own writer pads to 64 bytes and numpy refuses to read
+// headers above 10000 bytes by default; anything near this is not an array header.
+constexpr uint64_t kMaxNpyHeader = 1 << 20;
+
+// The fixed prefix: magic string, version, header length.
+constexpr size_t kNpyPrefix = 12;
+
+// Parses the header at the start of `head` (which holds at least the whole header when the
+// file does) for a file of `file_size` bytes, and checks that the data is exactly as long as
+// the header declares. Allocates nothing in proportion to what the header claims.
+Result<NpyLayout> parse_npy_layout(std::string_view head, uint64_t file_size,
+                                   std::string_view name) {
+  std::string_view bytes = head;
   if (bytes.size() < kMagic.size() + 2 || bytes.substr(0, kMagic.size()) != kMagic) {
     return parse_error(fmt::format("{}: not an npy file (bad magic string)", name));
   }
@@ -152,9 +178,13 @@ Result<HostBuffer> parse_npy(std::string_view bytes, std::string_view name) {
   size_t header_at = 8 + len_width;
   if (bytes.size() < header_at) return parse_error(fmt::format("{}: truncated npy header", name));
   size_t header_len = read_le(bytes, 8, len_width);
+  if (header_len > kMaxNpyHeader) {
+    return parse_error(fmt::format("{}: npy header of {} bytes is larger than the limit ({})", name,
+                                   header_len, kMaxNpyHeader));
+  }
   if (bytes.size() < header_at + header_len) {
     return parse_error(fmt::format("{}: truncated npy header ({} bytes declared, {} present)", name,
-                                   header_len, bytes.size() - header_at));
+                                   header_len, file_size - header_at));
   }
   std::string descr;
   std::optional<bool> fortran;
@@ -178,26 +208,46 @@ Result<HostBuffer> parse_npy(std::string_view bytes, std::string_view name) {
     return unsupported(fmt::format(
         "{}: element type '{}' is not supported (use '<f4', '<i4', '<i8' or '|b1')", name, descr));
   }
-  HostBuffer out(*dtype, *shape);
-  std::string_view data = bytes.substr(header_at + header_len);
-  if (data.size() < out.nbytes()) {
-    return corruption(fmt::format("{}: truncated data: {} holds {} bytes, the file has {}", name,
-                                  fmt::format("{}{}", dtype_name(*dtype), shape->to_string()),
-                                  out.nbytes(), data.size()));
+  Result<uint64_t> nbytes = checked_nbytes(shape->span(), dtype_size(*dtype));
+  if (!nbytes.is_ok()) {
+    return invalid_argument(fmt::format("{}: npy header: {}", name, nbytes.status().message()));
   }
-  if (data.size() > out.nbytes()) {
-    return corruption(
-        fmt::format("{}: {} unexpected bytes after the data", name, data.size() - out.nbytes()));
+  NpyLayout layout{*dtype, *shape, header_at + header_len, *nbytes};
+  uint64_t data_size = file_size - layout.data_at;
+  std::string type = fmt::format("{}{}", dtype_name(*dtype), shape->to_string());
+  if (data_size < layout.data_bytes) {
+    return invalid_argument(fmt::format(
+        "{}: truncated data: {} holds {} bytes, the file has {} (the file is cut short or its "
+        "header is wrong)",
+        name, type, layout.data_bytes, data_size));
   }
-  if (*dtype == DType::kBool) {
-    for (size_t k = 0; k < out.nbytes(); ++k) {
-      auto raw = static_cast<uint8_t>(data[k]);
-      if (raw > 1) {
-        return corruption(fmt::format("{}: bool element {} is {}, not 0 or 1", name, k, raw));
-      }
+  if (data_size > layout.data_bytes) {
+    return invalid_argument(fmt::format("{}: {} unexpected bytes after the data of {}", name,
+                                        data_size - layout.data_bytes, type));
+  }
+  return layout;
+}
+
+Status check_bools(const HostBuffer& b, std::string_view name) {
+  if (b.dtype() != DType::kBool) return Status::ok();
+  const auto* p = reinterpret_cast<const uint8_t*>(b.bytes());
+  for (size_t k = 0; k < b.nbytes(); ++k) {
+    if (p[k] > 1) {
+      return invalid_argument(fmt::format("{}: bool element {} is {}, not 0 or 1", name, k, p[k]));
     }
   }
-  std::memcpy(out.bytes(), data.data(), out.nbytes());
+  return Status::ok();
+}
+
+}  // namespace
+
+Result<HostBuffer> parse_npy(std::string_view bytes, std::string_view name) {
+  Result<NpyLayout> layout = parse_npy_layout(bytes, bytes.size(), name);
+  if (!layout.is_ok()) return layout.status();
+  HostBuffer out(layout->dtype, layout->shape);
+  std::memcpy(out.bytes(), bytes.data() + layout->data_at, layout->data_bytes);
+  Status st = check_bools(out, name);
+  if (!st.is_ok()) return st;
   return out;
 }
 
@@ -227,14 +277,30 @@ std::string encode_npy(const HostBuffer& buffer) {
 }
 
 Result<HostBuffer> read_npy(const std::string& path) {
-  std::error_code ec;
-  if (!std::filesystem::exists(path, ec)) return not_found(fmt::format("{}: no such file", path));
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return io_error(fmt::format("{}: cannot open for reading", path));
-  std::ostringstream bytes;
-  bytes << in.rdbuf();
-  if (in.bad()) return io_error(fmt::format("{}: read failed", path));
-  return parse_npy(bytes.str(), path);
+  Result<InputFile> file = InputFile::open(path);
+  if (!file.is_ok()) return file.status();
+  // The header first: what it declares is checked against the file size before the data is
+  // allocated, so a short file claiming gigabytes costs nothing.
+  std::string head(static_cast<size_t>(std::min<uint64_t>(file->size(), kNpyPrefix)), '\0');
+  Status st = file->read_at(0, head.data(), head.size());
+  if (!st.is_ok()) return st;
+  if (head.size() == kNpyPrefix && head.substr(0, kMagic.size()) == kMagic) {
+    size_t len_width = head[6] == 1 ? 2 : 4;
+    uint64_t header_end = 8 + len_width + read_le(head, 8, len_width);
+    if (header_end <= std::min(file->size(), kNpyPrefix + kMaxNpyHeader)) {
+      head.resize(static_cast<size_t>(header_end));
+      st = file->read_at(0, head.data(), head.size());
+      if (!st.is_ok()) return st;
+    }
+  }
+  Result<NpyLayout> layout = parse_npy_layout(head, file->size(), path);
+  if (!layout.is_ok()) return layout.status();
+  HostBuffer out(layout->dtype, layout->shape);
+  st = file->read_at(layout->data_at, out.bytes(), layout->data_bytes);
+  if (!st.is_ok()) return st;
+  st = check_bools(out, path);
+  if (!st.is_ok()) return st;
+  return out;
 }
 
 Status write_npy(const std::string& path, const HostBuffer& buffer) {

@@ -7,11 +7,12 @@
 #include <charconv>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <limits>
 #include <map>
 #include <set>
-#include <sstream>
+
+#include "capture/input_file.h"
+#include "capture/suggest.h"
 
 namespace tracecache {
 
@@ -44,36 +45,6 @@ constexpr std::string_view kReservedWords[] = {"tracecache", "steps", "dim",   "
 bool is_reserved(std::string_view w) {
   return std::find(std::begin(kReservedWords), std::end(kReservedWords), w) !=
          std::end(kReservedWords);
-}
-
-size_t edit_distance(std::string_view a, std::string_view b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diag = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      size_t up = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diag = up;
-    }
-  }
-  return row[b.size()];
-}
-
-// " (did you mean 'x'?)" for the closest candidate within edit distance 2, else "".
-template <typename Names>
-std::string did_you_mean(std::string_view word, const Names& candidates) {
-  std::string_view best;
-  size_t best_distance = 3;
-  for (std::string_view c : candidates) {
-    size_t d = edit_distance(word, c);
-    if (d < best_distance) {
-      best_distance = d;
-      best = c;
-    }
-  }
-  return best.empty() ? std::string() : fmt::format(" (did you mean '{}'?)", best);
 }
 
 // ---- lexer ---------------------------------------------------------------------------------
@@ -270,7 +241,8 @@ class Parser {
       size_t nl = text_.find('\n', start);
       if (nl == std::string_view::npos) nl = text_.size();
       ++line_no;
-      tokens_ = tokenize_line(file_, text_.substr(start, nl - start), line_no);
+      line_ = text_.substr(start, nl - start);
+      tokens_ = tokenize_line(file_, line_, line_no);
       at_ = 0;
       start = nl + 1;
       if (peek().kind == Token::Kind::kEnd) continue;
@@ -655,10 +627,53 @@ class Parser {
     program_.ops.push_back(std::move(op));
   }
 
+  // `y = relu(neg(x))`: an operand that is itself a call. The format is SSA, one op per line;
+  // the error shows the same statement split in two.
+  [[noreturn]] void nested_call(const Token& callee) const {
+    size_t depth = 0;
+    size_t close = at_ + 1;
+    for (; close < tokens_.size() && tokens_[close].kind != Token::Kind::kEnd; ++close) {
+      if (tokens_[close].is('(')) ++depth;
+      if (tokens_[close].is(')') && --depth == 0) break;
+    }
+    std::string message = fmt::format(
+        "nested calls are not supported: '{}(...)' is an operand of another op", callee.text);
+    if (close < tokens_.size() && tokens_[close].is(')')) {
+      size_t begin = static_cast<size_t>(callee.pos.col - 1);
+      size_t end = static_cast<size_t>(tokens_[close].pos.col);
+      std::string inner(line_.substr(begin, end - begin));
+      std::string temp = "t";
+      auto taken = [&](const std::string& name) {
+        return defined_.count(name) > 0 || is_reserved(name) ||
+               std::any_of(tokens_.begin(), tokens_.end(), [&](const Token& tok) {
+                 return tok.kind == Token::Kind::kName && tok.text == name;
+               });
+      };
+      for (int k = 1; taken(temp); ++k) temp = fmt::format("t{}", k);
+      std::string_view statement = line_.substr(0, line_.find('#'));
+      while (!statement.empty() && (statement.back() == ' ' || statement.back() == '\t' ||
+                                    statement.back() == '\r')) {
+        statement.remove_suffix(1);
+      }
+      size_t lead = statement.find_first_not_of(" \t");
+      statement.remove_prefix(lead == std::string_view::npos ? statement.size() : lead);
+      std::string outer(statement);
+      size_t at = outer.find(inner);
+      if (at != std::string::npos) {
+        outer.replace(at, inner.size(), temp);
+        message = fmt::format(
+            "nested calls are not supported; write '{} = {}' on its own line, then '{}'", temp,
+            inner, outer);
+      }
+    }
+    fail_at(file_, callee.pos, message);
+  }
+
   Literal parse_operand(const OpInfo& info) {
     const Token& t = peek();
     Literal l;
     l.pos = t.pos;
+    if (t.kind == Token::Kind::kName && peek(1).is('(')) nested_call(t);
     if (t.kind == Token::Kind::kName) {
       check_tensor_name(t);
       l.kind = Literal::Kind::kName;
@@ -856,6 +871,7 @@ class Parser {
   std::string_view text_;
   std::string_view file_;
   Program program_;
+  std::string_view line_;  // the line being parsed, as written
   std::vector<Token> tokens_;
   size_t at_ = 0;
   std::map<std::string, SourcePos, std::less<>> defined_;  // dims and tensors
@@ -956,14 +972,11 @@ Result<Program> parse_program(std::string_view text, std::string_view file_name)
 }
 
 Result<Program> load_program(const std::string& path) {
-  std::error_code ec;
-  if (!std::filesystem::exists(path, ec)) return not_found(fmt::format("{}: no such file", path));
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return io_error(fmt::format("{}: cannot open for reading", path));
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) return io_error(fmt::format("{}: read failed", path));
-  Result<Program> p = parse_program(text.str(), path);
+  Result<InputFile> file = InputFile::open(path);
+  if (!file.is_ok()) return file.status();
+  Result<std::string> text = file->read_all();
+  if (!text.is_ok()) return text.status();
+  Result<Program> p = parse_program(*text, path);
   if (p.is_ok()) p->base_dir = std::filesystem::path(path).parent_path().string();
   return p;
 }

@@ -7,7 +7,8 @@
 //
 // parse_program() checks everything that does not depend on a step's dim values: syntax, the
 // header, names (defined once, before use), op names, operand counts, attribute names and kinds,
-// generator arguments. Shapes depend on the dims and are checked per step by check_program() or
+// generator arguments; a call written as an operand (`relu(neg(x))`) is an error that shows the
+// two-statement form. Shapes depend on the dims and are checked per step by check_program() or
 // at run time. Every error is a Status whose message starts with "FILE:LINE:COL: " (1-based; the
 // column of the offending token).
 //
@@ -171,7 +172,8 @@ struct Program {
 // attributes, generators), kUnsupported (a header with another format version).
 Result<Program> parse_program(std::string_view text, std::string_view file_name);
 // Reads and parses the file at `path` and sets base_dir to its directory. kNotFound/kIOError if
-// it cannot be read; otherwise as parse_program.
+// it cannot be read, kInvalidArgument if it is not a regular file (input_file.h); otherwise as
+// parse_program.
 Result<Program> load_program(const std::string& path);
 
 // The canonical text of `program`.

@@ -228,13 +228,17 @@ Result<BufferRef> make_value(const Program& p, const TensorDecl& decl, int step,
     std::string source = fmt::format("safetensors \"{}\" tensor \"{}\"", g.path, g.tensor);
     TensorType want{decl.dtype, *shape};
     // Check the header before reading any data: a mismatch costs no I/O.
-    if (const SafetensorsEntry* e = it->second.find(g.tensor)) {
-      if (e->dtype && e->shape.size() <= static_cast<size_t>(kMaxRank)) {
-        Shape shape_in_file;
-        for (int64_t d : e->shape) shape_in_file.push_back(d);
-        TensorType got{*e->dtype, shape_in_file};
-        if (!(want == got)) return declared_type_mismatch(p, decl, source, want, got);
-      }
+    const SafetensorsEntry* e = it->second.find(g.tensor);
+    if (!e) {
+      return at(p, g.pos,
+                not_found(fmt::format("safetensors \"{}\" has no tensor \"{}\"{}", g.path, g.tensor,
+                                      it->second.did_you_mean(g.tensor))));
+    }
+    if (e->dtype && e->shape.size() <= static_cast<size_t>(kMaxRank)) {
+      Shape shape_in_file;
+      for (int64_t d : e->shape) shape_in_file.push_back(d);
+      TensorType got{*e->dtype, shape_in_file};
+      if (!(want == got)) return declared_type_mismatch(p, decl, source, want, got);
     }
     Result<HostBuffer> loaded = it->second.tensor(g.tensor);
     if (!loaded.is_ok()) return at(p, g.pos, loaded.status());

@@ -4,9 +4,12 @@
 
 #include <algorithm>
 #include <cstring>
-#include <filesystem>
 #include <fstream>
+#include <memory>
 #include <set>
+
+#include "capture/input_file.h"
+#include "capture/suggest.h"
 
 namespace tracecache {
 
@@ -329,7 +332,7 @@ Result<SafetensorsFile> SafetensorsFile::from_header(std::string_view header, ui
   if (!st.is_ok()) return st;
   for (SafetensorsEntry& e : f.entries_) {
     auto bad = [&](const std::string& what) {
-      return corruption(fmt::format("{}: tensor '{}': {}", f.name_, e.name, what));
+      return invalid_argument(fmt::format("{}: tensor '{}': {}", f.name_, e.name, what));
     };
     std::optional<uint64_t> size = element_size(e.dtype_name);
     if (!size) {
@@ -337,12 +340,9 @@ Result<SafetensorsFile> SafetensorsFile::from_header(std::string_view header, ui
           fmt::format("{}: tensor '{}': unknown dtype '{}'", f.name_, e.name, e.dtype_name));
     }
     e.dtype = readable_dtype(e.dtype_name);
-    uint64_t bytes = *size;
-    for (int64_t d : e.shape) {
-      uint64_t ud = static_cast<uint64_t>(d);
-      if (ud != 0 && bytes > UINT64_MAX / ud) return bad("shape is too large");
-      bytes *= ud;
-    }
+    Result<uint64_t> checked = checked_nbytes(e.shape, static_cast<size_t>(*size));
+    if (!checked.is_ok()) return bad(checked.status().message());
+    uint64_t bytes = *checked;
     if (e.begin > e.end) {
       return bad(fmt::format("data_offsets [{}, {}] end before they begin", e.begin, e.end));
     }
@@ -366,20 +366,20 @@ Result<SafetensorsFile> SafetensorsFile::from_header(std::string_view header, ui
   const SafetensorsEntry* previous = nullptr;
   for (const SafetensorsEntry* e : by_offset) {
     if (e->begin < covered) {
-      return corruption(fmt::format("{}: tensors '{}' and '{}' overlap (bytes [{}, {}) and [{}, {}))",
+      return invalid_argument(fmt::format("{}: tensors '{}' and '{}' overlap (bytes [{}, {}) and [{}, {}))",
                                     f.name_, previous->name, e->name, previous->begin,
                                     previous->end, e->begin, e->end));
     }
     if (e->begin > covered) {
-      return corruption(fmt::format("{}: bytes [{}, {}) of the data section belong to no tensor",
-                                    f.name_, covered, e->begin));
+      return invalid_argument(fmt::format("{}: bytes [{}, {}) of the data section belong to no tensor",
+                                          f.name_, covered, e->begin));
     }
     covered = e->end;
     previous = e;
   }
   if (covered != data_size) {
-    return corruption(fmt::format("{}: bytes [{}, {}) of the data section belong to no tensor",
-                                  f.name_, covered, data_size));
+    return invalid_argument(fmt::format("{}: bytes [{}, {}) of the data section belong to no tensor",
+                                        f.name_, covered, data_size));
   }
   std::sort(f.entries_.begin(), f.entries_.end(),
             [](const SafetensorsEntry& a, const SafetensorsEntry& b) { return a.name < b.name; });
@@ -389,13 +389,13 @@ Result<SafetensorsFile> SafetensorsFile::from_header(std::string_view header, ui
 Result<SafetensorsFile> SafetensorsFile::parse(std::string bytes, std::string_view name) {
   std::string file(name);
   if (bytes.size() < 8) {
-    return corruption(fmt::format("{}: {} bytes is too short for a safetensors file", file,
-                                  bytes.size()));
+    return invalid_argument(fmt::format("{}: {} bytes is too short for a safetensors file", file,
+                                        bytes.size()));
   }
   uint64_t n = read_le64(bytes.data());
   if (n > kMaxSafetensorsHeader || n > bytes.size() - 8) {
-    return corruption(fmt::format("{}: header length {} does not fit the file ({} bytes)", file,
-                                  n, bytes.size()));
+    return invalid_argument(fmt::format("{}: header length {} does not fit the file ({} bytes)",
+                                        file, n, bytes.size()));
   }
   Result<SafetensorsFile> f = from_header(std::string_view(bytes).substr(8, n),
                                           bytes.size() - 8 - n, std::move(file));
@@ -406,30 +406,29 @@ Result<SafetensorsFile> SafetensorsFile::parse(std::string bytes, std::string_vi
 }
 
 Result<SafetensorsFile> SafetensorsFile::open(const std::string& path) {
-  std::error_code ec;
-  if (!std::filesystem::exists(path, ec)) return not_found(fmt::format("{}: no such file", path));
-  uint64_t size = std::filesystem::file_size(path, ec);
-  if (ec) return io_error(fmt::format("{}: cannot read the file size: {}", path, ec.message()));
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return io_error(fmt::format("{}: cannot open for reading", path));
+  Result<InputFile> opened = InputFile::open(path);
+  if (!opened.is_ok()) return opened.status();
+  auto file = std::make_shared<const InputFile>(std::move(opened).value());
+  uint64_t size = file->size();
   if (size < 8) {
-    return corruption(fmt::format("{}: {} bytes is too short for a safetensors file", path, size));
+    return invalid_argument(
+        fmt::format("{}: {} bytes is too short for a safetensors file", path, size));
   }
   char prefix[8];
-  if (!in.read(prefix, 8)) return io_error(fmt::format("{}: read failed", path));
+  Status st = file->read_at(0, prefix, 8);
+  if (!st.is_ok()) return st;
   uint64_t n = read_le64(prefix);
   if (n > kMaxSafetensorsHeader || n > size - 8) {
-    return corruption(
+    return invalid_argument(
         fmt::format("{}: header length {} does not fit the file ({} bytes)", path, n, size));
   }
   std::string header(n, '\0');
-  if (!in.read(header.data(), static_cast<std::streamsize>(n))) {
-    return io_error(fmt::format("{}: read failed", path));
-  }
+  st = file->read_at(8, header.data(), header.size());
+  if (!st.is_ok()) return st;
   Result<SafetensorsFile> f = from_header(header, size - 8 - n, path);
   if (!f.is_ok()) return f;
   f->data_start_ = 8 + n;
-  f->path_ = path;
+  f->file_ = std::move(file);
   return f;
 }
 
@@ -440,9 +439,16 @@ const SafetensorsEntry* SafetensorsFile::find(std::string_view tensor) const {
   return it != entries_.end() && it->name == tensor ? &*it : nullptr;
 }
 
+std::string SafetensorsFile::did_you_mean(std::string_view tensor) const {
+  std::vector<std::string_view> names;
+  names.reserve(entries_.size());
+  for (const SafetensorsEntry& e : entries_) names.push_back(e.name);
+  return tracecache::did_you_mean(tensor, names);
+}
+
 Result<HostBuffer> SafetensorsFile::tensor(std::string_view tensor) const {
   const SafetensorsEntry* e = find(tensor);
-  if (!e) return not_found(fmt::format("{}: no tensor '{}'", name_, tensor));
+  if (!e) return not_found(fmt::format("{}: no tensor '{}'{}", name_, tensor, did_you_mean(tensor)));
   if (!e->dtype) {
     return unsupported(fmt::format("{}: tensor '{}' has dtype {}; readable dtypes are F32, I64, "
                                    "I32 and BOOL",
@@ -456,22 +462,18 @@ Result<HostBuffer> SafetensorsFile::tensor(std::string_view tensor) const {
   for (int64_t d : e->shape) shape.push_back(d);
   HostBuffer b(*e->dtype, shape);
   uint64_t n = e->end - e->begin;
-  if (!bytes_.empty()) {
+  if (!file_) {
     std::memcpy(b.bytes(), bytes_.data() + data_start_ + e->begin, n);
-  } else if (n > 0) {
-    std::ifstream in(path_, std::ios::binary);
-    if (!in) return io_error(fmt::format("{}: cannot open for reading", name_));
-    in.seekg(static_cast<std::streamoff>(data_start_ + e->begin));
-    if (!in.read(reinterpret_cast<char*>(b.bytes()), static_cast<std::streamsize>(n))) {
-      return io_error(fmt::format("{}: reading tensor '{}' failed", name_, e->name));
-    }
+  } else {
+    Status st = file_->read_at(data_start_ + e->begin, b.bytes(), static_cast<size_t>(n));
+    if (!st.is_ok()) return st;
   }
   if (*e->dtype == DType::kBool) {
     const auto* p = reinterpret_cast<const unsigned char*>(b.bytes());
     for (uint64_t i = 0; i < n; ++i) {
       if (p[i] > 1) {
-        return corruption(fmt::format("{}: tensor '{}': bool element {} is {}, not 0 or 1", name_,
-                                      e->name, i, p[i]));
+        return invalid_argument(fmt::format("{}: tensor '{}': bool element {} is {}, not 0 or 1",
+                                            name_, e->name, i, p[i]));
       }
     }
   }

@@ -7,9 +7,11 @@
 // data section; offsets are relative to the data section's start, data is little-endian and
 // row-major.
 //
-// Everything is validated before any tensor is handed out: the header length against the file
-// size and kMaxSafetensorsHeader, the JSON's syntax and every field's type, unknown or duplicate
-// keys, each shape x dtype size against its byte range, every range inside the data section,
+// The file is untrusted. open() takes regular files only (input_file.h) and reads the header
+// alone; everything is validated before any tensor is handed out: the header length against the
+// file size and kMaxSafetensorsHeader, the JSON's syntax and every field's type, unknown or
+// duplicate keys, each shape within kMaxElements (shape.h) and its shape x dtype size (checked
+// arithmetic) against its byte range, every range inside the data section,
 // and that the ranges tile the data section exactly (no overlap, no gap, nothing after the
 // last tensor) as the reference implementation requires. Bool bytes are checked to be 0/1 when
 // a tensor is read.
@@ -17,19 +19,23 @@
 // Element types: all of the format's dtypes are recognized (sizes are validated), but only
 // F32, I64, I32 and BOOL can be read into a HostBuffer; reading another is kUnsupported.
 //
-// Errors (messages start with the file name; a tensor's errors name the tensor):
-//   kNotFound     the file does not exist; a tensor name that is not in the file
-//   kIOError      the file cannot be opened, read or written
-//   kParseError   the header is not valid JSON or not the expected structure
-//   kCorruption   sizes or offsets that do not fit (header length, ranges, shape vs range), a
-//                 bool byte that is not 0/1
-//   kUnsupported  reading a tensor of a dtype other than the four above; rank > kMaxRank
+// Errors (messages start with the file name; a tensor's errors name the tensor); all but
+// kIOError are the user's bad input:
+//   kNotFound         the file does not exist; a tensor name that is not in the file (with the
+//                     nearest name in the file, if one is within two edits)
+//   kIOError          the file cannot be opened, read or written
+//   kParseError       the header is not valid JSON or not the expected structure
+//   kInvalidArgument  not a regular file; sizes or offsets that do not fit (header length,
+//                     ranges, shape vs range, a shape above kMaxElements), a bool byte that is
+//                     not 0/1
+//   kUnsupported      reading a tensor of a dtype other than the four above; rank > kMaxRank
 // Thread-safety: a SafetensorsFile is immutable after open; concurrent reads of a file-backed
-// one open the file separately each time, so they are safe.
+// one use positional reads on the file opened by open(), so they are safe.
 #pragma once
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -38,6 +44,7 @@
 #include <vector>
 
 #include "capture/buffer.h"
+#include "capture/input_file.h"
 #include "capture/status.h"
 
 namespace tracecache {
@@ -65,6 +72,9 @@ class SafetensorsFile {
   const std::vector<SafetensorsEntry>& entries() const { return entries_; }
   // nullptr if the file has no tensor called `tensor`.
   const SafetensorsEntry* find(std::string_view tensor) const;
+  // For a name find() does not know: " (did you mean 'NAME'?)" with the file's nearest tensor
+  // name within two edits, else "".
+  std::string did_you_mean(std::string_view tensor) const;
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
 
   // The data of `tensor`. Errors: kNotFound, kUnsupported, kIOError, kCorruption (see above).
@@ -77,7 +87,7 @@ class SafetensorsFile {
 
   std::string name_;
   std::string bytes_;          // the whole file when parsed from memory, else empty
-  std::string path_;           // the file to read data from when bytes_ is unused
+  std::shared_ptr<const InputFile> file_;  // the file to read data from when opened from disk
   uint64_t data_start_ = 0;    // offset of the data section in the file
   std::vector<SafetensorsEntry> entries_;
   std::map<std::string, std::string> metadata_;

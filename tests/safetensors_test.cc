@@ -127,10 +127,10 @@ TEST(Safetensors, MalformedFilesAreRejectedWithTheirReason) {
     std::string message;
   };
   const Case cases[] = {
-      {"abc", StatusCode::kCorruption, "x: 3 bytes is too short for a safetensors file"},
-      {huge_len + "{}", StatusCode::kCorruption,
+      {"abc", StatusCode::kInvalidArgument, "x: 3 bytes is too short for a safetensors file"},
+      {huge_len + "{}", StatusCode::kInvalidArgument,
        "x: header length 72057594037927936 does not fit the file (10 bytes)"},
-      {file_bytes("{}", "").substr(0, 9), StatusCode::kCorruption,
+      {file_bytes("{}", "").substr(0, 9), StatusCode::kInvalidArgument,
        "x: header length 2 does not fit the file (9 bytes)"},
       {file_bytes("[]", ""), StatusCode::kParseError,
        "x: malformed safetensors header at byte 0: expected '{' at the start of the header"},
@@ -161,22 +161,22 @@ TEST(Safetensors, MalformedFilesAreRejectedWithTheirReason) {
       {file_bytes(R"({"a": {"dtype": "Q4", "shape": [2], "data_offsets": [0, 8]}})", f8),
        StatusCode::kParseError, "x: tensor 'a': unknown dtype 'Q4'"},
       {file_bytes(R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [8, 0]}})", f8),
-       StatusCode::kCorruption, "x: tensor 'a': data_offsets [8, 0] end before they begin"},
+       StatusCode::kInvalidArgument, "x: tensor 'a': data_offsets [8, 0] end before they begin"},
       {file_bytes(R"({"a": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}})", f8),
-       StatusCode::kCorruption,
+       StatusCode::kInvalidArgument,
        "x: tensor 'a': data_offsets [0, 16] run past the data section (8 bytes)"},
       {file_bytes(R"({"a": {"dtype": "F32", "shape": [3], "data_offsets": [0, 8]}})", f8),
-       StatusCode::kCorruption,
+       StatusCode::kInvalidArgument,
        "x: tensor 'a': shape [3] of F32 needs 12 bytes but data_offsets [0, 8] hold 8"},
       {file_bytes(R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}, )"
                   R"("b": {"dtype": "I32", "shape": [1], "data_offsets": [4, 8]}})",
                   f8),
-       StatusCode::kCorruption,
+       StatusCode::kInvalidArgument,
        "x: tensors 'a' and 'b' overlap (bytes [0, 8) and [4, 8))"},
       {file_bytes(R"({"a": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}})", f8),
-       StatusCode::kCorruption, "x: bytes [0, 4) of the data section belong to no tensor"},
+       StatusCode::kInvalidArgument, "x: bytes [0, 4) of the data section belong to no tensor"},
       {file_bytes(R"({"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}})", f8),
-       StatusCode::kCorruption, "x: bytes [4, 8) of the data section belong to no tensor"},
+       StatusCode::kInvalidArgument, "x: bytes [4, 8) of the data section belong to no tensor"},
       {file_bytes(R"({"__metadata__": {"k": 1}})", ""), StatusCode::kParseError,
        "x: malformed safetensors header at byte 23: metadata value 'k' must be a string"},
       {file_bytes(R"({"a\q": {}})", ""), StatusCode::kParseError,
@@ -202,7 +202,7 @@ TEST(Safetensors, BoolBytesOtherThanZeroOrOneAreCorrupt) {
   ASSERT_TRUE(f.is_ok()) << f.status().to_string();
   Result<HostBuffer> r = f->tensor("m");
   ASSERT_FALSE(r.is_ok());
-  EXPECT_EQ(r.status().code(), StatusCode::kCorruption);
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(r.status().message(), "x: tensor 'm': bool element 2 is 2, not 0 or 1");
 }
 
@@ -219,7 +219,7 @@ TEST(Safetensors, FileErrorsNameThePath) {
   fs::resize_file(path, fs::file_size(path) - 4);
   Result<SafetensorsFile> truncated = SafetensorsFile::open(path.string());
   ASSERT_FALSE(truncated.is_ok());
-  EXPECT_EQ(truncated.status().code(), StatusCode::kCorruption);
+  EXPECT_EQ(truncated.status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(truncated.status().message(),
             path.string() + ": tensor 'a': data_offsets [0, 16] run past the data section (12 bytes)");
   fs::remove(path);

@@ -76,7 +76,7 @@ grep -q "unexpected: " "$TMP/err" || fail "no unexpected list: $(cat "$TMP/err")
 expect_exit 2 "$TC" zoo run resnet18 --weights "$TMP/none.safetensors"
 grep -q "none.safetensors: no such file" "$TMP/err" || fail "missing file not named: $(cat "$TMP/err")"
 printf 'not a safetensors file' > "$TMP/bad.safetensors"
-expect_exit 1 "$TC" zoo emit resnet18 --weights "$TMP/bad.safetensors"
+expect_exit 2 "$TC" zoo emit resnet18 --weights "$TMP/bad.safetensors"
 grep -q "bad.safetensors: header length" "$TMP/err" || fail "corrupt file not explained: $(cat "$TMP/err")"
 
 # Bad names and options.

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <map>
+#include <new>
 #include <optional>
 #include <unordered_map>
 
@@ -244,7 +245,18 @@ Result<BufferRef> make_value(const Program& p, const TensorDecl& decl, int step,
     if (!loaded.is_ok()) return at(p, g.pos, loaded.status());
     return BufferRef(std::make_shared<const HostBuffer>(std::move(loaded).value()));
   }
-  HostBuffer b(decl.dtype, *shape);
+  std::optional<HostBuffer> allocated;
+  try {
+    allocated.emplace(decl.dtype, *shape);
+  } catch (const std::bad_alloc&) {
+    // Within the element limit, but more than this machine can hold: still the program's size.
+    return at(p, decl.dims.empty() ? decl.pos : decl.dims.front().pos,
+              invalid_argument(fmt::format(
+                  "'{}' is declared {}: its {} bytes cannot be allocated; declare a smaller shape",
+                  decl.name, type_to_string({decl.dtype, *shape}),
+                  shape->numel() * static_cast<int64_t>(dtype_size(decl.dtype)))));
+  }
+  HostBuffer& b = *allocated;
   switch (g.kind) {
     case Generator::Kind::kNormal: fill_normal(b, seed, g.mean, g.stddev); break;
     case Generator::Kind::kUniform: fill_uniform(b, seed, g.low, g.high); break;

@@ -15,6 +15,7 @@
 #include "capture/npy.h"
 #include "capture/program.h"
 #include "capture/program_runner.h"
+#include "capture/reference.h"
 #include "capture/safetensors.h"
 #include "capture/suggest.h"
 
@@ -133,6 +134,26 @@ TEST(HostileProgram, DeclaredShapesObeyTheElementLimit) {
   EXPECT_NE(st.message().find("h.trace:3:15: 'x' is declared f32[2, 2305843009213693953]"),
             std::string::npos)
       << st.message();
+}
+
+TEST(HostileProgram, UnallocatableShapeIsBadInput) {
+  // Within the element limit, but 2 PiB: more than a 48-bit (or, without overcommit, any)
+  // address space holds. Used to escape as std::bad_alloc ("internal error", exit 1).
+  Result<Program> p = parse_program(
+      "tracecache 1\n"
+      "input x : i64[281474976710656] = full(1)\n"
+      "output x\n",
+      "h.trace");
+  ASSERT_TRUE(p.is_ok()) << p.status().to_string();
+  ASSERT_TRUE(check_program(*p).is_ok());
+  ReferenceExecutor executor;
+  LazyContext ctx(&executor);
+  Result<std::vector<StepResult>> r = run_program(*p, ctx);
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(r.status().message(),
+            "h.trace:2:15: 'x' is declared i64[281474976710656]: its 2251799813685248 bytes "
+            "cannot be allocated; declare a smaller shape");
 }
 
 TEST(HostileProgram, NestedCallsSayHowToSplitThem) {

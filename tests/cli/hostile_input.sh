@@ -33,6 +33,12 @@ for f in declared_shape_overflow declared_shape_wraps; do
     || fail "$f: $(cat "$TMP/err")"
 done
 
+# Within the limit but more than the address space: bad input too, not "internal error".
+printf 'tracecache 1\ninput x : i64[281474976710656] = full(1)\noutput x\n' > "$TMP/huge.trace"
+expect_exit 2 "$TC" run "$TMP/huge.trace" --no-cache
+grep -qF "huge.trace:2:15: 'x' is declared i64[281474976710656]: its 2251799813685248 bytes cannot be allocated" "$TMP/err" \
+  || fail "$(cat "$TMP/err")"
+
 # Nested calls and misspelled tensor names say what to write instead.
 expect_exit 2 "$TC" run "$SRC/fixtures/programs/bad/nested_call.trace"
 grep -qF "write 't = neg(x)' on its own line, then 'y = relu(t)'" "$TMP/err" || fail "$(cat "$TMP/err")"

@@ -974,6 +974,11 @@ Result<Program> parse_program(std::string_view text, std::string_view file_name)
 Result<Program> load_program(const std::string& path) {
   Result<InputFile> file = InputFile::open(path);
   if (!file.is_ok()) return file.status();
+  if (file->size() > kMaxProgramBytes) {
+    return invalid_argument(fmt::format(
+        "{}: program is {} bytes; the limit is {} bytes (split it, or keep weights in npy or "
+        "safetensors files)", path, file->size(), kMaxProgramBytes));
+  }
   Result<std::string> text = file->read_all();
   if (!text.is_ok()) return text.status();
   Result<Program> p = parse_program(*text, path);

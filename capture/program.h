@@ -172,8 +172,9 @@ struct Program {
 // attributes, generators), kUnsupported (a header with another format version).
 Result<Program> parse_program(std::string_view text, std::string_view file_name);
 // Reads and parses the file at `path` and sets base_dir to its directory. kNotFound/kIOError if
-// it cannot be read, kInvalidArgument if it is not a regular file (input_file.h); otherwise as
-// parse_program.
+// it cannot be read, kInvalidArgument if it is not a regular file (input_file.h) or is larger
+// than kMaxProgramBytes (it is read whole); otherwise as parse_program.
+inline constexpr uint64_t kMaxProgramBytes = uint64_t{256} << 20;
 Result<Program> load_program(const std::string& path);
 
 // The canonical text of `program`.

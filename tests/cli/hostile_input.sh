@@ -45,6 +45,13 @@ grep -qF "write 't = neg(x)' on its own line, then 'y = relu(t)'" "$TMP/err" || 
 expect_exit 2 "$TC" run "$SRC/fixtures/programs/bad/safetensors_misspelled.trace"
 grep -qF "(did you mean 'embedding.weight'?)" "$TMP/err" || fail "$(cat "$TMP/err")"
 
+# A program larger than the limit is refused before it is read (a sparse file: no disk used).
+truncate -s 257M "$TMP/big.trace"
+expect_exit 2 "$TC" run "$TMP/big.trace" --no-cache
+grep -qF "big.trace: program is 269484032 bytes; the limit is 268435456 bytes" "$TMP/err" \
+  || fail "$(cat "$TMP/err")"
+rm -f "$TMP/big.trace"
+
 # Special files are refused at once instead of hanging (the timeout only bounds a regression:
 # a correct build answers without reading anything).
 mkfifo "$TMP/fifo.trace" "$TMP/fifo.npy"

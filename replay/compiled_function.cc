@@ -849,6 +849,22 @@ struct CompiledFunction::Impl {
     }
   }
 
+  // An entry that could not be used: a `corrupt` event for a malformed entry or cache row, a
+  // `miss` event for anything else (say, its graph is no longer in the cache). Its stored row is
+  // removed unless the failure may pass (a locked or unreadable database).
+  void drop_entry(const Entry& e, const Status& why) {
+    const StatusCode code = why.code();
+    if (code == StatusCode::kCorruption) {
+      drop_stored(e.db_index, why.message());
+      return;
+    }
+    const bool permanent = code == StatusCode::kNotFound;
+    runtime->function_event(store::EventKind::kMiss, key.name,
+                            fmt::format("entry {} could not be used ({}); the call traces{}", e.db_index,
+                                        why.message(), permanent ? "" : ", the stored entry is kept"));
+    if (store::CacheDb* d = db(); d && permanent && e.db_index >= 0) (void)d->remove_function_entry(key, e.db_index);
+  }
+
   void drop_stored(int64_t db_index, const std::string& why) {
     runtime->function_event(store::EventKind::kCorrupt, key.name, fmt::format("entry {}: {}", db_index, why));
     if (store::CacheDb* d = db()) (void)d->remove_function_entry(key, db_index);
@@ -943,15 +959,16 @@ Result<std::vector<Tensor>> CompiledFunction::operator()(LazyContext& ctx, const
     std::string why;
     Result<std::optional<std::vector<BufferRef>>> r = impl_->replay(impl_->entries[e], args, &why);
     stats_.specializations = impl_->specializations;
-    if (!r.is_ok() && r.status().code() == StatusCode::kCorruption) {
-      // Only a stored entry can be malformed: drop it and look further.
-      impl_->drop_stored(impl_->entries[e].db_index, r.status().message());
+    if (!r.is_ok()) {
+      // Any failure to use a cached entry (a malformed entry, its graph or executable missing or
+      // unreadable in the cache) is a miss, never an error: drop the entry and look further;
+      // the call traces if nothing else holds (DESIGN.md invariants 5 and 6).
+      impl_->drop_entry(impl_->entries[e], r.status());
       impl_->entries.erase(impl_->entries.begin() + static_cast<std::ptrdiff_t>(e));
       stats_.hits_per_entry.erase(stats_.hits_per_entry.begin() + static_cast<std::ptrdiff_t>(e));
       --e;
       continue;
     }
-    if (!r.is_ok()) return r.status();
     if (!r->has_value()) {
       if (why.empty()) {
         value_guard_failed = true;

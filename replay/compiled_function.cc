@@ -73,6 +73,9 @@ struct Entry {
   // One per output: its type when traced. A dynamic entry's sizes follow its dynamic dims.
   std::vector<TensorType> output_types;
   std::string options_label;  // readable form of the options check; "" if not recorded
+  // False for an entry loaded from the cache until its outputs were compared with
+  // CompiledFunctionOptions::output_types (routes are the same for every call of an entry).
+  bool outputs_verified = true;
   int64_t db_index = -1;      // row in the functions table, -1 if not stored
   int64_t unflushed_hits = 0;
 };
@@ -782,6 +785,25 @@ struct CompiledFunction::Impl {
     return std::optional<std::vector<BufferRef>>(std::move(outputs));
   }
 
+  // Compares a stored entry's replayed outputs with the types `fn` returns for `args`
+  // (CompiledFunctionOptions::output_types; ok when it is not set). kCorruption on a mismatch.
+  Status verify_outputs(const std::vector<BufferRef>& outputs, const CallArgs& args) const {
+    if (!options.output_types) return Status::ok();
+    Result<std::vector<TensorType>> want = options.output_types(args);
+    if (!want.is_ok()) return want.status();
+    if (want->size() != outputs.size()) {
+      return corruption(fmt::format("guard entry returns {} outputs, the function {}", outputs.size(), want->size()));
+    }
+    for (size_t o = 0; o < outputs.size(); ++o) {
+      const TensorType got{outputs[o]->dtype(), outputs[o]->shape()};
+      if (got != (*want)[o]) {
+        return corruption(fmt::format("guard entry output {} is {}, the function returns {}", o, type_to_string(got),
+                                      type_to_string((*want)[o])));
+      }
+    }
+    return Status::ok();
+  }
+
   // ---- tracing ------------------------------------------------------------------------------
 
   // Executes the graphs of a trace through the runtime, recording each as a segment and where
@@ -992,6 +1014,7 @@ struct CompiledFunction::Impl {
         continue;
       }
       e->db_index = row.entry;
+      e->outputs_verified = false;
       entries.push_back(std::move(*e));
     }
   }
@@ -1108,6 +1131,14 @@ Result<std::vector<Tensor>> CompiledFunction::operator()(LazyContext& ctx, const
     std::string why;
     Result<std::optional<std::vector<BufferRef>>> r = impl_->replay(impl_->entries[e], args, &why);
     stats_.specializations = impl_->specializations;
+    if (r.is_ok() && r->has_value() && !impl_->entries[e].outputs_verified) {
+      Status verified = impl_->verify_outputs(**r, args);
+      if (verified.is_ok()) {
+        impl_->entries[e].outputs_verified = true;
+      } else {
+        r = verified;
+      }
+    }
     if (!r.is_ok()) {
       // Any failure to use a cached entry (a malformed entry, its graph or executable missing or
       // unreadable in the cache) is a miss, never an error: drop the entry and look further;

@@ -101,6 +101,12 @@ struct CompiledFunctionOptions {
   bool automatic_dynamic = true;
   CanonicalizeOptions canonicalize;     // changes lowering: guarded
   std::vector<std::string> input_names; // for guard messages ("input 0 'x'"); optional
+  // Optional: the types of the outputs `fn` returns for `args`, found without running it (for
+  // a trace program, its inference rules). When set, the first replay of every entry loaded
+  // from the cache compares its outputs with these; a stored entry that routes its outputs
+  // differently (even consistently with the types it records) is then a `corrupt` event and
+  // the call traces. An error from it counts as a failure to use the entry (a miss).
+  std::function<Result<std::vector<TensorType>>(const CallArgs& args)> output_types;
 };
 
 // One failed guard, for audit and messages.

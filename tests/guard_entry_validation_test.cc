@@ -46,15 +46,21 @@ TracedFn step_fn(int* calls) {
 
 // One "process": a backend, a database handle, a runtime, a context, and the function.
 struct Process {
-  explicit Process(const std::string& db_path, Backend* backend = nullptr)
+  explicit Process(const std::string& db_path, Backend* backend = nullptr, bool with_output_types = false)
       : db(std::move(store::CacheDb::open({.path = db_path})).value_or_throw()),
         runtime(backend ? backend : &cpu, db.get(), &metrics),
         ctx(&runtime, LazyOptions{.canonicalize = {}, .metrics = &metrics}),
-        f("step", step_fn(&fn_calls), &runtime, options()) {}
+        f("step", step_fn(&fn_calls), &runtime, options(with_output_types)) {}
 
-  static CompiledFunctionOptions options() {
+  static CompiledFunctionOptions options(bool with_output_types) {
     CompiledFunctionOptions o;
     o.user_version = "v1";
+    if (with_output_types) {  // what step_fn returns, from the argument types alone
+      o.output_types = [](const CallArgs& a) -> Result<std::vector<TensorType>> {
+        return std::vector<TensorType>{{DType::kF32, {a.tensors[0].peek_shape()[0], a.tensors[1].peek_shape()[1]}},
+                                       {DType::kF32, {}}};
+      };
+    }
     return o;
   }
 
@@ -123,10 +129,10 @@ void store_forged(const Dir& dir, const std::function<void(proto::GuardEntry&)>&
 
 // The forged entry is rejected (on load or at its first replay) with a corrupt event, and the
 // call traces and gives the function's real outputs.
-void expect_rejected(const std::function<void(proto::GuardEntry&)>& forge) {
+void expect_rejected(const std::function<void(proto::GuardEntry&)>& forge, bool with_output_types = false) {
   Dir dir;
   store_forged(dir, forge);
-  Process q(dir.db());
+  Process q(dir.db(), nullptr, with_output_types);
   EXPECT_EQ(q.call(), eager_outputs());
   EXPECT_EQ(q.fn_calls, 1) << "the forged entry must not be served";
   EXPECT_EQ(q.events(store::EventKind::kCorrupt), 1);
@@ -158,6 +164,23 @@ TEST(GuardEntryValidation, ReversedOutputsAreRejected) {
     ASSERT_EQ(pe.outputs_size(), 2);
     pe.mutable_outputs()->SwapElements(0, 1);
   });
+}
+
+TEST(GuardEntryValidation, OutputsReversedWithTheirTypesAreRejectedByTheFunctionsOutputTypes) {
+  // Consistent with itself and with its executable: only what the function returns tells.
+  expect_rejected(
+      [](proto::GuardEntry& pe) {
+        pe.mutable_outputs()->SwapElements(0, 1);
+        pe.mutable_output_types()->SwapElements(0, 1);
+      },
+      /*with_output_types=*/true);
+  // An untouched entry is served, verified once.
+  Dir dir;
+  { Process p(dir.db()); p.call(); }
+  Process q(dir.db(), nullptr, true);
+  EXPECT_EQ(q.call(), eager_outputs());
+  EXPECT_EQ(q.call(), eager_outputs());
+  EXPECT_EQ(q.fn_calls, 0);
 }
 
 TEST(GuardEntryValidation, OutOfRangeRoutesAreRejected) {

@@ -12,6 +12,8 @@
 
 #include "replay/compiled_function.h"
 #include "replay/cpu_backend.h"
+#include "capture/program.h"
+#include "capture/program_runner.h"
 #include "capture/reference.h"
 #include "replay/device_spec.h"
 #include "replay/eager_runner.h"
@@ -249,6 +251,100 @@ TEST(GuardEntryValidation, AnEntryWithoutABackendLabelFallsBackToTheDigest) {
   ASSERT_EQ(q.f.stats().recompile_reasons.size(), 1u);
   EXPECT_NE(q.f.stats().recompile_reasons[0].find("lowering options digest expected "), std::string::npos)
       << q.f.stats().recompile_reasons[0];
+}
+
+}  // namespace
+}  // namespace tracecache
+
+namespace tracecache {
+namespace {
+
+// A trace program in once mode, wired as `tracecache run --mode once` wires it: the step is the
+// function, and the program's inference rules give the output types it returns.
+struct ProgramProcess {
+  ProgramProcess(const Program& program, const std::string& db_path)
+      : db(std::move(store::CacheDb::open({.path = db_path})).value_or_throw()),
+        runtime(&cpu, db.get(), &metrics),
+        ctx(&runtime, LazyOptions{.canonicalize = {}, .metrics = &metrics}),
+        args(program, ctx) {
+    const std::vector<DimSource> sources = dim_sources(program);
+    CompiledFunctionOptions o;
+    o.user_version = "v1";
+    o.output_types = [&program, sources](const CallArgs& a) {
+      std::vector<int64_t> dims;
+      size_t scalar = 0;
+      for (const DimSource& src : sources) {
+        dims.push_back(src.tensor >= 0 ? a.tensors[static_cast<size_t>(src.tensor)].peek_shape()[src.axis]
+                                       : static_cast<int64_t>(a.scalars[scalar++]));
+      }
+      return infer_output_types_at(program, dims);
+    };
+    TracedFn fn = [&program, sources](LazyContext& c, const TraceArgs& a) {
+      std::vector<int64_t> dims;
+      size_t scalar = 0;
+      for (const DimSource& src : sources) {
+        dims.push_back(src.tensor >= 0 ? a.tensor(static_cast<size_t>(src.tensor)).peek_shape()[src.axis]
+                                       : static_cast<int64_t>(a.scalar(scalar++)));
+      }
+      std::vector<Tensor> tensors;
+      for (size_t i = 0; i < a.num_tensors(); ++i) tensors.push_back(a.tensor(i));
+      return record_step(program, c, dims, tensors, sources).value_or_throw();
+    };
+    f = std::make_unique<CompiledFunction>("step", std::move(fn), &runtime, std::move(o));
+    for (const DimSource& src : sources) scalar_dims.push_back(src.tensor < 0);
+  }
+
+  std::vector<std::string> call(const Program& program) {
+    CallArgs call;
+    call.tensors = args.make(0).value_or_throw();
+    const std::vector<int64_t> dims = step_dim_values(program, 0);
+    for (size_t d = 0; d < dims.size(); ++d) {
+      if (scalar_dims[d]) call.scalars.push_back(static_cast<double>(dims[d]));
+    }
+    auto out = (*f)(ctx, call);
+    EXPECT_TRUE(out.is_ok()) << out.status().to_string();
+    std::vector<std::string> got;
+    if (out.is_ok()) {
+      for (const Tensor& t : *out) got.push_back(type_to_string({t.dtype(), t.peek_shape()}) + " " + t.buffer()->checksum());
+    }
+    return got;
+  }
+
+  CpuBackend cpu;
+  Metrics metrics;
+  std::unique_ptr<store::CacheDb> db;
+  Runtime runtime;
+  LazyContext ctx;
+  StepArguments args;
+  std::vector<bool> scalar_dims;
+  std::unique_ptr<CompiledFunction> f;
+};
+
+TEST(GuardEntryValidation, ATraceProgramsOutputTypesCatchAConsistentlyReversedEntry) {
+  Result<Program> program = load_program(std::string(TRACECACHE_SOURCE_DIR) + "/fixtures/programs/mlp.trace");
+  ASSERT_TRUE(program.is_ok()) << program.status().to_string();
+  Dir dir;
+  std::vector<std::string> want;
+  { ProgramProcess p(*program, dir.db()); want = p.call(*program); }
+  ASSERT_EQ(want.size(), 2u);  // logits f32[8, 10], loss f32[]
+  {
+    auto db = std::move(store::CacheDb::open({.path = dir.db()})).value_or_throw();
+    store::FunctionKey key{"step", "v1", std::string(kToolkitVersion)};
+    auto rows = db->function_entries(key);
+    ASSERT_TRUE(rows.is_ok());
+    ASSERT_EQ(rows->size(), 1u);
+    proto::GuardEntry pe;
+    ASSERT_TRUE(pe.ParseFromString((*rows)[0].blob));
+    pe.mutable_outputs()->SwapElements(0, 1);
+    pe.mutable_output_types()->SwapElements(0, 1);
+    ASSERT_TRUE(db->put_function_entry(key, (*rows)[0].entry, pe.SerializeAsString()).is_ok());
+  }
+  ProgramProcess q(*program, dir.db());
+  EXPECT_EQ(q.call(*program), want);
+  EXPECT_EQ(q.f->stats().traces, 1);
+  int corrupt = 0;
+  for (const auto& e : q.runtime.events()) corrupt += e.kind == store::EventKind::kCorrupt;
+  EXPECT_EQ(corrupt, 1);
 }
 
 }  // namespace

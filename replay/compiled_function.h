@@ -79,7 +79,7 @@ using TracedFn = std::function<std::vector<Tensor>(LazyContext& ctx, const Trace
 // + this toolkit version, so a new process with a warm cache runs its first call with zero
 // traces and zero compiles. The user version must change whenever `fn`'s code does: entries are
 // only as sound as that promise (tracecache cannot see `fn`'s code).
-inline constexpr std::string_view kToolkitVersion = "tracecache-0.3/ir2/compiler1/guards2";
+inline constexpr std::string_view kToolkitVersion = "tracecache-0.3/ir2/compiler1/guards3";
 
 // The largest size a dynamic dim's range check admits.
 inline constexpr int64_t kMaxDynamicSize = int64_t{1} << 31;

@@ -1,10 +1,12 @@
 // The cpu backend's kernels. See cpu_kernels.h for the contract and the numerics table.
 //
 // Fused chains run on a tiled interpreter: the chain is first compiled into a short list of
-// instructions over typed tile registers (one per member, per leaf and per operand conversion);
-// the output is then processed kTileElements at a time, each instruction running one tight loop
-// over the tile with the op and dtypes fixed outside the loop. Leaves with the full shape and
-// the output are read/written in place; broadcast leaves are gathered into a register.
+// instructions over typed tile registers (one per member, per leaf and per operand conversion;
+// a register's scratch is reused once its node is no longer read, so scratch is bounded by the
+// values live at once); the output is then processed kTileElements at a time, each instruction
+// running one tight loop over the tile with the op and dtypes fixed outside the loop. Leaves
+// with the full shape and the output are read/written in place; broadcast leaves are gathered
+// into a register. Compiling a chain is linear in its length.
 #include "replay/cpu_kernels.h"
 
 #include <cblas.h>

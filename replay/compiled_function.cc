@@ -234,7 +234,7 @@ constexpr uint64_t max_checks(uint64_t tensors, uint64_t scalars) {
 std::optional<TensorType> type_from_proto(const proto::OutputType& pt) {
   if (pt.dtype() >= static_cast<uint32_t>(kDTypeCount) || pt.shape_size() > kMaxRank) return std::nullopt;
   for (int64_t d : pt.shape()) {
-    if (d < 0 || d > kMaxDynamicSize) return std::nullopt;
+    if (d < 0) return std::nullopt;
   }
   return TensorType{static_cast<DType>(pt.dtype()),
                     Shape(IntList(std::span<const int64_t>(pt.shape().data(), pt.shape_size())))};
@@ -297,7 +297,7 @@ Result<Entry> parse_entry(const std::string& bytes) {
         if (ok) rank[c.index] = static_cast<int64_t>(c.expected);
         break;
       case Check::Kind::kSize:
-        ok = dim && c.expected <= static_cast<uint64_t>(kMaxDynamicSize) && !sized[c.index][c.dim];
+        ok = dim && c.expected <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) && !sized[c.index][c.dim];
         if (ok) size[c.index][c.dim] = static_cast<int64_t>(c.expected), sized[c.index][c.dim] = true;
         break;
       case Check::Kind::kSizeRange:

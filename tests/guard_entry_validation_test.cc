@@ -48,15 +48,17 @@ TracedFn step_fn(int* calls) {
 
 // One "process": a backend, a database handle, a runtime, a context, and the function.
 struct Process {
-  explicit Process(const std::string& db_path, Backend* backend = nullptr, bool with_output_types = false)
+  explicit Process(const std::string& db_path, Backend* backend = nullptr, bool with_output_types = false,
+                   bool dynamic_batch = false)
       : db(std::move(store::CacheDb::open({.path = db_path})).value_or_throw()),
         runtime(backend ? backend : &cpu, db.get(), &metrics),
         ctx(&runtime, LazyOptions{.canonicalize = {}, .metrics = &metrics}),
-        f("step", step_fn(&fn_calls), &runtime, options(with_output_types)) {}
+        f("step", step_fn(&fn_calls), &runtime, options(with_output_types, dynamic_batch)) {}
 
-  static CompiledFunctionOptions options(bool with_output_types) {
+  static CompiledFunctionOptions options(bool with_output_types, bool dynamic_batch) {
     CompiledFunctionOptions o;
     o.user_version = "v1";
+    if (dynamic_batch) o.dynamic_dims = {{0, 0}};  // a dynamic entry: its template is stored
     if (with_output_types) {  // what step_fn returns, from the argument types alone
       o.output_types = [](const CallArgs& a) -> Result<std::vector<TensorType>> {
         return std::vector<TensorType>{{DType::kF32, {a.tensors[0].peek_shape()[0], a.tensors[1].peek_shape()[1]}},
@@ -67,8 +69,8 @@ struct Process {
   }
 
   // The outputs' types and checksums, as strings.
-  std::vector<std::string> call() {
-    HostBuffer x(DType::kF32, {4, 3}), w(DType::kF32, {3, 2});
+  std::vector<std::string> call(int64_t batch = 4) {
+    HostBuffer x(DType::kF32, {batch, 3}), w(DType::kF32, {3, 2});
     for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = static_cast<float>(i % 5) - 1;
     for (int64_t i = 0; i < w.numel(); ++i) w.data<float>()[i] = 0.5f * static_cast<float>(i);
     auto out = f(ctx, {{ctx.from_buffer(std::move(x)), ctx.from_buffer(std::move(w))}, {}});
@@ -116,8 +118,8 @@ std::vector<std::string> eager_outputs() {
 }
 
 // Traces once into `dir`, then rewrites the stored entry with `forge` (a valid checksum).
-void store_forged(const Dir& dir, const std::function<void(proto::GuardEntry&)>& forge) {
-  { Process p(dir.db()); p.call(); }
+void store_forged(const Dir& dir, const std::function<void(proto::GuardEntry&)>& forge, bool dynamic_batch = false) {
+  { Process p(dir.db(), nullptr, false, dynamic_batch); p.call(); }
   auto db = std::move(store::CacheDb::open({.path = dir.db()})).value_or_throw();
   store::FunctionKey key{"step", "v1", std::string(kToolkitVersion)};
   auto rows = db->function_entries(key);
@@ -199,6 +201,34 @@ TEST(GuardEntryValidation, AWrongOutputTypeIsRejected) {
   expect_rejected([](proto::GuardEntry& pe) { pe.mutable_output_types(0)->set_dtype(static_cast<uint32_t>(DType::kI32)); });
   expect_rejected([](proto::GuardEntry& pe) { pe.mutable_output_types(1)->add_shape(1); });
   expect_rejected([](proto::GuardEntry& pe) { pe.mutable_output_types()->RemoveLast(); });
+}
+
+TEST(GuardEntryValidation, ADynamicEntrysOutputsAreCheckedAgainstItsTemplate) {
+  for (bool swap_types : {false, true}) {
+    Dir dir;
+    store_forged(
+        dir,
+        [&](proto::GuardEntry& pe) {
+          ASSERT_TRUE(pe.has_dynamic());
+          if (swap_types) {
+            pe.mutable_output_types()->SwapElements(0, 1);
+          } else {
+            pe.mutable_output_types(1)->set_dtype(static_cast<uint32_t>(DType::kI64));
+          }
+        },
+        /*dynamic_batch=*/true);
+    Process q(dir.db(), nullptr, false, true);
+    EXPECT_EQ(q.f.num_entries(), 0u) << "rejected on load";
+    EXPECT_EQ(q.events(store::EventKind::kCorrupt), 1);
+    EXPECT_EQ(q.call(), eager_outputs());
+  }
+  // Untouched, it serves other batch sizes without a trace.
+  Dir dir;
+  { Process p(dir.db(), nullptr, false, true); p.call(); }
+  Process q(dir.db(), nullptr, true, true);
+  EXPECT_EQ(q.call(4), eager_outputs());
+  EXPECT_EQ(q.call(6).size(), 2u);
+  EXPECT_EQ(q.fn_calls, 0);
 }
 
 TEST(GuardEntryValidation, AnIncompleteGuardSetIsRejected) {

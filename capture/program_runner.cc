@@ -307,7 +307,11 @@ Result<Shape> declared_shape(const Program& program, const TensorDecl& decl, int
 }
 
 Result<std::vector<TensorType>> infer_output_types(const Program& program, int step) {
-  std::vector<int64_t> dims = step_dim_values(program, step);
+  return infer_output_types_at(program, step_dim_values(program, step));
+}
+
+Result<std::vector<TensorType>> infer_output_types_at(const Program& program, std::span<const int64_t> dim_values) {
+  std::vector<int64_t> dims(dim_values.begin(), dim_values.end());
   std::unordered_map<std::string, TensorType> env;
   for (const TensorDecl& d : program.tensors) {
     Result<Shape> s = bound_shape(program, d, dims);

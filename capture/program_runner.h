@@ -118,6 +118,8 @@ Result<Shape> declared_shape(const Program& program, const TensorDecl& decl, int
 // The types of the program's outputs at `step`, by running only the inference rules (no data,
 // no context). Fails like run_program would on shape and attribute errors.
 Result<std::vector<TensorType>> infer_output_types(const Program& program, int step);
+// The same at explicit dim values (one per program.dims entry), e.g. those of a call's arguments.
+Result<std::vector<TensorType>> infer_output_types_at(const Program& program, std::span<const int64_t> dims);
 
 // infer_output_types for every step in [0, steps) (-1: the default): a dry run that finds every
 // shape error without computing anything.

@@ -115,6 +115,17 @@ Result<std::unique_ptr<ProgramSession>> ProgramSession::create(const Program& pr
       for (size_t i = 0; i < args.num_tensors(); ++i) tensors.push_back(args.tensor(i));
       return record_step(program, ctx, dims, tensors, sources).value_or_throw();
     };
+    // What the step returns for these arguments, by the inference rules alone: a stored entry
+    // is checked against it before its outputs are trusted.
+    fo.output_types = [&program, sources = s->dim_sources_](const CallArgs& args) {
+      std::vector<int64_t> dims;
+      size_t scalar = 0;
+      for (const DimSource& src : sources) {
+        dims.push_back(src.tensor >= 0 ? args.tensors.at(static_cast<size_t>(src.tensor)).peek_shape()[src.axis]
+                                       : static_cast<int64_t>(args.scalars.at(scalar++)));
+      }
+      return infer_output_types_at(program, dims);
+    };
     s->function_ = std::make_unique<CompiledFunction>(std::move(name), std::move(fn),
                                                       s->runtime_.get(), std::move(fo));
   }

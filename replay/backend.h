@@ -39,6 +39,9 @@ class Backend {
   virtual std::string_view name() const = 0;
   // Hex digest of every option that changes lowering or results ("" if none).
   virtual std::string options_digest() const = 0;
+  // The backend and its options as a person names them ("cpu", "sim:h100"), for messages; not
+  // part of any key. Defaults to name().
+  virtual std::string display_name() const { return std::string(name()); }
 
   // Lowers a canonical graph. `compiler_version` is recorded in the executable.
   virtual Result<Executable> compile(const Graph& graph, const GraphKey& key,

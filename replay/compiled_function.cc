@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 #include <xxhash.h>
 
+#include <array>
 #include <bit>
 #include <optional>
 #include <limits>
@@ -69,11 +70,17 @@ struct Entry {
   std::shared_ptr<Dynamic> dynamic;  // null: a static entry (fixed segments)
   std::vector<Segment> segments;
   std::vector<ValueSource> outputs;
+  // One per output: its type when traced. A dynamic entry's sizes follow its dynamic dims.
+  std::vector<TensorType> output_types;
+  std::string options_label;  // readable form of the options check; "" if not recorded
+  // False for an entry loaded from the cache until its outputs were compared with
+  // CompiledFunctionOptions::output_types (routes are the same for every call of an entry).
+  bool outputs_verified = true;
   int64_t db_index = -1;      // row in the functions table, -1 if not stored
   int64_t unflushed_hits = 0;
 };
 
-constexpr uint32_t kGuardEntryFormat = 2;
+constexpr uint32_t kGuardEntryFormat = 3;  // 3: output types recorded (toolkit version guards3)
 
 void source_to_proto(const ValueSource& v, proto::ValueSource* out) {
   out->set_kind(static_cast<uint32_t>(v.kind));
@@ -124,6 +131,12 @@ std::string serialize_entry(const Entry& e) {
     }
   }
   for (const ValueSource& v : e.outputs) source_to_proto(v, pe.add_outputs());
+  for (const TensorType& t : e.output_types) {
+    proto::OutputType* pt = pe.add_output_types();
+    pt->set_dtype(static_cast<uint32_t>(t.dtype));
+    for (int d = 0; d < t.shape.rank(); ++d) pt->add_shape(t.shape[d]);
+  }
+  pe.set_options_label(e.options_label);
   if (e.dynamic) {
     const Dynamic& d = *e.dynamic;
     proto::DynamicPlan* pd = pe.mutable_dynamic();
@@ -206,77 +219,132 @@ bool parse_dynamic(const proto::DynamicPlan& pd, uint64_t num_tensors, uint64_t 
   return true;
 }
 
+// Bounds of a stored guard entry, each checked before anything is sized by it.
+constexpr uint64_t kMaxArguments = 4096;  // tensor arguments, and scalar arguments
+constexpr int kMaxSegments = 4096;
+constexpr int kMaxRoutes = 1 << 16;       // parameters of a segment; outputs of an entry
+constexpr size_t kMaxLabelBytes = 256;
+
+// The checks an entry over `tensors` tensors and `scalars` scalars can have at most: counts and
+// options, per tensor dtype, rank, contiguity, device, aliasing and two per dim, per scalar one.
+constexpr uint64_t max_checks(uint64_t tensors, uint64_t scalars) {
+  return 3 + tensors * (5 + 2 * static_cast<uint64_t>(kMaxRank)) + scalars;
+}
+
+std::optional<TensorType> type_from_proto(const proto::OutputType& pt) {
+  if (pt.dtype() >= static_cast<uint32_t>(kDTypeCount) || pt.shape_size() > kMaxRank) return std::nullopt;
+  for (int64_t d : pt.shape()) {
+    if (d < 0) return std::nullopt;
+  }
+  return TensorType{static_cast<DType>(pt.dtype()),
+                    Shape(IntList(std::span<const int64_t>(pt.shape().data(), pt.shape_size())))};
+}
+
 // Parses and checks a stored entry so that evaluating its guards and routing its values can
-// never index out of range. nullopt if anything is off.
-std::optional<Entry> parse_entry(const std::string& bytes) {
+// never index out of range, and so that what it promises is consistent with what it guards:
+// every count bounded before it sizes anything; the counts first, then the options, then for
+// every tensor a dtype, a rank and a size (or range) for each dim; every index and route in
+// range; one recorded type per output, equal to the guarded type of an input it returns, to
+// the template's root type (dynamic), or to a constant's type. Routes into segment outputs are
+// checked against each segment's executable when it is fetched (check_segment). kCorruption
+// with what failed.
+Result<Entry> parse_entry(const std::string& bytes) {
   proto::GuardEntry pe;
-  if (!pe.ParseFromArray(bytes.data(), static_cast<int>(bytes.size())) ||
-      pe.format_version() != kGuardEntryFormat || pe.checks_size() < 2) {
-    return std::nullopt;
+  if (!pe.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
+    return corruption("guard entry does not parse");
+  }
+  if (pe.format_version() != kGuardEntryFormat) {
+    return corruption(fmt::format("guard entry has format {}, expected {}", pe.format_version(), kGuardEntryFormat));
+  }
+  if (pe.checks_size() < 3 || pe.checks(0).kind() != static_cast<uint32_t>(Check::Kind::kNumTensors) ||
+      pe.checks(1).kind() != static_cast<uint32_t>(Check::Kind::kNumScalars) ||
+      pe.checks(2).kind() != static_cast<uint32_t>(Check::Kind::kOptions)) {
+    return corruption("guard entry does not start with its count and options checks");
+  }
+  const uint64_t num_tensors = pe.checks(0).expected(), num_scalars = pe.checks(1).expected();
+  if (num_tensors > kMaxArguments || num_scalars > kMaxArguments) {
+    return corruption(fmt::format("guard entry has {} tensor and {} scalar arguments (at most {} each)",
+                                  num_tensors, num_scalars, kMaxArguments));
+  }
+  if (static_cast<uint64_t>(pe.checks_size()) > max_checks(num_tensors, num_scalars) ||
+      pe.segments_size() > kMaxSegments || pe.outputs_size() > kMaxRoutes ||
+      pe.options_label().size() > kMaxLabelBytes) {
+    return corruption("guard entry has more checks, segments or outputs than its arguments allow");
   }
   Entry e;
-  uint64_t num_tensors = 0, num_scalars = 0;
-  std::vector<int64_t> rank;  // per tensor, -1 until its rank check
+  e.options_label = pe.options_label();
+  // What the checks guard, per tensor: dtype, rank, and each dim's size (-1: dynamic).
+  std::vector<int64_t> dtype(num_tensors, -1), rank(num_tensors, -1);
+  std::vector<std::array<int64_t, kMaxRank>> size(num_tensors);
+  std::vector<std::array<bool, kMaxRank>> sized(num_tensors);
   for (int i = 0; i < pe.checks_size(); ++i) {
     const proto::GuardCheck& pc = pe.checks(i);
-    if (pc.kind() > static_cast<uint32_t>(Check::Kind::kSameSize)) return std::nullopt;
+    if (pc.kind() > static_cast<uint32_t>(Check::Kind::kSameSize)) return corruption("guard entry has an unknown check");
     Check c{static_cast<Check::Kind>(pc.kind()), pc.index(), pc.dim(), pc.expected()};
+    const bool tensor = c.index < num_tensors;
+    const bool dim = tensor && rank[c.index] > static_cast<int64_t>(c.dim);
     bool ok = true;
     switch (c.kind) {
-      case Check::Kind::kNumTensors:
-        ok = i == 0 && c.expected <= 4096;
-        num_tensors = c.expected;
-        rank.assign(num_tensors, -1);
+      case Check::Kind::kNumTensors: ok = i == 0; break;
+      case Check::Kind::kNumScalars: ok = i == 1; break;
+      case Check::Kind::kOptions: ok = i == 2; break;
+      case Check::Kind::kDType:
+        ok = tensor && c.expected < static_cast<uint64_t>(kDTypeCount) && dtype[c.index] < 0;
+        if (ok) dtype[c.index] = static_cast<int64_t>(c.expected);
         break;
-      case Check::Kind::kNumScalars:
-        ok = i == 1 && c.expected <= 4096;
-        num_scalars = c.expected;
-        break;
-      case Check::Kind::kOptions: break;
       case Check::Kind::kRank:
-        ok = c.index < num_tensors && c.expected <= kMaxRank;
+        ok = tensor && c.expected <= kMaxRank && rank[c.index] < 0;
         if (ok) rank[c.index] = static_cast<int64_t>(c.expected);
         break;
       case Check::Kind::kSize:
-        ok = c.index < num_tensors && rank[c.index] > static_cast<int64_t>(c.dim);
+        ok = dim && c.expected <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) && !sized[c.index][c.dim];
+        if (ok) size[c.index][c.dim] = static_cast<int64_t>(c.expected), sized[c.index][c.dim] = true;
         break;
-      case Check::Kind::kDType: case Check::Kind::kContiguous: case Check::Kind::kDevice:
-        ok = c.index < num_tensors;
+      case Check::Kind::kSizeRange:
+        ok = dim && c.expected >= 1 && !sized[c.index][c.dim];
+        if (ok) size[c.index][c.dim] = -1, sized[c.index][c.dim] = true;
+        break;
+      case Check::Kind::kContiguous: case Check::Kind::kDevice:
+        ok = tensor;
         break;
       case Check::Kind::kAliasOf: case Check::Kind::kDistinct:
-        ok = c.index < num_tensors && c.dim < num_tensors && c.expected < num_tensors;
+        ok = tensor && c.dim < num_tensors && c.expected < num_tensors;
         break;
       case Check::Kind::kScalarValue: ok = c.index < num_scalars; break;
-      case Check::Kind::kSizeRange:
-        ok = c.index < num_tensors && rank[c.index] > static_cast<int64_t>(c.dim);
-        break;
       case Check::Kind::kSameSize: {
         const uint64_t other = c.expected / 256, other_dim = c.expected % 256;
-        ok = c.index < num_tensors && rank[c.index] > static_cast<int64_t>(c.dim) &&
-             other < num_tensors && rank[other] > static_cast<int64_t>(other_dim);
+        ok = dim && other < num_tensors && rank[other] > static_cast<int64_t>(other_dim);
         break;
       }
     }
-    if (!ok) return std::nullopt;
+    if (!ok) return corruption(fmt::format("guard entry check {} is out of range or out of order", i));
     e.checks.push_back(c);
+  }
+  for (uint64_t t = 0; t < num_tensors; ++t) {
+    bool complete = dtype[t] >= 0 && rank[t] >= 0;
+    for (int64_t d = 0; complete && d < rank[t]; ++d) complete = sized[t][static_cast<size_t>(d)];
+    if (!complete) return corruption(fmt::format("guard entry does not guard the type of input {}", t));
   }
   auto source_ok = [&](const ValueSource& v, size_t segments_before) {
     switch (v.kind) {
       case ValueSource::Kind::kInput: return v.a < num_tensors;
       case ValueSource::Kind::kDynamicScalar: return v.a < num_scalars;
-      case ValueSource::Kind::kSegmentOutput: return v.a < segments_before;  // b: checked at replay
+      case ValueSource::Kind::kSegmentOutput: return v.a < segments_before;  // b: check_segment
       case ValueSource::Kind::kConstant: return v.constant != nullptr;
     }
     return false;
   };
   for (const proto::Segment& ps : pe.segments()) {
     std::optional<GraphKey> key = GraphKey::from_bytes(ps.graph_key());
-    if (!key) return std::nullopt;
+    if (!key) return corruption("guard entry has a malformed graph key");
+    if (ps.params_size() > kMaxRoutes || ps.value_guards_size() > kMaxRoutes) {
+      return corruption("guard entry segment has too many parameters or value guards");
+    }
     Segment seg;
     seg.key = *key;
     for (const proto::ValueSource& pv : ps.params()) {
       std::optional<ValueSource> v = source_from_proto(pv);
-      if (!v || !source_ok(*v, e.segments.size())) return std::nullopt;
+      if (!v || !source_ok(*v, e.segments.size())) return corruption("guard entry routes a parameter out of range");
       seg.params.push_back(std::move(*v));
     }
     for (const proto::ValueGuard& g : ps.value_guards()) {
@@ -286,21 +354,82 @@ std::optional<Entry> parse_entry(const std::string& bytes) {
   }
   if (pe.has_dynamic()) {
     if (!e.segments.empty() || !parse_dynamic(pe.dynamic(), num_tensors, num_scalars, rank, e)) {
-      return std::nullopt;
+      return corruption("guard entry has a malformed dynamic plan");
     }
+  }
+  if (pe.output_types_size() != pe.outputs_size()) {
+    return corruption(fmt::format("guard entry has {} outputs but {} output types", pe.outputs_size(),
+                                  pe.output_types_size()));
   }
   // A dynamic entry's outputs route from its one (specialized) segment: root indices.
   const size_t segments = e.dynamic ? 1 : e.segments.size();
-  for (const proto::ValueSource& pv : pe.outputs()) {
-    std::optional<ValueSource> v = source_from_proto(pv);
-    if (!v || !source_ok(*v, segments)) return std::nullopt;
-    if (e.dynamic && v->kind == ValueSource::Kind::kSegmentOutput &&
-        v->b >= e.dynamic->tmpl.roots.size()) {
-      return std::nullopt;
+  for (int o = 0; o < pe.outputs_size(); ++o) {
+    std::optional<ValueSource> v = source_from_proto(pe.outputs(o));
+    std::optional<TensorType> type = type_from_proto(pe.output_types(o));
+    if (!v || !type || !source_ok(*v, segments)) return corruption(fmt::format("guard entry output {} is out of range", o));
+    // The type this output has when the entry's guards hold (dynamic dims: any size).
+    bool fits = true;
+    switch (v->kind) {
+      case ValueSource::Kind::kInput: {
+        fits = static_cast<int64_t>(type->dtype) == dtype[v->a] && type->shape.rank() == rank[v->a];
+        for (int d = 0; fits && d < type->shape.rank(); ++d) {
+          fits = size[v->a][static_cast<size_t>(d)] < 0 || size[v->a][static_cast<size_t>(d)] == type->shape[d];
+        }
+        break;
+      }
+      case ValueSource::Kind::kDynamicScalar: fits = *type == TensorType{DType::kF32, Shape{}}; break;
+      case ValueSource::Kind::kConstant: fits = *type == TensorType{v->constant->dtype(), Shape{}}; break;
+      case ValueSource::Kind::kSegmentOutput:
+        if (e.dynamic) {
+          const std::vector<NodeId>& roots = e.dynamic->tmpl.roots;
+          if (v->b >= roots.size()) return corruption(fmt::format("guard entry output {} is out of range", o));
+          const Node& n = e.dynamic->tmpl.graph.node(roots[v->b]);
+          fits = type->dtype == n.dtype && type->shape == n.shape;
+        }
+        break;
+    }
+    if (!fits) {
+      return corruption(fmt::format("guard entry output {} does not have its recorded type {}", o, type_to_string(*type)));
     }
     e.outputs.push_back(std::move(*v));
+    e.output_types.push_back(std::move(*type));
   }
   return e;
+}
+
+// Checks that segment `k` of a static entry fits `exe`, its executable fetched from the cache:
+// one parameter per graph parameter, value guards and every route into its outputs in range,
+// and each entry output it provides of the type the entry recorded. kCorruption otherwise.
+Status check_segment(const Entry& e, size_t k, const Executable& exe) {
+  const Segment& seg = e.segments[k];
+  const std::span<const NodeId> outs = exe.graph.outputs();
+  if (seg.params.size() != exe.graph.params().size()) {
+    return corruption(fmt::format("guard entry segment {} passes {} parameters, its graph has {}", k,
+                                  seg.params.size(), exe.graph.params().size()));
+  }
+  for (const auto& [o, hash] : seg.value_guards) {
+    if (o >= outs.size()) return corruption("guard entry checks an output that does not exist");
+  }
+  auto in_range = [&](const ValueSource& v) {
+    return v.kind != ValueSource::Kind::kSegmentOutput || v.a != k || v.b < outs.size();
+  };
+  for (size_t j = k + 1; j < e.segments.size(); ++j) {
+    for (const ValueSource& v : e.segments[j].params) {
+      if (!in_range(v)) return corruption("guard entry routes a value that does not exist");
+    }
+  }
+  for (size_t o = 0; o < e.outputs.size(); ++o) {
+    const ValueSource& v = e.outputs[o];
+    if (!in_range(v)) return corruption("guard entry routes a value that does not exist");
+    if (v.kind != ValueSource::Kind::kSegmentOutput || v.a != k) continue;
+    const Node& n = exe.graph.node(outs[v.b]);
+    const TensorType actual{n.dtype, n.shape};
+    if (actual != e.output_types[o]) {
+      return corruption(fmt::format("guard entry output {} is recorded as {}, its executable gives {}", o,
+                                    type_to_string(e.output_types[o]), type_to_string(actual)));
+    }
+  }
+  return Status::ok();
 }
 
 uint64_t scalar_bits(double v) { return normalized_float_bits(v); }
@@ -340,6 +469,7 @@ struct CompiledFunction::Impl {
   Runtime* runtime;
   CompiledFunctionOptions options;
   uint64_t options_digest = 0;
+  std::string options_label;  // readable form of options_digest: "sim:h100"
   std::vector<bool> dynamic_scalar;
   std::vector<Entry> entries;
   std::vector<BufferRef> scratch;  // per-call parameter list, reused
@@ -427,7 +557,12 @@ struct CompiledFunction::Impl {
           f = {"number of scalar arguments", fmt::format("{}", c.expected), fmt::format("{}", got)};
           break;
         case Check::Kind::kOptions:
-          f = {"lowering options digest", fmt::format("{:016x}", c.expected), fmt::format("{:016x}", got)};
+          // Entries stored before the label was recorded name only the digest.
+          if (!e.options_label.empty() && e.options_label != options_label) {
+            f = {"backend", e.options_label, options_label};
+          } else {
+            f = {"lowering options digest", fmt::format("{:016x}", c.expected), fmt::format("{:016x}", got)};
+          }
           break;
         case Check::Kind::kDType:
           f = {input_name(c.index) + ": dtype", std::string(dtype_name(static_cast<DType>(c.expected))),
@@ -614,6 +749,7 @@ struct CompiledFunction::Impl {
       if (!seg.exe) {  // an entry loaded from the cache: fetch its executable by key
         Result<std::shared_ptr<const Executable>> exe = runtime->prepare_by_key(seg.key);
         if (!exe.is_ok()) return exe.status();
+        if (Status fits = check_segment(e, k, **exe); !fits.is_ok()) return fits;
         seg.exe = *exe;
       }
       scratch.clear();
@@ -631,11 +767,41 @@ struct CompiledFunction::Impl {
     }
     std::vector<BufferRef> outputs;
     outputs.reserve(e.outputs.size());
-    for (const ValueSource& v : e.outputs) {
+    // The outputs are what the entry promises (its recorded types; a dynamic entry's sizes
+    // follow the call), whatever a stored entry routes: never a value of another type.
+    for (size_t o = 0; o < e.outputs.size(); ++o) {
+      const ValueSource& v = e.outputs[o];
       if (!routed(v)) return corruption("guard entry routes a value that does not exist");
-      outputs.push_back(value_of(v));
+      BufferRef b = value_of(v);
+      const TensorType& promised = e.output_types[o];
+      const bool fits = b->dtype() == promised.dtype &&
+                        (e.dynamic ? b->shape().rank() == promised.shape.rank() : b->shape() == promised.shape);
+      if (!fits) {
+        return corruption(fmt::format("guard entry output {} is recorded as {}, the replay gave {}", o,
+                                      type_to_string(promised), type_to_string({b->dtype(), b->shape()})));
+      }
+      outputs.push_back(std::move(b));
     }
     return std::optional<std::vector<BufferRef>>(std::move(outputs));
+  }
+
+  // Compares a stored entry's replayed outputs with the types `fn` returns for `args`
+  // (CompiledFunctionOptions::output_types; ok when it is not set). kCorruption on a mismatch.
+  Status verify_outputs(const std::vector<BufferRef>& outputs, const CallArgs& args) const {
+    if (!options.output_types) return Status::ok();
+    Result<std::vector<TensorType>> want = options.output_types(args);
+    if (!want.is_ok()) return want.status();
+    if (want->size() != outputs.size()) {
+      return corruption(fmt::format("guard entry returns {} outputs, the function {}", outputs.size(), want->size()));
+    }
+    for (size_t o = 0; o < outputs.size(); ++o) {
+      const TensorType got{outputs[o]->dtype(), outputs[o]->shape()};
+      if (got != (*want)[o]) {
+        return corruption(fmt::format("guard entry output {} is {}, the function returns {}", o, type_to_string(got),
+                                      type_to_string((*want)[o])));
+      }
+    }
+    return Status::ok();
   }
 
   // ---- tracing ------------------------------------------------------------------------------
@@ -789,6 +955,7 @@ struct CompiledFunction::Impl {
             "output {} of the traced function is tensor data that is not one of its arguments", o));
       }
       entry.outputs.push_back(it->second);
+      entry.output_types.push_back({b->dtype(), b->shape()});
       result.push_back(std::move(b));
     }
     // Everything materialized while fn ran may have been read by it: guard the contents.
@@ -803,6 +970,7 @@ struct CompiledFunction::Impl {
         if (note) *note = std::move(n);
       }
       if (!entry.dynamic) entry.segments = std::move(rec.segments);
+      entry.options_label = options_label;
       entry.checks = make_checks(args, entry.dynamic ? std::span<const DynamicDim>(entry.dynamic->dims)
                                                      : std::span<const DynamicDim>());
       save(entry);
@@ -839,14 +1007,32 @@ struct CompiledFunction::Impl {
     }
     for (store::StoredFunctionEntry& row : *rows) {
       next_db_index = std::max(next_db_index, row.entry + 1);
-      std::optional<Entry> e = row.corrupt ? std::nullopt : parse_entry(row.blob);
-      if (!e) {
-        drop_stored(row.entry, "stored guard entry failed its checksum or checks");
+      Result<Entry> e = row.corrupt ? Result<Entry>(corruption("stored guard entry failed its checksum"))
+                                    : parse_entry(row.blob);
+      if (!e.is_ok()) {
+        drop_stored(row.entry, e.status().message());
         continue;
       }
       e->db_index = row.entry;
+      e->outputs_verified = false;
       entries.push_back(std::move(*e));
     }
+  }
+
+  // An entry that could not be used: a `corrupt` event for a malformed entry or cache row, a
+  // `miss` event for anything else (say, its graph is no longer in the cache). Its stored row is
+  // removed unless the failure may pass (a locked or unreadable database).
+  void drop_entry(const Entry& e, const Status& why) {
+    const StatusCode code = why.code();
+    if (code == StatusCode::kCorruption) {
+      drop_stored(e.db_index, why.message());
+      return;
+    }
+    const bool permanent = code == StatusCode::kNotFound;
+    runtime->function_event(store::EventKind::kMiss, key.name,
+                            fmt::format("entry {} could not be used ({}); the call traces{}", e.db_index,
+                                        why.message(), permanent ? "" : ", the stored entry is kept"));
+    if (store::CacheDb* d = db(); d && permanent && e.db_index >= 0) (void)d->remove_function_entry(key, e.db_index);
   }
 
   void drop_stored(int64_t db_index, const std::string& why) {
@@ -877,6 +1063,8 @@ CompiledFunction::CompiledFunction(std::string name, TracedFn fn, Runtime* runti
                                  impl_->options.canonicalize.bake_scalars ? 1 : 0,
                                  runtime->backend().name(), runtime->backend().options_digest());
   impl_->options_digest = XXH3_64bits(spec.data(), spec.size());
+  impl_->options_label = runtime->backend().display_name() +
+                         (impl_->options.canonicalize.bake_scalars ? " (scalars baked)" : "");
   impl_->key = {name_, impl_->options.user_version, std::string(kToolkitVersion)};
   impl_->load();
   stats_.hits_per_entry.assign(impl_->entries.size(), 0);
@@ -943,15 +1131,24 @@ Result<std::vector<Tensor>> CompiledFunction::operator()(LazyContext& ctx, const
     std::string why;
     Result<std::optional<std::vector<BufferRef>>> r = impl_->replay(impl_->entries[e], args, &why);
     stats_.specializations = impl_->specializations;
-    if (!r.is_ok() && r.status().code() == StatusCode::kCorruption) {
-      // Only a stored entry can be malformed: drop it and look further.
-      impl_->drop_stored(impl_->entries[e].db_index, r.status().message());
+    if (r.is_ok() && r->has_value() && !impl_->entries[e].outputs_verified) {
+      Status verified = impl_->verify_outputs(**r, args);
+      if (verified.is_ok()) {
+        impl_->entries[e].outputs_verified = true;
+      } else {
+        r = verified;
+      }
+    }
+    if (!r.is_ok()) {
+      // Any failure to use a cached entry (a malformed entry, its graph or executable missing or
+      // unreadable in the cache) is a miss, never an error: drop the entry and look further;
+      // the call traces if nothing else holds (DESIGN.md invariants 5 and 6).
+      impl_->drop_entry(impl_->entries[e], r.status());
       impl_->entries.erase(impl_->entries.begin() + static_cast<std::ptrdiff_t>(e));
       stats_.hits_per_entry.erase(stats_.hits_per_entry.begin() + static_cast<std::ptrdiff_t>(e));
       --e;
       continue;
     }
-    if (!r.is_ok()) return r.status();
     if (!r->has_value()) {
       if (why.empty()) {
         value_guard_failed = true;

@@ -79,7 +79,14 @@ using TracedFn = std::function<std::vector<Tensor>(LazyContext& ctx, const Trace
 // + this toolkit version, so a new process with a warm cache runs its first call with zero
 // traces and zero compiles. The user version must change whenever `fn`'s code does: entries are
 // only as sound as that promise (tracecache cannot see `fn`'s code).
-inline constexpr std::string_view kToolkitVersion = "tracecache-0.3/ir2/compiler1/guards2";
+// Stored entries are untrusted (DESIGN.md invariant 5): each is checked on load (bounds, a
+// complete guard set, routes, recorded output types), against each executable when it is
+// fetched, and its replayed outputs against its recorded types (and against
+// CompiledFunctionOptions::output_types, when set, on first use). A failed check is a `corrupt`
+// event; any other failure to use an entry (its graph or executable gone from the cache) is a
+// `miss` event; either way the entry is dropped and the call traces: never an error, never a
+// wrong result.
+inline constexpr std::string_view kToolkitVersion = "tracecache-0.3/ir2/compiler1/guards3";
 
 // The largest size a dynamic dim's range check admits.
 inline constexpr int64_t kMaxDynamicSize = int64_t{1} << 31;
@@ -101,6 +108,12 @@ struct CompiledFunctionOptions {
   bool automatic_dynamic = true;
   CanonicalizeOptions canonicalize;     // changes lowering: guarded
   std::vector<std::string> input_names; // for guard messages ("input 0 'x'"); optional
+  // Optional: the types of the outputs `fn` returns for `args`, found without running it (for
+  // a trace program, its inference rules). When set, the first replay of every entry loaded
+  // from the cache compares its outputs with these; a stored entry that routes its outputs
+  // differently (even consistently with the types it records) is then a `corrupt` event and
+  // the call traces. An error from it counts as a failure to use the entry (a miss).
+  std::function<Result<std::vector<TensorType>>(const CallArgs& args)> output_types;
 };
 
 // One failed guard, for audit and messages.

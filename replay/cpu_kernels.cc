@@ -1,10 +1,12 @@
 // The cpu backend's kernels. See cpu_kernels.h for the contract and the numerics table.
 //
 // Fused chains run on a tiled interpreter: the chain is first compiled into a short list of
-// instructions over typed tile registers (one per member, per leaf and per operand conversion);
-// the output is then processed kTileElements at a time, each instruction running one tight loop
-// over the tile with the op and dtypes fixed outside the loop. Leaves with the full shape and
-// the output are read/written in place; broadcast leaves are gathered into a register.
+// instructions over typed tile registers (one per member, per leaf and per operand conversion;
+// a register's scratch is reused once its node is no longer read, so scratch is bounded by the
+// values live at once); the output is then processed kTileElements at a time, each instruction
+// running one tight loop over the tile with the op and dtypes fixed outside the loop. Leaves
+// with the full shape and the output are read/written in place; broadcast leaves are gathered
+// into a register. Compiling a chain is linear in its length.
 #include "replay/cpu_kernels.h"
 
 #include <cblas.h>
@@ -17,11 +19,13 @@
 #include <cmath>
 #include <condition_variable>
 #include <cstring>
+#include <deque>
 #include <limits>
 #include <mutex>
 #include <optional>
 #include <thread>
 #include <type_traits>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -260,16 +264,22 @@ struct Instr;
 // first element for this tile.
 using TileFn = void (*)(const Instr& ins, std::byte* const* regs, int64_t start, int64_t len);
 
+// A broadcast load's source: the leaf's bytes, its element size and how to walk it.
+struct BroadcastLoad {
+  const std::byte* leaf = nullptr;
+  size_t elem = 0;
+  StridedSpace space;
+};
+
+// One instruction per member (and per leaf load and operand conversion): kept small, since a
+// chain of n ops has about n of them.
 struct Instr {
   TileFn fn = nullptr;
   uint32_t dst = 0;
   std::array<uint32_t, 3> src{};
   // Attribute values the tile function reads (clamp: min and max).
   std::array<double, 2> params{};
-  // Broadcast loads only: the leaf's bytes, its element size and how to walk it.
-  const std::byte* leaf = nullptr;
-  size_t elem = 0;
-  StridedSpace space;
+  const BroadcastLoad* load = nullptr;  // broadcast loads only
 };
 
 // The element loops read and write distinct registers (a kernel's output never overlaps its
@@ -354,7 +364,7 @@ void convert_tile(const Instr& ins, std::byte* const* regs, int64_t, int64_t len
 }
 
 void broadcast_load_tile(const Instr& ins, std::byte* const* regs, int64_t start, int64_t len) {
-  gather_range(ins.space, ins.leaf, 0, ins.elem, start, len, regs[ins.dst]);
+  gather_range(ins.load->space, ins.load->leaf, 0, ins.load->elem, start, len, regs[ins.dst]);
 }
 
 // The tile function of each (op, compute dtype) pair the inference rules allow.
@@ -452,14 +462,35 @@ constexpr uint32_t kNoReg = std::numeric_limits<uint32_t>::max();
 constexpr size_t kRegAlign = 64;
 
 // A fused chain compiled to tile instructions (see the file comment), then run.
+// Linear in the chain's length: node -> register is a hash map, and a scratch register is
+// released after its node's last use and its bytes reused, so a long chain needs a few tiles
+// of scratch, not one per member.
 class FusedProgram {
  public:
   FusedProgram(const Graph& g, std::span<const NodeId> members,
                const std::function<const HostBuffer*(NodeId)>& leaf_value, HostBuffer& out)
       : leaf_value_(leaf_value), shape_(out.shape()), numel_(out.numel()) {
     const NodeId root = members.back();
+    // The position of the last member that reads each node. A non-root broadcast_to is an alias
+    // of its input's register: its input lives as long as it does (walk backwards so that
+    // chains of aliases propagate).
+    std::unordered_map<NodeId, size_t> last_use;
+    last_use.reserve(members.size() * 2);
+    for (size_t i = 0; i < members.size(); ++i) {
+      for (NodeId in : g.inputs(g.node(members[i]))) last_use[in] = i;
+    }
+    for (size_t i = members.size(); i-- > 0;) {
+      const Node& n = g.node(members[i]);
+      if (n.op != OpKind::kBroadcastTo || members[i] == root) continue;
+      auto it = last_use.find(members[i]);
+      if (it == last_use.end()) continue;
+      size_t& src = last_use[g.inputs(n)[0]];
+      src = std::max(src, it->second);
+    }
+    values_.reserve(members.size() * 2);
     const uint32_t out_reg = add_reg(out.dtype(), out.bytes());
-    for (NodeId m : members) {
+    for (size_t i = 0; i < members.size(); ++i) {
+      const NodeId m = members[i];
       const Node& n = g.node(m);
       const std::span<const NodeId> ins = g.inputs(n);
       const bool is_root = m == root;
@@ -467,7 +498,8 @@ class FusedProgram {
         // Every register already holds the root's shape: the broadcast is the load itself.
         const uint32_t src = value(ins[0]);
         if (is_root) emit(convert_fn(n.dtype, n.dtype), out_reg, {src});
-        else values_.emplace_back(m, src);
+        else values_.emplace(m, make_value(src, /*owns=*/false));
+        release_dead(ins, i, last_use);
         continue;
       }
       const uint32_t dst = is_root ? out_reg : add_reg(n.dtype, nullptr);
@@ -477,14 +509,14 @@ class FusedProgram {
       } else if (n.op == OpKind::kWhere) {
         const uint32_t cond = value(ins[0]);
         assert(regs_[cond].dtype == DType::kBool);
-        const uint32_t a = as(value(ins[1]), n.dtype);
-        const uint32_t b = as(value(ins[2]), n.dtype);
+        const uint32_t a = as(ins[1], n.dtype);
+        const uint32_t b = as(ins[2], n.dtype);
         emit(where_fn(n.dtype), dst, {cond, a, b});
       } else {
         std::array<DType, 2> types{};
         for (size_t k = 0; k < ins.size(); ++k) types[k] = g.node(ins[k]).dtype;
         const DType c = compute_dtype(n.op, std::span(types.data(), ins.size()), n.dtype);
-        const uint32_t a = as(value(ins[0]), c);
+        const uint32_t a = as(ins[0], c);
         if (n.op == OpKind::kGelu) {
           emit(gelu_fn(g.attrs(n)[0].as_bool()), dst, {a});
         } else if (n.op == OpKind::kClamp) {
@@ -493,10 +525,11 @@ class FusedProgram {
         } else if (ins.size() == 1) {
           emit(op_fn(n.op, c), dst, {a});
         } else {
-          emit(op_fn(n.op, c), dst, {a, as(value(ins[1]), c)});
+          emit(op_fn(n.op, c), dst, {a, as(ins[1], c)});
         }
       }
-      values_.emplace_back(m, dst);
+      values_.emplace(m, make_value(dst, /*owns=*/true));
+      release_dead(ins, i, last_use);
     }
   }
 
@@ -505,18 +538,67 @@ class FusedProgram {
     parallel_chunks(tiles, numel_, [&](int64_t first, int64_t last) { run_tiles(first, last); });
   }
 
+  FusedPlanSize size() const {
+    return {instrs_.size(), regs_.size(), scratch_bytes_, sizeof(Instr) * instrs_.size() + sizeof(Reg) * regs_.size()};
+  }
+
  private:
+  // A node's register, and the registers holding it converted to other dtypes (made once per
+  // dtype and shared by every later use).
+  struct Value {
+    uint32_t reg;
+    bool owns;  // false for a broadcast_to's alias of its input's register
+    std::array<uint32_t, kDTypeCount> converted;
+  };
+
+  static Value make_value(uint32_t reg, bool owns) {
+    Value v{reg, owns, {}};
+    v.converted.fill(kNoReg);
+    return v;
+  }
+
+  static size_t tile_bytes(DType t) {
+    const size_t bytes = static_cast<size_t>(kTileElements) * dtype_size(t);
+    return (bytes + kRegAlign - 1) / kRegAlign * kRegAlign;
+  }
+
   uint32_t add_reg(DType t, std::byte* direct) {
     Reg r;
     r.dtype = t;
     r.direct = direct;
     if (direct == nullptr) {
-      r.scratch_offset = scratch_bytes_;
-      const size_t bytes = static_cast<size_t>(kTileElements) * dtype_size(t);
-      scratch_bytes_ += (bytes + kRegAlign - 1) / kRegAlign * kRegAlign;
+      std::vector<size_t>& free = free_[dtype_size(t)];
+      if (!free.empty()) {
+        r.scratch_offset = free.back();
+        free.pop_back();
+      } else {
+        r.scratch_offset = scratch_bytes_;
+        scratch_bytes_ += tile_bytes(t);
+      }
     }
     regs_.push_back(r);
     return static_cast<uint32_t>(regs_.size() - 1);
+  }
+
+  void release_reg(uint32_t reg) {
+    if (reg == kNoReg || regs_[reg].direct != nullptr) return;
+    free_[dtype_size(regs_[reg].dtype)].push_back(regs_[reg].scratch_offset);
+  }
+
+  // Frees the scratch of the inputs of member `i` that no later member reads. Runs after the
+  // member's instructions are emitted, so a register is never reused within one instruction.
+  void release_dead(std::span<const NodeId> ins, size_t i, const std::unordered_map<NodeId, size_t>& last_use) {
+    for (size_t k = 0; k < ins.size(); ++k) {
+      if (std::find(ins.begin(), ins.begin() + static_cast<std::ptrdiff_t>(k), ins[k]) != ins.begin() + static_cast<std::ptrdiff_t>(k)) {
+        continue;  // the same input twice: released once
+      }
+      if (last_use.at(ins[k]) != i) continue;
+      auto it = values_.find(ins[k]);
+      if (it == values_.end()) continue;
+      if (it->second.owns) release_reg(it->second.reg);
+      for (uint32_t c : it->second.converted) release_reg(c);
+      values_.erase(it);
+    }
   }
 
   void emit(TileFn fn, uint32_t dst, std::initializer_list<uint32_t> src) {
@@ -528,11 +610,10 @@ class FusedProgram {
     instrs_.push_back(ins);
   }
 
-  // The register holding node `id`: a member computed earlier or a leaf (loaded on first use).
-  uint32_t value(NodeId id) {
-    for (const auto& [node, reg] : values_) {
-      if (node == id) return reg;
-    }
+  // The value of node `id`: a member computed earlier or a leaf (loaded on first use).
+  Value& lookup(NodeId id) {
+    auto it = values_.find(id);
+    if (it != values_.end()) return it->second;
     const HostBuffer* b = leaf_value_(id);
     assert(b != nullptr && "leaf_value returned no buffer for a leaf");
     uint32_t reg;
@@ -541,28 +622,31 @@ class FusedProgram {
       reg = add_reg(b->dtype(), const_cast<std::byte*>(b->bytes()));
     } else {
       reg = add_reg(b->dtype(), nullptr);
+      BroadcastLoad& load = loads_.emplace_back();
+      load.leaf = b->bytes();
+      load.elem = dtype_size(b->dtype());
+      load.space = simplify(shape_, broadcast_strides(b->shape(), shape_));
       Instr ins;
       ins.fn = broadcast_load_tile;
       ins.dst = reg;
-      ins.leaf = b->bytes();
-      ins.elem = dtype_size(b->dtype());
-      ins.space = simplify(shape_, broadcast_strides(b->shape(), shape_));
+      ins.load = &load;
       instrs_.push_back(ins);
     }
-    values_.emplace_back(id, reg);
-    return reg;
+    return values_.emplace(id, make_value(reg, /*owns=*/true)).first->second;
   }
 
-  // `reg` converted to dtype `t` (the register itself when it already holds t). Conversions
-  // are made once per (register, dtype) and shared by every later use.
-  uint32_t as(uint32_t reg, DType t) {
-    if (regs_[reg].dtype == t) return reg;
-    for (const Conversion& c : conversions_) {
-      if (c.from == reg && c.dtype == t) return c.to;
+  uint32_t value(NodeId id) { return lookup(id).reg; }
+
+  // Node `id`'s value converted to dtype `t` (its own register when it already holds t).
+  uint32_t as(NodeId id, DType t) {
+    Value& v = lookup(id);
+    if (regs_[v.reg].dtype == t) return v.reg;
+    uint32_t& to = v.converted[static_cast<size_t>(t)];
+    if (to == kNoReg) {
+      const uint32_t from = v.reg;
+      to = add_reg(t, nullptr);
+      emit(convert_fn(regs_[from].dtype, t), to, {from});
     }
-    const uint32_t to = add_reg(t, nullptr);
-    emit(convert_fn(regs_[reg].dtype, t), to, {reg});
-    conversions_.push_back({reg, t, to});
     return to;
   }
 
@@ -589,19 +673,14 @@ class FusedProgram {
     }
   }
 
-  struct Conversion {
-    uint32_t from;
-    DType dtype;
-    uint32_t to;
-  };
-
   const std::function<const HostBuffer*(NodeId)>& leaf_value_;
   Shape shape_;
   int64_t numel_;
   std::vector<Reg> regs_;
   std::vector<Instr> instrs_;
-  std::vector<std::pair<NodeId, uint32_t>> values_;  // node -> register
-  std::vector<Conversion> conversions_;
+  std::deque<BroadcastLoad> loads_;  // stable addresses: Instr::load points here
+  std::unordered_map<NodeId, Value> values_;  // live nodes only
+  std::array<std::vector<size_t>, 9> free_;   // released scratch offsets, by element size
   size_t scratch_bytes_ = 0;
 };
 
@@ -881,6 +960,12 @@ void run_fused(const Graph& g, std::span<const NodeId> members,
   assert(!members.empty());
   if (out.numel() == 0) return;
   FusedProgram(g, members, leaf_value, out).run();
+}
+
+FusedPlanSize plan_fused(const Graph& g, std::span<const NodeId> members,
+                         const std::function<const HostBuffer*(NodeId)>& leaf_value, HostBuffer& out) {
+  assert(!members.empty());
+  return FusedProgram(g, members, leaf_value, out).size();
 }
 
 void run_op(const Graph& g, NodeId node, std::span<const HostBuffer* const> inputs, HostBuffer& out) {

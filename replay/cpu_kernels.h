@@ -83,6 +83,19 @@ inline constexpr int64_t kParallelThreshold = int64_t{1} << 16;
 void run_fused(const Graph& g, std::span<const NodeId> members,
                const std::function<const HostBuffer*(NodeId)>& leaf_value, HostBuffer& out);
 
+// What run_fused compiles a chain into, for tests and tools: instructions and registers (both
+// linear in the chain's length), the scratch bytes each thread needs per tile (bounded by the
+// values live at once, not by the length), and the bytes of the instruction and register lists.
+struct FusedPlanSize {
+  size_t instructions = 0;
+  size_t registers = 0;
+  size_t scratch_bytes = 0;
+  size_t program_bytes = 0;
+};
+// Compiles the chain as run_fused would, without running it. Same REQUIRES as run_fused.
+FusedPlanSize plan_fused(const Graph& g, std::span<const NodeId> members,
+                         const std::function<const HostBuffer*(NodeId)>& leaf_value, HostBuffer& out);
+
 // Calls fn(begin, end) on disjoint ranges covering [0, items), on this thread and the helper
 // pool when `work` (elements touched in total) reaches kParallelThreshold, on this thread
 // alone otherwise (see Threading above). For kernels outside this file (cpu_nn_ops.cc,

@@ -170,6 +170,16 @@ Result<std::shared_ptr<const Executable>> Runtime::prepare_by_key(const GraphKey
     return hit;
   }
   if (!db_) return not_found(fmt::format("graph {} is not cached (no cache database)", key.to_hex()));
+  // The executable carries its (validated) graph: it serves even when the graph row is gone.
+  store::ExecutableKey exe_key{key, std::string(backend_->name()), backend_->options_digest(),
+                               options_.compiler_version};
+  std::optional<store::MissReason> reason;
+  if (std::shared_ptr<const Executable> hit = load_from_disk(exe_key, &reason)) {
+    metrics_->add(counters::kHitsDisk);
+    event(store::EventKind::kHitDisk, key);
+    remember(key, hit);
+    return hit;
+  }
   Result<std::optional<std::string>> blob = db_->get_graph(key);
   if (!blob.is_ok()) return blob.status();
   if (!blob->has_value()) return not_found(fmt::format("graph {} is not in the cache", key.to_hex()));

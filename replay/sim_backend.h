@@ -59,6 +59,7 @@ class SimBackend final : public Backend {
 
   std::string_view name() const override { return "sim"; }
   std::string options_digest() const override { return digest_; }
+  std::string display_name() const override { return "sim:" + spec_.name; }
   Result<Executable> compile(const Graph& graph, const GraphKey& key,
                              uint32_t compiler_version) override;
   std::string serialize(const Executable& exe) override;

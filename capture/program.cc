@@ -1,6 +1,8 @@
 // The trace-format lexer, parser and printer (grammar in docs/trace-format.md).
 #include "capture/program.h"
 
+#include "capture/edit_distance.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -44,21 +46,6 @@ constexpr std::string_view kReservedWords[] = {"tracecache", "steps", "dim",   "
 bool is_reserved(std::string_view w) {
   return std::find(std::begin(kReservedWords), std::end(kReservedWords), w) !=
          std::end(kReservedWords);
-}
-
-size_t edit_distance(std::string_view a, std::string_view b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diag = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      size_t up = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diag = up;
-    }
-  }
-  return row[b.size()];
 }
 
 // " (did you mean 'x'?)" for the closest candidate within edit distance 2, else "".

@@ -18,6 +18,7 @@
 #include "replay/cpu_backend.h"
 #include "replay/runtime.h"
 #include "replay/sim_backend.h"
+#include "replay/toolkit_version.h"
 #include "store/graph_codec.h"
 
 namespace tracecache::cli {
@@ -284,7 +285,7 @@ int run_loaded_program(const Program& program, const RunOptions& options) {
   Result<std::unique_ptr<ProgramSession>> session = ProgramSession::create(
       program, {.mode = *mode, .backend = options.backend, .db = db.get(),
                  .bake_scalars = options.bake_scalars, .automatic_dynamic = !options.no_auto_dynamic,
-                 .metrics = &metrics});
+                 .metrics = &metrics, .threads = options.threads});
   if (!session.is_ok()) return report_error(session.status());
   ProgramSession& s = **session;
   if (!options.timeline.empty()) {
@@ -349,6 +350,7 @@ int run_loaded_program(const Program& program, const RunOptions& options) {
     JsonWriter j;
     j.begin_object();
     j.key("program").value(options.program);
+    j.key("version").value(kToolkitVersion);
     j.key("mode").value(mode_name(*mode));
     j.key("backend").value(options.backend);
     if (db) j.key("db").value(db->path());

@@ -47,6 +47,7 @@
 
 #include "capture/tensor.h"
 #include "replay/runtime.h"
+#include "replay/toolkit_version.h"
 
 namespace tracecache {
 
@@ -76,10 +77,10 @@ class TraceArgs {
 using TracedFn = std::function<std::vector<Tensor>(LazyContext& ctx, const TraceArgs& args)>;
 
 // Guard entries persist in the runtime's cache database, keyed by function name + user version
-// + this toolkit version, so a new process with a warm cache runs its first call with zero
-// traces and zero compiles. The user version must change whenever `fn`'s code does: entries are
-// only as sound as that promise (tracecache cannot see `fn`'s code).
-inline constexpr std::string_view kToolkitVersion = "tracecache-0.3/ir2/compiler1/guards2";
+// + the toolkit version (kToolkitVersion, replay/toolkit_version.h), so a new process with a
+// warm cache runs its first call with zero traces and zero compiles. The user version must
+// change whenever `fn`'s code does: entries are only as sound as that promise (tracecache cannot
+// see `fn`'s code).
 
 // The largest size a dynamic dim's range check admits.
 inline constexpr int64_t kMaxDynamicSize = int64_t{1} << 31;

@@ -12,10 +12,23 @@ namespace tracecache {
 
 struct CpuBackendOptions {
   bool fuse = true;  // part of the options digest
+  // Threads for the kernels' own parallel loops (at most 8); 0: the CPUs this process may run on
+  // (available_cpus()). OpenBLAS is pinned to one thread (replay/cpu_kernels.cc), so results do
+  // not depend on this: it is not in the digest. Process-wide: the latest backend's wins.
+  int threads = 0;
 };
+
+// The CPUs this process may run on (sched_getaffinity), at least 1.
+int available_cpus();
+
+// Applies a thread count (>= 1) to the cpu kernels' loops, process-wide (OpenBLAS stays on one
+// thread: its threaded SGEMM gives different bits per thread count). Called by CpuBackend's
+// constructor; the eager CPU op runner's users call it directly.
+void set_cpu_threads(int threads);
 
 class CpuBackend final : public Backend {
  public:
+  // Applies options.threads (see CpuBackendOptions) with set_cpu_threads.
   explicit CpuBackend(CpuBackendOptions options = {});
 
   std::string_view name() const override { return "cpu"; }

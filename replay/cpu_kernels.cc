@@ -36,6 +36,17 @@ namespace {
 
 // ---- threading --------------------------------------------------------------------------------
 
+// OpenBLAS runs on one thread, set once when this library is loaded, for every user of these
+// kernels (cpu, sim, eager). Its multi-threaded SGEMM rounds differently from its single-
+// threaded one (measured: mlp.trace's loss differs between 1 and 2 threads), so following a
+// thread count, or OpenBLAS's default of every CPU, would make results depend on --threads and
+// on the machine. The kernels' own loops, bitwise independent of how they are split, are what
+// set_parallel_threads controls.
+const bool kOpenBlasOnOneThread = [] {
+  openblas_set_num_threads(1);
+  return true;
+}();
+
 // Helper threads for splitting a loop into chunks. The calling thread always works too and
 // claims chunks from the same atomic counter, and at the end it waits only for chunks a helper
 // has actually claimed: a helper that is descheduled (a busy machine) costs nothing but its
@@ -49,13 +60,19 @@ class HelperPool {
     return pool;
   }
 
+  // At most `n` threads, this one included, work on one job from now on.
+  void set_limit(int n) {
+    std::lock_guard<std::mutex> lock(mu_);
+    limit_ = n;
+  }
+
   // Calls body(c) once for every c in [0, chunks), on this thread and any free helpers.
   void run(int64_t chunks, const std::function<void(int64_t)>& body) {
     Job job{&body, chunks, {0}};
     bool shared = false;
     if (!threads_.empty() && chunks > 1) {
       std::lock_guard<std::mutex> lock(mu_);
-      if (job_ == nullptr) {
+      if (job_ == nullptr && limit_ > 1) {
         job_ = &job;
         ++generation_;
         shared = true;
@@ -106,6 +123,7 @@ class HelperPool {
       wake_.wait(lock, [&] { return stop_ || (job_ != nullptr && generation_ != seen); });
       if (stop_) return;
       seen = generation_;
+      if (active_ + 2 > limit_) continue;  // the caller plus active_ helpers already at the limit
       Job* job = job_;
       ++active_;
       lock.unlock();
@@ -121,6 +139,7 @@ class HelperPool {
   Job* job_ = nullptr;            // the job helpers may join; guarded by mu_
   uint64_t generation_ = 0;
   int active_ = 0;                // helpers inside work() of the current job
+  int limit_ = INT_MAX;           // threads per job, the caller included; guarded by mu_
   bool stop_ = false;
   std::vector<std::thread> threads_;
 };
@@ -875,6 +894,8 @@ void concat(std::span<const HostBuffer* const> in, int axis, HostBuffer& out) {
 void parallel_for(int64_t items, int64_t work, const std::function<void(int64_t, int64_t)>& fn) {
   parallel_chunks(items, work, fn);
 }
+
+void set_parallel_threads(int n) { HelperPool::instance().set_limit(std::max(n, 1)); }
 
 void run_fused(const Graph& g, std::span<const NodeId> members,
                const std::function<const HostBuffer*(NodeId)>& leaf_value, HostBuffer& out) {

@@ -89,6 +89,11 @@ void run_fused(const Graph& g, std::span<const NodeId> members,
 // cpu_nn_layers.cc); fn must not depend on how [0, items) is split.
 void parallel_for(int64_t items, int64_t work, const std::function<void(int64_t, int64_t)>& fn);
 
+// The most threads, the calling thread included, that parallel_for uses from now on (at most 8:
+// the helper pool's size). Process-wide; results do not depend on it (every chunk computes the
+// same elements the same way whichever thread runs it). REQUIRES: n >= 1.
+void set_parallel_threads(int n);
+
 // Runs the single node `node` of `g`: inputs[k] is the value of its k-th input; `out` is
 // preallocated with the node's dtype and shape and fully overwritten.
 // REQUIRES: node is not a parameter; inputs match the node's input types; `out` does not

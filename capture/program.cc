@@ -1,8 +1,6 @@
 // The trace-format lexer, parser and printer (grammar in docs/trace-format.md).
 #include "capture/program.h"
 
-#include "capture/edit_distance.h"
-
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -14,6 +12,8 @@
 #include <map>
 #include <set>
 #include <sstream>
+
+#include "capture/edit_distance.h"
 
 namespace tracecache {
 

@@ -155,8 +155,9 @@ int main(int argc, char** argv) {
     return kExitBadInput;
   }
 
-  // TRACECACHE_THREADS is the default of every --threads.
-  if (const std::string threads_env = env("TRACECACHE_THREADS"); !threads_env.empty()) {
+  // TRACECACHE_THREADS is the default of every --threads (commands that run programs).
+  if (const std::string threads_env = env("TRACECACHE_THREADS");
+      !threads_env.empty() && (*run_cmd || *bench_cmd || *zoo_cmd)) {
     std::string text = threads_env;
     const std::string error = whole_number_in(1)(text);
     if (!error.empty()) {

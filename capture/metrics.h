@@ -1,8 +1,12 @@
 // Metrics: one registry of counters and timers, in the spirit of PyTorch/XLA's metrics report.
 //
-// Counters are named int64 totals; timers keep every sample (milliseconds) so the report can
-// give exact percentiles. Names are fixed strings from the tables below, so reports and JSON
-// are stable. Names iterate in sorted order: reports are deterministic.
+// Counters are named int64 totals. Timers (milliseconds) keep an exact count, total, mean and
+// max, and at most kMaxTimerSamples samples for percentiles: every sample up to that many (the
+// percentiles are exact), then a uniform reservoir sample of all of them (the percentiles are
+// approximate), so memory stays bounded however many steps run. The reservoir's random choices
+// come from a fixed-seed generator: the same samples give the same report. Names are fixed
+// strings from the tables below, so reports and JSON are stable. Names iterate in sorted order:
+// reports are deterministic.
 // Thread-safety: not thread-safe; one owner (a context or runtime) updates it from one thread.
 #pragma once
 
@@ -50,9 +54,13 @@ class SpanObserver {
 };
 
 struct TimerStats {
-  int64_t count = 0;
+  int64_t count = 0;  // exact, as are total, mean and max
   double total_ms = 0, mean_ms = 0, p50_ms = 0, p90_ms = 0, p99_ms = 0, max_ms = 0;
+  bool percentiles_exact = true;  // false once count > kMaxTimerSamples
 };
+
+// The most samples one timer keeps (32 KB).
+inline constexpr size_t kMaxTimerSamples = 4096;
 
 class Metrics {
  public:
@@ -73,20 +81,30 @@ class Metrics {
   // measuring a later interval (e.g. one benchmark step) allocates nothing for them.
   void clear_values() {
     for (auto& [name, value] : counters_) value = 0;
-    for (auto& [name, samples] : timers_) samples.clear();
+    for (auto& [name, timer] : timers_) timer.clear();
   }
 
   int64_t counter(std::string_view name) const;
   TimerStats timer(std::string_view name) const;
   const std::map<std::string, int64_t, std::less<>>& counters() const { return counters_; }
   std::vector<std::string> timer_names() const;
+  // How many samples `timer` holds now (<= kMaxTimerSamples): memory is bounded.
+  size_t retained_samples(std::string_view timer) const;
 
   // A human-readable report: every timer (count, total, percentiles) then every counter.
   std::string report() const;
 
  private:
   std::map<std::string, int64_t, std::less<>> counters_;
-  std::map<std::string, std::vector<double>, std::less<>> timers_;
+  struct Timer {
+    int64_t count = 0;
+    double total_ms = 0, max_ms = 0;
+    std::vector<double> samples;  // all of them, then a reservoir of kMaxTimerSamples
+    uint64_t rng = 0x9e3779b97f4a7c15;  // splitmix64 state for the reservoir
+    void add(double ms);
+    void clear();
+  };
+  std::map<std::string, Timer, std::less<>> timers_;
   SpanObserver* observer_ = nullptr;
 };
 

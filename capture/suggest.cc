@@ -22,18 +22,24 @@ size_t edit_distance(std::string_view a, std::string_view b) {
   return row[b.size()];
 }
 
-std::string did_you_mean(std::string_view word, std::span<const std::string_view> candidates) {
+std::string_view nearest_spelling(std::string_view word, std::span<const std::string_view> candidates,
+                                  size_t max_distance) {
   std::string_view best;
-  size_t best_distance = 3;
+  size_t best_distance = max_distance + 1;
   for (std::string_view c : candidates) {
     // The distance is at least the difference in length: skip far candidates unmeasured.
-    if (c.size() > word.size() + 2 || word.size() > c.size() + 2) continue;
-    size_t d = edit_distance(word, c);
+    if (c.size() > word.size() + max_distance || word.size() > c.size() + max_distance) continue;
+    const size_t d = edit_distance(word, c);
     if (d < best_distance) {
       best_distance = d;
       best = c;
     }
   }
+  return best;
+}
+
+std::string did_you_mean(std::string_view word, std::span<const std::string_view> candidates) {
+  const std::string_view best = nearest_spelling(word, candidates);
   return best.empty() ? std::string() : fmt::format(" (did you mean '{}'?)", best);
 }
 

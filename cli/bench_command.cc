@@ -102,7 +102,8 @@ Result<BenchRow> bench_one(const Program& program, const std::string& target, Mo
                            store::CacheDb* db) {
   Metrics metrics;
   Result<std::unique_ptr<ProgramSession>> session = ProgramSession::create(
-      program, {.mode = mode, .backend = options.backend, .db = db, .metrics = &metrics});
+      program, {.mode = mode, .backend = options.backend, .db = db, .metrics = &metrics,
+                .threads = options.threads});
   if (!session.is_ok()) return session.status();
   ProgramSession& s = **session;
   Progress progress(target, mode);

@@ -17,7 +17,6 @@ class App;
 
 namespace tracecache::cli {
 
-inline constexpr std::string_view kVersion = "0.2.0";
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitFailure = 1;
 inline constexpr int kExitBadInput = 2;
@@ -41,6 +40,7 @@ struct RunOptions {
   bool metrics = false;
   bool no_auto_dynamic = false;  // once: every new size recompiles instead of becoming dynamic
   std::string timeline;  // sim only: write a Chrome trace-event file here ("": none)
+  int threads = 0;       // cpu: CpuBackendOptions::threads (0: the CPUs this process may use)
   DbOptions db;
 };
 int run_command(const RunOptions& options);
@@ -60,6 +60,7 @@ struct BenchOptions {
   int warmup = -1;
   bool json = false;
   std::string db;  // empty: no disk cache (compiles stay in memory)
+  int threads = 0;  // as RunOptions::threads
 };
 inline constexpr int kBenchSteps = 20, kBenchWarmup = 5;
 inline constexpr int kBenchZooSteps = 10, kBenchZooWarmup = 2;
@@ -80,7 +81,8 @@ struct ZooOptions {
   RunOptions run;       // run: mode, backend, steps, cache, output format
 };
 // Adds the `zoo` command and its subcommands to `app`, parsing into `options`.
-CLI::App* add_zoo_command(CLI::App& app, ZooOptions& options, const std::string& db_help);
+CLI::App* add_zoo_command(CLI::App& app, ZooOptions& options, const std::string& db_help,
+                          const std::string& threads_help);
 // Runs whichever subcommand of `zoo` (the App add_zoo_command returned) was given.
 int zoo_command(const CLI::App& zoo, const ZooOptions& options);
 // The trace program of zoo model `model` at `preset` (bench targets).

@@ -1,21 +1,46 @@
 // The `tracecache` command. Subcommands live in cli/commands.h; this file wires CLI11, reads
-// the environment (once, here), and maps failures to exit codes: 0 success, 2 bad input
-// (unreadable or malformed program, bad flags, shape errors, unknown cache schema), 1 anything
-// else.
+// the environment (once, here: TRACECACHE_DB, XDG_CACHE_HOME, HOME, TRACECACHE_THREADS), and
+// maps failures to exit codes: 0 success, 2 bad input (unreadable or malformed program, bad
+// flags, shape errors, unknown cache schema), 1 anything else.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <string_view>
+#include <vector>
 
+#include "capture/suggest.h"
 #include "cli/commands.h"
+#include "cli/validators.h"
+#include "replay/toolkit_version.h"
 
 namespace {
 
 std::string env(const char* name) {
   const char* v = std::getenv(name);
   return v ? v : "";
+}
+
+// `tracecache WORD ...` where WORD is no command: names it and suggests the nearest command
+// (CLI11 alone would say "A subcommand is required"). Returns true if it reported an error.
+bool report_unknown_command(CLI::App& app, int argc, char** argv) {
+  if (argc < 2 || argv[1][0] == '-') return false;
+  const std::string_view word = argv[1];
+  std::vector<std::string> names;
+  for (const CLI::App* c : app.get_subcommands([](CLI::App*) { return true; })) names.push_back(c->get_name());
+  std::vector<std::string_view> views(names.begin(), names.end());
+  for (std::string_view n : views) {
+    if (n == word) return false;
+  }
+  const std::string_view nearest = tracecache::nearest_spelling(word, views);
+  std::fputs(fmt::format("tracecache: unknown command '{}'{}; commands: {} (see tracecache --help)\n", word,
+                         nearest.empty() ? std::string() : fmt::format(" (did you mean '{}'?)", nearest),
+                         fmt::join(views, ", "))
+                 .c_str(),
+             stderr);
+  return true;
 }
 
 }  // namespace
@@ -25,7 +50,7 @@ int main(int argc, char** argv) {
   CLI::App app{"tracecache: capture tensor programs lazily, hash and cache their graphs, replay them.",
                "tracecache"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", std::string(kVersion));
+  app.set_version_flag("--version", std::string(tracecache::kToolkitVersion));
   tracecache::store::CachePathEnv cache_env{env("TRACECACHE_DB"), env("XDG_CACHE_HOME"), env("HOME")};
   const std::string db_help =
       "Cache database (default: $TRACECACHE_DB, else $XDG_CACHE_HOME/tracecache/cache.db, else "
@@ -35,7 +60,7 @@ int main(int argc, char** argv) {
   run.db.env = cache_env;
   CLI::App* run_cmd = app.add_subcommand("run", "Run a trace program step by step through lazy capture and the graph cache.");
   run_cmd->add_option("program", run.program, "Trace program (.trace)")->required();
-  run_cmd->add_option("--steps", run.steps, "Steps to run (default: the program's)")->check(CLI::PositiveNumber);
+  run_cmd->add_option("--steps", run.steps, "Steps to run (default: the program's)")->check(whole_number_in(1));
   run_cmd->add_option("--mode", run.mode,
                       "eager (ops run at once, no cache), lazy (trace every step) or once (each step "
                       "is a compiled function: guards checked, traced only on a recompile)")
@@ -48,6 +73,10 @@ int main(int argc, char** argv) {
   run_cmd->add_option("--timeline", run.timeline,
                       "sim only: write the host and device timeline to FILE.json (Chrome/Perfetto trace events)");
   run_cmd->add_option("--db", run.db.flag, db_help);
+  const std::string threads_help =
+      "cpu: threads for OpenBLAS and the kernels' loops (default: $TRACECACHE_THREADS, else the CPUs "
+      "this process may run on); results do not depend on it";
+  run_cmd->add_option("--threads", run.threads, threads_help)->check(whole_number_in(1));
   run_cmd->add_flag("--no-cache", run.no_cache, "Compile in memory only; do not open the cache database");
   run_cmd->add_flag("--json", run.json, "Print one JSON object: steps, outputs, graph_hashes, counters");
   run_cmd->add_flag("--metrics", run.metrics, "Print the metrics report (counters, timers with percentiles)");
@@ -72,24 +101,25 @@ int main(int argc, char** argv) {
   bench_cmd->add_option("--steps", bench.steps,
                         fmt::format("Timed steps per target and mode (default: {}; {} for zoo models "
                                     "at the default preset)", kBenchSteps, kBenchZooSteps))
-      ->check(CLI::PositiveNumber);
+      ->check(whole_number_in(1));
   bench_cmd->add_option("--warmup", bench.warmup,
                         fmt::format("Untimed steps first, where traces and compiles happen (default: "
                                     "{}; {} for zoo models at the default preset)", kBenchWarmup,
                                     kBenchZooWarmup))
-      ->check(CLI::NonNegativeNumber);
+      ->check(whole_number_in(0));
+  bench_cmd->add_option("--threads", bench.threads, threads_help)->check(whole_number_in(1));
   bench_cmd->add_option("--db", bench.db, "Cache database to use (default: none, compile in memory)");
   bench_cmd->add_flag("--json", bench.json, "Print one JSON object: rows (per target and mode), speedups, summary (per target) and geomean");
 
   ZooOptions zoo;
   zoo.run.db.env = cache_env;
-  CLI::App* zoo_cmd = add_zoo_command(app, zoo, db_help);
+  CLI::App* zoo_cmd = add_zoo_command(app, zoo, db_help, threads_help);
 
   ShowOptions show;
   show.db.env = cache_env;
   CLI::App* show_cmd = app.add_subcommand("show", "Print a program's canonical graphs and hashes, or a cached graph by hash.");
   show_cmd->add_option("target", show.target, "Trace program (.trace), or a 32-digit graph hash in the cache")->required();
-  show_cmd->add_option("--steps", show.steps, "Steps to trace (default: the program's)")->check(CLI::PositiveNumber);
+  show_cmd->add_option("--steps", show.steps, "Steps to trace (default: the program's)")->check(whole_number_in(1));
   show_cmd->add_option("--db", show.db.flag, db_help);
   show_cmd->add_flag("--json", show.json, "Print JSON instead of text");
   show_cmd->add_flag("--bake-scalars", show.bake_scalars, "As for run");
@@ -111,6 +141,7 @@ int main(int argc, char** argv) {
   gc_cmd->add_option("--max-bytes", max_bytes, "Budget for executables: bytes, or with K/M/G")->required();
   CLI::App* verify_cmd = cache_cmd("verify", "Check every stored blob; exit 1 if any is bad.");
 
+  if (report_unknown_command(app, argc, argv)) return kExitBadInput;
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -122,6 +153,21 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     app.exit(e);
     return kExitBadInput;
+  }
+
+  // TRACECACHE_THREADS is the default of every --threads (commands that run programs).
+  if (const std::string threads_env = env("TRACECACHE_THREADS");
+      !threads_env.empty() && (*run_cmd || *bench_cmd || *zoo_cmd)) {
+    std::string text = threads_env;
+    const std::string error = whole_number_in(1)(text);
+    if (!error.empty()) {
+      std::fputs(fmt::format("tracecache: TRACECACHE_THREADS {} (unset it or set it to a thread count)\n", error).c_str(),
+                 stderr);
+      return kExitBadInput;
+    }
+    for (int* t : {&run.threads, &bench.threads, &zoo.run.threads}) {
+      if (*t == 0) *t = std::stoi(threads_env);
+    }
   }
 
   try {

@@ -68,7 +68,7 @@ Result<std::unique_ptr<ProgramSession>> ProgramSession::create(const Program& pr
     s->backend_ = std::move(sim);
     options.metrics->set_span_observer(&s->sim_->timeline());
   } else if (cpu && options.mode != Mode::kEager) {
-    s->backend_ = std::make_unique<CpuBackend>();
+    s->backend_ = std::make_unique<CpuBackend>(CpuBackendOptions{.threads = options.threads});
   }
   if (s->backend_) {
     s->runtime_ = std::make_unique<Runtime>(s->backend_.get(), options.db, options.metrics);
@@ -79,6 +79,7 @@ Result<std::unique_ptr<ProgramSession>> ProgramSession::create(const Program& pr
   }
   if (options.mode == Mode::kEager) {
     if (cpu) {
+      set_cpu_threads(options.threads > 0 ? options.threads : available_cpus());
       s->op_runner_ = std::make_unique<CpuOpRunner>(options.metrics);
     } else {
       s->op_runner_ = std::make_unique<ReferenceOpRunner>();

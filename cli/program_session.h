@@ -45,6 +45,7 @@ struct SessionOptions {
   bool bake_scalars = false;          // canonicalization (lazy and once)
   bool automatic_dynamic = true;      // once: CompiledFunctionOptions::automatic_dynamic
   Metrics* metrics = nullptr;         // REQUIRED: counters and timers of every part
+  int threads = 0;                    // cpu kernels and OpenBLAS: CpuBackendOptions::threads
 };
 
 class ProgramSession {

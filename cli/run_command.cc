@@ -6,6 +6,8 @@
 #include <filesystem>
 #include <map>
 
+#include <unistd.h>
+
 #include "capture/npy.h"
 #include "capture/program.h"
 #include "capture/program_runner.h"
@@ -16,6 +18,7 @@
 #include "replay/cpu_backend.h"
 #include "replay/runtime.h"
 #include "replay/sim_backend.h"
+#include "replay/toolkit_version.h"
 #include "store/graph_codec.h"
 
 namespace tracecache::cli {
@@ -45,16 +48,61 @@ LazyOptions lazy_options(bool bake_scalars, Metrics* metrics) {
   return o;
 }
 
-Status save_outputs(const std::string& dir, const std::vector<StepResult>& steps) {
+// What `run` keeps of a step once its outputs are reported and saved: the graph keys and, per
+// output, its type and checksum. The output buffers themselves are dropped after each step, so
+// memory does not grow with the number of steps.
+struct OutputSummary {
+  std::string name;
+  DType dtype;
+  Shape shape;
+  std::string checksum;
+};
+struct StepSummary {
+  std::vector<GraphKey> graph_keys;
+  std::vector<OutputSummary> outputs;
+};
+
+// Checked before the first step, so that a path that cannot be written is bad input (exit 2)
+// reported at once, not an error after a long run. The directory is created if missing.
+Status check_output_dir(const std::string& dir) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
-  if (ec) return io_error(fmt::format("cannot create directory '{}': {}", dir, ec.message()));
-  for (size_t s = 0; s < steps.size(); ++s) {
-    for (const auto& [name, buf] : steps[s].outputs) {
-      std::string path = (std::filesystem::path(dir) / fmt::format("step{}_{}.npy", s, name)).string();
-      Status st = write_npy(path, *buf);
-      if (!st.is_ok()) return st;
-    }
+  if (ec) {
+    return invalid_argument(fmt::format("--save-outputs: cannot create directory '{}': {} (pass a "
+                                        "directory you can write)", dir, ec.message()));
+  }
+  const std::filesystem::path probe = std::filesystem::path(dir) / fmt::format(".tracecache-probe-{}", ::getpid());
+  std::FILE* f = std::fopen(probe.c_str(), "wb");
+  if (!f) {
+    return invalid_argument(fmt::format("--save-outputs: cannot write in directory '{}': {} (pass a "
+                                        "directory you can write)", dir, std::strerror(errno)));
+  }
+  std::fclose(f);
+  std::filesystem::remove(probe, ec);
+  return Status::ok();
+}
+
+// `flag`'s output file can be created or overwritten; a file this check creates is removed.
+Status check_output_file(std::string_view flag, const std::string& path) {
+  std::error_code ec;
+  const bool existed = std::filesystem::exists(path, ec);
+  std::FILE* f = std::fopen(path.c_str(), "ab");
+  if (!f) {
+    return invalid_argument(fmt::format("{}: cannot write '{}': {} (pass a file in a directory you "
+                                        "can write)", flag, path, std::strerror(errno)));
+  }
+  std::fclose(f);
+  if (!existed) std::filesystem::remove(path, ec);
+  return Status::ok();
+}
+
+// Writes one step's outputs to DIR/step<N>_<name>.npy.
+Status save_step_outputs(const std::string& dir, size_t step,
+                         const std::vector<std::pair<std::string, BufferRef>>& outputs) {
+  for (const auto& [name, buf] : outputs) {
+    std::string path = (std::filesystem::path(dir) / fmt::format("step{}_{}.npy", step, name)).string();
+    Status st = write_npy(path, *buf);
+    if (!st.is_ok()) return st;
   }
   return Status::ok();
 }
@@ -88,23 +136,23 @@ std::string step_time_summary(std::vector<double> ms) {
   return out;
 }
 
-void write_outputs_json(JsonWriter& j, const std::vector<StepResult>& steps) {
+void write_outputs_json(JsonWriter& j, const std::vector<StepSummary>& steps) {
   j.key("graph_hashes").begin_array();
-  for (const StepResult& s : steps) {
+  for (const StepSummary& s : steps) {
     for (const GraphKey& k : s.graph_keys) j.value(k.to_hex());
   }
   j.end_array();
   j.key("outputs").begin_array();
-  for (const StepResult& s : steps) {
+  for (const StepSummary& s : steps) {
     j.begin_array();
-    for (const auto& [name, buf] : s.outputs) {
+    for (const OutputSummary& o : s.outputs) {
       j.begin_object();
-      j.key("name").value(name);
+      j.key("name").value(o.name);
       j.key("shape").begin_array();
-      for (int64_t d : buf->shape()) j.value(d);
+      for (int64_t d : o.shape) j.value(d);
       j.end_array();
-      j.key("dtype").value(dtype_name(buf->dtype()));
-      j.key("checksum").value(buf->checksum());
+      j.key("dtype").value(dtype_name(o.dtype));
+      j.key("checksum").value(o.checksum);
       j.end_object();
     }
     j.end_array();
@@ -237,19 +285,25 @@ int run_loaded_program(const Program& program, const RunOptions& options) {
   Result<std::unique_ptr<ProgramSession>> session = ProgramSession::create(
       program, {.mode = *mode, .backend = options.backend, .db = db.get(),
                  .bake_scalars = options.bake_scalars, .automatic_dynamic = !options.no_auto_dynamic,
-                 .metrics = &metrics});
+                 .metrics = &metrics, .threads = options.threads});
   if (!session.is_ok()) return report_error(session.status());
   ProgramSession& s = **session;
   if (!options.timeline.empty()) {
     if (!s.sim()) return report_error(invalid_argument("--timeline needs --backend sim:PRESET or sim:SPEC_FILE"));
+    Status st = check_output_file("--timeline", options.timeline);
+    if (!st.is_ok()) return report_error(st);
     s.sim()->timeline().set_record_events(true);
+  }
+  if (!options.save_outputs.empty()) {
+    Status st = check_output_dir(options.save_outputs);
+    if (!st.is_ok()) return report_error(st);
   }
   std::vector<SimInterval> sim_steps;
 
   std::vector<double> step_ms;  // each step's run (recording or guards, execution), not its inputs
-  Result<std::vector<StepResult>> steps = [&]() -> Result<std::vector<StepResult>> {
+  Result<std::vector<StepSummary>> steps = [&]() -> Result<std::vector<StepSummary>> {
     int64_t n = options.steps == -1 ? program.default_steps() : options.steps;
-    std::vector<StepResult> results;
+    std::vector<StepSummary> results;
     for (int step = 0; step < n; ++step) {
       size_t keys_before = s.executed_keys().size();
       Result<ProgramSession::PreparedStep> prepared = s.prepare(step);
@@ -261,9 +315,17 @@ int run_loaded_program(const Program& program, const RunOptions& options) {
           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
       if (!values.is_ok()) return values.status();
       if (s.sim()) sim_steps.push_back(sim_interval(before, s.sim()->snapshot()));
-      StepResult r;
+      std::vector<std::pair<std::string, BufferRef>> outputs;
       for (size_t k = 0; k < values->size(); ++k) {
-        r.outputs.emplace_back(program.outputs[k].name, std::move((*values)[k]));
+        outputs.emplace_back(program.outputs[k].name, std::move((*values)[k]));
+      }
+      if (!options.save_outputs.empty()) {
+        Status st = save_step_outputs(options.save_outputs, results.size(), outputs);
+        if (!st.is_ok()) return st;
+      }
+      StepSummary r;
+      for (const auto& [name, buf] : outputs) {
+        r.outputs.push_back({name, buf->dtype(), buf->shape(), buf->checksum()});
       }
       const std::vector<GraphKey>& keys = s.executed_keys();
       r.graph_keys.assign(keys.begin() + static_cast<std::ptrdiff_t>(keys_before), keys.end());
@@ -281,11 +343,6 @@ int run_loaded_program(const Program& program, const RunOptions& options) {
     Status st = write_timeline(options.timeline, *s.sim());
     if (!st.is_ok()) return report_error(st);
   }
-  if (!options.save_outputs.empty()) {
-    Status st = save_outputs(options.save_outputs, *steps);
-    if (!st.is_ok()) return report_error(st);
-  }
-
   static const std::vector<std::string> kNoReasons;
   const std::vector<std::string>& reasons =
       s.function() ? s.function()->stats().recompile_reasons : kNoReasons;
@@ -293,6 +350,7 @@ int run_loaded_program(const Program& program, const RunOptions& options) {
     JsonWriter j;
     j.begin_object();
     j.key("program").value(options.program);
+    j.key("version").value(kToolkitVersion);
     j.key("mode").value(mode_name(*mode));
     j.key("backend").value(options.backend);
     if (db) j.key("db").value(db->path());
@@ -322,7 +380,7 @@ int run_loaded_program(const Program& program, const RunOptions& options) {
   }
 
   for (size_t i = 0; i < steps->size(); ++i) {
-    const StepResult& r = (*steps)[i];
+    const StepSummary& r = (*steps)[i];
     std::string keys;
     for (const GraphKey& k : r.graph_keys) {
       if (!keys.empty()) keys += ',';
@@ -333,9 +391,9 @@ int run_loaded_program(const Program& program, const RunOptions& options) {
     } else {
       out(fmt::format("step {}\n", i));
     }
-    for (const auto& [name, buf] : r.outputs) {
-      out(fmt::format("  {:<12} {:<16} checksum {}\n", name,
-                      type_to_string({buf->dtype(), buf->shape()}), buf->checksum()));
+    for (const OutputSummary& o : r.outputs) {
+      out(fmt::format("  {:<12} {:<16} checksum {}\n", o.name, type_to_string({o.dtype, o.shape}),
+                      o.checksum));
     }
   }
   out(fmt::format("{} steps ({} mode), {} traces, {} compiles, {} memory hits, {} disk hits, {} misses\n",

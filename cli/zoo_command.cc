@@ -5,12 +5,16 @@
 // output of `zoo emit NAME` print the same checksums.
 #include <CLI/CLI.hpp>
 
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
+#include "capture/npy.h"
 #include "capture/safetensors.h"
 #include "cli/common.h"
 #include "cli/json.h"
+#include "cli/validators.h"
 #include "zoo/model.h"
 #include "zoo/program.h"
 
@@ -147,11 +151,49 @@ int emit_command(const ZooOptions& o) {
     return kExitOk;
   }
   std::ofstream file(o.output, std::ios::binary | std::ios::trunc);
-  if (!file) return report_error(io_error(fmt::format("{}: cannot open for writing", o.output)));
+  if (!file) {
+    // A path the user gave that cannot be written is bad input (exit 2).
+    std::error_code ec;
+    const fs::path dir = fs::absolute(o.output, ec).parent_path();
+    if (!fs::is_directory(dir, ec)) {
+      return report_error(invalid_argument(fmt::format(
+          "zoo emit -o {}: directory '{}' does not exist (create it first, or write elsewhere)", o.output,
+          dir.string())));
+    }
+    return report_error(invalid_argument(fmt::format("zoo emit -o {}: cannot open for writing: {}", o.output,
+                                                     std::strerror(errno))));
+  }
   file << text;
   file.close();
   if (!file) return report_error(io_error(fmt::format("{}: write failed", o.output)));
   return kExitOk;
+}
+
+// Checks every --input file of an index input (token ids) against the model's index range, so a
+// bad id is reported with its input, value and position instead of being clamped in the graph.
+Status check_index_inputs(const zoo::ModelSpec& spec, const zoo::ProgramOptions& po) {
+  for (const auto& [name, path] : po.input_files) {
+    for (const zoo::InputSpec& in : spec.inputs) {
+      if (in.name != name || in.index_limit <= 0) continue;
+      Result<HostBuffer> values = read_npy(path);
+      if (!values.is_ok()) return values.status();
+      const Shape& shape = values->shape();
+      for (int64_t i = 0; i < values->numel(); ++i) {
+        const double v = values->element_as_double(i);
+        if (v >= 0 && v < static_cast<double>(in.index_limit)) continue;
+        std::vector<int64_t> index(static_cast<size_t>(shape.rank()));
+        int64_t rest = i;
+        for (int d = shape.rank() - 1; d >= 0; --d) {
+          index[static_cast<size_t>(d)] = rest % shape[d];
+          rest /= shape[d];
+        }
+        return invalid_argument(fmt::format(
+            "--input {}={}: value {} at index [{}] is out of range: {} must be in [0, {}) for {}",
+            name, path, v, fmt::join(index, ", "), name, in.index_limit, spec.name));
+      }
+    }
+  }
+  return Status::ok();
 }
 
 int run_zoo_model(const ZooOptions& o) {
@@ -161,6 +203,7 @@ int run_zoo_model(const ZooOptions& o) {
   if (!po.is_ok()) return report_error(po.status());
   Result<Program> program = zoo::model_program(*spec, *po);
   if (!program.is_ok()) return report_error(program.status());
+  if (Status st = check_index_inputs(*spec, *po); !st.is_ok()) return report_error(st);
   RunOptions run = o.run;
   run.program = spec->name;
   return run_loaded_program(*program, run);
@@ -184,7 +227,8 @@ bool is_zoo_model(std::string_view name) {
   return false;
 }
 
-CLI::App* add_zoo_command(CLI::App& app, ZooOptions& o, const std::string& db_help) {
+CLI::App* add_zoo_command(CLI::App& app, ZooOptions& o, const std::string& db_help,
+                          const std::string& threads_help) {
   CLI::App* zoo = app.add_subcommand(
       "zoo", "Reference models (torchvision, BERT-base): list them, emit them as trace programs, run them.");
   zoo->require_subcommand(1);
@@ -192,9 +236,11 @@ CLI::App* add_zoo_command(CLI::App& app, ZooOptions& o, const std::string& db_he
     c->add_option("model", o.model, "Model name (see `tracecache zoo list`)")->required();
     c->add_option("--preset", o.preset, "default (full size) or small (same structure, reduced)")
         ->capture_default_str();
-    c->add_option("--batch", o.batch, "Batch size (default: the preset's, 1)");
-    c->add_option("--resolution", o.resolution, "Image height = width (image models; default 224, small 32 or 64)");
-    c->add_option("--seq-len", o.seq_len, "Sequence length (bert_base; default 128, small 16)");
+    c->add_option("--batch", o.batch, "Batch size (default: the preset's, 1)")->check(whole_number_in(1));
+    c->add_option("--resolution", o.resolution, "Image height = width (image models; default 224, small 32 or 64)")
+        ->check(whole_number_in(1));
+    c->add_option("--seq-len", o.seq_len, "Sequence length (bert_base; default 128, small 16)")
+        ->check(whole_number_in(1));
     c->add_option("--weights", o.weights,
                   "A .safetensors file with the model's state_dict (checked against the model; "
                   "default: deterministic initializers)");
@@ -219,7 +265,8 @@ CLI::App* add_zoo_command(CLI::App& app, ZooOptions& o, const std::string& db_he
                   "sim:SPEC_FILE (as for `tracecache run`)")
       ->capture_default_str();
   run->add_option("--steps", o.run.steps, "Steps to run, each with fresh inputs (default 1)")
-      ->check(CLI::PositiveNumber);
+      ->check(whole_number_in(1));
+  run->add_option("--threads", o.run.threads, threads_help)->check(whole_number_in(1));
   run->add_option("--db", o.run.db.flag, db_help);
   run->add_flag("--no-cache", o.run.no_cache, "Compile in memory only; do not open the cache database");
   run->add_flag("--json", o.run.json, "Print one JSON object, as `tracecache run --json`");

@@ -80,8 +80,6 @@ struct Entry {
   int64_t unflushed_hits = 0;
 };
 
-constexpr uint32_t kGuardEntryFormat = 3;  // 3: output types recorded (toolkit version guards3)
-
 void source_to_proto(const ValueSource& v, proto::ValueSource* out) {
   out->set_kind(static_cast<uint32_t>(v.kind));
   out->set_a(v.a);

@@ -47,6 +47,7 @@
 
 #include "capture/tensor.h"
 #include "replay/runtime.h"
+#include "replay/toolkit_version.h"
 
 namespace tracecache {
 
@@ -76,17 +77,17 @@ class TraceArgs {
 using TracedFn = std::function<std::vector<Tensor>(LazyContext& ctx, const TraceArgs& args)>;
 
 // Guard entries persist in the runtime's cache database, keyed by function name + user version
-// + this toolkit version, so a new process with a warm cache runs its first call with zero
-// traces and zero compiles. The user version must change whenever `fn`'s code does: entries are
-// only as sound as that promise (tracecache cannot see `fn`'s code).
-// Stored entries are untrusted (DESIGN.md invariant 5): each is checked on load (bounds, a
-// complete guard set, routes, recorded output types), against each executable when it is
-// fetched, and its replayed outputs against its recorded types (and against
+// + the toolkit version (kToolkitVersion, replay/toolkit_version.h), so a new process with a
+// warm cache runs its first call with zero traces and zero compiles. The user version must
+// change whenever `fn`'s code does: entries are only as sound as that promise (tracecache cannot
+// see `fn`'s code).
+// Stored entries are untrusted (invariant 5 in docs/architecture.md): each is checked on load
+// (bounds, a complete guard set, routes, recorded output types), against each executable when it
+// is fetched, and its replayed outputs against its recorded types (and against
 // CompiledFunctionOptions::output_types, when set, on first use). A failed check is a `corrupt`
 // event; any other failure to use an entry (its graph or executable gone from the cache) is a
 // `miss` event; either way the entry is dropped and the call traces: never an error, never a
 // wrong result.
-inline constexpr std::string_view kToolkitVersion = "tracecache-0.3/ir2/compiler1/guards3";
 
 // The largest size a dynamic dim's range check admits.
 inline constexpr int64_t kMaxDynamicSize = int64_t{1} << 31;

@@ -1,13 +1,28 @@
 #include "replay/cpu_backend.h"
 
 #include <fmt/format.h>
+#include <sched.h>
 #include <xxhash.h>
+
+#include <algorithm>
 
 #include "replay/cpu_kernels.h"
 
 namespace tracecache {
 
+int available_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) != 0) return 1;
+  return std::max(1, CPU_COUNT(&set));
+}
+
+void set_cpu_threads(int threads) {
+  cpu::set_parallel_threads(std::max(threads, 1));
+}
+
 CpuBackend::CpuBackend(CpuBackendOptions options) : options_(options) {
+  set_cpu_threads(options_.threads > 0 ? options_.threads : available_cpus());
   std::string spec = fmt::format("cpu backend v{}; fuse={}", kBackendInterfaceVersion, options_.fuse ? 1 : 0);
   digest_ = hex64(XXH3_64bits(spec.data(), spec.size()));
 }

@@ -53,13 +53,19 @@ class HelperPool {
     return pool;
   }
 
+  // At most `n` threads, this one included, work on one job from now on.
+  void set_limit(int n) {
+    std::lock_guard<std::mutex> lock(mu_);
+    limit_ = n;
+  }
+
   // Calls body(c) once for every c in [0, chunks), on this thread and any free helpers.
   void run(int64_t chunks, const std::function<void(int64_t)>& body) {
     Job job{&body, chunks, {0}};
     bool shared = false;
     if (!threads_.empty() && chunks > 1) {
       std::lock_guard<std::mutex> lock(mu_);
-      if (job_ == nullptr) {
+      if (job_ == nullptr && limit_ > 1) {
         job_ = &job;
         ++generation_;
         shared = true;
@@ -110,6 +116,7 @@ class HelperPool {
       wake_.wait(lock, [&] { return stop_ || (job_ != nullptr && generation_ != seen); });
       if (stop_) return;
       seen = generation_;
+      if (active_ + 2 > limit_) continue;  // the caller plus active_ helpers already at the limit
       Job* job = job_;
       ++active_;
       lock.unlock();
@@ -125,6 +132,7 @@ class HelperPool {
   Job* job_ = nullptr;            // the job helpers may join; guarded by mu_
   uint64_t generation_ = 0;
   int active_ = 0;                // helpers inside work() of the current job
+  int limit_ = INT_MAX;           // threads per job, the caller included; guarded by mu_
   bool stop_ = false;
   std::vector<std::thread> threads_;
 };
@@ -953,6 +961,12 @@ void concat(std::span<const HostBuffer* const> in, int axis, HostBuffer& out) {
 
 void parallel_for(int64_t items, int64_t work, const std::function<void(int64_t, int64_t)>& fn) {
   parallel_chunks(items, work, fn);
+}
+
+void set_parallel_threads(int n) {
+  n = std::max(n, 1);
+  HelperPool::instance().set_limit(n);
+  openblas_set_num_threads(n);
 }
 
 void run_fused(const Graph& g, std::span<const NodeId> members,

@@ -97,6 +97,13 @@ Result<DeviceRef> SimBackend::to_device(BufferRef host) {
         memory_->capacity));
   }
   memory_->take(bytes);
+  // The device gets its own copy, as a real device would. Wrapping `host` itself would make the
+  // device buffer own the host buffer, so the runtime's cache of resident copies (keyed by a
+  // weak reference to the host buffer) could never see it expire: every step's inputs stayed
+  // on the device and in memory. The copy is device work the CPU does: not host time.
+  const SimTimeline::Clock::time_point copy_start = SimTimeline::Clock::now();
+  BufferRef storage = std::make_shared<const HostBuffer>(host->clone());
+  timeline_.exclude(copy_start, SimTimeline::Clock::now());
   bytes_to_device_ += static_cast<int64_t>(bytes);
   TimelineEvent copy;
   copy.name = "copy to device";
@@ -104,7 +111,7 @@ Result<DeviceRef> SimBackend::to_device(BufferRef host) {
   copy.duration_ps = transfer_time_ps(spec_, static_cast<int64_t>(bytes));
   copy.bytes = static_cast<int64_t>(bytes);
   timeline_.enqueue(std::move(copy));
-  DeviceRef d = wrap(std::move(host), bytes);
+  DeviceRef d = wrap(std::move(storage), bytes);
   timeline_.record_host("to_device", "sim", start, timeline_.host_now_ps());
   return d;
 }

@@ -340,10 +340,10 @@ TEST(CostModel, TransfersAndTheStreamAreExact) {
   // 16384 B / 0.01 B/ps + 500 ns.
   EXPECT_EQ(transfer_time_ps(spec, 16384), 1638400 + 500000);
 
-  // A link latency of one second: the device is surely behind the host when the output is
-  // read, however slow the host (a sanitizer build), so the read must wait.
+  // A link latency of one hour: the device is behind the host when the output is read, however
+  // slow the host (a sanitizer build, a loaded machine), so the read must wait.
   DeviceSpec slow = spec;
-  slow.link_latency_ns = 1'000'000'000;
+  slow.link_latency_ns = 3'600'000'000'000;
   SimBackend sim(slow);
   const Graph g = matmul_graph(DType::kF32, 64, 64, 64);
   std::vector<BufferRef> params = {filled(DType::kF32, {64, 64}, 1), filled(DType::kF32, {64, 64}, 2)};
@@ -351,7 +351,7 @@ TEST(CostModel, TransfersAndTheStreamAreExact) {
   std::vector<BufferRef> out = run_on(sim, g, params);
   const SimSnapshot after = sim.snapshot();
   // Two copies in, the kernel, one copy out.
-  EXPECT_EQ(after.device_busy_ps - before.device_busy_ps, 3 * (1638400 + 1'000'000'000'000) + 1524288);
+  EXPECT_EQ(after.device_busy_ps - before.device_busy_ps, 3 * (1638400 + 3'600'000'000'000'000) + 1524288);
   EXPECT_EQ(after.bytes_to_device - before.bytes_to_device, 2 * 16384);
   EXPECT_EQ(after.bytes_to_host - before.bytes_to_host, 16384);
   EXPECT_EQ(after.kernels - before.kernels, 1);
@@ -562,7 +562,7 @@ TEST(DeviceSpec, LoadsAFile) {
 
 TEST(SimTimeline, DeviceWorkIsOrderedAndHostWaitsOnReads) {
   DeviceSpec slow = *find_device_preset("tpu-v4");
-  slow.link_latency_ns = 1'000'000'000;  // the host waits on reads however slow it runs
+  slow.link_latency_ns = 3'600'000'000'000;  // an hour: the host waits on reads however slow it runs
   SimBackend sim(slow);
   sim.timeline().set_record_events(true);
   const Graph g = matmul_graph(DType::kF32, 32, 32, 32);

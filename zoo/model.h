@@ -65,6 +65,10 @@ struct InputSpec {
   DType dtype = DType::kF32;
   Shape shape;
   Generator init;  // how `zoo run` and `zoo emit` make the input's values
+  // Index inputs (token ids): every value must be in [0, index_limit), the rows of the table
+  // the model looks them up in; 0 for other inputs. `zoo run --input` checks files against it
+  // (inside a graph, gather clamps out-of-range indices, which would hide the mistake).
+  int64_t index_limit = 0;
 };
 
 // The model's tensors by name, handed to a forward function. Records which ones the forward

@@ -223,8 +223,8 @@ Result<ModelSpec> make_bert_base(const ModelOptions& options) {
   ids.low = 0;
   ids.high = static_cast<double>(c.vocab);
   Generator zeros = full_init(0), ones = full_init(1);
-  spec.inputs = {{"input_ids", DType::kI64, Shape{batch, len}, ids},
-                 {"token_type_ids", DType::kI64, Shape{batch, len}, zeros},
+  spec.inputs = {{"input_ids", DType::kI64, Shape{batch, len}, ids, c.vocab},
+                 {"token_type_ids", DType::kI64, Shape{batch, len}, zeros, c.type_vocab},
                  {"attention_mask", DType::kI64, Shape{batch, len}, ones}};
   spec.output_names = {"last_hidden_state", "pooler_output"};
   SpecBuilder b(&spec.tensors);

@@ -1,16 +1,28 @@
 # A read-only database file: correct results (the same checksums as with a writable cache) and a
-# warning, exit 0. Root ignores file modes, so as root the command runs as `nobody`.
+# warning, exit 0. Root ignores file modes, so as root the command runs as `nobody`; `nobody` may
+# not be able to reach the checkout or $TMPDIR (root's home, a 0700 temp dir), so everything the
+# read-only run touches (the binary, the program, the database) is staged in a fresh directory
+# under /tmp that anyone may enter, and the test checks that `nobody` can reach it.
 source "$(dirname "$0")/lib.sh"
-mlp="$SRC/fixtures/programs/mlp.trace"
-chmod 755 "$TMP"
-"$TC" run "$mlp" --steps 3 --db "$TMP/ro.db" --json > "$TMP/writable.json"
-chmod 444 "$TMP/ro.db"
+RO=$(mktemp -d /tmp/tracecache-read-only.XXXXXX)
+trap 'rm -rf "$TMP" "$RO"' EXIT
+chmod 755 "$RO"
+cp "$TC" "$RO/tracecache"
+cp "$SRC/fixtures/programs/mlp.trace" "$RO/mlp.trace"
+chmod 755 "$RO/tracecache"
+chmod 644 "$RO/mlp.trace"
+"$RO/tracecache" run "$RO/mlp.trace" --steps 3 --db "$RO/ro.db" --json > "$TMP/writable.json"
+chmod 444 "$RO/ro.db"
 as_other=()
 if [ "$(id -u)" -eq 0 ]; then
-  chown -R root "$TMP"
+  chown -R root "$RO"
   as_other=(setpriv --reuid=65534 --regid=65534 --clear-groups)
+  "${as_other[@]}" test -x "$RO/tracecache" -a -r "$RO/mlp.trace" -a -r "$RO/ro.db" ||
+    fail "nobody cannot reach $RO (is /tmp mode 1777?)"
+  if "${as_other[@]}" test -w "$RO/ro.db"; then fail "nobody can write $RO/ro.db"; fi
 fi
-"${as_other[@]}" "$TC" run "$mlp" --steps 3 --db "$TMP/ro.db" --json > "$TMP/ro.json" 2> "$TMP/ro.err" \
+# Its output goes to root's $TMP through the shell's redirections, opened before dropping privileges.
+"${as_other[@]}" "$RO/tracecache" run "$RO/mlp.trace" --steps 3 --db "$RO/ro.db" --json > "$TMP/ro.json" 2> "$TMP/ro.err" \
   || fail "read-only run failed: $(cat "$TMP/ro.err")"
 grep -q "read-only" "$TMP/ro.err" || fail "no read-only warning: $(cat "$TMP/ro.err")"
 python3 - "$TMP/writable.json" "$TMP/ro.json" <<'PY'

@@ -9,7 +9,6 @@
 #include <bit>
 #include <chrono>
 #include <filesystem>
-#include <initializer_list>
 #include <iterator>
 #include <system_error>
 #include <utility>
@@ -187,6 +186,7 @@ struct CacheDb::Impl {
   bool read_only = false;
   sqlite3* db = nullptr;
   int last_rc = SQLITE_OK;  // SQLite's code for the last error() (tells access from contents)
+  int busy_timeout_ms = 0;
 
   Stmt begin_write, begin_read, commit, rollback;
   Stmt put_graph, get_graph;
@@ -213,10 +213,28 @@ struct CacheDb::Impl {
       return corruption(fmt::format("cache database '{}' is corrupt ({}): {}", path, what, msg));
     }
     int primary = rc & 0xff;
+    if (primary == SQLITE_BUSY || primary == SQLITE_LOCKED) {
+      return io_error(fmt::format("cache database '{}' is busy ({}): locked by another connection for longer "
+                                  "than the busy timeout ({})", path, what, msg));
+    }
     if (primary == SQLITE_MISUSE || primary == SQLITE_RANGE || primary == SQLITE_INTERNAL) {
       return internal_error(fmt::format("cache database '{}' ({}): {}", path, what, msg));
     }
     return io_error(fmt::format("cache database '{}' ({}): {}", path, what, msg));
+  }
+
+  // An error while first reading the file: says whether it is damaged / not a database, busy, or
+  // unreadable, never a guess between them.
+  Status open_error(int rc, const std::string& msg, std::string_view what) {
+    last_rc = rc;
+    int primary = rc & 0xff;
+    if (primary == SQLITE_NOTADB) {
+      return corruption(fmt::format("'{}' is not a tracecache database: it is not an SQLite database ({})", path, msg));
+    }
+    if (is_corruption_code(rc)) {
+      return corruption(fmt::format("'{}' is not a tracecache database: it is damaged ({})", path, msg));
+    }
+    return error(rc, what);
   }
 
   Status read_only_error(std::string_view what) const {
@@ -265,9 +283,10 @@ struct CacheDb::Impl {
     return error(rc, "preparing statements");
   }
 
-  Status connect(OpenMode mode, int busy_timeout_ms, bool create);
+  Status connect(OpenMode mode, int timeout_ms, bool create);
   Status prepare_all();
   Status check_schema();
+  Status enable_wal();
   Result<GraphKey> parse_key(const std::string& hex, std::string_view table) const {
     std::optional<GraphKey> k = GraphKey::from_hex(hex);
     if (!k) return corruption(fmt::format("cache database '{}': {} has a malformed graph key '{}'", path, table, hex));
@@ -359,108 +378,119 @@ Status CacheDb::Impl::prepare_all() {
 
 // Reads the schema version; creates the schema in an empty, writable file; refuses files from a
 // newer tracecache and files that are not tracecache databases.
+//
+// The schema version and the table list are read by ONE statement, so they come from one
+// snapshot: another process creating the schema at the same moment is seen either not at all or
+// completely (it creates tables and version in one transaction), never half. Creating or upgrading
+// happens inside BEGIN IMMEDIATE (which waits for the busy timeout), deciding again from a fresh
+// snapshot taken inside the lock.
 Status CacheDb::Impl::check_schema() {
-  // Reads one row of integers. Damage found this early means the file is not usable as ours.
-  auto read_row = [&](const char* sql, std::initializer_list<int64_t*> out, std::string_view what) -> Status {
-    sqlite3_stmt* s = nullptr;
-    int rc = sqlite3_prepare_v2(db, sql, -1, &s, nullptr);
-    if (rc == SQLITE_OK) rc = sqlite3_step(s);
-    int column = 0;
+  struct Snapshot {
+    int64_t version = 0, tables = 0, ours = 0;
+  };
+  auto read_snapshot = [&](Snapshot* s) -> Status {
+    sqlite3_stmt* stmt = nullptr;
+    int rc = sqlite3_prepare_v2(
+        db,
+        "SELECT (SELECT user_version FROM pragma_user_version), COUNT(*), "
+        "COALESCE(SUM(name IN ('graphs', 'executables', 'events')), 0) "
+        "FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'",
+        -1, &stmt, nullptr);
+    if (rc == SQLITE_OK) rc = sqlite3_step(stmt);
     if (rc == SQLITE_ROW) {
-      for (int64_t* v : out) *v = sqlite3_column_int64(s, column++);
+      s->version = sqlite3_column_int64(stmt, 0);
+      s->tables = sqlite3_column_int64(stmt, 1);
+      s->ours = sqlite3_column_int64(stmt, 2);
     }
     std::string msg = sqlite3_errmsg(db);
-    sqlite3_finalize(s);
+    sqlite3_finalize(stmt);
     if (rc == SQLITE_ROW) return Status::ok();
-    if (is_corruption_code(rc)) return corruption(fmt::format("'{}' is not a tracecache database: {}", path, msg));
-    return error(rc, what);
+    return open_error(rc, msg, "reading the schema");
   };
-  auto user_version = [&](int64_t* version) {
-    return read_row("PRAGMA user_version", {version}, "reading the schema version");
-  };
-  auto table_count = [&](int64_t* tables, int64_t* ours) {
-    return read_row("SELECT COUNT(*), COALESCE(SUM(name IN ('graphs', 'executables', 'events')), 0) "
-                    "FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'",
-                    {tables, ours}, "reading the schema");
-  };
-
-  int64_t version = 0;
-  Status st = user_version(&version);
-  if (!st.is_ok()) return st;
-  if (version > kSchemaVersion) {
-    return unsupported(fmt::format(
-        "cache database '{}' has schema version {}, newer than this tracecache ({}); use a newer tracecache "
-        "or another --db",
-        path, version, kSchemaVersion));
-  }
-  // Nothing is changed in a file until it is known to be ours (or empty).
-  int64_t tables = 0, ours = 0;
-  st = table_count(&tables, &ours);
-  if (!st.is_ok()) return st;
-  if (version == 0 && tables != 0) {
-    return corruption(fmt::format("'{}' is not a tracecache database: it holds other tables and no "
-                                  "tracecache schema version", path));
-  }
-  if (version == 0 && read_only) {
-    return corruption(fmt::format("'{}' is not a tracecache database: it is empty (and open read-only, so "
-                                  "the tables cannot be created)", path));
-  }
-  if (version == 1) {
-    // Version 1 lacks the functions table: add it (in a transaction, deciding again inside it
-    // in case another process migrates at the same time).
-    if (read_only) {
+  // What a snapshot says about the file, before anything is changed in it.
+  auto judge = [&](const Snapshot& s) -> Status {
+    if (s.version > kSchemaVersion) {
+      return unsupported(fmt::format(
+          "cache database '{}' has schema version {}, newer than this tracecache ({}); use a newer tracecache "
+          "or another --db",
+          path, s.version, kSchemaVersion));
+    }
+    if (s.version == 0 && s.tables != 0) {
+      return corruption(fmt::format("'{}' is not a tracecache database: it is an SQLite database with other "
+                                    "tables and no tracecache schema version", path));
+    }
+    if (s.version == 0 && read_only) {
+      return corruption(fmt::format("'{}' is not a tracecache database: it is empty (and open read-only, so "
+                                    "the tables cannot be created)", path));
+    }
+    if (s.version == 1 && read_only) {
       return unsupported(fmt::format("cache database '{}' has schema version 1, older than this tracecache ({}); "
                                      "open it once with write access to upgrade it",
                                      path, kSchemaVersion));
     }
-    st = exec("BEGIN IMMEDIATE", "upgrading the schema");
-    if (!st.is_ok()) return st;
-    st = user_version(&version);
-    if (st.is_ok() && version == 1) {
-      st = exec(kFunctionsTable, "upgrading the schema");
-      if (st.is_ok()) st = exec("PRAGMA user_version = 2", "upgrading the schema");
+    if (s.version != 0 && s.version != 1 && s.version < kSchemaVersion) {
+      return unsupported(fmt::format("cache database '{}' has schema version {}, older than this tracecache ({}), "
+                                     "and no migration exists; use another --db",
+                                     path, s.version, kSchemaVersion));
     }
-    if (st.is_ok()) st = exec("COMMIT", "upgrading the schema");
+    if (s.version != 0 && s.ours != 3) {
+      return corruption(fmt::format("'{}' is not a tracecache database: the graphs, executables and events "
+                                    "tables are not all present", path));
+    }
+    return Status::ok();
+  };
+
+  Snapshot snap;
+  Status st = read_snapshot(&snap);
+  if (st.is_ok()) st = judge(snap);
+  if (!st.is_ok()) return st;
+  if (snap.version != kSchemaVersion) {
+    // Empty (version 0) or version 1, and writable: create or upgrade under the write lock.
+    st = exec("BEGIN IMMEDIATE", "creating the schema");
+    if (!st.is_ok()) return st;
+    st = read_snapshot(&snap);
+    if (st.is_ok()) st = judge(snap);
+    if (st.is_ok() && snap.version == 0) {
+      st = exec(kSchema, "creating the schema");
+      if (st.is_ok()) st = exec(kFunctionsTable, "creating the schema");
+    } else if (st.is_ok() && snap.version == 1) {
+      st = exec(kFunctionsTable, "upgrading the schema");
+    }
+    if (st.is_ok() && snap.version != kSchemaVersion) {
+      st = exec(fmt::format("PRAGMA user_version = {}", kSchemaVersion).c_str(), "creating the schema");
+    }
+    if (st.is_ok()) st = exec("COMMIT", "creating the schema");
     if (!st.is_ok()) {
-      if (!sqlite3_get_autocommit(db)) (void)exec("ROLLBACK", "upgrading the schema");
+      if (!sqlite3_get_autocommit(db)) (void)exec("ROLLBACK", "creating the schema");
       return st;
     }
-    version = kSchemaVersion;
-  }
-  if (version != 0 && version < kSchemaVersion) {
-    return unsupported(fmt::format("cache database '{}' has schema version {}, older than this tracecache ({}), "
-                                   "and no migration exists; use another --db",
-                                   path, version, kSchemaVersion));
-  }
-  if (version != 0 && ours != 3) {
-    return corruption(fmt::format("'{}' is not a tracecache database: the graphs, executables and events "
-                                  "tables are not all present", path));
   }
   if (!read_only) {
-    st = exec("PRAGMA journal_mode = WAL", "enabling WAL mode");
+    // Only now that the file is known to be ours (journal_mode cannot change inside a transaction).
+    st = enable_wal();
     if (st.is_ok()) st = exec("PRAGMA synchronous = NORMAL", "setting synchronous mode");
     if (!st.is_ok()) return st;
   }
-  if (version != 0) return Status::ok();
+  return Status::ok();
+}
 
-  // Another process may be creating the schema right now: decide again inside the lock.
-  st = exec("BEGIN IMMEDIATE", "creating the schema");
-  if (!st.is_ok()) return st;
-  st = user_version(&version);
-  if (st.is_ok() && version == 0) {
-    st = exec(kSchema, "creating the schema");
-    if (st.is_ok()) st = exec(kFunctionsTable, "creating the schema");
-    if (st.is_ok()) {
-      st = exec(fmt::format("PRAGMA user_version = {}", kSchemaVersion).c_str(), "creating the schema");
-    }
+// Switching to WAL needs every other connection out of the file, and SQLite does not call the
+// busy handler for it: when the file is not yet in WAL mode and another process holds it (several
+// processes opening a new file), retry for up to the busy timeout. A file already in WAL mode
+// (persistent) needs no switch.
+Status CacheDb::Impl::enable_wal() {
+  int waited_ms = 0;
+  for (int backoff_ms = 1;; backoff_ms = std::min(backoff_ms * 2, 50)) {
+    sqlite3_stmt* stmt = nullptr;
+    int rc = sqlite3_prepare_v2(db, "PRAGMA journal_mode = WAL", -1, &stmt, nullptr);
+    if (rc == SQLITE_OK) rc = sqlite3_step(stmt);
+    sqlite3_finalize(stmt);
+    if (rc == SQLITE_ROW || rc == SQLITE_DONE) return Status::ok();
+    if ((rc & 0xff) != SQLITE_BUSY && (rc & 0xff) != SQLITE_LOCKED) return error(rc, "enabling WAL mode");
+    if (waited_ms >= busy_timeout_ms) return error(rc, "enabling WAL mode");
+    sqlite3_sleep(backoff_ms);
+    waited_ms += backoff_ms;
   }
-  if (st.is_ok()) st = exec("COMMIT", "creating the schema");
-  if (!st.is_ok()) {
-    if (!sqlite3_get_autocommit(db)) (void)exec("ROLLBACK", "creating the schema");
-    return st;
-  }
-  // Created meanwhile by another process: check what it made.
-  return version == 0 ? Status::ok() : check_schema();
 }
 
 Result<EntryInfo> CacheDb::Impl::entry_from_row(const Query& q) const {
@@ -525,7 +555,7 @@ std::optional<EventKind> parse_event_kind(std::string_view name) {
 
 // Opens `path` in `mode`. On failure, last_rc tells access problems (retry read-only) from bad
 // contents (give up).
-Status CacheDb::Impl::connect(OpenMode mode, int busy_timeout_ms, bool create) {
+Status CacheDb::Impl::connect(OpenMode mode, int timeout_ms, bool create) {
   int flags = SQLITE_OPEN_NOMUTEX;
   std::string name = path;
   switch (mode) {
@@ -545,7 +575,8 @@ Status CacheDb::Impl::connect(OpenMode mode, int busy_timeout_ms, bool create) {
   int rc = sqlite3_open_v2(name.c_str(), &db, flags, nullptr);
   if (rc != SQLITE_OK) return error(rc, "opening");
   sqlite3_extended_result_codes(db, 1);
-  sqlite3_busy_timeout(db, busy_timeout_ms);
+  sqlite3_busy_timeout(db, timeout_ms);
+  busy_timeout_ms = timeout_ms;
   // SQLite opens a write-protected file read-only even when asked for read-write.
   read_only = mode != OpenMode::kReadWrite || sqlite3_db_readonly(db, "main") == 1;
   Status st = check_schema();

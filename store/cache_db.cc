@@ -203,6 +203,7 @@ struct CacheDb::Impl {
   sqlite3* db = nullptr;
   int last_rc = SQLITE_OK;  // SQLite's code for the last error() (tells access from contents)
   int busy_timeout_ms = 0;
+  std::string vfs;  // "" = SQLite's default
 
   Stmt begin_write, begin_read, commit, rollback;
   Stmt put_graph, get_graph;
@@ -646,7 +647,7 @@ Status CacheDb::Impl::connect(OpenMode mode, int timeout_ms, bool create) {
       name = "file:" + uri_path(path) + "?immutable=1";
       break;
   }
-  int rc = sqlite3_open_v2(name.c_str(), &db, flags, nullptr);
+  int rc = sqlite3_open_v2(name.c_str(), &db, flags, vfs.empty() ? nullptr : vfs.c_str());
   if (rc != SQLITE_OK) return error(rc, "opening");
   sqlite3_extended_result_codes(db, 1);
   sqlite3_busy_timeout(db, timeout_ms);
@@ -698,6 +699,7 @@ Result<std::unique_ptr<CacheDb>> CacheDb::open(const Options& options) {
   for (OpenMode mode : modes) {
     auto impl = std::make_unique<Impl>();
     impl->path = path;
+    impl->vfs = options.vfs;
     Status st = impl->connect(mode, options.busy_timeout_ms, /*create=*/!exists);
     if (st.is_ok()) return std::unique_ptr<CacheDb>(new CacheDb(std::move(impl)));
     // Bad contents or a newer schema will not improve with a read-only connection.

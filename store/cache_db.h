@@ -195,6 +195,9 @@ class CacheDb {
     std::string path;            // created (with parent directories) if missing, unless read_only
     int busy_timeout_ms = 5000;
     bool read_only = false;
+    // Name of a registered sqlite3_vfs to open the file through ("" = SQLite's default); tests
+    // use store/fault_vfs.h's fault-injecting one.
+    std::string vfs{};
   };
   static Result<std::unique_ptr<CacheDb>> open(const Options& options);
   ~CacheDb();

@@ -209,3 +209,28 @@ TEST(StoreFaults, CrashAtEveryWriteLeavesAConsistentCache) {
 
 }  // namespace
 }  // namespace tracecache
+
+namespace tracecache {
+namespace {
+
+// The runtime's own event list is bounded too (invariant 8: the process stays bounded).
+TEST(RuntimeEvents, TheInMemoryEventListIsCappedWithADroppedCount) {
+  Result<Program> p = load_program(testing::fixture_path("mlp.trace"));
+  ASSERT_TRUE(p.is_ok());
+  CpuBackend cpu;
+  Metrics metrics;
+  RuntimeOptions options;
+  options.max_events_in_memory = 5;
+  Runtime runtime(&cpu, nullptr, &metrics, options);
+  LazyOptions lazy;
+  lazy.metrics = &metrics;
+  LazyContext ctx(&runtime, lazy);
+  auto out = run_program(*p, ctx, 20);
+  ASSERT_TRUE(out.is_ok()) << out.status().to_string();
+  EXPECT_EQ(runtime.events().size(), 5u);
+  // 20 lookups (1 miss + 19 hits) and a compile: 21 events, 5 kept.
+  EXPECT_EQ(runtime.dropped_events(), 16);
+}
+
+}  // namespace
+}  // namespace tracecache

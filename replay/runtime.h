@@ -78,7 +78,9 @@ class Runtime final : public GraphExecutor {
   Metrics& metrics() { return *metrics_; }
   void add_warning(std::string message) { warn(std::move(message)); }
 
-  // Writes buffered events to the database. A failure becomes a warning; events stay in events().
+  // Adds the counted hits to the database and retries decision events a failed write left
+  // unwritten. A failure becomes a warning (and a store failure in the metrics); events stay in
+  // events().
   void flush();
   // Distinct warnings so far, in order (e.g. "cache database is read-only: ...").
   const std::vector<std::string>& warnings() const { return warnings_; }

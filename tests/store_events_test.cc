@@ -213,5 +213,22 @@ TEST(StoreEvents, SchemaTwoFilesAreUpgradedInPlace) {
   EXPECT_TRUE(db->add_hits(hits).is_ok());
 }
 
+// A file another connection holds locked past the busy timeout is "busy" (kIOError), never
+// "not a tracecache database": run then degrades to uncached with the right message.
+TEST(StoreEvents, ALockedNewFileIsBusyNotForeign) {
+  TempDb t;
+  sqlite3* raw = nullptr;
+  ASSERT_EQ(sqlite3_open(t.path().c_str(), &raw), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(raw, "BEGIN EXCLUSIVE; CREATE TABLE half_made (x)", nullptr, nullptr, nullptr), SQLITE_OK);
+  auto db = CacheDb::open({.path = t.path(), .busy_timeout_ms = 20});
+  ASSERT_FALSE(db.is_ok());
+  EXPECT_EQ(db.status().code(), StatusCode::kIOError) << db.status().to_string();
+  EXPECT_NE(db.status().message().find("busy"), std::string::npos) << db.status().message();
+  EXPECT_EQ(db.status().message().find("not a tracecache database"), std::string::npos) << db.status().message();
+  ASSERT_EQ(sqlite3_exec(raw, "ROLLBACK", nullptr, nullptr, nullptr), SQLITE_OK);
+  sqlite3_close(raw);
+  EXPECT_TRUE(CacheDb::open({.path = t.path()}).is_ok()) << "once released, the empty file becomes a cache";
+}
+
 }  // namespace
 }  // namespace tracecache::store

@@ -103,10 +103,11 @@ void Runtime::flush() {
     return;
   }
   Status st = db_->add_hits(hits_);
-  if (!st.is_ok()) {  // kept (one row per key and tier) for the next flush
+  if (!st.is_ok()) {  // kept (one row per key and tier) for the next flush, within the bound
     metrics_->add(counters::kStoreFailures);
     warn(fmt::format("could not write the audit log to '{}': {}", db_->path(), st.message()));
-    return;
+    if (hits_.size() <= options_.max_events_in_memory) return;
+    dropped_events_ += static_cast<int64_t>(hits_.size());
   }
   hits_.clear();
 }

@@ -1,4 +1,7 @@
 // `tracecache audit | ls | stats | gc | verify`: reading and maintaining the cache.
+#include <charconv>
+#include <chrono>
+
 #include "cli/common.h"
 #include "cli/json.h"
 #include "replay/executable.h"
@@ -9,13 +12,45 @@ namespace {
 
 std::string short_key(const GraphKey& k) { return k.to_hex().substr(0, 16); }
 
+// A file that is not a tracecache database (or is damaged beyond opening) is a problem with what
+// the user pointed us at: exit 2, like a missing file.
+int report_open_error(const Status& status) {
+  int code = report_error(status);
+  return status.code() == StatusCode::kCorruption ? kExitBadInput : code;
+}
+
+// "3600", "90m", "12h", "30d" -> seconds.
+Result<double> parse_age(std::string_view text) {
+  double unit = 1;
+  std::string_view digits = text;
+  if (!text.empty()) {
+    switch (text.back()) {
+      case 's': unit = 1; break;
+      case 'm': unit = 60; break;
+      case 'h': unit = 3600; break;
+      case 'd': unit = 86400; break;
+      default: unit = 0; break;
+    }
+    if (unit != 0) digits.remove_suffix(1);
+    if (unit == 0) unit = 1;
+  }
+  uint64_t n = 0;
+  auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), n);
+  if (digits.empty() || ec != std::errc() || end != digits.data() + digits.size()) {
+    return invalid_argument(fmt::format("'{}' is not an age (examples: 3600, 90m, 12h, 30d)", text));
+  }
+  return static_cast<double>(n) * unit;
+}
+
 }  // namespace
 
 int audit_command(const CacheCommandOptions& options) {
   Result<std::unique_ptr<store::CacheDb>> db = open_existing_db(options.db);
-  if (!db.is_ok()) return report_error(db.status());
-  Result<std::vector<store::GraphAudit>> rows = (*db)->audit();
+  if (!db.is_ok()) return report_open_error(db.status());
+  int64_t malformed = 0;
+  Result<std::vector<store::GraphAudit>> rows = (*db)->audit(&malformed);
   if (!rows.is_ok()) return report_error(rows.status());
+  if (malformed > 0) warn(fmt::format("{} malformed audit rows skipped (damaged graph keys)", malformed));
   Result<std::vector<store::FunctionAudit>> functions = (*db)->function_audit();
   if (!functions.is_ok()) return report_error(functions.status());
 
@@ -95,7 +130,7 @@ int audit_command(const CacheCommandOptions& options) {
 
 int ls_command(const CacheCommandOptions& options) {
   Result<std::unique_ptr<store::CacheDb>> db = open_existing_db(options.db);
-  if (!db.is_ok()) return report_error(db.status());
+  if (!db.is_ok()) return report_open_error(db.status());
   Result<std::vector<store::EntryInfo>> entries = (*db)->list_executables();
   if (!entries.is_ok()) return report_error(entries.status());
   if (options.json) {
@@ -119,11 +154,14 @@ int ls_command(const CacheCommandOptions& options) {
     out(j.str() + "\n");
     return kExitOk;
   }
-  out(fmt::format("{:<32}  {:<7} {:>8} {:>6} {:>9} {:>6}  {}\n", "graph", "backend", "compiler",
-                  "nodes", "bytes", "uses", "last used (UTC)"));
+  // The options digest (e.g. which sim device spec) is part of the key: shown, shortened.
+  out(fmt::format("{:<32}  {:<7} {:<16} {:>8} {:>6} {:>9} {:>6}  {}\n", "graph", "backend", "options",
+                  "compiler", "nodes", "bytes", "uses", "last used (UTC)"));
   for (const store::EntryInfo& e : *entries) {
-    out(fmt::format("{:<32}  {:<7} {:>8} {:>6} {:>9} {:>6}  {}\n", e.key.graph.to_hex(), e.key.backend,
-                    e.key.compiler_version, e.graph_nodes, e.bytes, e.uses, format_time(e.last_used)));
+    std::string options_digest = e.key.options_digest.empty() ? "-" : e.key.options_digest.substr(0, 16);
+    out(fmt::format("{:<32}  {:<7} {:<16} {:>8} {:>6} {:>9} {:>6}  {}\n", e.key.graph.to_hex(), e.key.backend,
+                    options_digest, e.key.compiler_version, e.graph_nodes, e.bytes, e.uses,
+                    format_time(e.last_used)));
   }
   if (entries->empty()) out("(no executables cached)\n");
   return kExitOk;
@@ -131,7 +169,7 @@ int ls_command(const CacheCommandOptions& options) {
 
 int stats_command(const CacheCommandOptions& options) {
   Result<std::unique_ptr<store::CacheDb>> db = open_existing_db(options.db);
-  if (!db.is_ok()) return report_error(db.status());
+  if (!db.is_ok()) return report_open_error(db.status());
   Result<store::CacheStats> s = (*db)->stats();
   if (!s.is_ok()) return report_error(s.status());
   if (options.json) {
@@ -162,9 +200,17 @@ int stats_command(const CacheCommandOptions& options) {
 
 int gc_command(const CacheCommandOptions& options) {
   Result<std::unique_ptr<store::CacheDb>> db = open_existing_db(options.db);
-  if (!db.is_ok()) return report_error(db.status());
-  Result<std::vector<store::EntryInfo>> evicted = (*db)->gc(options.max_bytes);
-  if (!evicted.is_ok()) return report_error(evicted.status());
+  if (!db.is_ok()) return report_open_error(db.status());
+  store::GcOptions gc_options{.max_bytes = options.max_bytes, .max_events = options.max_events};
+  if (!options.older_than.empty()) {
+    Result<double> age = parse_age(options.older_than);
+    if (!age.is_ok()) return report_error(age.status());
+    gc_options.older_than =
+        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count() - *age;
+  }
+  Result<store::GcReport> report = (*db)->gc(gc_options);
+  if (!report.is_ok()) return report_error(report.status());
+  const std::vector<store::EntryInfo>* evicted = &report->evicted;
   uint64_t freed = 0;
   for (const store::EntryInfo& e : *evicted) freed += e.bytes;
   if (options.json) {
@@ -174,6 +220,9 @@ int gc_command(const CacheCommandOptions& options) {
     for (const store::EntryInfo& e : *evicted) j.value(e.key.graph.to_hex());
     j.end_array();
     j.key("freed_bytes").value(freed);
+    j.key("events_removed").value(report->events_removed);
+    j.key("hit_counts_removed").value(report->hit_counts_removed);
+    j.key("function_entries_removed").value(report->function_entries_removed);
     j.end_object();
     out(j.str() + "\n");
     return kExitOk;
@@ -183,12 +232,14 @@ int gc_command(const CacheCommandOptions& options) {
                     format_time(e.last_used)));
   }
   out(fmt::format("{} executables evicted, {} bytes freed\n", evicted->size(), freed));
+  out(fmt::format("{} audit events, {} hit counts and {} stale guard entries removed\n", report->events_removed,
+                  report->hit_counts_removed, report->function_entries_removed));
   return kExitOk;
 }
 
 int verify_command(const CacheCommandOptions& options) {
   Result<std::unique_ptr<store::CacheDb>> db = open_existing_db(options.db);
-  if (!db.is_ok()) return report_error(db.status());
+  if (!db.is_ok()) return report_open_error(db.status());
   Result<std::vector<store::VerifyProblem>> problems = (*db)->verify();
   if (!problems.is_ok()) return report_error(problems.status());
   // Beyond checksums: every executable whose bytes are intact must also pass the structural

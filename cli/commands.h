@@ -103,6 +103,8 @@ struct CacheCommandOptions {
   bool json = false;
   DbOptions db;
   uint64_t max_bytes = 0;  // gc
+  int64_t max_events = store::kDefaultMaxEvents;  // gc: audit events kept (newest first)
+  std::string older_than;  // gc: drop events, hit counts and stale function versions older than this
 };
 int audit_command(const CacheCommandOptions& options);
 int ls_command(const CacheCommandOptions& options);

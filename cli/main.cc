@@ -139,6 +139,11 @@ int main(int argc, char** argv) {
   CLI::App* stats_cmd = cache_cmd("stats", "Entries, bytes and hit rate of the cache.");
   CLI::App* gc_cmd = cache_cmd("gc", "Evict least recently used executables down to a byte budget.");
   gc_cmd->add_option("--max-bytes", max_bytes, "Budget for executables: bytes, or with K/M/G")->required();
+  gc_cmd->add_option("--max-events", cache.max_events, "Audit events to keep, newest first (default 100000)")
+      ->check(CLI::NonNegativeNumber);
+  gc_cmd->add_option("--older-than", cache.older_than,
+                     "Also drop events, hit counts and superseded function versions older than this: "
+                     "seconds, or with m/h/d (e.g. 30d)");
   CLI::App* verify_cmd = cache_cmd("verify", "Check every stored blob; exit 1 if any is bad.");
 
   if (report_unknown_command(app, argc, argv)) return kExitBadInput;

@@ -114,7 +114,10 @@ Result<std::unique_ptr<store::CacheDb>> open_run_db(const RunOptions& o) {
   std::string path = o.db.path();
   Result<std::unique_ptr<store::CacheDb>> db = store::CacheDb::open({.path = path});
   if (db.is_ok()) return db;
-  if (db.status().code() == StatusCode::kUnsupported) return db.status();
+  // A newer schema, or a path that can never be a database file (a directory, a FIFO), is refused.
+  if (db.status().code() == StatusCode::kUnsupported || db.status().code() == StatusCode::kInvalidArgument) {
+    return db.status();
+  }
   warn(fmt::format("running without the cache: {}", db.status().message()));
   return std::unique_ptr<store::CacheDb>();
 }
@@ -483,7 +486,12 @@ int show_cached_graph(const ShowOptions& options, const GraphKey& key) {
 
 int show_command(const ShowOptions& options) {
   std::error_code ec;
-  if (auto key = GraphKey::from_hex(options.target); key && !std::filesystem::exists(options.target, ec)) {
+  if (store::looks_like_key_prefix(options.target) && !std::filesystem::exists(options.target, ec)) {
+    // A full hash or a unique prefix of one (as `audit` prints), like git.
+    Result<std::unique_ptr<store::CacheDb>> db = open_existing_db(options.db);
+    if (!db.is_ok()) return report_error(db.status());
+    Result<GraphKey> key = store::resolve_graph_key(**db, options.target);
+    if (!key.is_ok()) return report_error(key.status());
     return show_cached_graph(options, *key);
   }
   Result<Program> program = load_program(options.target);

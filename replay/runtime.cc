@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 
 #include "capture/reference.h"
@@ -47,24 +48,68 @@ void Runtime::event(store::EventKind kind, const GraphKey& graph, std::string re
   e.kind = kind;
   e.graph = graph;
   e.backend = std::string(backend_->name());
+  e.options_digest = backend_->options_digest();
   e.reason = std::move(reason);
   e.duration_ms = duration_ms;
   e.detail = std::move(detail);
-  events_.push_back(std::move(e));
-  if (events_.size() - flushed_ >= options_.event_batch) flush();
+  if (events_.size() < options_.max_events_in_memory) {
+    events_.push_back(e);
+  } else {
+    ++dropped_events_;
+  }
+  if (kind == store::EventKind::kHitMemory || kind == store::EventKind::kHitDisk) {
+    auto it = std::find_if(hits_.begin(), hits_.end(),
+                           [&](const store::HitCount& h) { return h.graph == graph && h.tier == kind; });
+    if (it == hits_.end()) {
+      hits_.push_back({graph, e.backend, e.options_digest, kind, 0, 0});
+      it = hits_.end() - 1;
+    }
+    ++it->hits;
+    it->time = e.time;
+    if (++pending_hits_ >= options_.event_batch) flush();
+    return;
+  }
+  unwritten_.push_back(std::move(e));
+  write_decisions();
+}
+
+void Runtime::write_decisions() {
+  if (hold_decisions_ || unwritten_.empty()) return;
+  if (!db_ || db_->read_only()) {
+    unwritten_.clear();
+    return;
+  }
+  Status st = db_->append_events(unwritten_);
+  if (st.is_ok()) {
+    unwritten_.clear();
+    return;
+  }
+  metrics_->add(counters::kStoreFailures);
+  warn(fmt::format("could not write the audit log to '{}': {}", db_->path(), st.message()));
+  // Kept for the next write (the disk may recover), within the in-memory bound.
+  if (unwritten_.size() > options_.max_events_in_memory) {
+    size_t extra = unwritten_.size() - options_.max_events_in_memory;
+    unwritten_.erase(unwritten_.begin(), unwritten_.begin() + static_cast<std::ptrdiff_t>(extra));
+    dropped_events_ += static_cast<int64_t>(extra);
+  }
 }
 
 void Runtime::flush() {
-  if (flushed_ == events_.size()) return;
-  if (db_ && !db_->read_only()) {
-    std::span<const store::Event> pending(events_.data() + flushed_, events_.size() - flushed_);
-    Status st = db_->append_events(pending);
-    if (!st.is_ok()) {
-      metrics_->add(counters::kStoreFailures);
-      warn(fmt::format("could not write the audit log to '{}': {}", db_->path(), st.message()));
-    }
+  write_decisions();
+  pending_hits_ = 0;
+  if (hits_.empty()) return;
+  if (!db_ || db_->read_only()) {
+    hits_.clear();
+    return;
   }
-  flushed_ = events_.size();
+  Status st = db_->add_hits(hits_);
+  if (!st.is_ok()) {  // kept (one row per key and tier) for the next flush, within the bound
+    metrics_->add(counters::kStoreFailures);
+    warn(fmt::format("could not write the audit log to '{}': {}", db_->path(), st.message()));
+    if (hits_.size() <= options_.max_events_in_memory) return;
+    dropped_events_ += static_cast<int64_t>(hits_.size());
+  }
+  hits_.clear();
 }
 
 void Runtime::note_corrupt(const store::ExecutableKey& key, const std::string& why) {
@@ -111,14 +156,20 @@ void Runtime::store_compiled(const store::ExecutableKey& key, const Executable& 
                   ? io_error(fmt::format("cache database '{}' is read-only", db_->path()))
                   : db_->put_graph(key.graph, store::serialize_graph(graph),
                                    static_cast<int64_t>(graph.size()));
-  if (st.is_ok()) st = db_->put_executable(key, backend_->serialize(exe), compile_ms);
   if (st.is_ok()) {
+    // The executable and the decisions that describe it (miss, compile, store) in one transaction.
     event(store::EventKind::kStore, key.graph);
-  } else {
+    st = db_->put_executable(key, backend_->serialize(exe), compile_ms, unwritten_);
+    if (st.is_ok()) unwritten_.clear();
+  }
+  hold_decisions_ = false;
+  if (!st.is_ok()) {
+    if (!unwritten_.empty() && unwritten_.back().kind == store::EventKind::kStore) unwritten_.pop_back();
     metrics_->add(counters::kStoreFailures);
     event(store::EventKind::kStoreFailed, key.graph, {}, 0, st.message());
     if (!db_->read_only()) warn(fmt::format("could not store a compiled graph: {}", st.message()));
   }
+  write_decisions();
 }
 
 Result<std::shared_ptr<const Executable>> Runtime::prepare(const CanonicalGraph& cg) {
@@ -145,6 +196,16 @@ Result<std::shared_ptr<const Executable>> Runtime::prepare(const CanonicalGraph&
   }
   lookup.stop();
   metrics_->add(counters::kMisses);
+  // The miss and compile events wait for the executable's transaction (store_compiled); on any
+  // other way out of here (compile failed, an exception) they are written when this ends.
+  struct WriteDecisionsOnExit {
+    Runtime* runtime;
+    ~WriteDecisionsOnExit() {
+      runtime->hold_decisions_ = false;
+      runtime->write_decisions();
+    }
+  } write_on_exit{this};
+  hold_decisions_ = db_ != nullptr;
   event(store::EventKind::kMiss, cg.key,
         std::string(store::miss_reason_name(reason.value_or(store::MissReason::kNewGraph))));
 

@@ -12,7 +12,11 @@
 // a `store_failed` event and a warning. If compiling or running on the backend fails, the step
 // falls back to the reference evaluator and says so in a warning.
 //
-// Events are buffered and written to the database in batches (flush(), and on destruction).
+// Decision events (miss, compile, store, recompile, evict, corrupt, fallback, store_failed) are
+// written at once; a compiled executable's miss, compile and store events are written in the same
+// transaction as the executable, so a stored executable never lacks its events. Hits are counted
+// per executable key and tier and added to the database's hit counts every `event_batch` hits and
+// at flush() (and on destruction): the log grows with decisions, not with steps.
 // Thread-safety: one thread at a time. Ownership: backend, db (nullable: no disk cache) and
 // metrics (nullable) are not owned and must outlive the runtime.
 #pragma once
@@ -35,7 +39,8 @@ namespace tracecache {
 struct RuntimeOptions {
   uint32_t compiler_version = kCompilerVersion;
   uint64_t memory_cache_bytes = uint64_t{64} << 20;
-  size_t event_batch = 256;  // flush to the database after this many buffered events
+  size_t event_batch = 256;  // add hit counts to the database after this many hits
+  size_t max_events_in_memory = 10000;  // events() keeps the first this many; later ones are counted
 };
 
 class Runtime final : public GraphExecutor {
@@ -73,12 +78,16 @@ class Runtime final : public GraphExecutor {
   Metrics& metrics() { return *metrics_; }
   void add_warning(std::string message) { warn(std::move(message)); }
 
-  // Writes buffered events to the database. A failure becomes a warning; events stay in events().
+  // Adds the counted hits to the database and retries decision events a failed write left
+  // unwritten. A failure becomes a warning (and a store failure in the metrics); events stay in
+  // events().
   void flush();
   // Distinct warnings so far, in order (e.g. "cache database is read-only: ...").
   const std::vector<std::string>& warnings() const { return warnings_; }
-  // Every event this runtime produced, in order.
+  // The events this runtime produced, in order, at most options.max_events_in_memory of them;
+  // dropped_events() counts the rest.
   const std::vector<store::Event>& events() const { return events_; }
+  int64_t dropped_events() const { return dropped_events_; }
 
  private:
   std::shared_ptr<const Executable> load_from_disk(const store::ExecutableKey& key,
@@ -91,6 +100,8 @@ class Runtime final : public GraphExecutor {
   void event(store::EventKind kind, const GraphKey& graph, std::string reason = {},
              double duration_ms = 0, std::string detail = {});
   void warn(std::string message);
+  // Writes unwritten_ (decision events) unless holding them for an executable's transaction.
+  void write_decisions();
   Result<std::vector<BufferRef>> run_reference(const CanonicalGraph& graph,
                                                std::span<const BufferRef> params,
                                                const std::string& why);
@@ -102,7 +113,11 @@ class Runtime final : public GraphExecutor {
   RuntimeOptions options_;
   store::LruCache<GraphKey, Executable, GraphKeyHasher> memory_;
   std::vector<store::Event> events_;
-  size_t flushed_ = 0;  // events_[0, flushed_) are in the database (or were given up on)
+  int64_t dropped_events_ = 0;
+  std::vector<store::Event> unwritten_;  // decision events not yet in the database
+  bool hold_decisions_ = false;          // between a miss and its executable's store
+  std::vector<store::HitCount> hits_;    // hit counts not yet added to the database
+  size_t pending_hits_ = 0;
   std::vector<std::string> warnings_;
   int64_t pid_;
 

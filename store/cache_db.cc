@@ -9,7 +9,6 @@
 #include <bit>
 #include <chrono>
 #include <filesystem>
-#include <initializer_list>
 #include <iterator>
 #include <system_error>
 #include <utility>
@@ -54,7 +53,8 @@ CREATE TABLE IF NOT EXISTS events (
   backend TEXT NOT NULL,
   reason TEXT NOT NULL,
   duration_ms REAL NOT NULL,
-  detail TEXT NOT NULL
+  detail TEXT NOT NULL,
+  options_digest TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS events_by_graph ON events (graph_key);
 )sql";
@@ -71,6 +71,21 @@ CREATE TABLE IF NOT EXISTS functions (
   hits INTEGER NOT NULL,
   created REAL NOT NULL,
   PRIMARY KEY (name, user_version, toolkit_version, entry)
+);
+)sql";
+
+// Added in schema version 3: hits counted per executable key and tier (invariant 8: the log stays
+// bounded however many steps run).
+constexpr const char* kHitCountsTable = R"sql(
+CREATE TABLE IF NOT EXISTS hit_counts (
+  graph_key TEXT NOT NULL,
+  backend TEXT NOT NULL,
+  options_digest TEXT NOT NULL,
+  tier TEXT NOT NULL,
+  hits INTEGER NOT NULL,
+  first_time REAL NOT NULL,
+  last_time REAL NOT NULL,
+  PRIMARY KEY (graph_key, backend, options_digest, tier)
 );
 )sql";
 
@@ -187,12 +202,15 @@ struct CacheDb::Impl {
   bool read_only = false;
   sqlite3* db = nullptr;
   int last_rc = SQLITE_OK;  // SQLite's code for the last error() (tells access from contents)
+  int busy_timeout_ms = 0;
+  std::string vfs;  // "" = SQLite's default
 
   Stmt begin_write, begin_read, commit, rollback;
   Stmt put_graph, get_graph;
   Stmt get_exe, put_exe, remove_exe, touch_exe;
-  Stmt other_compiler, last_lifecycle_event;
-  Stmt append_event, events_after;
+  Stmt other_compiler, last_lifecycle_event, other_options;
+  Stmt append_event, events_after, add_hit;
+  Stmt trim_events_count, trim_events_age, trim_hits_age, trim_function_versions, keys_with_prefix;
   Stmt list_exes, lru_exes, remove_exe_row;
   Stmt count_graphs, count_exes, count_events, page_count, page_size;
   Stmt audit_graphs, recent_misses;
@@ -213,10 +231,28 @@ struct CacheDb::Impl {
       return corruption(fmt::format("cache database '{}' is corrupt ({}): {}", path, what, msg));
     }
     int primary = rc & 0xff;
+    if (primary == SQLITE_BUSY || primary == SQLITE_LOCKED) {
+      return io_error(fmt::format("cache database '{}' is busy ({}): locked by another connection for longer "
+                                  "than the busy timeout ({})", path, what, msg));
+    }
     if (primary == SQLITE_MISUSE || primary == SQLITE_RANGE || primary == SQLITE_INTERNAL) {
       return internal_error(fmt::format("cache database '{}' ({}): {}", path, what, msg));
     }
     return io_error(fmt::format("cache database '{}' ({}): {}", path, what, msg));
+  }
+
+  // An error while first reading the file: says whether it is damaged / not a database, busy, or
+  // unreadable, never a guess between them.
+  Status open_error(int rc, const std::string& msg, std::string_view what) {
+    last_rc = rc;
+    int primary = rc & 0xff;
+    if (primary == SQLITE_NOTADB) {
+      return corruption(fmt::format("'{}' is not a tracecache database: it is not an SQLite database ({})", path, msg));
+    }
+    if (is_corruption_code(rc)) {
+      return corruption(fmt::format("'{}' is not a tracecache database: it is damaged ({})", path, msg));
+    }
+    return error(rc, what);
   }
 
   Status read_only_error(std::string_view what) const {
@@ -265,15 +301,33 @@ struct CacheDb::Impl {
     return error(rc, "preparing statements");
   }
 
-  Status connect(OpenMode mode, int busy_timeout_ms, bool create);
+  Status connect(OpenMode mode, int timeout_ms, bool create);
   Status prepare_all();
   Status check_schema();
+  Status enable_wal();
+  Status upgrade_schema();
   Result<GraphKey> parse_key(const std::string& hex, std::string_view table) const {
     std::optional<GraphKey> k = GraphKey::from_hex(hex);
     if (!k) return corruption(fmt::format("cache database '{}': {} has a malformed graph key '{}'", path, table, hex));
     return *k;
   }
   Result<EntryInfo> entry_from_row(const Query& q) const;
+
+  // One row of the audit log, inside the caller's transaction.
+  Status insert_event(const Event& e) {
+    Query q(append_event);
+    q.real(1, e.time)
+        .i64(2, e.pid)
+        .text(3, event_kind_name(e.kind))
+        .text(4, e.graph.to_hex())
+        .text(5, e.backend)
+        .text(6, e.reason)
+        .real(7, e.duration_ms)
+        .text(8, e.detail)
+        .text(9, e.options_digest);
+    int rc = q.step();
+    return rc == SQLITE_DONE ? Status::ok() : error(rc, "appending to the audit log");
+  }
 };
 
 Status CacheDb::Impl::prepare_all() {
@@ -302,11 +356,32 @@ Status CacheDb::Impl::prepare_all() {
        "SELECT 1 FROM executables WHERE graph_key = ?1 AND backend = ?2 AND options_digest = ?3 AND "
        "compiler_version <> ?4 LIMIT 1"},
       {&last_lifecycle_event,
-       "SELECT kind FROM events WHERE graph_key = ?1 AND backend = ?2 AND kind IN ('store', 'evict', 'corrupt') "
-       "ORDER BY id DESC LIMIT 1"},
+       "SELECT kind FROM events WHERE graph_key = ?1 AND backend = ?2 AND options_digest = ?3 AND "
+       "kind IN ('store', 'evict', 'corrupt') ORDER BY id DESC LIMIT 1"},
+      {&other_options,
+       "SELECT 1 FROM executables WHERE graph_key = ?1 AND backend = ?2 AND options_digest <> ?3 UNION ALL "
+       "SELECT 1 FROM events WHERE graph_key = ?1 AND backend = ?2 AND options_digest <> ?3 AND "
+       "kind IN ('store', 'evict', 'corrupt') LIMIT 1"},
       {&append_event,
-       "INSERT INTO events (time, pid, kind, graph_key, backend, reason, duration_ms, detail) "
-       "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)"},
+       "INSERT INTO events (time, pid, kind, graph_key, backend, reason, duration_ms, detail, options_digest) "
+       "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)"},
+      {&add_hit,
+       "INSERT INTO hit_counts (graph_key, backend, options_digest, tier, hits, first_time, last_time) "
+       "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6) ON CONFLICT(graph_key, backend, options_digest, tier) DO UPDATE SET "
+       "hits = hits + excluded.hits, last_time = MAX(last_time, excluded.last_time)"},
+      {&trim_events_count,
+       "DELETE FROM events WHERE id <= (SELECT id FROM events ORDER BY id DESC LIMIT 1 OFFSET ?1)"},
+      {&trim_events_age, "DELETE FROM events WHERE time < ?1"},
+      {&trim_hits_age, "DELETE FROM hit_counts WHERE last_time < ?1"},
+      {&trim_function_versions,
+       "DELETE FROM functions WHERE rowid IN (SELECT f.rowid FROM functions f JOIN (SELECT name, user_version, "
+       "toolkit_version, MAX(created) AS newest FROM functions GROUP BY name, user_version, toolkit_version) v "
+       "ON v.name = f.name AND v.user_version = f.user_version AND v.toolkit_version = f.toolkit_version "
+       "WHERE v.newest < ?1 AND EXISTS (SELECT 1 FROM functions g WHERE g.name = f.name AND "
+       "g.created > v.newest))"},
+      {&keys_with_prefix,
+       "SELECT key FROM graphs WHERE substr(key, 1, ?2) = ?1 UNION "
+       "SELECT graph_key FROM executables WHERE substr(graph_key, 1, ?2) = ?1 ORDER BY 1 LIMIT ?3"},
       {&events_after,
        "SELECT id, time, pid, kind, graph_key, backend, reason, duration_ms, detail FROM events "
        "WHERE id > ?1 ORDER BY id LIMIT ?2"},
@@ -316,16 +391,21 @@ Status CacheDb::Impl::prepare_all() {
       {&count_graphs, "SELECT COUNT(*), COALESCE(SUM(bytes), 0) FROM graphs"},
       {&count_exes, "SELECT COUNT(*), COALESCE(SUM(bytes), 0) FROM executables"},
       {&count_events,
-       "SELECT COALESCE(SUM(kind = 'hit_memory'), 0), COALESCE(SUM(kind = 'hit_disk'), 0), "
-       "COALESCE(SUM(kind = 'miss'), 0), COALESCE(SUM(kind = 'compile'), 0) FROM events"},
+       "SELECT COALESCE(SUM(kind = 'hit_memory'), 0) + (SELECT COALESCE(SUM(hits), 0) FROM hit_counts WHERE "
+       "tier = 'hit_memory'), COALESCE(SUM(kind = 'hit_disk'), 0) + (SELECT COALESCE(SUM(hits), 0) FROM "
+       "hit_counts WHERE tier = 'hit_disk'), COALESCE(SUM(kind = 'miss'), 0), COALESCE(SUM(kind = 'compile'), 0) "
+       "FROM events"},
       {&page_count, "PRAGMA page_count"},
       {&page_size, "PRAGMA page_size"},
       {&audit_graphs,
-       "SELECT graph_key, SUM(kind = 'hit_memory'), SUM(kind = 'hit_disk'), SUM(kind = 'miss'), "
-       "SUM(kind = 'compile'), SUM(kind = 'corrupt'), "
-       "COALESCE(SUM(CASE WHEN kind = 'compile' THEN duration_ms END), 0), MAX(time) "
-       "FROM events WHERE kind NOT IN ('recompile', 'fallback') "
-       "GROUP BY graph_key ORDER BY MAX(time) DESC, graph_key"},
+       "SELECT graph_key, SUM(hm), SUM(hd), SUM(ms), SUM(cp), SUM(cr), SUM(cms), MAX(t) FROM ("
+       "SELECT graph_key, kind = 'hit_memory' AS hm, kind = 'hit_disk' AS hd, kind = 'miss' AS ms, "
+       "kind = 'compile' AS cp, kind = 'corrupt' AS cr, CASE WHEN kind = 'compile' THEN duration_ms ELSE 0 END "
+       "AS cms, time AS t FROM events WHERE kind IN ('hit_memory', 'hit_disk', 'miss', 'compile', 'corrupt', 'store', "
+       "'evict', 'store_failed') UNION ALL "
+       "SELECT graph_key, CASE WHEN tier = 'hit_memory' THEN hits ELSE 0 END, CASE WHEN tier = 'hit_disk' THEN "
+       "hits ELSE 0 END, 0, 0, 0, 0, last_time FROM hit_counts) "
+       "GROUP BY graph_key ORDER BY MAX(t) DESC, graph_key"},
       {&recent_misses,
        "SELECT time, reason, backend FROM events WHERE graph_key = ?1 AND kind = 'miss' "
        "ORDER BY time DESC, id DESC LIMIT 5"},
@@ -359,108 +439,132 @@ Status CacheDb::Impl::prepare_all() {
 
 // Reads the schema version; creates the schema in an empty, writable file; refuses files from a
 // newer tracecache and files that are not tracecache databases.
+//
+// The schema version and the table list are read by ONE statement, so they come from one
+// snapshot: another process creating the schema at the same moment is seen either not at all or
+// completely (it creates tables and version in one transaction), never half. Creating or upgrading
+// happens inside BEGIN IMMEDIATE (which waits for the busy timeout), deciding again from a fresh
+// snapshot taken inside the lock.
 Status CacheDb::Impl::check_schema() {
-  // Reads one row of integers. Damage found this early means the file is not usable as ours.
-  auto read_row = [&](const char* sql, std::initializer_list<int64_t*> out, std::string_view what) -> Status {
-    sqlite3_stmt* s = nullptr;
-    int rc = sqlite3_prepare_v2(db, sql, -1, &s, nullptr);
-    if (rc == SQLITE_OK) rc = sqlite3_step(s);
-    int column = 0;
+  struct Snapshot {
+    int64_t version = 0, tables = 0, ours = 0;
+  };
+  auto read_snapshot = [&](Snapshot* s) -> Status {
+    sqlite3_stmt* stmt = nullptr;
+    int rc = sqlite3_prepare_v2(
+        db,
+        "SELECT (SELECT user_version FROM pragma_user_version), COUNT(*), "
+        "COALESCE(SUM(name IN ('graphs', 'executables', 'events')), 0) "
+        "FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'",
+        -1, &stmt, nullptr);
+    if (rc == SQLITE_OK) rc = sqlite3_step(stmt);
     if (rc == SQLITE_ROW) {
-      for (int64_t* v : out) *v = sqlite3_column_int64(s, column++);
+      s->version = sqlite3_column_int64(stmt, 0);
+      s->tables = sqlite3_column_int64(stmt, 1);
+      s->ours = sqlite3_column_int64(stmt, 2);
     }
     std::string msg = sqlite3_errmsg(db);
-    sqlite3_finalize(s);
+    sqlite3_finalize(stmt);
     if (rc == SQLITE_ROW) return Status::ok();
-    if (is_corruption_code(rc)) return corruption(fmt::format("'{}' is not a tracecache database: {}", path, msg));
-    return error(rc, what);
+    return open_error(rc, msg, "reading the schema");
   };
-  auto user_version = [&](int64_t* version) {
-    return read_row("PRAGMA user_version", {version}, "reading the schema version");
-  };
-  auto table_count = [&](int64_t* tables, int64_t* ours) {
-    return read_row("SELECT COUNT(*), COALESCE(SUM(name IN ('graphs', 'executables', 'events')), 0) "
-                    "FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'",
-                    {tables, ours}, "reading the schema");
+  // What a snapshot says about the file, before anything is changed in it.
+  auto judge = [&](const Snapshot& s) -> Status {
+    if (s.version > kSchemaVersion) {
+      return unsupported(fmt::format(
+          "cache database '{}' has schema version {}, newer than this tracecache ({}); use a newer tracecache "
+          "or another --db",
+          path, s.version, kSchemaVersion));
+    }
+    if (s.version == 0 && s.tables != 0) {
+      return corruption(fmt::format("'{}' is not a tracecache database: it is an SQLite database with other "
+                                    "tables and no tracecache schema version", path));
+    }
+    if (s.version == 0 && read_only) {
+      return corruption(fmt::format("'{}' is not a tracecache database: it is empty (and open read-only, so "
+                                    "the tables cannot be created)", path));
+    }
+    if (s.version != 0 && s.version < kSchemaVersion && read_only) {
+      return unsupported(fmt::format("cache database '{}' has schema version {}, older than this tracecache ({}); "
+                                     "open it once with write access to upgrade it",
+                                     path, s.version, kSchemaVersion));
+    }
+    if (s.version != 0 && s.ours != 3) {
+      return corruption(fmt::format("'{}' is not a tracecache database: the graphs, executables and events "
+                                    "tables are not all present", path));
+    }
+    return Status::ok();
   };
 
-  int64_t version = 0;
-  Status st = user_version(&version);
+  Snapshot snap;
+  Status st = read_snapshot(&snap);
+  if (st.is_ok()) st = judge(snap);
   if (!st.is_ok()) return st;
-  if (version > kSchemaVersion) {
-    return unsupported(fmt::format(
-        "cache database '{}' has schema version {}, newer than this tracecache ({}); use a newer tracecache "
-        "or another --db",
-        path, version, kSchemaVersion));
-  }
-  // Nothing is changed in a file until it is known to be ours (or empty).
-  int64_t tables = 0, ours = 0;
-  st = table_count(&tables, &ours);
-  if (!st.is_ok()) return st;
-  if (version == 0 && tables != 0) {
-    return corruption(fmt::format("'{}' is not a tracecache database: it holds other tables and no "
-                                  "tracecache schema version", path));
-  }
-  if (version == 0 && read_only) {
-    return corruption(fmt::format("'{}' is not a tracecache database: it is empty (and open read-only, so "
-                                  "the tables cannot be created)", path));
-  }
-  if (version == 1) {
-    // Version 1 lacks the functions table: add it (in a transaction, deciding again inside it
-    // in case another process migrates at the same time).
-    if (read_only) {
-      return unsupported(fmt::format("cache database '{}' has schema version 1, older than this tracecache ({}); "
-                                     "open it once with write access to upgrade it",
-                                     path, kSchemaVersion));
-    }
-    st = exec("BEGIN IMMEDIATE", "upgrading the schema");
+  if (snap.version != kSchemaVersion) {
+    // Empty (version 0) or version 1, and writable: create or upgrade under the write lock.
+    st = exec("BEGIN IMMEDIATE", "creating the schema");
     if (!st.is_ok()) return st;
-    st = user_version(&version);
-    if (st.is_ok() && version == 1) {
-      st = exec(kFunctionsTable, "upgrading the schema");
-      if (st.is_ok()) st = exec("PRAGMA user_version = 2", "upgrading the schema");
+    st = read_snapshot(&snap);
+    if (st.is_ok()) st = judge(snap);
+    if (st.is_ok() && snap.version == 0) {
+      st = exec(kSchema, "creating the schema");
+      if (st.is_ok()) st = exec(kFunctionsTable, "creating the schema");
+      if (st.is_ok()) st = exec(kHitCountsTable, "creating the schema");
+    } else if (st.is_ok() && snap.version < kSchemaVersion) {
+      st = upgrade_schema();
     }
-    if (st.is_ok()) st = exec("COMMIT", "upgrading the schema");
+    if (st.is_ok() && snap.version != kSchemaVersion) {
+      st = exec(fmt::format("PRAGMA user_version = {}", kSchemaVersion).c_str(), "creating the schema");
+    }
+    if (st.is_ok()) st = exec("COMMIT", "creating the schema");
     if (!st.is_ok()) {
-      if (!sqlite3_get_autocommit(db)) (void)exec("ROLLBACK", "upgrading the schema");
+      if (!sqlite3_get_autocommit(db)) (void)exec("ROLLBACK", "creating the schema");
       return st;
     }
-    version = kSchemaVersion;
-  }
-  if (version != 0 && version < kSchemaVersion) {
-    return unsupported(fmt::format("cache database '{}' has schema version {}, older than this tracecache ({}), "
-                                   "and no migration exists; use another --db",
-                                   path, version, kSchemaVersion));
-  }
-  if (version != 0 && ours != 3) {
-    return corruption(fmt::format("'{}' is not a tracecache database: the graphs, executables and events "
-                                  "tables are not all present", path));
   }
   if (!read_only) {
-    st = exec("PRAGMA journal_mode = WAL", "enabling WAL mode");
+    // Only now that the file is known to be ours (journal_mode cannot change inside a transaction).
+    st = enable_wal();
     if (st.is_ok()) st = exec("PRAGMA synchronous = NORMAL", "setting synchronous mode");
     if (!st.is_ok()) return st;
   }
-  if (version != 0) return Status::ok();
+  return Status::ok();
+}
 
-  // Another process may be creating the schema right now: decide again inside the lock.
-  st = exec("BEGIN IMMEDIATE", "creating the schema");
+// Versions 1 and 2 to 3, inside the caller's write transaction. Each step checks what exists, so
+// a file half-upgraded by hand (or by a test) is completed, not broken.
+Status CacheDb::Impl::upgrade_schema() {
+  Status st = exec(kFunctionsTable, "upgrading the schema");
+  if (st.is_ok()) st = exec(kHitCountsTable, "upgrading the schema");
   if (!st.is_ok()) return st;
-  st = user_version(&version);
-  if (st.is_ok() && version == 0) {
-    st = exec(kSchema, "creating the schema");
-    if (st.is_ok()) st = exec(kFunctionsTable, "creating the schema");
-    if (st.is_ok()) {
-      st = exec(fmt::format("PRAGMA user_version = {}", kSchemaVersion).c_str(), "creating the schema");
-    }
+  sqlite3_stmt* stmt = nullptr;
+  int rc = sqlite3_prepare_v2(db, "SELECT COUNT(*) FROM pragma_table_info('events') WHERE name = 'options_digest'",
+                              -1, &stmt, nullptr);
+  if (rc == SQLITE_OK) rc = sqlite3_step(stmt);
+  bool has_column = rc == SQLITE_ROW && sqlite3_column_int64(stmt, 0) > 0;
+  sqlite3_finalize(stmt);
+  if (rc != SQLITE_ROW) return error(rc, "upgrading the schema");
+  if (has_column) return Status::ok();
+  return exec("ALTER TABLE events ADD COLUMN options_digest TEXT NOT NULL DEFAULT ''", "upgrading the schema");
+}
+
+// Switching to WAL needs every other connection out of the file, and SQLite does not call the
+// busy handler for it: when the file is not yet in WAL mode and another process holds it (several
+// processes opening a new file), retry for up to the busy timeout. A file already in WAL mode
+// (persistent) needs no switch.
+Status CacheDb::Impl::enable_wal() {
+  int waited_ms = 0;
+  for (int backoff_ms = 1;; backoff_ms = std::min(backoff_ms * 2, 50)) {
+    sqlite3_stmt* stmt = nullptr;
+    int rc = sqlite3_prepare_v2(db, "PRAGMA journal_mode = WAL", -1, &stmt, nullptr);
+    if (rc == SQLITE_OK) rc = sqlite3_step(stmt);
+    sqlite3_finalize(stmt);
+    if (rc == SQLITE_ROW || rc == SQLITE_DONE) return Status::ok();
+    if ((rc & 0xff) != SQLITE_BUSY && (rc & 0xff) != SQLITE_LOCKED) return error(rc, "enabling WAL mode");
+    if (waited_ms >= busy_timeout_ms) return error(rc, "enabling WAL mode");
+    sqlite3_sleep(backoff_ms);
+    waited_ms += backoff_ms;
   }
-  if (st.is_ok()) st = exec("COMMIT", "creating the schema");
-  if (!st.is_ok()) {
-    if (!sqlite3_get_autocommit(db)) (void)exec("ROLLBACK", "creating the schema");
-    return st;
-  }
-  // Created meanwhile by another process: check what it made.
-  return version == 0 ? Status::ok() : check_schema();
 }
 
 Result<EntryInfo> CacheDb::Impl::entry_from_row(const Query& q) const {
@@ -491,6 +595,7 @@ std::string_view miss_reason_name(MissReason r) {
     case MissReason::kCorrupt: return "corrupt";
     case MissReason::kStaleCompiler: return "stale compiler version";
     case MissReason::kUnreadable: return "cache unreadable";
+    case MissReason::kNewOptions: return "new backend options";
   }
   return "unknown";
 }
@@ -525,7 +630,7 @@ std::optional<EventKind> parse_event_kind(std::string_view name) {
 
 // Opens `path` in `mode`. On failure, last_rc tells access problems (retry read-only) from bad
 // contents (give up).
-Status CacheDb::Impl::connect(OpenMode mode, int busy_timeout_ms, bool create) {
+Status CacheDb::Impl::connect(OpenMode mode, int timeout_ms, bool create) {
   int flags = SQLITE_OPEN_NOMUTEX;
   std::string name = path;
   switch (mode) {
@@ -542,10 +647,11 @@ Status CacheDb::Impl::connect(OpenMode mode, int busy_timeout_ms, bool create) {
       name = "file:" + uri_path(path) + "?immutable=1";
       break;
   }
-  int rc = sqlite3_open_v2(name.c_str(), &db, flags, nullptr);
+  int rc = sqlite3_open_v2(name.c_str(), &db, flags, vfs.empty() ? nullptr : vfs.c_str());
   if (rc != SQLITE_OK) return error(rc, "opening");
   sqlite3_extended_result_codes(db, 1);
-  sqlite3_busy_timeout(db, busy_timeout_ms);
+  sqlite3_busy_timeout(db, timeout_ms);
+  busy_timeout_ms = timeout_ms;
   // SQLite opens a write-protected file read-only even when asked for read-write.
   read_only = mode != OpenMode::kReadWrite || sqlite3_db_readonly(db, "main") == 1;
   Status st = check_schema();
@@ -560,6 +666,16 @@ Result<std::unique_ptr<CacheDb>> CacheDb::open(const Options& options) {
   const std::string& path = options.path;
   if (path.empty()) return invalid_argument("no cache database path given");
   std::error_code ec;
+  // Before SQLite sees it: a directory gives SQLite's "disk I/O error", a FIFO blocks the open.
+  fs::file_status status = fs::status(path, ec);
+  if (!ec && fs::is_directory(status)) {
+    return invalid_argument(fmt::format("cache database path '{}' is a directory; pass a file path (e.g. {}/cache.db)",
+                                        path, path));
+  }
+  if (!ec && fs::exists(status) && !fs::is_regular_file(status)) {
+    return invalid_argument(fmt::format("cache database path '{}' is not a regular file (a FIFO, socket or device); "
+                                        "refusing to open it", path));
+  }
   // A path that cannot even be examined is treated as existing: opening it reports why.
   bool exists = fs::exists(path, ec) || ec;
   if (!exists && options.read_only) {
@@ -583,6 +699,7 @@ Result<std::unique_ptr<CacheDb>> CacheDb::open(const Options& options) {
   for (OpenMode mode : modes) {
     auto impl = std::make_unique<Impl>();
     impl->path = path;
+    impl->vfs = options.vfs;
     Status st = impl->connect(mode, options.busy_timeout_ms, /*create=*/!exists);
     if (st.is_ok()) return std::unique_ptr<CacheDb>(new CacheDb(std::move(impl)));
     // Bad contents or a newer schema will not improve with a read-only connection.
@@ -641,8 +758,13 @@ Result<std::optional<StoredExecutable>> CacheDb::get_executable(const Executable
   return std::optional<StoredExecutable>(std::move(out));
 }
 
-Status CacheDb::put_executable(const ExecutableKey& key, std::string_view blob, double compile_ms) {
+Status CacheDb::put_executable(const ExecutableKey& key, std::string_view blob, double compile_ms,
+                               std::span<const Event> events) {
   return impl_->write_transaction("store an executable", [&] {
+    for (const Event& e : events) {
+      Status st = impl_->insert_event(e);
+      if (!st.is_ok()) return st;
+    }
     Query q(impl_->put_exe);
     q.key(1, key)
         .blob(5, blob)
@@ -682,12 +804,21 @@ Result<MissReason> CacheDb::classify_miss(const ExecutableKey& key) {
       if (rc == SQLITE_ROW) return MissReason::kStaleCompiler;
       if (rc != SQLITE_DONE) return impl_->error(rc, "classifying a miss");
     }
-    Query q(impl_->last_lifecycle_event);
-    q.text(1, key.graph.to_hex()).text(2, key.backend);
+    {
+      // Only this exact backend configuration's history counts: a graph stored for another sim
+      // device spec was not evicted for this one.
+      Query q(impl_->last_lifecycle_event);
+      q.text(1, key.graph.to_hex()).text(2, key.backend).text(3, key.options_digest);
+      int rc = q.step();
+      if (rc == SQLITE_ROW) return q.col_text(0) == "corrupt" ? MissReason::kCorrupt : MissReason::kEvicted;
+      if (rc != SQLITE_DONE) return impl_->error(rc, "classifying a miss");
+    }
+    Query q(impl_->other_options);
+    q.text(1, key.graph.to_hex()).text(2, key.backend).text(3, key.options_digest);
     int rc = q.step();
-    if (rc == SQLITE_DONE) return MissReason::kNewGraph;
-    if (rc != SQLITE_ROW) return impl_->error(rc, "classifying a miss");
-    return q.col_text(0) == "corrupt" ? MissReason::kCorrupt : MissReason::kEvicted;
+    if (rc == SQLITE_ROW) return MissReason::kNewOptions;
+    if (rc != SQLITE_DONE) return impl_->error(rc, "classifying a miss");
+    return MissReason::kNewGraph;
   });
 }
 
@@ -697,23 +828,33 @@ Status CacheDb::append_events(std::span<const Event> events) {
   if (events.empty()) return Status::ok();
   return impl_->write_transaction("append to the audit log", [&] {
     for (const Event& e : events) {
-      Query q(impl_->append_event);
-      q.real(1, e.time)
-          .i64(2, e.pid)
-          .text(3, event_kind_name(e.kind))
-          .text(4, e.graph.to_hex())
-          .text(5, e.backend)
-          .text(6, e.reason)
-          .real(7, e.duration_ms)
-          .text(8, e.detail);
-      int rc = q.step();
-      if (rc != SQLITE_DONE) return impl_->error(rc, "appending to the audit log");
+      Status st = impl_->insert_event(e);
+      if (!st.is_ok()) return st;
     }
     return Status::ok();
   });
 }
 
-Result<std::vector<Event>> CacheDb::events(int64_t after_id, int64_t limit) {
+Status CacheDb::add_hits(std::span<const HitCount> hits) {
+  if (hits.empty()) return Status::ok();
+  return impl_->write_transaction("count cache hits", [&] {
+    for (const HitCount& h : hits) {
+      Query q(impl_->add_hit);
+      q.text(1, h.graph.to_hex())
+          .text(2, h.backend)
+          .text(3, h.options_digest)
+          .text(4, event_kind_name(h.tier))
+          .i64(5, h.hits)
+          .real(6, h.time);
+      int rc = q.step();
+      if (rc != SQLITE_DONE) return impl_->error(rc, "counting cache hits");
+    }
+    return Status::ok();
+  });
+}
+
+Result<std::vector<Event>> CacheDb::events(int64_t after_id, int64_t limit, int64_t* malformed) {
+  if (malformed) *malformed = 0;
   Query q(impl_->events_after);
   q.i64(1, after_id).i64(2, limit > 0 ? limit : -1);
   std::vector<Event> out;
@@ -725,12 +866,12 @@ Result<std::vector<Event>> CacheDb::events(int64_t after_id, int64_t limit) {
     e.pid = q.col_i64(2);
     std::string kind = q.col_text(3);
     std::optional<EventKind> k = parse_event_kind(kind);
-    if (!k) {
-      return corruption(fmt::format("cache database '{}': event {} has unknown kind '{}'", impl_->path, e.id, kind));
+    std::optional<GraphKey> key = GraphKey::from_hex(q.col_text(4));
+    if (!k || !key) {  // a damaged row costs its own information, not the whole log
+      if (malformed) ++*malformed;
+      continue;
     }
     e.kind = *k;
-    Result<GraphKey> key = impl_->parse_key(q.col_text(4), "events");
-    if (!key.is_ok()) return key.status();
     e.graph = *key;
     e.backend = q.col_text(5);
     e.reason = q.col_text(6);
@@ -798,15 +939,19 @@ Result<CacheStats> CacheDb::stats() {
   });
 }
 
-Result<std::vector<GraphAudit>> CacheDb::audit() {
+Result<std::vector<GraphAudit>> CacheDb::audit(int64_t* malformed) {
+  if (malformed) *malformed = 0;
   return impl_->read_transaction("reading the audit log", [&]() -> Result<std::vector<GraphAudit>> {
     std::vector<GraphAudit> out;
     {
       Query q(impl_->audit_graphs);
       int rc;
       while ((rc = q.step()) == SQLITE_ROW) {
-        Result<GraphKey> key = impl_->parse_key(q.col_text(0), "events");
-        if (!key.is_ok()) return key.status();
+        std::optional<GraphKey> key = GraphKey::from_hex(q.col_text(0));
+        if (!key) {  // rows with a damaged key: skipped and counted, never fatal
+          if (malformed) *malformed += q.col_i64(1) + q.col_i64(2) + q.col_i64(3) + q.col_i64(4) + q.col_i64(5);
+          continue;
+        }
         GraphAudit a;
         a.graph = *key;
         a.hits_memory = q.col_i64(1);
@@ -839,9 +984,41 @@ Result<std::vector<GraphAudit>> CacheDb::audit() {
 }
 
 Result<std::vector<EntryInfo>> CacheDb::gc(uint64_t max_bytes) {
-  std::vector<EntryInfo> evicted;
+  Result<GcReport> r = gc(GcOptions{.max_bytes = max_bytes, .max_events = -1});
+  if (!r.is_ok()) return r.status();
+  return std::move(r->evicted);
+}
+
+Result<GcReport> CacheDb::gc(const GcOptions& options) {
+  const uint64_t max_bytes = options.max_bytes;
+  GcReport report;
+  std::vector<EntryInfo>& evicted = report.evicted;
   Status st = impl_->write_transaction("evict executables", [&]() -> Status {
-    evicted.clear();  // a retried transaction starts over
+    report = GcReport{};  // a retried transaction starts over
+    // Trim first, so the evictions recorded below are kept.
+    auto changes = [&](const Stmt& stmt, auto&& bind, int64_t* count, std::string_view what) -> Status {
+      Query q(stmt);
+      bind(q);
+      int rc = q.step();
+      if (rc != SQLITE_DONE) return impl_->error(rc, what);
+      *count += sqlite3_changes(impl_->db);
+      return Status::ok();
+    };
+    if (options.older_than > 0) {
+      auto cutoff = [&](Query& q) { q.real(1, options.older_than); };
+      Status s = changes(impl_->trim_events_age, cutoff, &report.events_removed, "trimming the audit log");
+      if (s.is_ok()) s = changes(impl_->trim_hits_age, cutoff, &report.hit_counts_removed, "trimming hit counts");
+      if (s.is_ok()) {
+        s = changes(impl_->trim_function_versions, cutoff, &report.function_entries_removed,
+                    "removing stale function versions");
+      }
+      if (!s.is_ok()) return s;
+    }
+    if (options.max_events >= 0) {
+      Status s = changes(impl_->trim_events_count, [&](Query& q) { q.i64(1, options.max_events); },
+                         &report.events_removed, "trimming the audit log");
+      if (!s.is_ok()) return s;
+    }
     std::vector<EntryInfo> all;
     std::vector<int64_t> malformed;  // rowids of rows whose key columns do not parse
     uint64_t total = 0;
@@ -878,17 +1055,16 @@ Result<std::vector<EntryInfo>> CacheDb::gc(uint64_t max_bytes) {
         if (rc != SQLITE_DONE) return impl_->error(rc, "evicting an executable");
       }
       {
-        Query q(impl_->append_event);
-        q.real(1, now)
-            .i64(2, pid)
-            .text(3, event_kind_name(EventKind::kEvict))
-            .text(4, e.key.graph.to_hex())
-            .text(5, e.key.backend)
-            .text(6, "")
-            .real(7, 0)
-            .text(8, "gc");
-        int rc = q.step();
-        if (rc != SQLITE_DONE) return impl_->error(rc, "recording an eviction");
+        Event ev;
+        ev.time = now;
+        ev.pid = pid;
+        ev.kind = EventKind::kEvict;
+        ev.graph = e.key.graph;
+        ev.backend = e.key.backend;
+        ev.options_digest = e.key.options_digest;
+        ev.detail = "gc";
+        Status s = impl_->insert_event(ev);
+        if (!s.is_ok()) return s;
       }
       total -= e.bytes;
       evicted.push_back(e);
@@ -896,7 +1072,26 @@ Result<std::vector<EntryInfo>> CacheDb::gc(uint64_t max_bytes) {
     return Status::ok();
   });
   if (!st.is_ok()) return st;
-  return evicted;
+  return report;
+}
+
+Result<std::vector<GraphKey>> CacheDb::keys_with_prefix(std::string_view prefix, int64_t limit) {
+  std::string lower;
+  for (char c : prefix) {
+    char l = static_cast<char>(c >= 'A' && c <= 'F' ? c - 'A' + 'a' : c);
+    if (!((l >= '0' && l <= '9') || (l >= 'a' && l <= 'f'))) return std::vector<GraphKey>();
+    lower.push_back(l);
+  }
+  if (lower.empty()) return std::vector<GraphKey>();
+  Query q(impl_->keys_with_prefix);
+  q.text(1, lower).i64(2, static_cast<int64_t>(lower.size())).i64(3, limit > 0 ? limit : -1);
+  std::vector<GraphKey> out;
+  int rc;
+  while ((rc = q.step()) == SQLITE_ROW) {
+    if (std::optional<GraphKey> k = GraphKey::from_hex(q.col_text(0))) out.push_back(*k);
+  }
+  if (rc != SQLITE_DONE) return impl_->error(rc, "looking up a graph key prefix");
+  return out;
 }
 
 Result<std::vector<VerifyProblem>> CacheDb::verify() {
@@ -954,6 +1149,36 @@ std::string resolve_cache_path(const std::string& flag, const CachePathEnv& env)
     return (fs::path(env.xdg_cache_home) / "tracecache" / "cache.db").string();
   }
   return (fs::path(env.home) / ".cache" / "tracecache" / "cache.db").string();
+}
+
+// ---- graph key prefixes ----
+
+bool looks_like_key_prefix(std::string_view text) {
+  if (text.size() < kMinKeyPrefix || text.size() > 32) return false;
+  return std::all_of(text.begin(), text.end(), [](char c) {
+    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+  });
+}
+
+Result<GraphKey> resolve_graph_key(CacheDb& db, std::string_view text) {
+  if (!looks_like_key_prefix(text)) {
+    return invalid_argument(fmt::format("'{}' is not a graph hash (give {} to 32 hex digits)", text, kMinKeyPrefix));
+  }
+  if (text.size() == 32) {
+    if (std::optional<GraphKey> k = GraphKey::from_hex(std::string(text))) return *k;
+  }
+  constexpr int64_t kShown = 10;
+  Result<std::vector<GraphKey>> keys = db.keys_with_prefix(text, kShown + 1);
+  if (!keys.is_ok()) return keys.status();
+  if (keys->empty()) {
+    return not_found(fmt::format("no cached graph hash starts with '{}' in '{}' (see `tracecache ls`)", text,
+                                 db.path()));
+  }
+  if (keys->size() == 1) return keys->front();
+  std::string list;
+  for (size_t i = 0; i < keys->size() && i < static_cast<size_t>(kShown); ++i) list += "\n  " + (*keys)[i].to_hex();
+  if (keys->size() > static_cast<size_t>(kShown)) list += "\n  ...";
+  return invalid_argument(fmt::format("graph hash prefix '{}' is ambiguous; candidates:{}", text, list));
 }
 
 // ---- compiled functions --------------------------------------------------------------------

@@ -1,8 +1,9 @@
 // CacheDb: the persistent graph cache, one SQLite database file.
 //
 // Holds canonical graphs (by GraphKey), executables (by ExecutableKey: graph key + backend +
-// backend options digest + compiler version; DESIGN.md invariant 2) and an append-only audit log
-// of cache events (invariant 8). The database runs in WAL mode with a busy timeout, so several
+// backend options digest + compiler version; DESIGN.md invariant 2), an audit log of cache
+// decisions and hit counts per executable key and tier (invariant 8: hits are counted, not logged
+// one row each; gc trims the log). The database runs in WAL mode with a busy timeout, so several
 // processes can share one file; every statement is prepared once; writes are transactions.
 //
 // The database is untrusted input (invariant 5): every blob carries an XXH3-64 checksum that is
@@ -10,9 +11,14 @@
 // `corrupt` event, remove the entry and recompile. Structural checks of an executable's contents
 // (bounds of buffer offsets...) belong to the backend that parses it.
 //
+// Paths: a directory or any other non-regular file (a FIFO would block SQLite forever) at the
+// path is refused before SQLite opens it, with kInvalidArgument saying what is there.
+//
 // Schema versions: the file records its schema version. Opening a file with a newer schema than
 // this build's kSchemaVersion fails with kUnsupported and a message saying so (never a guess);
-// a file that is not an SQLite database, or lacks the tables, fails with kCorruption.
+// a file that is not an SQLite database, or lacks the tables, fails with kCorruption ("not a
+// tracecache database", saying whether it is damaged or another application's database); a file
+// still locked by another process after the busy timeout fails with kIOError saying it is busy.
 //
 // Errors: every method returns Status/Result. SQLITE_BUSY after the timeout, a read-only file,
 // or a full disk are kIOError with SQLite's message; the caller decides (the runtime keeps
@@ -34,9 +40,13 @@
 
 namespace tracecache::store {
 
-// 1: graphs, executables, events. 2: + functions (guard entries); version 1 files are upgraded
-// in place when opened with write access.
-inline constexpr int kSchemaVersion = 2;
+// 1: graphs, executables, events. 2: + functions (guard entries). 3: + hit_counts (hits counted
+// per executable key and tier instead of one event row each), events.options_digest. Version 1
+// and 2 files are upgraded in place when opened with write access.
+inline constexpr int kSchemaVersion = 3;
+
+// `gc` keeps at most this many audit events unless told otherwise.
+inline constexpr int64_t kDefaultMaxEvents = 100000;
 
 struct ExecutableKey {
   GraphKey graph;
@@ -53,8 +63,11 @@ enum class MissReason : uint8_t {
   kCorrupt,         // it was stored but failed verification when loaded
   kStaleCompiler,   // only executables from other compiler versions exist
   kUnreadable,      // the database could not be read (busy, I/O error): it may hold the entry
+  kNewOptions,      // this graph and backend were stored, but only with other backend options
+                    // (e.g. another sim device spec)
 };
-// "new graph", "evicted", "corrupt", "stale compiler version", "cache unreadable".
+// "new graph", "evicted", "corrupt", "stale compiler version", "cache unreadable",
+// "new backend options".
 std::string_view miss_reason_name(MissReason r);
 
 enum class EventKind : uint8_t {
@@ -82,9 +95,20 @@ struct Event {
   EventKind kind = EventKind::kMiss;
   GraphKey graph;
   std::string backend;
+  std::string options_digest;  // the backend's options digest (part of the executable key)
   std::string reason;    // kMiss: miss_reason_name(...)
   double duration_ms = 0;
   std::string detail;
+};
+
+// Hits are counted, not logged one row each (invariant 8): the runtime adds these counts.
+struct HitCount {
+  GraphKey graph;
+  std::string backend;
+  std::string options_digest;
+  EventKind tier = EventKind::kHitMemory;  // kHitMemory or kHitDisk
+  int64_t hits = 0;
+  double time = 0;  // of the latest hit counted
 };
 
 struct StoredExecutable {
@@ -100,6 +124,23 @@ struct EntryInfo {      // one executable row, for `tracecache ls` / gc
   int64_t uses = 0;
   double compile_ms = 0;
   int64_t graph_nodes = 0;  // from the graphs table, 0 if the graph row is missing
+};
+
+// What `gc` trims besides executables.
+struct GcOptions {
+  uint64_t max_bytes = UINT64_MAX;        // executables beyond this are evicted, LRU first
+  int64_t max_events = kDefaultMaxEvents; // keep at most this many (newest) event rows; < 0: all
+  // If > 0: events and hit counts last updated before this Unix time are removed, and so are the
+  // guard entries of a compiled function's version (user + toolkit version) whose newest entry is
+  // older than it while a newer version of the same function exists.
+  double older_than = 0;
+};
+
+struct GcReport {
+  std::vector<EntryInfo> evicted;
+  int64_t events_removed = 0;
+  int64_t hit_counts_removed = 0;
+  int64_t function_entries_removed = 0;
 };
 
 struct CacheStats {     // `tracecache stats`
@@ -155,6 +196,9 @@ class CacheDb {
     std::string path;            // created (with parent directories) if missing, unless read_only
     int busy_timeout_ms = 5000;
     bool read_only = false;
+    // Name of a registered sqlite3_vfs to open the file through ("" = SQLite's default); tests
+    // use store/fault_vfs.h's fault-injecting one.
+    std::string vfs{};
   };
   static Result<std::unique_ptr<CacheDb>> open(const Options& options);
   ~CacheDb();
@@ -177,8 +221,10 @@ class CacheDb {
   // ---- executables ----
   // nullopt if absent; kCorruption if the checksum fails. Does not update use statistics.
   Result<std::optional<StoredExecutable>> get_executable(const ExecutableKey& key);
-  // Inserts or replaces.
-  Status put_executable(const ExecutableKey& key, std::string_view blob, double compile_ms);
+  // Inserts or replaces. `events` (the decisions that describe this executable: its miss, compile
+  // and store) are appended in the same transaction: both are durable or neither is.
+  Status put_executable(const ExecutableKey& key, std::string_view blob, double compile_ms,
+                        std::span<const Event> events = {});
   // Removes if present (no error if absent).
   Status remove_executable(const ExecutableKey& key);
   // Records a use: last_used = now, uses += 1.
@@ -190,7 +236,10 @@ class CacheDb {
   // Appends in one transaction; ids and nothing else are assigned by the database.
   Status append_events(std::span<const Event> events);
   // Events in id order, optionally only those after `after_id`, at most `limit` (0 = all).
-  Result<std::vector<Event>> events(int64_t after_id = 0, int64_t limit = 0);
+  // Malformed rows (unknown kind, damaged key) are skipped and counted in *malformed if given.
+  Result<std::vector<Event>> events(int64_t after_id = 0, int64_t limit = 0, int64_t* malformed = nullptr);
+  // Adds hit counts (one upsert per key and tier), in one transaction.
+  Status add_hits(std::span<const HitCount> hits);
 
   // ---- compiled functions' guard entries ----
   Status put_function_entry(const FunctionKey& key, int64_t entry, std::string_view blob);
@@ -205,11 +254,19 @@ class CacheDb {
   // them; gc() removes them).
   Result<std::vector<EntryInfo>> list_executables();
   Result<CacheStats> stats();
-  Result<std::vector<GraphAudit>> audit();            // most recently used first
+  // Most recently used first; hits are event rows plus hit counts. Rows with a damaged graph key
+  // are skipped and counted in *malformed if given (never an error).
+  Result<std::vector<GraphAudit>> audit(int64_t* malformed = nullptr);
   // Evicts executables, least recently used first, until they take at most max_bytes; records
   // an `evict` event for each. Returns the evicted entries. Also removes rows whose key columns
   // are damaged (they could never be served).
   Result<std::vector<EntryInfo>> gc(uint64_t max_bytes);
+  // gc(max_bytes) plus trimming the audit log, hit counts and stale function versions (see
+  // GcOptions), in one transaction.
+  Result<GcReport> gc(const GcOptions& options);
+  // Every graph key stored (graphs and executables) that starts with the hex prefix `prefix`
+  // (case-insensitive), sorted, at most `limit`. An empty or non-hex prefix matches nothing.
+  Result<std::vector<GraphKey>> keys_with_prefix(std::string_view prefix, int64_t limit = 16);
   // Checks every stored blob's checksum; returns the bad ones (does not remove them).
   Result<std::vector<VerifyProblem>> verify();
 
@@ -218,6 +275,16 @@ class CacheDb {
   explicit CacheDb(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
+
+// Graph hashes as users type them (like git): the full 32 hex digits, or a unique prefix of at
+// least kMinKeyPrefix digits (audit prints 16). One helper for every command that takes a hash.
+inline constexpr size_t kMinKeyPrefix = 4;
+// True if `text` could name a graph key: kMinKeyPrefix to 32 hex digits.
+bool looks_like_key_prefix(std::string_view text);
+// The graph key `text` names: a full hash is returned as is (whether stored or not); a prefix must
+// match exactly one stored graph or executable key. kNotFound if none matches; kInvalidArgument if
+// several do (the message lists them) or `text` is not a key prefix.
+Result<GraphKey> resolve_graph_key(CacheDb& db, std::string_view text);
 
 // The database path: `flag` if non-empty, else $TRACECACHE_DB, else
 // $XDG_CACHE_HOME/tracecache/cache.db, else ~/.cache/tracecache/cache.db. The environment is

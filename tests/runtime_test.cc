@@ -139,7 +139,12 @@ TEST(Runtime, CompilesOncePerGraphThenHitsMemory) {
   EXPECT_TRUE(r.warnings.empty());
   Result<std::vector<store::Event>> stored = db->events();
   ASSERT_TRUE(stored.is_ok());
-  EXPECT_EQ(stored->size(), r.events.size()) << "every event reached the audit log";
+  // Decisions are rows; hits are counted (invariant 8).
+  EXPECT_EQ(stored->size(), r.events.size() - 4) << "every decision event reached the audit log";
+  auto audit = db->audit();
+  ASSERT_TRUE(audit.is_ok());
+  ASSERT_EQ(audit->size(), 1u);
+  EXPECT_EQ((*audit)[0].hits_memory, 4);
 }
 
 TEST(Runtime, ASecondRuntimeOnTheSameDatabaseCompilesNothing) {

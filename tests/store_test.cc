@@ -641,17 +641,28 @@ TEST(CacheDbStore, EventsKeepOrderAndEveryField) {
   EXPECT_TRUE(db->events((*all)[7].id)->empty());
 }
 
-TEST(CacheDbStore, AnUnknownEventKindInTheFileIsCorruption) {
+TEST(CacheDbStore, AnUnknownEventKindInTheFileIsSkippedAndCounted) {
   StoreTempDir dir;
   const std::string path = dir.file("c.db");
   auto db = open_db(path);
   ASSERT_TRUE(db);
   raw_exec(path, "INSERT INTO events (time, pid, kind, graph_key, backend, reason, duration_ms, detail) "
                  "VALUES (1, 1, 'teleport', '" + graph_key(1).to_hex() + "', 'cpu', '', 0, '')");
-  auto events = db->events();
-  ASSERT_FALSE(events.is_ok());
-  EXPECT_EQ(events.status().code(), StatusCode::kCorruption);
-  EXPECT_NE(events.status().message().find("teleport"), std::string::npos);
+  raw_exec(path, "INSERT INTO events (time, pid, kind, graph_key, backend, reason, duration_ms, detail) "
+                 "VALUES (2, 1, 'miss', 'not-a-key', 'cpu', 'new graph', 0, '')");
+  std::vector<Event> good = {make_event(EventKind::kMiss, graph_key(2), 3)};
+  ASSERT_TRUE(db->append_events(good).is_ok());
+  int64_t malformed = -1;
+  auto events = db->events(0, 0, &malformed);
+  ASSERT_TRUE(events.is_ok()) << events.status().to_string();
+  EXPECT_EQ(malformed, 2);
+  ASSERT_EQ(events->size(), 1u);
+  EXPECT_EQ((*events)[0].graph, graph_key(2));
+  auto audit = db->audit(&malformed);
+  ASSERT_TRUE(audit.is_ok()) << audit.status().to_string() << ": one bad row must not fail audit";
+  EXPECT_EQ(malformed, 1) << "the miss with a damaged key";
+  ASSERT_EQ(audit->size(), 1u) << "the unknown kind counts nowhere, the damaged key is skipped";
+  EXPECT_EQ((*audit)[0].misses, 1);
 }
 
 TEST(CacheDbStore, ClassifyMissInAllFourCases) {
@@ -689,7 +700,7 @@ TEST(CacheDbStore, ClassifyMissInAllFourCases) {
 
   ASSERT_TRUE(db->put_executable(exe_key(3, "cpu", "", 1), "old compiler", 1).is_ok());
   EXPECT_EQ(classify(exe_key(3, "cpu", "", 2)), MissReason::kStaleCompiler);
-  EXPECT_EQ(classify(exe_key(3, "cpu", "other options", 2)), MissReason::kNewGraph)
+  EXPECT_EQ(classify(exe_key(3, "cpu", "other options", 2)), MissReason::kNewOptions)
       << "other options are not a stale compiler";
   log(EventKind::kCorrupt, 3);
   EXPECT_EQ(classify(exe_key(3, "cpu", "", 2)), MissReason::kStaleCompiler);

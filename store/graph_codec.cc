@@ -7,6 +7,7 @@
 #include <bit>
 
 #include "capture/hash.h"
+#include "capture/shape.h"
 #include "store/proto/tracecache.pb.h"
 
 namespace tracecache::store {
@@ -129,13 +130,9 @@ Result<Graph> graph_from_proto(const proto::Graph& in, AttrForm form) {
           attrs[0].i != static_cast<int64_t>(g.params().size())) {
         return bad(id, "parameter out of order");
       }
-      // The same bound every recorded shape obeys (ops.cc), so no size arithmetic overflows.
-      int64_t elements = 1;
-      for (int64_t d : shape) {
-        if (d < 0) return bad(id, "negative dim");
-        if (d != 0 && elements > (int64_t{1} << 48) / d) return bad(id, "more than 2^48 elements");
-        elements *= d;
-      }
+      // The same bound every recorded shape obeys (capture/shape.h), so no size arithmetic
+      // overflows.
+      if (Result<int64_t> n = checked_numel(shape); !n.is_ok()) return bad(id, n.status().message());
       g.add_parameter(stored);
       continue;
     }

@@ -42,7 +42,7 @@ tracecache 1
 input x : f32[512, 1024] = uniform(seed=3)
 a = exp(x)
 b = mul(a, x)
-s = sum(b, dims=[1])
+s = sum(b, axes=[1])
 output s
 T
 for t in 1 2; do

@@ -1,5 +1,5 @@
-// OpRunner: runs one op at once, for eager mode (DESIGN.md: "each op runs at once on the
-// backend; no cache").
+// OpRunner: runs one op at once, for eager mode (docs/architecture.md, "The three modes":
+// each op runs at once on the backend, no cache).
 //
 // A LazyContext whose LazyOptions::eager is set records nothing: every op goes to the runner
 // as soon as it is issued and the result is a materialized tensor, so there is no trace, no

@@ -1,4 +1,4 @@
-// Backend: where executables run. A small, versioned interface (DESIGN.md, "Backend interface"):
+// Backend: where executables run. A small, versioned interface (docs/architecture.md, "Backend interface"):
 // a name and an options digest (both part of every executable key), compile, serialize/load,
 // device buffers and host<->device copies, run, synchronize.
 //

@@ -1140,7 +1140,7 @@ Result<std::vector<Tensor>> CompiledFunction::operator()(LazyContext& ctx, const
     if (!r.is_ok()) {
       // Any failure to use a cached entry (a malformed entry, its graph or executable missing or
       // unreadable in the cache) is a miss, never an error: drop the entry and look further;
-      // the call traces if nothing else holds (DESIGN.md invariants 5 and 6).
+      // the call traces if nothing else holds (docs/architecture.md invariants 5 and 6).
       impl_->drop_entry(impl_->entries[e], r.status());
       impl_->entries.erase(impl_->entries.begin() + static_cast<std::ptrdiff_t>(e));
       stats_.hits_per_entry.erase(stats_.hits_per_entry.begin() + static_cast<std::ptrdiff_t>(e));

@@ -11,7 +11,7 @@
 // actual, e.g. "input 0 'x': size of dim 0 expected 8, actual 16". Past `recompile_limit`
 // recompiles the function falls back to lazy mode (trace every call) with one warning.
 //
-// Guards (DESIGN.md invariant 3: every input property the graphs depend on is guarded):
+// Guards (docs/architecture.md invariant 3: every input property the graphs depend on is guarded):
 //  - per tensor argument: dtype, rank, sizes, contiguity, device;
 //  - per scalar argument: its exact value, unless declared dynamic (then it is a rank-0 f32
 //    graph input read with TraceArgs::scalar_tensor);

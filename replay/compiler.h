@@ -22,7 +22,7 @@
 namespace tracecache {
 
 // Bump on any change to lowering (fusion rules, plan, kernel semantics): it is part of every
-// executable key, so a stale executable is never served (DESIGN.md invariant 2).
+// executable key, so a stale executable is never served (docs/architecture.md invariant 2).
 inline constexpr uint32_t kCompilerVersion = 1;
 
 struct CompileOptions {

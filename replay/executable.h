@@ -1,4 +1,4 @@
-// Executable: a canonical graph compiled for one backend. Holds code, never data (DESIGN.md
+// Executable: a canonical graph compiled for one backend. Holds code, never data (docs/architecture.md
 // invariant 7): the graph's ops and attributes, a kernel schedule and a buffer plan. Weights and
 // every other tensor arrive as parameters at run time, so one executable serves every value.
 //

@@ -1,7 +1,7 @@
 // Runtime: lazy-mode execution of canonical graphs (the GraphExecutor behind mark_step).
 //
 // For each graph: memory LRU -> SQLite -> on a miss, compile and store -> run on the backend.
-// Every decision is an audit event (DESIGN.md invariant 8): hit_memory, hit_disk, miss with its
+// Every decision is an audit event (docs/architecture.md invariant 8): hit_memory, hit_disk, miss with its
 // reason, compile with its duration, store, evict (from the memory LRU), corrupt, store_failed,
 // and fallback (the step ran on the reference evaluator, with why).
 //
@@ -123,7 +123,7 @@ class Runtime final : public GraphExecutor {
 
   // Device copies of host buffers, on a backend with its own memory (sim): a host buffer is
   // immutable, so while it lives its device copy stays valid and is reused: weights are copied
-  // to the device once, not every step (DESIGN.md: tensors on a device are device data). An
+  // to the device once, not every step (docs/architecture.md: tensors on a device are device data). An
   // entry whose host buffer died is dropped (pruned as the map grows, and all at once when the
   // device runs out of memory).
   struct Resident {

@@ -1,4 +1,4 @@
-// The `sim` backend: a simulated accelerator behind the Backend interface (DESIGN.md, "Backend
+// The `sim` backend: a simulated accelerator behind the Backend interface (docs/architecture.md, "Backend
 // interface"). What is simulated:
 //  - its own memory space with a capacity (DeviceSpec::memory_capacity): every device buffer
 //    (parameters copied in, outputs, a run's scratch arena) is accounted against it while it

@@ -1,7 +1,7 @@
 // CacheDb: the persistent graph cache, one SQLite database file.
 //
 // Holds canonical graphs (by GraphKey), executables (by ExecutableKey: graph key + backend +
-// backend options digest + compiler version; DESIGN.md invariant 2), an audit log of cache
+// backend options digest + compiler version; docs/architecture.md invariant 2), an audit log of cache
 // decisions and hit counts per executable key and tier (invariant 8: hits are counted, not logged
 // one row each; gc trims the log). The database runs in WAL mode with a busy timeout, so several
 // processes can share one file; every statement is prepared once; writes are transactions.

@@ -1,6 +1,6 @@
 // Graph codec: canonical graphs to and from their protobuf form (store/proto/tracecache.proto).
 //
-// Decoding treats the bytes as untrusted (DESIGN.md invariant 5) and rebuilds the graph through
+// Decoding treats the bytes as untrusted (docs/architecture.md invariant 5) and rebuilds the graph through
 // the same checks recording uses: every op must exist, have a valid input count and the declared
 // attributes with the right kinds, inputs must precede their node, parameters must be numbered
 // in order, attributes must already be in normal form, and every node's stored dtype and shape

@@ -1,4 +1,4 @@
-// Canonicalization and the graph hash: invariant 1 (stable hash) of DESIGN.md.
+// Canonicalization and the graph hash: invariant 1 (stable hash) of docs/architecture.md.
 #include <gtest/gtest.h>
 
 #include "capture/canonical.h"

@@ -1,5 +1,5 @@
 // The compiler and the executable format: fusion, buffer plan, determinism, and validation of
-// executables read back from the cache (DESIGN.md invariants 2, 5, 7).
+// executables read back from the cache (docs/architecture.md invariants 2, 5, 7).
 #include <gtest/gtest.h>
 
 #include <random>

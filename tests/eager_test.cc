@@ -1,6 +1,6 @@
 // Eager mode (capture/eager.h): ops run as they are issued, nothing is traced, and the results
-// are the bits lazy mode gives on the same kernels (DESIGN.md: "three execution modes, same
-// results"). Compared per fixture program and per op: eager on the reference kernels against
+// are the bits lazy mode gives on the same kernels (docs/architecture.md, "The three
+// modes"). Compared per fixture program and per op: eager on the reference kernels against
 // lazy on the reference evaluator, and eager on the cpu kernels against lazy through the
 // compiled cpu runtime (fused chains included).
 #include <gtest/gtest.h>

@@ -1,4 +1,4 @@
-// Trace-once footguns: one test per known hazard of guard-based caching (DESIGN.md invariant 3).
+// Trace-once footguns: one test per known hazard of guard-based caching (docs/architecture.md invariant 3).
 // Each must either recompile or give exactly the result of tracing afresh; the tests check the
 // values and that the hazards that change the graph do recompile, with a reason. A randomized property test closes the file.
 #include <gtest/gtest.h>

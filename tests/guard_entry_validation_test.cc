@@ -1,4 +1,4 @@
-// Stored guard entries are untrusted input (issue 10, DESIGN.md invariant 5). Each test forges
+// Stored guard entries are untrusted input (issue 10, docs/architecture.md invariant 5). Each test forges
 // an entry with a correct checksum (re-encoded through the proto and stored again) and checks
 // that it is rejected with a `corrupt` event and that the call traces and returns the outputs
 // the function really computes, never a wrong result. Also: an entry whose cache rows are gone

@@ -1,6 +1,6 @@
 // Lazy mode for real (issue 3): trace -> hash -> memory LRU -> SQLite -> compile on miss ->
 // store -> run, with every cache decision audited and every storage failure survivable
-// (DESIGN.md invariants 2, 5, 6, 8).
+// (docs/architecture.md invariants 2, 5, 6, 8).
 #include <gtest/gtest.h>
 #include <sqlite3.h>
 

@@ -1,6 +1,6 @@
 // The persistent cache (store/cache_db.h) and the in-memory LRU in front of it (store/lru.h):
 // round trips, the database as untrusted input (checksums, schema versions, foreign and damaged
-// files: DESIGN.md invariant 5), read-only files, sharing one file, the audit log (invariant 8),
+// files: docs/architecture.md invariant 5), read-only files, sharing one file, the audit log (invariant 8),
 // miss classification, gc, and the LRU's byte budget and shared ownership.
 #include <fmt/format.h>
 #include <gtest/gtest.h>

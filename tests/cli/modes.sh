@@ -1,4 +1,4 @@
-# The three execution modes give the same bits (DESIGN.md invariants 3 and 4): `run --mode
+# The three execution modes give the same bits (docs/architecture.md invariants 3 and 4): `run --mode
 # eager|lazy|once --json` reports equal output checksums for every step of every fixture;
 # once mode on a varying batch recompiles and says why (the input and the dim); text mode
 # prints the guard counts and the reasons; `bench` prints the once/lazy speedups, and its

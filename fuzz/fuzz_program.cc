@@ -1,7 +1,8 @@
 // Fuzz harness: the trace-program parser (capture/program.h).
 // Property: parse never crashes; a parsed program prints to text that parses back to an equal
-// program (parse(print(p)) == p), and its step-0 output types infer without crashing when it
-// reads no files.
+// program (parse(print(p)) == p); every declared shape the runner accepts at step 0 has an
+// element count (what the runner allocates; UBSan flags an overflow); and its step-0 output
+// types infer without crashing when it reads no files.
 #include <cstdint>
 #include <cstdlib>
 #include <string_view>
@@ -20,6 +21,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!reparsed.is_ok() || !(reparsed.value() == program.value()) ||
       print_program(reparsed.value()) != printed) {
     std::abort();  // the printer and the parser disagree
+  }
+  for (const TensorDecl& t : program.value().tensors) {
+    Result<Shape> shape = declared_shape(program.value(), t, 0);
+    if (shape.is_ok()) (void)shape.value().numel();
   }
   for (const TensorDecl& t : program.value().tensors) {
     if (t.init.kind == Generator::Kind::kNpy || t.init.kind == Generator::Kind::kSafetensors) return 0;

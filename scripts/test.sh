@@ -12,7 +12,7 @@ jobs=$(nproc)
 # tests/cli/torch_weights.sh checks resnet18 against PyTorch itself: Debian's python3-torch.
 bash "$root/scripts/setup.sh" --peers
 
-echo "== release build + tests"
+echo "== GCC release build + tests"
 bash "$root/scripts/build.sh" "$root/build" -DCMAKE_CXX_COMPILER=g++
 ctest --test-dir "$root/build" --output-on-failure -j "$jobs"
 

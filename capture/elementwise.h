@@ -119,7 +119,7 @@ struct Abs {
 // element loops vectorize without branches; same values as "NaN ? x : x > 0 ? x : 0".)
 struct Relu {
   template <typename T> T operator()(T x) const {
-    if constexpr (std::is_floating_point_v<T>) return (x > T{0}) | std::isnan(x) ? x : T{0};
+    if constexpr (std::is_floating_point_v<T>) return ((x > T{0}) | std::isnan(x)) ? x : T{0};
     else return x > 0 ? x : T{0};
   }
 };
@@ -162,13 +162,13 @@ struct Pow {
 // (Floats written as selects, as for Relu: "a is NaN ? a : b is NaN or b wins ? b : a".)
 struct Maximum {
   template <typename T> T operator()(T a, T b) const {
-    if constexpr (std::is_floating_point_v<T>) return std::isnan(a) ? a : std::isnan(b) | (b > a) ? b : a;
+    if constexpr (std::is_floating_point_v<T>) return std::isnan(a) ? a : (std::isnan(b) | (b > a)) ? b : a;
     else return b > a ? b : a;
   }
 };
 struct Minimum {
   template <typename T> T operator()(T a, T b) const {
-    if constexpr (std::is_floating_point_v<T>) return std::isnan(a) ? a : std::isnan(b) | (b < a) ? b : a;
+    if constexpr (std::is_floating_point_v<T>) return std::isnan(a) ? a : (std::isnan(b) | (b < a)) ? b : a;
     else return b < a ? b : a;
   }
 };

@@ -411,7 +411,8 @@ void max(std::span<const HostBuffer* const> in, std::span<const AttrValue> attrs
 void argmax(std::span<const HostBuffer* const> in, std::span<const AttrValue> attrs, HostBuffer& out) {
   const HostBuffer& x = *in[0];
   const int axis = static_cast<int>(attrs[0].i);
-  const auto [outer, len, inner] = split_at_axis(x.shape(), axis);
+  const AxisSplit split = split_at_axis(x.shape(), axis);
+  const int64_t outer = split.outer, len = split.len, inner = split.inner;
   int64_t* o = out.data<int64_t>();
   dispatch_dtype(x.dtype(), [&]<typename T>() {
     const T* p = x.data<T>();

@@ -466,7 +466,6 @@ TileFn op_fn(OpKind op, DType c) {
   }
 }
 
-constexpr uint32_t kNoReg = std::numeric_limits<uint32_t>::max();
 constexpr size_t kRegAlign = 64;
 
 // A fused chain compiled to tile instructions (see the file comment), then run.
@@ -896,7 +895,8 @@ bool reduce_fast(OpKind op, const HostBuffer& x, const IntList& axes, HostBuffer
 
 // argmax over `axis`: the index of the first maximal element, the first NaN winning.
 void argmax(const HostBuffer& x, int axis, HostBuffer& out) {
-  const auto [outer, len, inner] = split_at_axis(x.shape(), axis);
+  const AxisSplit split = split_at_axis(x.shape(), axis);
+  const int64_t outer = split.outer, len = split.len, inner = split.inner;
   int64_t* o = out.data<int64_t>();
   dispatch_dtype(x.dtype(), [&]<typename T>() {
     const T* p = x.data<T>();

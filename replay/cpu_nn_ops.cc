@@ -81,7 +81,8 @@ void layer_norm(std::span<const HostBuffer* const> in, std::span<const AttrValue
 
 // Softmax (log = false) or log_softmax along `axis`.
 void softmax(const HostBuffer& xb, int axis, bool log, HostBuffer& out) {
-  const auto [outer, len, inner] = split_at_axis(xb.shape(), axis);
+  const AxisSplit split = split_at_axis(xb.shape(), axis);
+  const int64_t outer = split.outer, len = split.len, inner = split.inner;
   if (out.numel() == 0) return;
   const float* x = xb.data<float>();
   float* o = out.data<float>();

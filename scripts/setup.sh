@@ -9,7 +9,7 @@
 #                              scripts/export_torchvision_weights.py
 set -euo pipefail
 packages=(
-  cmake ninja-build g++ pkg-config
+  cmake ninja-build g++ pkg-config clang libclang-rt-14-dev
   libsqlite3-dev sqlite3 libxxhash-dev libprotobuf-dev protobuf-compiler
   libcli11-dev libfmt-dev libgtest-dev libgmock-dev libbenchmark-dev libopenblas-dev
 )

@@ -466,6 +466,7 @@ TileFn op_fn(OpKind op, DType c) {
   }
 }
 
+constexpr uint32_t kNoReg = std::numeric_limits<uint32_t>::max();
 constexpr size_t kRegAlign = 64;
 
 // A fused chain compiled to tile instructions (see the file comment), then run.

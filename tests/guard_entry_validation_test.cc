@@ -6,9 +6,7 @@
 #include <gtest/gtest.h>
 #include <sqlite3.h>
 
-#include <filesystem>
 #include <functional>
-#include <random>
 
 #include "replay/compiled_function.h"
 #include "replay/cpu_backend.h"
@@ -19,23 +17,12 @@
 #include "replay/eager_runner.h"
 #include "replay/sim_backend.h"
 #include "store/proto/tracecache.pb.h"
+#include "tests/test_support.h"
 
 namespace tracecache {
 namespace {
 
-namespace fs = std::filesystem;
-
-class Dir {
- public:
-  Dir() : path_(fs::temp_directory_path() / ("tracecache-ge-" + std::to_string(std::random_device{}()))) {
-    fs::create_directories(path_);
-  }
-  ~Dir() { fs::remove_all(path_); }
-  std::string db() const { return (path_ / "c.db").string(); }
-
- private:
-  fs::path path_;
-};
+using testing::TempDir;
 
 // Two outputs of different types (f32[B, 2] and f32[]), one graph: reversing them is visible.
 TracedFn step_fn(int* calls) {
@@ -118,7 +105,7 @@ std::vector<std::string> eager_outputs() {
 }
 
 // Traces once into `dir`, then rewrites the stored entry with `forge` (a valid checksum).
-void store_forged(const Dir& dir, const std::function<void(proto::GuardEntry&)>& forge, bool dynamic_batch = false) {
+void store_forged(const TempDir& dir, const std::function<void(proto::GuardEntry&)>& forge, bool dynamic_batch = false) {
   { Process p(dir.db(), nullptr, false, dynamic_batch); p.call(); }
   auto db = std::move(store::CacheDb::open({.path = dir.db()})).value_or_throw();
   store::FunctionKey key{"step", "v1", std::string(kToolkitVersion)};
@@ -134,7 +121,7 @@ void store_forged(const Dir& dir, const std::function<void(proto::GuardEntry&)>&
 // The forged entry is rejected (on load or at its first replay) with a corrupt event, and the
 // call traces and gives the function's real outputs.
 void expect_rejected(const std::function<void(proto::GuardEntry&)>& forge, bool with_output_types = false) {
-  Dir dir;
+  TempDir dir;
   store_forged(dir, forge);
   Process q(dir.db(), nullptr, with_output_types);
   EXPECT_EQ(q.call(), eager_outputs());
@@ -143,7 +130,7 @@ void expect_rejected(const std::function<void(proto::GuardEntry&)>& forge, bool 
 }
 
 TEST(GuardEntryValidation, TheReferenceIsEager) {
-  Dir dir;
+  TempDir dir;
   Process p(dir.db());
   EXPECT_EQ(p.call(), eager_outputs());
   Process q(dir.db());
@@ -179,7 +166,7 @@ TEST(GuardEntryValidation, OutputsReversedWithTheirTypesAreRejectedByTheFunction
       },
       /*with_output_types=*/true);
   // An untouched entry is served, verified once.
-  Dir dir;
+  TempDir dir;
   { Process p(dir.db()); p.call(); }
   Process q(dir.db(), nullptr, true);
   EXPECT_EQ(q.call(), eager_outputs());
@@ -205,7 +192,7 @@ TEST(GuardEntryValidation, AWrongOutputTypeIsRejected) {
 
 TEST(GuardEntryValidation, ADynamicEntrysOutputsAreCheckedAgainstItsTemplate) {
   for (bool swap_types : {false, true}) {
-    Dir dir;
+    TempDir dir;
     store_forged(
         dir,
         [&](proto::GuardEntry& pe) {
@@ -223,7 +210,7 @@ TEST(GuardEntryValidation, ADynamicEntrysOutputsAreCheckedAgainstItsTemplate) {
     EXPECT_EQ(q.call(), eager_outputs());
   }
   // Untouched, it serves other batch sizes without a trace.
-  Dir dir;
+  TempDir dir;
   { Process p(dir.db(), nullptr, false, true); p.call(); }
   Process q(dir.db(), nullptr, true, true);
   EXPECT_EQ(q.call(4), eager_outputs());
@@ -244,7 +231,7 @@ TEST(GuardEntryValidation, AnIncompleteGuardSetIsRejected) {
 }
 
 TEST(GuardEntryValidation, AnEntryWhoseGraphAndExecutableAreGoneIsAMissAndARetrace) {
-  Dir dir;
+  TempDir dir;
   { Process p(dir.db()); p.call(); }
   sqlite3* raw = nullptr;
   ASSERT_EQ(sqlite3_open(dir.db().c_str(), &raw), SQLITE_OK);
@@ -263,7 +250,7 @@ TEST(GuardEntryValidation, AnEntryWhoseGraphAndExecutableAreGoneIsAMissAndARetra
 }
 
 TEST(GuardEntryValidation, ARecompileForAnotherBackendNamesTheBackends) {
-  Dir dir;
+  TempDir dir;
   { Process p(dir.db()); p.call(); }
   SimBackend sim(*find_device_preset("h100"));
   Process q(dir.db(), &sim);
@@ -273,7 +260,7 @@ TEST(GuardEntryValidation, ARecompileForAnotherBackendNamesTheBackends) {
 }
 
 TEST(GuardEntryValidation, AnEntryWithoutABackendLabelFallsBackToTheDigest) {
-  Dir dir;
+  TempDir dir;
   store_forged(dir, [](proto::GuardEntry& pe) { pe.clear_options_label(); });
   SimBackend sim(*find_device_preset("a100"));
   Process q(dir.db(), &sim);
@@ -353,7 +340,7 @@ struct ProgramProcess {
 TEST(GuardEntryValidation, ATraceProgramsOutputTypesCatchAConsistentlyReversedEntry) {
   Result<Program> program = load_program(std::string(TRACECACHE_SOURCE_DIR) + "/fixtures/programs/mlp.trace");
   ASSERT_TRUE(program.is_ok()) << program.status().to_string();
-  Dir dir;
+  TempDir dir;
   std::vector<std::string> want;
   { ProgramProcess p(*program, dir.db()); want = p.call(*program); }
   ASSERT_EQ(want.size(), 2u);  // logits f32[8, 10], loss f32[]

@@ -8,8 +8,6 @@
 #include <unistd.h>
 
 #include <cstdio>
-#include <filesystem>
-#include <random>
 
 #include "capture/program.h"
 #include "capture/program_runner.h"
@@ -17,32 +15,16 @@
 #include "replay/runtime.h"
 #include "store/fault_vfs.h"
 #include "tests/test_graphs.h"
+#include "tests/test_support.h"
 
 namespace tracecache {
 namespace {
 
-namespace fs = std::filesystem;
 using store::EventKind;
+using testing::TempDir;
 
 constexpr const char* kProgram = "matmul_varying_batch.trace";
 constexpr int kSteps = 4;
-
-class FaultDir {
- public:
-  FaultDir() {
-    std::random_device rd;
-    path_ = fs::temp_directory_path() / ("tracecache-faults-" + std::to_string(::getpid()) + "-" + std::to_string(rd()));
-    fs::create_directories(path_);
-  }
-  ~FaultDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  fs::path path_;
-};
 
 store::FaultVfs* fault_vfs() {
   static store::FaultVfs* vfs = std::move(store::register_fault_vfs("tracecache-fault-test")).value_or_throw();
@@ -102,7 +84,7 @@ void expect_consistent(const std::string& path, const std::string& what) {
 struct Counts {
   int64_t writes, syncs, reads;
 };
-Counts clean_counts(const FaultDir& dir) {
+Counts clean_counts(const TempDir& dir) {
   std::string path = dir.file("clean.db");
   auto db = open_faulty(path);
   fault_vfs()->set_plan({});
@@ -114,7 +96,7 @@ Counts clean_counts(const FaultDir& dir) {
 }
 
 TEST(StoreFaults, DiskFullAtEveryWrite) {
-  FaultDir dir;
+  TempDir dir;
   const std::vector<std::string> want = run(nullptr);
   Counts c = clean_counts(dir);
   ASSERT_GT(c.writes, 0);
@@ -132,7 +114,7 @@ TEST(StoreFaults, DiskFullAtEveryWrite) {
 }
 
 TEST(StoreFaults, FailedFsyncAtEverySync) {
-  FaultDir dir;
+  TempDir dir;
   const std::vector<std::string> want = run(nullptr);
   Counts c = clean_counts(dir);
   for (int64_t n = 0; n <= c.syncs; ++n) {
@@ -149,7 +131,7 @@ TEST(StoreFaults, FailedFsyncAtEverySync) {
 }
 
 TEST(StoreFaults, ReadErrorsAtEveryRead) {
-  FaultDir dir;
+  TempDir dir;
   const std::vector<std::string> want = run(nullptr);
   // Reads matter on a warm cache: fill it first, then fail the second run's reads.
   std::string path = dir.file("warm.db");
@@ -177,7 +159,7 @@ TEST(StoreFaults, ReadErrorsAtEveryRead) {
 }
 
 TEST(StoreFaults, CrashAtEveryWriteLeavesAConsistentCache) {
-  FaultDir dir;
+  TempDir dir;
   Counts c = clean_counts(dir);
   for (int64_t n = 0; n <= c.writes; ++n) {
     std::string path = dir.file("crash" + std::to_string(n) + ".db");

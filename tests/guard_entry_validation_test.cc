@@ -24,6 +24,25 @@ namespace {
 
 using testing::TempDir;
 
+// An output as the tests compare it: its type and its checksum.
+std::string type_and_checksum(const Tensor& t) {
+  return type_to_string({t.dtype(), t.peek_shape()}) + " " + t.buffer()->checksum();
+}
+
+// Rewrites the one stored entry of function "step" v1 in the database at `db_path` with `forge`,
+// re-encoded through the proto so that its checksum is valid.
+void forge_entry(const std::string& db_path, const std::function<void(proto::GuardEntry&)>& forge) {
+  auto db = std::move(store::CacheDb::open({.path = db_path})).value_or_throw();
+  store::FunctionKey key{"step", "v1", std::string(kToolkitVersion)};
+  auto rows = db->function_entries(key);
+  ASSERT_TRUE(rows.is_ok());
+  ASSERT_EQ(rows->size(), 1u);
+  proto::GuardEntry pe;
+  ASSERT_TRUE(pe.ParseFromString((*rows)[0].blob));
+  forge(pe);
+  ASSERT_TRUE(db->put_function_entry(key, (*rows)[0].entry, pe.SerializeAsString()).is_ok());
+}
+
 // Two outputs of different types (f32[B, 2] and f32[]), one graph: reversing them is visible.
 TracedFn step_fn(int* calls) {
   return [calls](LazyContext&, const TraceArgs& a) {
@@ -64,9 +83,7 @@ struct Process {
     EXPECT_TRUE(out.is_ok()) << out.status().to_string();
     std::vector<std::string> got;
     if (out.is_ok()) {
-      for (const Tensor& t : *out) {
-        got.push_back(type_to_string({t.dtype(), t.peek_shape()}) + " " + t.buffer()->checksum());
-      }
+      for (const Tensor& t : *out) got.push_back(type_and_checksum(t));
     }
     return got;
   }
@@ -100,22 +117,14 @@ std::vector<std::string> eager_outputs() {
   Tensor h = relu(add(matmul(ctx.from_buffer(std::move(x)), ctx.from_buffer(std::move(w))), 0.5));
   Tensor s = sum(h);
   std::vector<std::string> got;
-  for (const Tensor& t : {h, s}) got.push_back(type_to_string({t.dtype(), t.peek_shape()}) + " " + t.buffer()->checksum());
+  for (const Tensor& t : {h, s}) got.push_back(type_and_checksum(t));
   return got;
 }
 
 // Traces once into `dir`, then rewrites the stored entry with `forge` (a valid checksum).
 void store_forged(const TempDir& dir, const std::function<void(proto::GuardEntry&)>& forge, bool dynamic_batch = false) {
   { Process p(dir.db(), nullptr, false, dynamic_batch); p.call(); }
-  auto db = std::move(store::CacheDb::open({.path = dir.db()})).value_or_throw();
-  store::FunctionKey key{"step", "v1", std::string(kToolkitVersion)};
-  auto rows = db->function_entries(key);
-  ASSERT_TRUE(rows.is_ok());
-  ASSERT_EQ(rows->size(), 1u);
-  proto::GuardEntry pe;
-  ASSERT_TRUE(pe.ParseFromString((*rows)[0].blob));
-  forge(pe);
-  ASSERT_TRUE(db->put_function_entry(key, (*rows)[0].entry, pe.SerializeAsString()).is_ok());
+  forge_entry(dir.db(), forge);
 }
 
 // The forged entry is rejected (on load or at its first replay) with a corrupt event, and the
@@ -322,7 +331,7 @@ struct ProgramProcess {
     EXPECT_TRUE(out.is_ok()) << out.status().to_string();
     std::vector<std::string> got;
     if (out.is_ok()) {
-      for (const Tensor& t : *out) got.push_back(type_to_string({t.dtype(), t.peek_shape()}) + " " + t.buffer()->checksum());
+      for (const Tensor& t : *out) got.push_back(type_and_checksum(t));
     }
     return got;
   }
@@ -344,18 +353,10 @@ TEST(GuardEntryValidation, ATraceProgramsOutputTypesCatchAConsistentlyReversedEn
   std::vector<std::string> want;
   { ProgramProcess p(*program, dir.db()); want = p.call(*program); }
   ASSERT_EQ(want.size(), 2u);  // logits f32[8, 10], loss f32[]
-  {
-    auto db = std::move(store::CacheDb::open({.path = dir.db()})).value_or_throw();
-    store::FunctionKey key{"step", "v1", std::string(kToolkitVersion)};
-    auto rows = db->function_entries(key);
-    ASSERT_TRUE(rows.is_ok());
-    ASSERT_EQ(rows->size(), 1u);
-    proto::GuardEntry pe;
-    ASSERT_TRUE(pe.ParseFromString((*rows)[0].blob));
+  ASSERT_NO_FATAL_FAILURE(forge_entry(dir.db(), [](proto::GuardEntry& pe) {
     pe.mutable_outputs()->SwapElements(0, 1);
     pe.mutable_output_types()->SwapElements(0, 1);
-    ASSERT_TRUE(db->put_function_entry(key, (*rows)[0].entry, pe.SerializeAsString()).is_ok());
-  }
+  }));
   ProgramProcess q(*program, dir.db());
   EXPECT_EQ(q.call(*program), want);
   EXPECT_EQ(q.f->stats().traces, 1);

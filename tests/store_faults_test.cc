@@ -95,39 +95,38 @@ Counts clean_counts(const TempDir& dir) {
   return c;
 }
 
+// For n = 0..last: a run on a fresh database <name><n>.db with plan field `fault` set to n gives
+// the uncached outputs `want` and leaves a consistent cache. `what` names the fault in messages.
+void fault_at_each(const TempDir& dir, int64_t store::FaultPlan::*fault, int64_t last, const std::string& name,
+                   const std::string& what, const std::vector<std::string>& want) {
+  for (int64_t n = 0; n <= last; ++n) {
+    std::string path = dir.file(name + std::to_string(n) + ".db");
+    {
+      auto db = open_faulty(path);
+      ASSERT_TRUE(db);
+      store::FaultPlan plan;
+      plan.*fault = n;
+      fault_vfs()->set_plan(plan);
+      EXPECT_EQ(run(db.get()), want) << what << " " << n;
+      fault_vfs()->set_plan({});
+    }
+    expect_consistent(path, what + " " + std::to_string(n));
+  }
+}
+
 TEST(StoreFaults, DiskFullAtEveryWrite) {
   TempDir dir;
   const std::vector<std::string> want = run(nullptr);
   Counts c = clean_counts(dir);
   ASSERT_GT(c.writes, 0);
-  for (int64_t n = 0; n <= c.writes; ++n) {
-    std::string path = dir.file("full" + std::to_string(n) + ".db");
-    {
-      auto db = open_faulty(path);
-      ASSERT_TRUE(db);
-      fault_vfs()->set_plan({.full_at_write = n});
-      EXPECT_EQ(run(db.get()), want) << "disk full at write " << n;
-      fault_vfs()->set_plan({});
-    }
-    expect_consistent(path, "disk full at write " + std::to_string(n));
-  }
+  fault_at_each(dir, &store::FaultPlan::full_at_write, c.writes, "full", "disk full at write", want);
 }
 
 TEST(StoreFaults, FailedFsyncAtEverySync) {
   TempDir dir;
   const std::vector<std::string> want = run(nullptr);
   Counts c = clean_counts(dir);
-  for (int64_t n = 0; n <= c.syncs; ++n) {
-    std::string path = dir.file("sync" + std::to_string(n) + ".db");
-    {
-      auto db = open_faulty(path);
-      ASSERT_TRUE(db);
-      fault_vfs()->set_plan({.fail_sync_at = n});
-      EXPECT_EQ(run(db.get()), want) << "fsync failed at sync " << n;
-      fault_vfs()->set_plan({});
-    }
-    expect_consistent(path, "fsync failed at sync " + std::to_string(n));
-  }
+  fault_at_each(dir, &store::FaultPlan::fail_sync_at, c.syncs, "sync", "fsync failed at sync", want);
 }
 
 TEST(StoreFaults, ReadErrorsAtEveryRead) {

@@ -3,29 +3,15 @@
 #include <gtest/gtest.h>
 #include <sqlite3.h>
 
-#include <filesystem>
-#include <random>
-
 #include "replay/compiled_function.h"
 #include "replay/cpu_backend.h"
 #include "store/proto/tracecache.pb.h"
+#include "tests/test_support.h"
 
 namespace tracecache {
 namespace {
 
-namespace fs = std::filesystem;
-
-class Dir {
- public:
-  Dir() : path_(fs::temp_directory_path() / ("tracecache-cf-" + std::to_string(std::random_device{}()))) {
-    fs::create_directories(path_);
-  }
-  ~Dir() { fs::remove_all(path_); }
-  std::string db() const { return (path_ / "c.db").string(); }
-
- private:
-  fs::path path_;
-};
+using testing::TempDir;
 
 // One "process": a backend, a database handle, a runtime, a context, and the function.
 struct Process {
@@ -74,7 +60,7 @@ struct Process {
 };
 
 TEST(PersistentGuards, AWarmCacheMeansZeroTracesAndZeroCompiles) {
-  Dir dir;
+  TempDir dir;
   std::vector<std::string> first8, first16;
   {
     Process p(dir.db());
@@ -102,7 +88,7 @@ TEST(PersistentGuards, AWarmCacheMeansZeroTracesAndZeroCompiles) {
 }
 
 TEST(PersistentGuards, AnotherUserVersionNeverUsesTheEntries) {
-  Dir dir;
+  TempDir dir;
   { Process p(dir.db(), "v1"); p.call(4); }
   Process q(dir.db(), "v2");
   EXPECT_EQ(q.f.num_entries(), 0u);
@@ -111,7 +97,7 @@ TEST(PersistentGuards, AnotherUserVersionNeverUsesTheEntries) {
 }
 
 TEST(PersistentGuards, ACorruptStoredEntryIsDroppedAndRetraced) {
-  Dir dir;
+  TempDir dir;
   std::vector<std::string> want;
   { Process p(dir.db()); want = p.call(4); }
   sqlite3* raw = nullptr;
@@ -130,7 +116,7 @@ TEST(PersistentGuards, ACorruptStoredEntryIsDroppedAndRetraced) {
 TEST(PersistentGuards, AStoredEntryWithBadRoutingFallsBackSafely) {
   // A stored entry whose checksum matches but whose routing names a segment output that does
   // not exist: dropped at replay, never a crash.
-  Dir dir;
+  TempDir dir;
   std::vector<std::string> want;
   { Process p(dir.db()); want = p.call(4); }
   {

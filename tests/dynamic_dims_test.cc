@@ -4,12 +4,12 @@
 // Every result is compared with a fresh trace of the same function.
 #include <gtest/gtest.h>
 
-#include <filesystem>
 #include <limits>
 #include <random>
 
 #include "store/proto/tracecache.pb.h"
 #include "tests/once_harness.h"
+#include "tests/test_support.h"
 
 namespace tracecache {
 namespace {
@@ -228,15 +228,6 @@ TEST(DynamicDims, PropertyRandomProgramsAtRandomSizesEqualAFreshTrace) {
 
 // ---- persistence ---------------------------------------------------------------------------
 
-namespace fs = std::filesystem;
-
-struct TempDb {
-  fs::path dir = fs::temp_directory_path() / ("tracecache-dyn-" + std::to_string(std::random_device{}()));
-  TempDb() { fs::create_directories(dir); }
-  ~TempDb() { fs::remove_all(dir); }
-  std::string path() const { return (dir / "c.db").string(); }
-};
-
 // One process: a runtime on the database and a dynamic function.
 struct DynProcess {
   explicit DynProcess(const std::string& db_path)
@@ -276,14 +267,14 @@ struct DynProcess {
 };
 
 TEST(DynamicDims, ANewProcessServesNewSizesWithoutTracingOrCompiling) {
-  TempDb tmp;
+  testing::TempDir tmp;
   std::vector<std::vector<std::string>> want;
   {
-    DynProcess p(tmp.path());
+    DynProcess p(tmp.db());
     for (int64_t n : {4, 9, 17}) want.push_back(p.call(n));
     EXPECT_EQ(p.f.stats().traces, 1);
   }
-  DynProcess q(tmp.path());
+  DynProcess q(tmp.db());
   EXPECT_EQ(q.call(9), want[1]);
   EXPECT_EQ(q.call(17), want[2]);
   EXPECT_EQ(q.call(4), want[0]);
@@ -310,11 +301,11 @@ TEST(DynamicDims, AForgedStoredTemplateIsDroppedNeverMisused) {
   };
   for (size_t m = 0; m < std::size(mutations); ++m) {
     SCOPED_TRACE(m);
-    TempDb tmp;
+    testing::TempDir tmp;
     std::vector<std::string> want;
     {
       // A function that binds an attribute, so that the plan has a sym attr to forge.
-      auto db = std::move(store::CacheDb::open({.path = tmp.path()})).value_or_throw();
+      auto db = std::move(store::CacheDb::open({.path = tmp.db()})).value_or_throw();
       CpuBackend cpu;
       Runtime runtime(&cpu, db.get(), nullptr);
       LazyContext ctx(&runtime);

@@ -6,9 +6,7 @@
 #include <gtest/gtest.h>
 #include <sqlite3.h>
 
-#include <filesystem>
 #include <functional>
-#include <random>
 
 #include "replay/compiled_function.h"
 #include "replay/cpu_backend.h"
@@ -19,23 +17,31 @@
 #include "replay/eager_runner.h"
 #include "replay/sim_backend.h"
 #include "store/proto/tracecache.pb.h"
+#include "tests/test_support.h"
 
 namespace tracecache {
 namespace {
 
-namespace fs = std::filesystem;
+using testing::TempDir;
 
-class Dir {
- public:
-  Dir() : path_(fs::temp_directory_path() / ("tracecache-ge-" + std::to_string(std::random_device{}()))) {
-    fs::create_directories(path_);
-  }
-  ~Dir() { fs::remove_all(path_); }
-  std::string db() const { return (path_ / "c.db").string(); }
+// An output as the tests compare it: its type and its checksum.
+std::string type_and_checksum(const Tensor& t) {
+  return type_to_string({t.dtype(), t.peek_shape()}) + " " + t.buffer()->checksum();
+}
 
- private:
-  fs::path path_;
-};
+// Rewrites the one stored entry of function "step" v1 in the database at `db_path` with `forge`,
+// re-encoded through the proto so that its checksum is valid.
+void forge_entry(const std::string& db_path, const std::function<void(proto::GuardEntry&)>& forge) {
+  auto db = std::move(store::CacheDb::open({.path = db_path})).value_or_throw();
+  store::FunctionKey key{"step", "v1", std::string(kToolkitVersion)};
+  auto rows = db->function_entries(key);
+  ASSERT_TRUE(rows.is_ok());
+  ASSERT_EQ(rows->size(), 1u);
+  proto::GuardEntry pe;
+  ASSERT_TRUE(pe.ParseFromString((*rows)[0].blob));
+  forge(pe);
+  ASSERT_TRUE(db->put_function_entry(key, (*rows)[0].entry, pe.SerializeAsString()).is_ok());
+}
 
 // Two outputs of different types (f32[B, 2] and f32[]), one graph: reversing them is visible.
 TracedFn step_fn(int* calls) {
@@ -77,9 +83,7 @@ struct Process {
     EXPECT_TRUE(out.is_ok()) << out.status().to_string();
     std::vector<std::string> got;
     if (out.is_ok()) {
-      for (const Tensor& t : *out) {
-        got.push_back(type_to_string({t.dtype(), t.peek_shape()}) + " " + t.buffer()->checksum());
-      }
+      for (const Tensor& t : *out) got.push_back(type_and_checksum(t));
     }
     return got;
   }
@@ -113,28 +117,20 @@ std::vector<std::string> eager_outputs() {
   Tensor h = relu(add(matmul(ctx.from_buffer(std::move(x)), ctx.from_buffer(std::move(w))), 0.5));
   Tensor s = sum(h);
   std::vector<std::string> got;
-  for (const Tensor& t : {h, s}) got.push_back(type_to_string({t.dtype(), t.peek_shape()}) + " " + t.buffer()->checksum());
+  for (const Tensor& t : {h, s}) got.push_back(type_and_checksum(t));
   return got;
 }
 
 // Traces once into `dir`, then rewrites the stored entry with `forge` (a valid checksum).
-void store_forged(const Dir& dir, const std::function<void(proto::GuardEntry&)>& forge, bool dynamic_batch = false) {
+void store_forged(const TempDir& dir, const std::function<void(proto::GuardEntry&)>& forge, bool dynamic_batch = false) {
   { Process p(dir.db(), nullptr, false, dynamic_batch); p.call(); }
-  auto db = std::move(store::CacheDb::open({.path = dir.db()})).value_or_throw();
-  store::FunctionKey key{"step", "v1", std::string(kToolkitVersion)};
-  auto rows = db->function_entries(key);
-  ASSERT_TRUE(rows.is_ok());
-  ASSERT_EQ(rows->size(), 1u);
-  proto::GuardEntry pe;
-  ASSERT_TRUE(pe.ParseFromString((*rows)[0].blob));
-  forge(pe);
-  ASSERT_TRUE(db->put_function_entry(key, (*rows)[0].entry, pe.SerializeAsString()).is_ok());
+  forge_entry(dir.db(), forge);
 }
 
 // The forged entry is rejected (on load or at its first replay) with a corrupt event, and the
 // call traces and gives the function's real outputs.
 void expect_rejected(const std::function<void(proto::GuardEntry&)>& forge, bool with_output_types = false) {
-  Dir dir;
+  TempDir dir;
   store_forged(dir, forge);
   Process q(dir.db(), nullptr, with_output_types);
   EXPECT_EQ(q.call(), eager_outputs());
@@ -143,7 +139,7 @@ void expect_rejected(const std::function<void(proto::GuardEntry&)>& forge, bool 
 }
 
 TEST(GuardEntryValidation, TheReferenceIsEager) {
-  Dir dir;
+  TempDir dir;
   Process p(dir.db());
   EXPECT_EQ(p.call(), eager_outputs());
   Process q(dir.db());
@@ -179,7 +175,7 @@ TEST(GuardEntryValidation, OutputsReversedWithTheirTypesAreRejectedByTheFunction
       },
       /*with_output_types=*/true);
   // An untouched entry is served, verified once.
-  Dir dir;
+  TempDir dir;
   { Process p(dir.db()); p.call(); }
   Process q(dir.db(), nullptr, true);
   EXPECT_EQ(q.call(), eager_outputs());
@@ -205,7 +201,7 @@ TEST(GuardEntryValidation, AWrongOutputTypeIsRejected) {
 
 TEST(GuardEntryValidation, ADynamicEntrysOutputsAreCheckedAgainstItsTemplate) {
   for (bool swap_types : {false, true}) {
-    Dir dir;
+    TempDir dir;
     store_forged(
         dir,
         [&](proto::GuardEntry& pe) {
@@ -223,7 +219,7 @@ TEST(GuardEntryValidation, ADynamicEntrysOutputsAreCheckedAgainstItsTemplate) {
     EXPECT_EQ(q.call(), eager_outputs());
   }
   // Untouched, it serves other batch sizes without a trace.
-  Dir dir;
+  TempDir dir;
   { Process p(dir.db(), nullptr, false, true); p.call(); }
   Process q(dir.db(), nullptr, true, true);
   EXPECT_EQ(q.call(4), eager_outputs());
@@ -244,7 +240,7 @@ TEST(GuardEntryValidation, AnIncompleteGuardSetIsRejected) {
 }
 
 TEST(GuardEntryValidation, AnEntryWhoseGraphAndExecutableAreGoneIsAMissAndARetrace) {
-  Dir dir;
+  TempDir dir;
   { Process p(dir.db()); p.call(); }
   sqlite3* raw = nullptr;
   ASSERT_EQ(sqlite3_open(dir.db().c_str(), &raw), SQLITE_OK);
@@ -263,7 +259,7 @@ TEST(GuardEntryValidation, AnEntryWhoseGraphAndExecutableAreGoneIsAMissAndARetra
 }
 
 TEST(GuardEntryValidation, ARecompileForAnotherBackendNamesTheBackends) {
-  Dir dir;
+  TempDir dir;
   { Process p(dir.db()); p.call(); }
   SimBackend sim(*find_device_preset("h100"));
   Process q(dir.db(), &sim);
@@ -273,7 +269,7 @@ TEST(GuardEntryValidation, ARecompileForAnotherBackendNamesTheBackends) {
 }
 
 TEST(GuardEntryValidation, AnEntryWithoutABackendLabelFallsBackToTheDigest) {
-  Dir dir;
+  TempDir dir;
   store_forged(dir, [](proto::GuardEntry& pe) { pe.clear_options_label(); });
   SimBackend sim(*find_device_preset("a100"));
   Process q(dir.db(), &sim);
@@ -335,7 +331,7 @@ struct ProgramProcess {
     EXPECT_TRUE(out.is_ok()) << out.status().to_string();
     std::vector<std::string> got;
     if (out.is_ok()) {
-      for (const Tensor& t : *out) got.push_back(type_to_string({t.dtype(), t.peek_shape()}) + " " + t.buffer()->checksum());
+      for (const Tensor& t : *out) got.push_back(type_and_checksum(t));
     }
     return got;
   }
@@ -353,22 +349,14 @@ struct ProgramProcess {
 TEST(GuardEntryValidation, ATraceProgramsOutputTypesCatchAConsistentlyReversedEntry) {
   Result<Program> program = load_program(std::string(TRACECACHE_SOURCE_DIR) + "/fixtures/programs/mlp.trace");
   ASSERT_TRUE(program.is_ok()) << program.status().to_string();
-  Dir dir;
+  TempDir dir;
   std::vector<std::string> want;
   { ProgramProcess p(*program, dir.db()); want = p.call(*program); }
   ASSERT_EQ(want.size(), 2u);  // logits f32[8, 10], loss f32[]
-  {
-    auto db = std::move(store::CacheDb::open({.path = dir.db()})).value_or_throw();
-    store::FunctionKey key{"step", "v1", std::string(kToolkitVersion)};
-    auto rows = db->function_entries(key);
-    ASSERT_TRUE(rows.is_ok());
-    ASSERT_EQ(rows->size(), 1u);
-    proto::GuardEntry pe;
-    ASSERT_TRUE(pe.ParseFromString((*rows)[0].blob));
+  ASSERT_NO_FATAL_FAILURE(forge_entry(dir.db(), [](proto::GuardEntry& pe) {
     pe.mutable_outputs()->SwapElements(0, 1);
     pe.mutable_output_types()->SwapElements(0, 1);
-    ASSERT_TRUE(db->put_function_entry(key, (*rows)[0].entry, pe.SerializeAsString()).is_ok());
-  }
+  }));
   ProgramProcess q(*program, dir.db());
   EXPECT_EQ(q.call(*program), want);
   EXPECT_EQ(q.f->stats().traces, 1);

@@ -4,9 +4,7 @@
 // allocate what the header claimed, or answer with a wrong result.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
-#include <filesystem>
 #include <fstream>
 #include <string>
 
@@ -18,11 +16,10 @@
 #include "capture/reference.h"
 #include "capture/safetensors.h"
 #include "capture/suggest.h"
+#include "tests/test_support.h"
 
 namespace tracecache {
 namespace {
-
-namespace fs = std::filesystem;
 
 // 2^62 + 1 elements of f32: 2^64 + 4 bytes, which wraps to 4.
 constexpr int64_t kWrapsTo4Bytes = (int64_t{1} << 62) + 1;
@@ -47,19 +44,12 @@ std::string safetensors_file(const std::string& header, const std::string& data)
 
 class HostileFiles : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("tracecache_hostile_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
   std::string write(const std::string& name, const std::string& bytes) {
-    std::string p = (dir_ / name).string();
+    std::string p = dir_.file(name);
     std::ofstream(p, std::ios::binary) << bytes;
     return p;
   }
-  fs::path dir_;
+  testing::TempDir dir_;
 };
 
 // ---- the one size check ------------------------------------------------------------------
@@ -182,7 +172,7 @@ TEST(HostileProgram, NestedCallsSayHowToSplitThem) {
 }
 
 TEST_F(HostileFiles, ProgramsMustBeRegularFiles) {
-  for (const std::string& path : {std::string("/dev/null"), dir_.string()}) {
+  for (const std::string& path : {std::string("/dev/null"), dir_.path().string()}) {
     Result<Program> p = load_program(path);
     ASSERT_FALSE(p.is_ok());
     EXPECT_EQ(p.status().code(), StatusCode::kInvalidArgument) << p.status().to_string();
@@ -249,9 +239,9 @@ TEST_F(HostileFiles, NpyFromDiskValidatesBeforeReading) {
 }
 
 TEST_F(HostileFiles, NpyAndSafetensorsMustBeRegularFiles) {
-  std::string fifo = (dir_ / "pipe.npy").string();
+  std::string fifo = dir_.file("pipe.npy");
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
-  for (const std::string& path : {std::string("/dev/null"), dir_.string(), fifo}) {
+  for (const std::string& path : {std::string("/dev/null"), dir_.path().string(), fifo}) {
     SCOPED_TRACE(path);
     Result<HostBuffer> npy = read_npy(path);
     ASSERT_FALSE(npy.is_ok());

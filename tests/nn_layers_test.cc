@@ -12,7 +12,6 @@
 
 #include <cmath>
 #include <cstring>
-#include <filesystem>
 #include <limits>
 #include <random>
 #include <string>
@@ -35,6 +34,7 @@
 #include "replay/runtime.h"
 #include "store/cache_db.h"
 #include "tests/test_graphs.h"
+#include "tests/test_support.h"
 
 namespace tracecache {
 namespace {
@@ -851,27 +851,24 @@ TEST(NnLazy, ConvnetRunsOnReferenceAndCpuReplay) {
 // same file) loads it, validates it (which re-infers every node through the registry) and runs
 // it with the same results, without compiling.
 TEST(NnLazy, ExecutableSurvivesTheDiskCache) {
-  namespace fs = std::filesystem;
-  const fs::path dir = fs::temp_directory_path() / ("tracecache-nn-" + std::to_string(std::random_device()()));
-  fs::create_directories(dir);
+  testing::TempDir dir;
   std::vector<BufferRef> first, second;
   std::vector<store::Event> second_events;
   {
-    auto db = store::CacheDb::open({.path = (dir / "cache.db").string()});
+    auto db = store::CacheDb::open({.path = dir.db()});
     ASSERT_TRUE(db.is_ok()) << db.status().to_string();
     CpuBackend cpu;
     Runtime runtime(&cpu, db->get(), nullptr);
     first = small_net(runtime);
   }
   {
-    auto db = store::CacheDb::open({.path = (dir / "cache.db").string()});
+    auto db = store::CacheDb::open({.path = dir.db()});
     ASSERT_TRUE(db.is_ok()) << db.status().to_string();
     CpuBackend cpu;
     Runtime runtime(&cpu, db->get(), nullptr);
     second = small_net(runtime);
     second_events = runtime.events();
   }
-  fs::remove_all(dir);
   int disk_hits = 0, compiles = 0, corrupt = 0;
   for (const store::Event& e : second_events) {
     disk_hits += e.kind == store::EventKind::kHitDisk;

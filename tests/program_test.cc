@@ -16,6 +16,7 @@
 #include "capture/program.h"
 #include "capture/program_runner.h"
 #include "capture/reference.h"
+#include "tests/test_support.h"
 
 namespace tracecache {
 namespace {
@@ -388,15 +389,8 @@ TEST(ProgramParse, LoadResolvesNpyPathsAgainstTheFile) {
 
 class NpyTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("tracecache_npy_" +
-            std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
-  fs::path dir_;
+  std::string path(const std::string& name) const { return dir_.file(name); }
+  testing::TempDir dir_;
 };
 
 HostBuffer sample(DType t, const Shape& s) {

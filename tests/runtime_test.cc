@@ -5,8 +5,6 @@
 #include <sqlite3.h>
 
 #include <cmath>
-#include <filesystem>
-#include <random>
 
 #include "capture/program.h"
 #include "capture/program_runner.h"
@@ -14,26 +12,13 @@
 #include "replay/cpu_backend.h"
 #include "replay/runtime.h"
 #include "tests/test_graphs.h"
+#include "tests/test_support.h"
 
 namespace tracecache {
 namespace {
 
-namespace fs = std::filesystem;
 using store::EventKind;
-
-class TempDir {
- public:
-  TempDir() {
-    std::random_device rd;
-    path_ = fs::temp_directory_path() / ("tracecache-rt-" + std::to_string(rd()));
-    fs::create_directories(path_);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  fs::path path_;
-};
+using testing::TempDir;
 
 std::unique_ptr<store::CacheDb> open_db(const std::string& path, bool read_only = false) {
   auto db = store::CacheDb::open({.path = path, .read_only = read_only});

@@ -8,24 +8,17 @@
 
 #include <filesystem>
 #include <fstream>
-#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "store/cache_db.h"
+#include "tests/test_support.h"
 
 namespace tracecache::store {
 namespace {
 
 namespace fs = std::filesystem;
-
-fs::path fresh_dir() {
-  std::random_device rd;
-  fs::path p = fs::temp_directory_path() / fmt::format("tracecache-conc-{}-{}", ::getpid(), rd());
-  fs::create_directories(p);
-  return p;
-}
 
 // In the child: open, store one executable, read it back. Writes the failure to `report`.
 int child_body(const std::string& path, int index, const std::string& report) {
@@ -46,7 +39,8 @@ int child_body(const std::string& path, int index, const std::string& report) {
 }
 
 TEST(StoreConcurrency, EightProcessesCreateOneNewDatabase) {
-  fs::path dir = fresh_dir();
+  testing::TempDir tmp;
+  const fs::path& dir = tmp.path();
   constexpr int kRounds = 40, kProcesses = 8;
   for (int round = 0; round < kRounds; ++round) {
     const std::string path = (dir / fmt::format("round{}.db", round)).string();
@@ -84,8 +78,6 @@ TEST(StoreConcurrency, EightProcessesCreateOneNewDatabase) {
     ASSERT_TRUE(list.is_ok());
     EXPECT_EQ(list->size(), static_cast<size_t>(kProcesses));
   }
-  std::error_code ec;
-  fs::remove_all(dir, ec);
 }
 
 }  // namespace

@@ -1,35 +1,27 @@
 // Issue 10, the store side: hit counts, gc's trimming of the log, decision events in the same
 // transaction as their executable, graph key prefixes, and schema 2 -> 3 upgrade.
-#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <sqlite3.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include <filesystem>
-#include <random>
 #include <string>
 #include <vector>
 
 #include "store/cache_db.h"
+#include "tests/test_support.h"
 
 namespace tracecache::store {
 namespace {
 
 namespace fs = std::filesystem;
 
+using testing::sqlite_int;
+
+// A database file c.db in a temporary directory of its own.
 class TempDb {
  public:
-  TempDb() {
-    std::random_device rd;
-    dir_ = fs::temp_directory_path() / fmt::format("tracecache-events-{}-{}", ::getpid(), rd());
-    fs::create_directories(dir_);
-  }
-  ~TempDb() {
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
-  std::string path() const { return (dir_ / "c.db").string(); }
+  std::string path() const { return dir_.db(); }
   std::unique_ptr<CacheDb> open() const {
     auto db = CacheDb::open({.path = path()});
     EXPECT_TRUE(db.is_ok()) << db.status().to_string();
@@ -37,21 +29,8 @@ class TempDb {
   }
 
  private:
-  fs::path dir_;
+  testing::TempDir dir_;
 };
-
-int64_t raw_count(const std::string& path, const std::string& sql) {
-  sqlite3* db = nullptr;
-  sqlite3_open(path.c_str(), &db);
-  sqlite3_stmt* s = nullptr;
-  int64_t v = -1;
-  if (sqlite3_prepare_v2(db, sql.c_str(), -1, &s, nullptr) == SQLITE_OK && sqlite3_step(s) == SQLITE_ROW) {
-    v = sqlite3_column_int64(s, 0);
-  }
-  sqlite3_finalize(s);
-  sqlite3_close(db);
-  return v;
-}
 
 Event event(EventKind kind, uint64_t graph, double time) {
   Event e;
@@ -72,8 +51,8 @@ TEST(StoreEvents, HitsAreCountedInOneRowPerKeyAndTier) {
                                   {GraphKey{1, 1}, "cpu", "", EventKind::kHitDisk, 1, 10.0 + i}};
     ASSERT_TRUE(db->add_hits(hits).is_ok());
   }
-  EXPECT_EQ(raw_count(t.path(), "SELECT COUNT(*) FROM hit_counts"), 2);
-  EXPECT_EQ(raw_count(t.path(), "SELECT COUNT(*) FROM events"), 0);
+  EXPECT_EQ(sqlite_int(t.path(), "SELECT COUNT(*) FROM hit_counts"), 2);
+  EXPECT_EQ(sqlite_int(t.path(), "SELECT COUNT(*) FROM events"), 0);
   auto audit = db->audit();
   ASSERT_TRUE(audit.is_ok());
   ASSERT_EQ(audit->size(), 1u);
@@ -205,7 +184,7 @@ TEST(StoreEvents, SchemaTwoFilesAreUpgradedInPlace) {
   sqlite3_close(raw);
   auto db = t.open();
   ASSERT_TRUE(db);
-  EXPECT_EQ(raw_count(t.path(), "PRAGMA user_version"), kSchemaVersion);
+  EXPECT_EQ(sqlite_int(t.path(), "PRAGMA user_version"), kSchemaVersion);
   auto events = db->events();
   ASSERT_TRUE(events.is_ok());
   EXPECT_EQ(events->size(), 1u);

@@ -8,8 +8,6 @@
 #include <unistd.h>
 
 #include <cstdio>
-#include <filesystem>
-#include <random>
 
 #include "capture/program.h"
 #include "capture/program_runner.h"
@@ -17,32 +15,16 @@
 #include "replay/runtime.h"
 #include "store/fault_vfs.h"
 #include "tests/test_graphs.h"
+#include "tests/test_support.h"
 
 namespace tracecache {
 namespace {
 
-namespace fs = std::filesystem;
 using store::EventKind;
+using testing::TempDir;
 
 constexpr const char* kProgram = "matmul_varying_batch.trace";
 constexpr int kSteps = 4;
-
-class FaultDir {
- public:
-  FaultDir() {
-    std::random_device rd;
-    path_ = fs::temp_directory_path() / ("tracecache-faults-" + std::to_string(::getpid()) + "-" + std::to_string(rd()));
-    fs::create_directories(path_);
-  }
-  ~FaultDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  fs::path path_;
-};
 
 store::FaultVfs* fault_vfs() {
   static store::FaultVfs* vfs = std::move(store::register_fault_vfs("tracecache-fault-test")).value_or_throw();
@@ -102,7 +84,7 @@ void expect_consistent(const std::string& path, const std::string& what) {
 struct Counts {
   int64_t writes, syncs, reads;
 };
-Counts clean_counts(const FaultDir& dir) {
+Counts clean_counts(const TempDir& dir) {
   std::string path = dir.file("clean.db");
   auto db = open_faulty(path);
   fault_vfs()->set_plan({});
@@ -113,43 +95,42 @@ Counts clean_counts(const FaultDir& dir) {
   return c;
 }
 
+// For n = 0..last: a run on a fresh database <name><n>.db with plan field `fault` set to n gives
+// the uncached outputs `want` and leaves a consistent cache. `what` names the fault in messages.
+void fault_at_each(const TempDir& dir, int64_t store::FaultPlan::*fault, int64_t last, const std::string& name,
+                   const std::string& what, const std::vector<std::string>& want) {
+  for (int64_t n = 0; n <= last; ++n) {
+    std::string path = dir.file(name + std::to_string(n) + ".db");
+    {
+      auto db = open_faulty(path);
+      ASSERT_TRUE(db);
+      store::FaultPlan plan;
+      plan.*fault = n;
+      fault_vfs()->set_plan(plan);
+      EXPECT_EQ(run(db.get()), want) << what << " " << n;
+      fault_vfs()->set_plan({});
+    }
+    expect_consistent(path, what + " " + std::to_string(n));
+  }
+}
+
 TEST(StoreFaults, DiskFullAtEveryWrite) {
-  FaultDir dir;
+  TempDir dir;
   const std::vector<std::string> want = run(nullptr);
   Counts c = clean_counts(dir);
   ASSERT_GT(c.writes, 0);
-  for (int64_t n = 0; n <= c.writes; ++n) {
-    std::string path = dir.file("full" + std::to_string(n) + ".db");
-    {
-      auto db = open_faulty(path);
-      ASSERT_TRUE(db);
-      fault_vfs()->set_plan({.full_at_write = n});
-      EXPECT_EQ(run(db.get()), want) << "disk full at write " << n;
-      fault_vfs()->set_plan({});
-    }
-    expect_consistent(path, "disk full at write " + std::to_string(n));
-  }
+  fault_at_each(dir, &store::FaultPlan::full_at_write, c.writes, "full", "disk full at write", want);
 }
 
 TEST(StoreFaults, FailedFsyncAtEverySync) {
-  FaultDir dir;
+  TempDir dir;
   const std::vector<std::string> want = run(nullptr);
   Counts c = clean_counts(dir);
-  for (int64_t n = 0; n <= c.syncs; ++n) {
-    std::string path = dir.file("sync" + std::to_string(n) + ".db");
-    {
-      auto db = open_faulty(path);
-      ASSERT_TRUE(db);
-      fault_vfs()->set_plan({.fail_sync_at = n});
-      EXPECT_EQ(run(db.get()), want) << "fsync failed at sync " << n;
-      fault_vfs()->set_plan({});
-    }
-    expect_consistent(path, "fsync failed at sync " + std::to_string(n));
-  }
+  fault_at_each(dir, &store::FaultPlan::fail_sync_at, c.syncs, "sync", "fsync failed at sync", want);
 }
 
 TEST(StoreFaults, ReadErrorsAtEveryRead) {
-  FaultDir dir;
+  TempDir dir;
   const std::vector<std::string> want = run(nullptr);
   // Reads matter on a warm cache: fill it first, then fail the second run's reads.
   std::string path = dir.file("warm.db");
@@ -177,7 +158,7 @@ TEST(StoreFaults, ReadErrorsAtEveryRead) {
 }
 
 TEST(StoreFaults, CrashAtEveryWriteLeavesAConsistentCache) {
-  FaultDir dir;
+  TempDir dir;
   Counts c = clean_counts(dir);
   for (int64_t n = 0; n <= c.writes; ++n) {
     std::string path = dir.file("crash" + std::to_string(n) + ".db");

@@ -9,15 +9,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <filesystem>
 #include <fstream>
-#include <random>
 #include <string>
 #include <vector>
 
 #include "store/cache_db.h"
 #include "store/lru.h"
+#include "tests/test_support.h"
 
 namespace tracecache::store {
 namespace {
@@ -25,29 +24,8 @@ namespace {
 namespace fs = std::filesystem;
 using namespace std::string_literals;
 
-class StoreTempDir {
- public:
-  StoreTempDir() {
-    static std::atomic<int> counter{0};
-    std::random_device rd;
-    path_ = fs::temp_directory_path() /
-            ("tracecache-store-" + std::to_string(::getpid()) + "-" + std::to_string(rd()) + "-" +
-             std::to_string(counter++));
-    fs::create_directories(path_);
-  }
-  ~StoreTempDir() {
-    std::error_code ec;
-    fs::permissions(path_, fs::perms::owner_all, fs::perm_options::add, ec);
-    fs::remove_all(path_, ec);
-  }
-  StoreTempDir(const StoreTempDir&) = delete;
-  StoreTempDir& operator=(const StoreTempDir&) = delete;
-  const fs::path& path() const { return path_; }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  fs::path path_;
-};
+using testing::sqlite_int;
+using testing::TempDir;
 
 GraphKey graph_key(uint64_t n) { return GraphKey{0x1234'5678'9abc'def0ULL ^ n, n * 0x9e37'79b9'7f4a'7c15ULL + 1}; }
 
@@ -93,19 +71,6 @@ void flip_blob_byte(const std::string& path, const std::string& table, size_t of
   sqlite3_close(db);
 }
 
-int64_t raw_int(const std::string& path, const std::string& sql) {
-  sqlite3* db = nullptr;
-  EXPECT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
-  sqlite3_stmt* s = nullptr;
-  int64_t v = -1;
-  if (sqlite3_prepare_v2(db, sql.c_str(), -1, &s, nullptr) == SQLITE_OK && sqlite3_step(s) == SQLITE_ROW) {
-    v = sqlite3_column_int64(s, 0);
-  }
-  sqlite3_finalize(s);
-  sqlite3_close(db);
-  return v;
-}
-
 Event make_event(EventKind kind, const GraphKey& graph, double time, std::string reason = "",
                  double duration_ms = 0, std::string backend = "cpu", std::string detail = "") {
   Event e;
@@ -129,12 +94,12 @@ std::string binary_blob(size_t n, uint8_t seed) {
 // ---------------------------------------------------------------- round trips
 
 TEST(CacheDbStore, CreatesParentDirectoriesAndRecordsTheSchema) {
-  StoreTempDir dir;
+  TempDir dir;
   const std::string path = dir.file("a/b/c/cache.db");
   { auto db = open_db(path); ASSERT_TRUE(db); EXPECT_FALSE(db->read_only()); EXPECT_EQ(db->path(), path); }
   EXPECT_TRUE(fs::exists(path));
-  EXPECT_EQ(raw_int(path, "PRAGMA user_version"), kSchemaVersion);
-  EXPECT_EQ(raw_int(path, "SELECT COUNT(*) FROM sqlite_master WHERE type = 'index' AND name = 'events_by_graph'"), 1);
+  EXPECT_EQ(sqlite_int(path, "PRAGMA user_version"), kSchemaVersion);
+  EXPECT_EQ(sqlite_int(path, "SELECT COUNT(*) FROM sqlite_master WHERE type = 'index' AND name = 'events_by_graph'"), 1);
   sqlite3* db = nullptr;
   ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
   sqlite3_stmt* s = nullptr;
@@ -150,7 +115,7 @@ TEST(CacheDbStore, CreatesParentDirectoriesAndRecordsTheSchema) {
 }
 
 TEST(CacheDbStore, GraphsRoundTripAndPutRepairsDifferentBytes) {
-  StoreTempDir dir;
+  TempDir dir;
   auto db = open_db(dir.file("c.db"));
   ASSERT_TRUE(db);
   const std::string blob = binary_blob(1000, 3) + "\0\0tail"s;
@@ -179,7 +144,7 @@ TEST(CacheDbStore, GraphsRoundTripAndPutRepairsDifferentBytes) {
 }
 
 TEST(CacheDbStore, ExecutablesRoundTripAndPutReplaces) {
-  StoreTempDir dir;
+  TempDir dir;
   auto db = open_db(dir.file("c.db"));
   ASSERT_TRUE(db);
   const std::string blob = binary_blob(4096, 9);
@@ -217,7 +182,7 @@ TEST(CacheDbStore, ExecutablesRoundTripAndPutReplaces) {
 }
 
 TEST(CacheDbStore, TouchAndListExecutables) {
-  StoreTempDir dir;
+  TempDir dir;
   const std::string path = dir.file("c.db");
   auto db = open_db(path);
   ASSERT_TRUE(db);
@@ -250,7 +215,7 @@ TEST(CacheDbStore, TouchAndListExecutables) {
 }
 
 TEST(CacheDbStore, TwoObjectsOnOneFileSeeEachOthersWrites) {
-  StoreTempDir dir;
+  TempDir dir;
   const std::string path = dir.file("shared.db");
   auto a = open_db(path);
   auto b = open_db(path);
@@ -271,7 +236,7 @@ TEST(CacheDbStore, TwoObjectsOnOneFileSeeEachOthersWrites) {
 }
 
 TEST(CacheDbStore, ALockedDatabaseFailsWritesWithIOErrorAndRecovers) {
-  StoreTempDir dir;
+  TempDir dir;
   const std::string path = dir.file("c.db");
   auto db = CacheDb::open({.path = path, .busy_timeout_ms = 20});
   ASSERT_TRUE(db.is_ok());
@@ -294,7 +259,7 @@ TEST(CacheDbStore, ALockedDatabaseFailsWritesWithIOErrorAndRecovers) {
 // ---------------------------------------------------------------- untrusted input
 
 TEST(CacheDbStore, AFlippedExecutableByteIsCorruptionAndVerifyFindsIt) {
-  StoreTempDir dir;
+  TempDir dir;
   const std::string path = dir.file("c.db");
   auto db = open_db(path);
   ASSERT_TRUE(db);
@@ -333,7 +298,7 @@ TEST(CacheDbStore, AFlippedExecutableByteIsCorruptionAndVerifyFindsIt) {
 }
 
 TEST(CacheDbStore, ANewerSchemaIsUnsupportedWithAClearMessage) {
-  StoreTempDir dir;
+  TempDir dir;
   const std::string path = dir.file("future.db");
   { auto db = open_db(path); ASSERT_TRUE(db); }
   raw_exec(path, "PRAGMA user_version = 7");
@@ -346,11 +311,11 @@ TEST(CacheDbStore, ANewerSchemaIsUnsupportedWithAClearMessage) {
     EXPECT_NE(m.find("schema version 7"), std::string::npos) << m;
     EXPECT_NE(m.find(fmt::format("newer than this tracecache ({})", kSchemaVersion)), std::string::npos) << m;
   }
-  EXPECT_EQ(raw_int(path, "PRAGMA user_version"), 7) << "the file is left alone";
+  EXPECT_EQ(sqlite_int(path, "PRAGMA user_version"), 7) << "the file is left alone";
 }
 
 TEST(CacheDbStore, AFileThatIsNotADatabaseIsCorruption) {
-  StoreTempDir dir;
+  TempDir dir;
   const std::string path = dir.file("notes.txt");
   {
     std::ofstream f(path, std::ios::binary);
@@ -366,14 +331,14 @@ TEST(CacheDbStore, AFileThatIsNotADatabaseIsCorruption) {
 }
 
 TEST(CacheDbStore, AnotherApplicationsDatabaseIsCorruption) {
-  StoreTempDir dir;
+  TempDir dir;
   const std::string path = dir.file("other.db");
   raw_exec(path, "CREATE TABLE photos (id INTEGER PRIMARY KEY, name TEXT)");
   auto db = CacheDb::open({.path = path});
   ASSERT_FALSE(db.is_ok());
   EXPECT_EQ(db.status().code(), StatusCode::kCorruption);
   EXPECT_NE(db.status().message().find("not a tracecache database"), std::string::npos) << db.status().message();
-  EXPECT_EQ(raw_int(path, "SELECT COUNT(*) FROM sqlite_master WHERE name = 'graphs'"), 0) << "nothing was added";
+  EXPECT_EQ(sqlite_int(path, "SELECT COUNT(*) FROM sqlite_master WHERE name = 'graphs'"), 0) << "nothing was added";
   sqlite3* raw = nullptr;
   ASSERT_EQ(sqlite3_open(path.c_str(), &raw), SQLITE_OK);
   sqlite3_stmt* s = nullptr;
@@ -394,7 +359,7 @@ TEST(CacheDbStore, AnotherApplicationsDatabaseIsCorruption) {
 // Random bytes over the middle of the file: every call returns ok or an error Status, never
 // crashes (run under the sanitizers too).
 TEST(CacheDbStore, RandomBytesInTheFileNeverCrash) {
-  StoreTempDir dir;
+  TempDir dir;
   const std::string pristine = dir.file("pristine.db");
   {
     auto db = open_db(pristine);
@@ -477,7 +442,7 @@ void fill_for_read_only(const std::string& path) {
 }
 
 TEST(CacheDbReadOnly, TheReadOnlyOptionAllowsReadsAndRefusesWrites) {
-  StoreTempDir dir;
+  TempDir dir;
   const std::string path = dir.file("c.db");
   fill_for_read_only(path);
   auto db = open_db(path, /*read_only=*/true);
@@ -504,7 +469,7 @@ TEST(CacheDbReadOnly, TheReadOnlyOptionAllowsReadsAndRefusesWrites) {
 }
 
 TEST(CacheDbReadOnly, ReadOnlyDoesNotCreateAMissingFile) {
-  StoreTempDir dir;
+  TempDir dir;
   const std::string path = dir.file("sub/missing.db");
   auto db = CacheDb::open({.path = path, .read_only = true});
   ASSERT_FALSE(db.is_ok());
@@ -514,7 +479,7 @@ TEST(CacheDbReadOnly, ReadOnlyDoesNotCreateAMissingFile) {
 }
 
 TEST(CacheDbReadOnly, AnUncreatableDirectoryIsAnIOErrorNamingThePath) {
-  StoreTempDir dir;
+  TempDir dir;
   { std::ofstream(dir.file("plain-file")) << "x"; }
   const std::string path = dir.file("plain-file/sub/cache.db");
   auto db = CacheDb::open({.path = path});
@@ -563,7 +528,7 @@ int run_in_child(const std::string& path, bool expect_open) {
 }
 
 TEST(CacheDbReadOnly, AWriteProtectedFileOpensReadOnly) {
-  StoreTempDir dir;
+  TempDir dir;
   const std::string path = dir.file("c.db");
   fill_for_read_only(path);
   fs::permissions(dir.path(), fs::perms::all);  // the directory stays writable
@@ -572,7 +537,7 @@ TEST(CacheDbReadOnly, AWriteProtectedFileOpensReadOnly) {
 }
 
 TEST(CacheDbReadOnly, ADatabaseInAReadOnlyDirectoryOpensReadOnly) {
-  StoreTempDir dir;
+  TempDir dir;
   const std::string path = dir.file("c.db");
   fill_for_read_only(path);
   ASSERT_FALSE(fs::exists(path + "-wal")) << "the last connection removes the WAL";
@@ -584,7 +549,7 @@ TEST(CacheDbReadOnly, ADatabaseInAReadOnlyDirectoryOpensReadOnly) {
 }
 
 TEST(CacheDbReadOnly, AnUnreadableFileIsAnIOErrorNamingThePath) {
-  StoreTempDir dir;
+  TempDir dir;
   const std::string path = dir.file("c.db");
   fill_for_read_only(path);
   fs::permissions(dir.path(), fs::perms::all);
@@ -595,7 +560,7 @@ TEST(CacheDbReadOnly, AnUnreadableFileIsAnIOErrorNamingThePath) {
 // ---------------------------------------------------------------- audit log
 
 TEST(CacheDbStore, EventsKeepOrderAndEveryField) {
-  StoreTempDir dir;
+  TempDir dir;
   auto db = open_db(dir.file("c.db"));
   ASSERT_TRUE(db);
   EXPECT_TRUE(db->append_events({}).is_ok());
@@ -642,7 +607,7 @@ TEST(CacheDbStore, EventsKeepOrderAndEveryField) {
 }
 
 TEST(CacheDbStore, AnUnknownEventKindInTheFileIsSkippedAndCounted) {
-  StoreTempDir dir;
+  TempDir dir;
   const std::string path = dir.file("c.db");
   auto db = open_db(path);
   ASSERT_TRUE(db);
@@ -666,7 +631,7 @@ TEST(CacheDbStore, AnUnknownEventKindInTheFileIsSkippedAndCounted) {
 }
 
 TEST(CacheDbStore, ClassifyMissInAllFourCases) {
-  StoreTempDir dir;
+  TempDir dir;
   auto db = open_db(dir.file("c.db"));
   ASSERT_TRUE(db);
   auto classify = [&](const ExecutableKey& k) {
@@ -707,7 +672,7 @@ TEST(CacheDbStore, ClassifyMissInAllFourCases) {
 }
 
 TEST(CacheDbStore, GcEvictsLeastRecentlyUsedFirstAndRecordsEvents) {
-  StoreTempDir dir;
+  TempDir dir;
   const std::string path = dir.file("c.db");
   auto db = open_db(path);
   ASSERT_TRUE(db);
@@ -755,7 +720,7 @@ TEST(CacheDbStore, GcEvictsLeastRecentlyUsedFirstAndRecordsEvents) {
 }
 
 TEST(CacheDbStore, AuditCountsHitsMissesAndSavedTime) {
-  StoreTempDir dir;
+  TempDir dir;
   auto db = open_db(dir.file("c.db"));
   ASSERT_TRUE(db);
   const GraphKey g1 = graph_key(1), g2 = graph_key(2), g3 = graph_key(3);
@@ -811,7 +776,7 @@ TEST(CacheDbStore, AuditCountsHitsMissesAndSavedTime) {
 }
 
 TEST(CacheDbStore, StatsCountTablesEventsAndFileSize) {
-  StoreTempDir dir;
+  TempDir dir;
   auto db = open_db(dir.file("c.db"));
   ASSERT_TRUE(db);
   auto empty = db->stats();
@@ -842,7 +807,7 @@ TEST(CacheDbStore, StatsCountTablesEventsAndFileSize) {
   EXPECT_EQ(s->compiles, 1);
   EXPECT_DOUBLE_EQ(s->hit_rate, 0.75);
   EXPECT_GE(s->file_bytes, 5000u);
-  const int64_t page_size = raw_int(db->path(), "PRAGMA page_size");
+  const int64_t page_size = sqlite_int(db->path(), "PRAGMA page_size");
   ASSERT_GT(page_size, 0);
   EXPECT_EQ(s->file_bytes % static_cast<uint64_t>(page_size), 0u);
 }
@@ -952,7 +917,7 @@ TEST(LruCache, AValueInUseSurvivesEviction) {
 }
 
 TEST(CacheDbStore, AVersion1DatabaseIsUpgradedInPlace) {
-  StoreTempDir dir;
+  TempDir dir;
   const std::string path = dir.file("v1.db");
   {
     auto db = open_db(path);
@@ -967,7 +932,7 @@ TEST(CacheDbStore, AVersion1DatabaseIsUpgradedInPlace) {
   EXPECT_NE(ro.status().message().find("with write access to upgrade"), std::string::npos);
   auto db = open_db(path);
   ASSERT_TRUE(db);
-  EXPECT_EQ(raw_int(path, "PRAGMA user_version"), kSchemaVersion);
+  EXPECT_EQ(sqlite_int(path, "PRAGMA user_version"), kSchemaVersion);
   EXPECT_EQ(**db->get_graph(graph_key(1)), "g") << "existing data survives the upgrade";
   FunctionKey fk{"f", "v1", "tc"};
   ASSERT_TRUE(db->put_function_entry(fk, 0, "entry").is_ok());

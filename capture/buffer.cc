@@ -5,12 +5,29 @@
 
 #include <cassert>
 #include <cstring>
+#include <limits>
 #include <new>
+
+#include <unistd.h>
 
 namespace tracecache {
 
 namespace {
 constexpr std::align_val_t kAlign{64};
+}
+
+uint64_t physical_memory_bytes() {
+  static const uint64_t bytes = [] {
+    const long pages = ::sysconf(_SC_PHYS_PAGES);
+    const long page_size = ::sysconf(_SC_PAGESIZE);
+    if (pages <= 0 || page_size <= 0) return std::numeric_limits<uint64_t>::max();
+    uint64_t total = 0;
+    if (__builtin_mul_overflow(static_cast<uint64_t>(pages), static_cast<uint64_t>(page_size), &total)) {
+      return std::numeric_limits<uint64_t>::max();
+    }
+    return total;
+  }();
+  return bytes;
 }
 
 void detail::BufferFree::operator()(std::byte* p) const {

@@ -19,6 +19,10 @@
 
 namespace tracecache {
 
+// This machine's physical memory in bytes (sysconf), or UINT64_MAX if it cannot be told. A
+// buffer larger than this is refused before it is allocated, whatever its element count.
+uint64_t physical_memory_bytes();
+
 namespace detail {
 // HostBuffer's deleter: frees owned storage, leaves a view's borrowed bytes alone.
 struct BufferFree {

@@ -245,16 +245,23 @@ Result<BufferRef> make_value(const Program& p, const TensorDecl& decl, int step,
     if (!loaded.is_ok()) return at(p, g.pos, loaded.status());
     return BufferRef(std::make_shared<const HostBuffer>(std::move(loaded).value()));
   }
+  // Within the element limit, but more than this machine can hold: still the program's size.
+  // A size beyond physical memory is refused without trying (an allocator may abort rather than
+  // fail, as sanitizers' do); a smaller one that still fails is caught.
+  const uint64_t bytes = static_cast<uint64_t>(shape->numel()) * dtype_size(decl.dtype);
+  auto unallocatable = [&] {
+    return at(p, decl.dims.empty() ? decl.pos : decl.dims.front().pos,
+              invalid_argument(fmt::format(
+                  "'{}' is declared {}: its {} bytes cannot be allocated (this machine has {} bytes "
+                  "of memory); declare a smaller shape",
+                  decl.name, type_to_string({decl.dtype, *shape}), bytes, physical_memory_bytes())));
+  };
+  if (bytes > physical_memory_bytes()) return unallocatable();
   std::optional<HostBuffer> allocated;
   try {
     allocated.emplace(decl.dtype, *shape);
   } catch (const std::bad_alloc&) {
-    // Within the element limit, but more than this machine can hold: still the program's size.
-    return at(p, decl.dims.empty() ? decl.pos : decl.dims.front().pos,
-              invalid_argument(fmt::format(
-                  "'{}' is declared {}: its {} bytes cannot be allocated; declare a smaller shape",
-                  decl.name, type_to_string({decl.dtype, *shape}),
-                  shape->numel() * static_cast<int64_t>(dtype_size(decl.dtype)))));
+    return unallocatable();
   }
   HostBuffer& b = *allocated;
   switch (g.kind) {

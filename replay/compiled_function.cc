@@ -442,6 +442,11 @@ XXH128_hash_t content_hash(const HostBuffer& b) {
 
 }  // namespace
 
+Status validate_guard_entry(const std::string& bytes) {
+  Result<Entry> e = parse_entry(bytes);
+  return e.is_ok() ? Status::ok() : e.status();
+}
+
 std::string GuardFailure::to_string() const {
   return fmt::format("{} expected {}, actual {}", what, expected, actual);
 }

@@ -137,6 +137,12 @@ struct FunctionStats {
   std::vector<std::string> recompile_reasons;  // one line per recompile, all failures joined
 };
 
+// Decodes and checks one stored guard entry (the bytes of a `functions` row's entry) as a
+// CompiledFunction does when it loads it: OK if it may be used (its routes are still checked
+// against each executable when that is fetched), kCorruption naming what failed otherwise.
+// Thread-safe (pure). For tools and the fuzz harness (fuzz/fuzz_guard_entry.cc).
+Status validate_guard_entry(const std::string& bytes);
+
 class CompiledFunction {
  public:
   CompiledFunction(std::string name, TracedFn fn, Runtime* runtime,

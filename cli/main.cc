@@ -8,6 +8,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -23,21 +25,23 @@ std::string env(const char* name) {
   return v ? v : "";
 }
 
-// `tracecache WORD ...` where WORD is no command: names it and suggests the nearest command
-// (CLI11 alone would say "A subcommand is required"). Returns true if it reported an error.
-bool report_unknown_command(CLI::App& app, int argc, char** argv) {
-  if (argc < 2 || argv[1][0] == '-') return false;
-  const std::string_view word = argv[1];
+// `tracecache WORD ...` (or `tracecache zoo WORD ...`) where WORD is no command of that level:
+// names it and suggests the nearest command (CLI11 alone would say "A subcommand is required").
+// `path` is the commands given before WORD ("" or "zoo "). Returns true if it reported an error.
+bool report_unknown_command(CLI::App& app, std::span<char*> args, const std::string& path) {
+  std::vector<CLI::App*> subcommands = app.get_subcommands([](CLI::App*) { return true; });
+  if (subcommands.empty() || args.empty() || args[0][0] == '-') return false;
+  const std::string_view word = args[0];
   std::vector<std::string> names;
-  for (const CLI::App* c : app.get_subcommands([](CLI::App*) { return true; })) names.push_back(c->get_name());
-  std::vector<std::string_view> views(names.begin(), names.end());
-  for (std::string_view n : views) {
-    if (n == word) return false;
+  for (CLI::App* c : subcommands) {
+    if (c->get_name() == word) return report_unknown_command(*c, args.subspan(1), path + c->get_name() + " ");
+    names.push_back(c->get_name());
   }
+  std::vector<std::string_view> views(names.begin(), names.end());
   const std::string_view nearest = tracecache::nearest_spelling(word, views);
-  std::fputs(fmt::format("tracecache: unknown command '{}'{}; commands: {} (see tracecache --help)\n", word,
-                         nearest.empty() ? std::string() : fmt::format(" (did you mean '{}'?)", nearest),
-                         fmt::join(views, ", "))
+  std::fputs(fmt::format("tracecache: unknown command '{}{}'{}; commands: {} (see tracecache {}--help)\n", path,
+                         word, nearest.empty() ? std::string() : fmt::format(" (did you mean '{}{}'?)", path, nearest),
+                         fmt::join(views, ", "), path)
                  .c_str(),
              stderr);
   return true;
@@ -146,7 +150,9 @@ int main(int argc, char** argv) {
                      "seconds, or with m/h/d (e.g. 30d)");
   CLI::App* verify_cmd = cache_cmd("verify", "Check every stored blob; exit 1 if any is bad.");
 
-  if (report_unknown_command(app, argc, argv)) return kExitBadInput;
+  if (report_unknown_command(app, std::span<char*>(argv + 1, static_cast<size_t>(argc - 1)), "")) {
+    return kExitBadInput;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

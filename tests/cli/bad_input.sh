@@ -38,6 +38,9 @@ expect_exit 2 "$TC" audti
 grep -q "unknown command 'audti' (did you mean 'audit'?)" "$TMP/err" || fail "audti: $(cat "$TMP/err")"
 expect_exit 2 "$TC" rn "$P/mlp.trace"
 grep -q "unknown command 'rn' (did you mean 'run'?)" "$TMP/err" || fail "rn: $(cat "$TMP/err")"
+expect_exit 2 "$TC" zoo lst
+grep -q "unknown command 'zoo lst' (did you mean 'zoo list'?); commands: list, .*(see tracecache zoo --help)" "$TMP/err" ||
+  fail "zoo lst: $(cat "$TMP/err")"
 
 # Output paths that cannot be written are bad input, found before the first step runs (the run
 # prints nothing on stdout).

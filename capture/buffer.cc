@@ -36,6 +36,11 @@ void detail::BufferFree::operator()(std::byte* p) const {
 
 HostBuffer::HostBuffer(DType dtype, const Shape& shape) : dtype_(dtype), shape_(shape) {
   size_t n = checked_nbytes(shape.span(), dtype_size(dtype)).value_or_throw();
+  if (n > physical_memory_bytes()) {
+    throw Error(invalid_argument(fmt::format(
+        "a {}{} tensor needs {} bytes, more than this machine's memory ({} bytes); use smaller "
+        "shapes", dtype_name(dtype), shape.to_string(), n, physical_memory_bytes())));
+  }
   // Always allocate at least one byte so bytes() is never null.
   data_.reset(static_cast<std::byte*>(::operator new[](n == 0 ? 1 : n, kAlign)));
   std::memset(data_.get(), 0, n == 0 ? 1 : n);

@@ -34,9 +34,10 @@ struct BufferFree {
 class HostBuffer {
  public:
   HostBuffer() = default;
-  // Zero-initialized storage for `shape` elements of `dtype`. Throws Error (kInvalidArgument,
-  // from checked_nbytes) before allocating if the shape has more than kMaxElements elements;
-  // so nbytes() of any buffer is exact.
+  // Zero-initialized storage for `shape` elements of `dtype`. Throws Error (kInvalidArgument)
+  // before allocating if the shape has more than kMaxElements elements (checked_nbytes), so
+  // nbytes() of any buffer is exact, or more bytes than physical_memory_bytes(): a program's
+  // sizes, never an allocator's abort or a bad_alloc.
   HostBuffer(DType dtype, const Shape& shape);
   // A non-owning view of `data` as `shape` elements of `dtype`: no allocation, no copy, no
   // initialization; the destructor does not free `data`. The caller keeps `data` alive and

@@ -196,6 +196,8 @@ int main(int argc, char** argv) {
       cache.max_bytes = *bytes;
       return gc_command(cache);
     }
+  } catch (const tracecache::Error& e) {
+    return report_error(e.status());  // e.g. a tensor larger than memory: the program's sizes
   } catch (const std::exception& e) {
     std::fputs(fmt::format("tracecache: internal error: {}\n", e.what()).c_str(), stderr);
     return kExitFailure;

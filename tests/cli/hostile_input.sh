@@ -39,6 +39,16 @@ expect_exit 2 "$TC" run "$TMP/huge.trace" --no-cache
 grep -qF "huge.trace:2:15: 'x' is declared i64[281474976710656]: its 2251799813685248 bytes cannot be allocated" "$TMP/err" \
   || fail "$(cat "$TMP/err")"
 
+# An op whose output is within the element limit but larger than memory (a broadcast to 4 TiB):
+# bad input in every mode, never "internal error: std::bad_alloc" or an allocator's abort.
+printf 'tracecache 1\ninput x : f32[1] = full(1)\ny = broadcast_to(x, shape=[1099511627776])\noutput y\n' \
+  > "$TMP/wide.trace"
+for mode in eager lazy once; do
+  expect_exit 2 "$TC" run "$TMP/wide.trace" --no-cache --mode "$mode"
+  grep -qF "a f32[1099511627776] tensor needs 4398046511104 bytes, more than this machine's memory" "$TMP/err" \
+    || fail "$mode: $(cat "$TMP/err")"
+done
+
 # Nested calls and misspelled tensor names say what to write instead.
 expect_exit 2 "$TC" run "$SRC/fixtures/programs/bad/nested_call.trace"
 grep -qF "write 't = neg(x)' on its own line, then 'y = relu(t)'" "$TMP/err" || fail "$(cat "$TMP/err")"

@@ -5,9 +5,9 @@
 // <= 100 ns per recorded op, <= 200 ns per node for canonicalize + hash.
 #include <benchmark/benchmark.h>
 
-#include "capture/canonical.h"
-#include "capture/reference.h"
-#include "capture/tensor.h"
+#include "capture/ir/canonical.h"
+#include "capture/reference/reference.h"
+#include "capture/trace/tensor.h"
 
 namespace tracecache {
 namespace {

@@ -4,10 +4,10 @@
 // excluded by warming the cache before timing.
 #include <benchmark/benchmark.h>
 
-#include "capture/program.h"
-#include "capture/program_runner.h"
-#include "replay/cpu_backend.h"
-#include "replay/runtime.h"
+#include "frontend/program/program.h"
+#include "frontend/program/program_runner.h"
+#include "backends/cpu/cpu_backend.h"
+#include "runtime/runtime.h"
 
 namespace tracecache {
 namespace {

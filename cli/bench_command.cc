@@ -26,7 +26,7 @@
 #include <optional>
 #include <sstream>
 
-#include "capture/program.h"
+#include "frontend/program/program.h"
 #include "cli/common.h"
 #include "cli/json.h"
 #include "cli/program_session.h"

@@ -4,7 +4,7 @@
 
 #include "cli/common.h"
 #include "cli/json.h"
-#include "replay/executable.h"
+#include "compile/executable.h"
 
 namespace tracecache::cli {
 

@@ -7,9 +7,9 @@
 #include <string_view>
 #include <vector>
 
-#include "capture/program.h"
-#include "capture/status.h"
-#include "store/cache_db.h"
+#include "frontend/program/program.h"
+#include "capture/core/status.h"
+#include "store/sqlite/cache_db.h"
 
 namespace CLI {
 class App;

@@ -8,7 +8,7 @@
 #include <fmt/format.h>
 
 #include "cli/commands.h"
-#include "store/cache_db.h"
+#include "store/sqlite/cache_db.h"
 
 namespace tracecache::cli {
 

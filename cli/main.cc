@@ -13,10 +13,10 @@
 #include <string_view>
 #include <vector>
 
-#include "capture/suggest.h"
+#include "capture/core/suggest.h"
 #include "cli/commands.h"
 #include "cli/validators.h"
-#include "replay/toolkit_version.h"
+#include "runtime/toolkit_version.h"
 
 namespace {
 

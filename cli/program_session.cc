@@ -7,9 +7,9 @@
 #include <cassert>
 #include <filesystem>
 
-#include "capture/reference.h"
-#include "replay/cpu_backend.h"
-#include "replay/eager_runner.h"
+#include "capture/reference/reference.h"
+#include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/eager_runner.h"
 
 namespace tracecache::cli {
 

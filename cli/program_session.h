@@ -1,8 +1,8 @@
 // ProgramSession: runs a trace program's steps in one execution mode, for `run` and `bench`.
 //
-//   eager  each op runs at once on the backend's op runner (capture/eager.h); no trace, no cache
+//   eager  each op runs at once on the backend's op runner (capture/trace/eager.h); no trace, no cache
 //   lazy   every step is traced, hashed at the barrier and run through the graph cache
-//   once   every step is one call of a CompiledFunction (replay/compiled_function.h) named
+//   once   every step is one call of a CompiledFunction (runtime/compiled_function.h) named
 //          "<program file name>:step" whose arguments are the step's tensors (parameters and
 //          inputs, in declaration order) and, as static scalars, the step's dim values: a
 //          step's graph can depend on dims that appear only in attributes (arange(end=N),
@@ -22,12 +22,12 @@
 #include <string_view>
 #include <vector>
 
-#include "capture/metrics.h"
-#include "capture/program.h"
-#include "capture/program_runner.h"
-#include "replay/compiled_function.h"
-#include "replay/sim_backend.h"
-#include "store/cache_db.h"
+#include "capture/core/metrics.h"
+#include "frontend/program/program.h"
+#include "frontend/program/program_runner.h"
+#include "runtime/compiled_function.h"
+#include "backends/sim/sim_backend.h"
+#include "store/sqlite/cache_db.h"
 
 namespace tracecache::cli {
 
@@ -39,7 +39,7 @@ std::string_view mode_name(Mode mode);
 struct SessionOptions {
   Mode mode = Mode::kLazy;
   // "cpu", "reference" (eager and lazy only), or "sim:PRESET" / "sim:SPEC_FILE" / "sim" (=
-  // sim:h100; lazy and once only), see replay/sim_backend.h.
+  // sim:h100; lazy and once only), see backends/sim/sim_backend.h.
   std::string backend = "cpu";
   store::CacheDb* db = nullptr;       // the disk cache for lazy and once; null: memory only
   bool bake_scalars = false;          // canonicalization (lazy and once)

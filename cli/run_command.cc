@@ -8,18 +8,18 @@
 
 #include <unistd.h>
 
-#include "capture/npy.h"
-#include "capture/program.h"
-#include "capture/program_runner.h"
-#include "capture/reference.h"
+#include "frontend/files/npy.h"
+#include "frontend/program/program.h"
+#include "frontend/program/program_runner.h"
+#include "capture/reference/reference.h"
 #include "cli/common.h"
 #include "cli/json.h"
 #include "cli/program_session.h"
-#include "replay/cpu_backend.h"
-#include "replay/runtime.h"
-#include "replay/sim_backend.h"
-#include "replay/toolkit_version.h"
-#include "store/graph_codec.h"
+#include "backends/cpu/cpu_backend.h"
+#include "runtime/runtime.h"
+#include "backends/sim/sim_backend.h"
+#include "runtime/toolkit_version.h"
+#include "store/codec/graph_codec.h"
 
 namespace tracecache::cli {
 

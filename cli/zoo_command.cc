@@ -1,6 +1,6 @@
-// `tracecache zoo list | emit | run`: the model zoo (zoo/) from the command line.
+// `tracecache zoo list | emit | run`: the model zoo (frontend/zoo/) from the command line.
 //
-// A model is run by turning it into a trace program (zoo/program.h) and handing that to the
+// A model is run by turning it into a trace program (frontend/zoo/program.h) and handing that to the
 // same code `tracecache run` uses (run_loaded_program), so `zoo run NAME` and `run` on the
 // output of `zoo emit NAME` print the same checksums.
 #include <CLI/CLI.hpp>
@@ -10,13 +10,13 @@
 #include <filesystem>
 #include <fstream>
 
-#include "capture/npy.h"
-#include "capture/safetensors.h"
+#include "frontend/files/npy.h"
+#include "frontend/files/safetensors.h"
 #include "cli/common.h"
 #include "cli/json.h"
 #include "cli/validators.h"
-#include "zoo/model.h"
-#include "zoo/program.h"
+#include "frontend/zoo/model.h"
+#include "frontend/zoo/program.h"
 
 namespace tracecache::cli {
 

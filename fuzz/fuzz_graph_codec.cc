@@ -1,4 +1,4 @@
-// Fuzz harness: graph decoding (store/graph_codec.h parse_graph), bytes as read from the cache.
+// Fuzz harness: graph decoding (store/codec/graph_codec.h parse_graph), bytes as read from the cache.
 // Property: no crash; a graph that decodes re-encodes to bytes that decode and re-encode to
 // the same bytes (encoding is deterministic).
 #include <cstdint>
@@ -6,7 +6,7 @@
 #include <string>
 #include <string_view>
 
-#include "store/graph_codec.h"
+#include "store/codec/graph_codec.h"
 
 using namespace tracecache;
 

@@ -1,11 +1,11 @@
-// Fuzz harness: the .npy reader (capture/npy.h), through its in-memory entry point parse_npy.
+// Fuzz harness: the .npy reader (frontend/files/npy.h), through its in-memory entry point parse_npy.
 // Property: no crash; a parsed buffer encodes to a file that parses back to the same bytes.
 #include <cstdint>
 #include <cstdlib>
 #include <string>
 #include <string_view>
 
-#include "capture/npy.h"
+#include "frontend/files/npy.h"
 
 using namespace tracecache;
 

@@ -1,4 +1,4 @@
-// Fuzz harness: the trace-program parser (capture/program.h).
+// Fuzz harness: the trace-program parser (frontend/program/program.h).
 // Property: parse never crashes; a parsed program prints to text that parses back to an equal
 // program (parse(print(p)) == p); every declared shape the runner accepts at step 0 has an
 // element count (what the runner allocates; UBSan flags an overflow); and its step-0 output
@@ -7,8 +7,8 @@
 #include <cstdlib>
 #include <string_view>
 
-#include "capture/program.h"
-#include "capture/program_runner.h"
+#include "frontend/program/program.h"
+#include "frontend/program/program_runner.h"
 
 using namespace tracecache;
 

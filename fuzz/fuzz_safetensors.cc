@@ -1,11 +1,11 @@
-// Fuzz harness: the safetensors reader (capture/safetensors.h), through its in-memory entry
+// Fuzz harness: the safetensors reader (frontend/files/safetensors.h), through its in-memory entry
 // point SafetensorsFile::parse. Property: no crash; every entry of a file that parses can be
 // read (or fails with a Status), and a readable tensor's byte count matches its range.
 #include <cstdint>
 #include <cstdlib>
 #include <string>
 
-#include "capture/safetensors.h"
+#include "frontend/files/safetensors.h"
 
 using namespace tracecache;
 

@@ -1,9 +1,9 @@
 // Canonicalization and the graph hash: invariant 1 (stable hash) of docs/architecture.md.
 #include <gtest/gtest.h>
 
-#include "capture/canonical.h"
-#include "capture/reference.h"
-#include "capture/tensor.h"
+#include "capture/ir/canonical.h"
+#include "capture/reference/reference.h"
+#include "capture/trace/tensor.h"
 #include "tests/test_graphs.h"
 
 namespace tracecache {

@@ -3,9 +3,9 @@
 #include <gtest/gtest.h>
 #include <sqlite3.h>
 
-#include "replay/compiled_function.h"
-#include "replay/cpu_backend.h"
-#include "store/proto/tracecache.pb.h"
+#include "runtime/compiled_function.h"
+#include "backends/cpu/cpu_backend.h"
+#include "store/codec/proto/tracecache.pb.h"
 #include "tests/test_support.h"
 
 namespace tracecache {

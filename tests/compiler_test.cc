@@ -4,9 +4,9 @@
 
 #include <random>
 
-#include "replay/compiler.h"
-#include "replay/cpu_backend.h"
-#include "replay/executable.h"
+#include "compile/compiler.h"
+#include "backends/cpu/cpu_backend.h"
+#include "compile/executable.h"
 #include "tests/test_graphs.h"
 
 namespace tracecache {

@@ -1,4 +1,4 @@
-// The cpu backend's kernels (replay/cpu_kernels.h) against the reference kernels, the oracle:
+// The cpu backend's kernels (backends/cpu/cpu_kernels.h) against the reference kernels, the oracle:
 //  - every op of the registry but parameter, through run_op, on dtype/shape cases including
 //    broadcasting, size-1 and size-0 dims, tile- and thread-crossing sizes: bitwise equal,
 //    except f32 matmul and scaled_dot_product_attention (BLAS), which must be within the
@@ -22,11 +22,11 @@
 #include <utility>
 #include <vector>
 
-#include "capture/buffer.h"
-#include "capture/graph.h"
-#include "capture/ops.h"
-#include "capture/status.h"
-#include "replay/cpu_kernels.h"
+#include "capture/core/buffer.h"
+#include "capture/ir/graph.h"
+#include "capture/ops/ops.h"
+#include "capture/core/status.h"
+#include "backends/cpu/cpu_kernels.h"
 #include "tests/attention_bound.h"
 
 namespace tracecache {
@@ -489,7 +489,7 @@ TEST_P(CpuOp, MatchesReferenceOnEveryCase) {
   EXPECT_GE(ran, 3) << op.name;
 }
 
-// The nn layers of capture/nn.h, which tests/nn_layers_test.cc compares with the reference.
+// The nn layers of capture/trace/nn.h, which tests/nn_layers_test.cc compares with the reference.
 bool nn_layer(OpKind k) {
   switch (k) {
     case OpKind::kConv2d: case OpKind::kMaxPool2d: case OpKind::kAvgPool2d:

@@ -7,7 +7,7 @@
 #include <limits>
 #include <random>
 
-#include "store/proto/tracecache.pb.h"
+#include "store/codec/proto/tracecache.pb.h"
 #include "tests/once_harness.h"
 #include "tests/test_support.h"
 

@@ -1,4 +1,4 @@
-// Eager mode (capture/eager.h): ops run as they are issued, nothing is traced, and the results
+// Eager mode (capture/trace/eager.h): ops run as they are issued, nothing is traced, and the results
 // are the bits lazy mode gives on the same kernels (docs/architecture.md, "The three
 // modes"). Compared per fixture program and per op: eager on the reference kernels against
 // lazy on the reference evaluator, and eager on the cpu kernels against lazy through the
@@ -7,12 +7,12 @@
 
 #include <cstring>
 
-#include "capture/program.h"
-#include "capture/program_runner.h"
-#include "capture/reference.h"
-#include "replay/cpu_backend.h"
-#include "replay/eager_runner.h"
-#include "replay/runtime.h"
+#include "frontend/program/program.h"
+#include "frontend/program/program_runner.h"
+#include "capture/reference/reference.h"
+#include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/eager_runner.h"
+#include "runtime/runtime.h"
 #include "tests/test_graphs.h"
 
 namespace tracecache {

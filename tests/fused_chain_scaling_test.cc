@@ -6,10 +6,10 @@
 
 #include <vector>
 
-#include "capture/buffer.h"
-#include "capture/graph.h"
-#include "capture/ops.h"
-#include "replay/cpu_kernels.h"
+#include "capture/core/buffer.h"
+#include "capture/ir/graph.h"
+#include "capture/ops/ops.h"
+#include "backends/cpu/cpu_kernels.h"
 
 namespace tracecache {
 namespace {

@@ -1,5 +1,5 @@
 // Golden graph keys of the fixture programs. A key may change only together with
-// kIrFormatVersion (capture/hash.h): these pin the canonical form and its encoding across
+// kIrFormatVersion (capture/ir/hash.h): these pin the canonical form and its encoding across
 // processes, runs and machines (docs/architecture.md invariant 1).
 #include <gtest/gtest.h>
 

@@ -8,15 +8,15 @@
 
 #include <functional>
 
-#include "replay/compiled_function.h"
-#include "replay/cpu_backend.h"
-#include "capture/program.h"
-#include "capture/program_runner.h"
-#include "capture/reference.h"
-#include "replay/device_spec.h"
-#include "replay/eager_runner.h"
-#include "replay/sim_backend.h"
-#include "store/proto/tracecache.pb.h"
+#include "runtime/compiled_function.h"
+#include "backends/cpu/cpu_backend.h"
+#include "frontend/program/program.h"
+#include "frontend/program/program_runner.h"
+#include "capture/reference/reference.h"
+#include "backends/sim/device_spec.h"
+#include "backends/cpu/eager_runner.h"
+#include "backends/sim/sim_backend.h"
+#include "store/codec/proto/tracecache.pb.h"
 #include "tests/test_support.h"
 
 namespace tracecache {

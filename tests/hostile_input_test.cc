@@ -9,14 +9,14 @@
 #include <fstream>
 #include <string>
 
-#include "capture/buffer.h"
-#include "capture/input_file.h"
-#include "capture/npy.h"
-#include "capture/program.h"
-#include "capture/program_runner.h"
-#include "capture/reference.h"
-#include "capture/safetensors.h"
-#include "capture/suggest.h"
+#include "capture/core/buffer.h"
+#include "frontend/files/input_file.h"
+#include "frontend/files/npy.h"
+#include "frontend/program/program.h"
+#include "frontend/program/program_runner.h"
+#include "capture/reference/reference.h"
+#include "frontend/files/safetensors.h"
+#include "capture/core/suggest.h"
 #include "tests/test_support.h"
 
 namespace tracecache {

@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "capture/metrics.h"
+#include "capture/core/metrics.h"
 
 namespace tracecache {
 namespace {

@@ -1,9 +1,9 @@
-// The nn layers of capture/nn.h (conv2d, pools, linear, flatten, pad, dropout, embedding,
+// The nn layers of capture/trace/nn.h (conv2d, pools, linear, flatten, pad, dropout, embedding,
 // gather, index_select):
 //  - the reference kernels on small cases whose expected values are worked out by hand from
 //    PyTorch's documented semantics (torch.nn.functional);
 //  - the inference rules: attribute normalization, and errors naming the op;
-//  - the cpu kernels (replay/cpu_nn_layers.h) against the reference on many shapes and edge
+//  - the cpu kernels (backends/cpu/cpu_nn_layers.h) against the reference on many shapes and edge
 //    cases: bitwise for pools and lookups, within the GEMM bound for conv2d and linear;
 //  - the ops recorded through LazyContext (C++ API and fixtures/programs/convnet.trace) on the
 //    reference evaluator and on the cpu backend's compiled replay, and through the disk cache.
@@ -19,20 +19,20 @@
 #include <utility>
 #include <vector>
 
-#include "capture/buffer.h"
-#include "capture/elementwise.h"
-#include "capture/graph.h"
-#include "capture/nn.h"
-#include "capture/ops.h"
-#include "capture/program.h"
-#include "capture/program_runner.h"
-#include "capture/reference.h"
-#include "capture/status.h"
-#include "replay/compiler.h"
-#include "replay/cpu_backend.h"
-#include "replay/cpu_kernels.h"
-#include "replay/runtime.h"
-#include "store/cache_db.h"
+#include "capture/core/buffer.h"
+#include "capture/ops/elementwise.h"
+#include "capture/ir/graph.h"
+#include "capture/trace/nn.h"
+#include "capture/ops/ops.h"
+#include "frontend/program/program.h"
+#include "frontend/program/program_runner.h"
+#include "capture/reference/reference.h"
+#include "capture/core/status.h"
+#include "compile/compiler.h"
+#include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/cpu_kernels.h"
+#include "runtime/runtime.h"
+#include "store/sqlite/cache_db.h"
 #include "tests/test_graphs.h"
 #include "tests/test_support.h"
 

@@ -1,4 +1,4 @@
-// The nn activations, normalization and attention ops (capture/nn.h, docs/ops.md):
+// The nn activations, normalization and attention ops (capture/trace/nn.h, docs/ops.md):
 //  - each reference kernel against small values worked out by hand from PyTorch's documented
 //    formulas (and the edge cases docs/ops.md promises: NaN, ±inf, -0.0, saturation);
 //  - the inference rules: normalization and errors that name the op;
@@ -18,15 +18,15 @@
 #include <utility>
 #include <vector>
 
-#include "capture/nn.h"
-#include "capture/ops.h"
-#include "capture/program.h"
-#include "capture/program_runner.h"
-#include "capture/reference.h"
-#include "replay/compiler.h"
-#include "replay/cpu_backend.h"
-#include "replay/cpu_kernels.h"
-#include "replay/runtime.h"
+#include "capture/trace/nn.h"
+#include "capture/ops/ops.h"
+#include "frontend/program/program.h"
+#include "frontend/program/program_runner.h"
+#include "capture/reference/reference.h"
+#include "compile/compiler.h"
+#include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/cpu_kernels.h"
+#include "runtime/runtime.h"
 #include "tests/attention_bound.h"
 #include "tests/test_graphs.h"
 #include "tests/test_buffers.h"

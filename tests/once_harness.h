@@ -6,8 +6,8 @@
 
 #include <vector>
 
-#include "replay/compiled_function.h"
-#include "replay/cpu_backend.h"
+#include "runtime/compiled_function.h"
+#include "backends/cpu/cpu_backend.h"
 
 namespace tracecache {
 

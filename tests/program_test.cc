@@ -12,10 +12,10 @@
 #include <set>
 #include <sstream>
 
-#include "capture/npy.h"
-#include "capture/program.h"
-#include "capture/program_runner.h"
-#include "capture/reference.h"
+#include "frontend/files/npy.h"
+#include "frontend/program/program.h"
+#include "frontend/program/program_runner.h"
+#include "capture/reference/reference.h"
 #include "tests/test_support.h"
 
 namespace tracecache {

@@ -1,4 +1,4 @@
-// Tests of the reference kernels (capture/reference_kernels.cc), each op called through the
+// Tests of the reference kernels (capture/ops/reference_kernels.cc), each op called through the
 // registry exactly as the tracer would: defaults filled, attributes normalized by infer_op, the
 // output allocated with the inferred type. Expected values are worked out by hand.
 #include <gtest/gtest.h>
@@ -10,8 +10,8 @@
 #include <utility>
 #include <vector>
 
-#include "capture/buffer.h"
-#include "capture/ops.h"
+#include "capture/core/buffer.h"
+#include "capture/ops/ops.h"
 #include "tests/test_buffers.h"
 
 namespace tracecache {

@@ -6,11 +6,11 @@
 
 #include <cmath>
 
-#include "capture/program.h"
-#include "capture/program_runner.h"
-#include "capture/reference.h"
-#include "replay/cpu_backend.h"
-#include "replay/runtime.h"
+#include "frontend/program/program.h"
+#include "frontend/program/program_runner.h"
+#include "capture/reference/reference.h"
+#include "backends/cpu/cpu_backend.h"
+#include "runtime/runtime.h"
 #include "tests/test_graphs.h"
 #include "tests/test_support.h"
 

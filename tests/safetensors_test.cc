@@ -1,6 +1,6 @@
 // safetensors files: round trips of every readable dtype through memory and disk, the exact
 // bytes of a small file, and one malformed file per validation rule with its error.
-#include "capture/safetensors.h"
+#include "frontend/files/safetensors.h"
 
 #include <gtest/gtest.h>
 

@@ -1,8 +1,8 @@
-// The `sim` backend (replay/sim_backend.h) and its parts:
+// The `sim` backend (backends/sim/sim_backend.h) and its parts:
 //  - outputs BITWISE equal to the cpu backend's for every registry op (cases found by searching
 //    input types and attribute values the op's inference rule accepts, so an op added to the
 //    registry is covered without touching this file) and for every fixture program;
-//  - the cost model (replay/cost_model.h) to the picosecond on hand-computed kernels and
+//  - the cost model (backends/sim/cost_model.h) to the picosecond on hand-computed kernels and
 //    transfers, on a custom spec whose rates make every term exact;
 //  - device memory: an allocation that does not fit is an error naming the graph key, the
 //    bytes requested and free; through the Runtime the step still returns correct results and
@@ -20,16 +20,16 @@
 #include <random>
 #include <set>
 
-#include "capture/ops.h"
-#include "capture/program.h"
-#include "capture/program_runner.h"
-#include "capture/reference.h"
-#include "replay/compiler.h"
-#include "replay/cost_model.h"
-#include "replay/cpu_backend.h"
-#include "replay/device_spec.h"
-#include "replay/runtime.h"
-#include "replay/sim_backend.h"
+#include "capture/ops/ops.h"
+#include "frontend/program/program.h"
+#include "frontend/program/program_runner.h"
+#include "capture/reference/reference.h"
+#include "compile/compiler.h"
+#include "backends/sim/cost_model.h"
+#include "backends/cpu/cpu_backend.h"
+#include "backends/sim/device_spec.h"
+#include "runtime/runtime.h"
+#include "backends/sim/sim_backend.h"
 #include "tests/test_graphs.h"
 
 namespace tracecache {

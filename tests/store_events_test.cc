@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "store/cache_db.h"
+#include "store/sqlite/cache_db.h"
 #include "tests/test_support.h"
 
 namespace tracecache::store {

@@ -1,4 +1,4 @@
-// Issue 10: storage faults injected through store/fault_vfs.h (LevelDB's fault-injecting Env idea)
+// Issue 10: storage faults injected through store/sqlite/fault_vfs.h (LevelDB's fault-injecting Env idea)
 // at every write, sync and read index of a small lazy run: a full disk, a failed fsync, read
 // errors and a crash. Each run's outputs equal an uncached run's (invariant 6), no stored
 // executable lacks its miss/compile/store events (invariant 8), and after a crash the reopened
@@ -9,11 +9,11 @@
 
 #include <cstdio>
 
-#include "capture/program.h"
-#include "capture/program_runner.h"
-#include "replay/cpu_backend.h"
-#include "replay/runtime.h"
-#include "store/fault_vfs.h"
+#include "frontend/program/program.h"
+#include "frontend/program/program_runner.h"
+#include "backends/cpu/cpu_backend.h"
+#include "runtime/runtime.h"
+#include "store/sqlite/fault_vfs.h"
 #include "tests/test_graphs.h"
 #include "tests/test_support.h"
 

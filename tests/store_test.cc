@@ -1,4 +1,4 @@
-// The persistent cache (store/cache_db.h) and the in-memory LRU in front of it (store/lru.h):
+// The persistent cache (store/sqlite/cache_db.h) and the in-memory LRU in front of it (store/memory/lru.h):
 // round trips, the database as untrusted input (checksums, schema versions, foreign and damaged
 // files: docs/architecture.md invariant 5), read-only files, sharing one file, the audit log (invariant 8),
 // miss classification, gc, and the LRU's byte budget and shared ownership.
@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "store/cache_db.h"
-#include "store/lru.h"
+#include "store/sqlite/cache_db.h"
+#include "store/memory/lru.h"
 #include "tests/test_support.h"
 
 namespace tracecache::store {

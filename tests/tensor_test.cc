@@ -2,8 +2,8 @@
 // right tensors, and bad ops fail at record time with messages naming the op and the shapes.
 #include <gtest/gtest.h>
 
-#include "capture/reference.h"
-#include "capture/tensor.h"
+#include "capture/reference/reference.h"
+#include "capture/trace/tensor.h"
 
 namespace tracecache {
 namespace {

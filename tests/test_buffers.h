@@ -6,7 +6,7 @@
 
 #include <vector>
 
-#include "capture/buffer.h"
+#include "capture/core/buffer.h"
 
 namespace tracecache::test {
 

@@ -5,10 +5,10 @@
 #include <string>
 #include <vector>
 
-#include "capture/program.h"
-#include "capture/program_runner.h"
-#include "capture/reference.h"
-#include "capture/tensor.h"
+#include "frontend/program/program.h"
+#include "frontend/program/program_runner.h"
+#include "capture/reference/reference.h"
+#include "capture/trace/tensor.h"
 
 namespace tracecache::testing {
 

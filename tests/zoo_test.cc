@@ -13,17 +13,17 @@
 #include <map>
 #include <sstream>
 
-#include "capture/program_runner.h"
-#include "capture/reference.h"
-#include "capture/safetensors.h"
-#include "replay/cpu_backend.h"
-#include "replay/eager_runner.h"
-#include "replay/device_spec.h"
-#include "replay/runtime.h"
-#include "replay/sim_backend.h"
-#include "zoo/layers.h"
-#include "zoo/model.h"
-#include "zoo/program.h"
+#include "frontend/program/program_runner.h"
+#include "capture/reference/reference.h"
+#include "frontend/files/safetensors.h"
+#include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/eager_runner.h"
+#include "backends/sim/device_spec.h"
+#include "runtime/runtime.h"
+#include "backends/sim/sim_backend.h"
+#include "frontend/zoo/layers.h"
+#include "frontend/zoo/model.h"
+#include "frontend/zoo/program.h"
 
 namespace tracecache::zoo {
 namespace {

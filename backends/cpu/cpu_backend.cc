@@ -1,0 +1,133 @@
+#include "backends/cpu/cpu_backend.h"
+
+#include <fmt/format.h>
+#include <sched.h>
+#include <xxhash.h>
+
+#include <algorithm>
+
+#include "backends/cpu/cpu_kernels.h"
+
+namespace tracecache {
+
+int available_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) != 0) return 1;
+  return std::max(1, CPU_COUNT(&set));
+}
+
+void set_cpu_threads(int threads) {
+  cpu::set_parallel_threads(std::max(threads, 1));
+}
+
+CpuBackend::CpuBackend(CpuBackendOptions options) : options_(options) {
+  set_cpu_threads(options_.threads > 0 ? options_.threads : available_cpus());
+  std::string spec = fmt::format("cpu backend v{}; fuse={}", kBackendInterfaceVersion, options_.fuse ? 1 : 0);
+  digest_ = hex64(XXH3_64bits(spec.data(), spec.size()));
+}
+
+Result<Executable> CpuBackend::compile(const Graph& graph, const GraphKey& key,
+                                       uint32_t compiler_version) {
+  CompileOptions co;
+  co.fuse = options_.fuse;
+  co.compiler_version = compiler_version;
+  return compile_graph(graph, key, std::string(name()), digest_, co);
+}
+
+std::string CpuBackend::serialize(const Executable& exe) { return serialize_executable(exe); }
+
+Status check_executable_target(const Executable& exe, const Backend& backend) {
+  if (exe.backend != backend.name() || exe.options_digest != backend.options_digest()) {
+    return corruption(fmt::format("executable was built for backend '{}' options {}, not '{}' options {}",
+                                  exe.backend, exe.options_digest, backend.name(),
+                                  backend.options_digest()));
+  }
+  return Status::ok();
+}
+
+Result<Executable> CpuBackend::load(std::string_view bytes) {
+  Result<Executable> exe = parse_executable(bytes);
+  if (!exe.is_ok()) return exe;
+  Status st = check_executable_target(*exe, *this);
+  if (!st.is_ok()) return st;
+  return exe;
+}
+
+Result<DeviceRef> CpuBackend::to_device(BufferRef host) {
+  auto d = std::make_shared<DeviceBuffer>();
+  d->dtype = host->dtype();
+  d->shape = host->shape();
+  d->storage = std::move(host);
+  return DeviceRef(std::move(d));
+}
+
+Result<BufferRef> CpuBackend::to_host(const DeviceRef& device) { return device->storage; }
+
+Result<std::vector<DeviceRef>> CpuBackend::run(const Executable& exe,
+                                               std::span<const DeviceRef> params) {
+  const Graph& g = exe.graph;
+  if (params.size() != g.params().size()) {
+    return invalid_argument(fmt::format("executable takes {} parameters, {} given",
+                                        g.params().size(), params.size()));
+  }
+  for (size_t p = 0; p < params.size(); ++p) {
+    const Node& n = g.node(g.params()[p]);
+    if (params[p]->dtype != n.dtype || !(params[p]->shape == n.shape)) {
+      return invalid_argument(fmt::format("parameter {} must be {}, got {}", p,
+                                          type_to_string(n.type()),
+                                          type_to_string({params[p]->dtype, params[p]->shape})));
+    }
+  }
+
+  // Every materialized node gets a HostBuffer: the caller's parameter, a view into the arena,
+  // or a fresh output buffer.
+  HostBuffer arena(DType::kBool, Shape{static_cast<int64_t>(exe.arena_bytes)});
+  std::vector<HostBuffer> views(g.size());
+  std::vector<const HostBuffer*> value(g.size(), nullptr);
+  std::vector<std::shared_ptr<HostBuffer>> outputs(g.outputs().size());
+  for (NodeId id = 0; id < g.size(); ++id) {
+    const Node& n = g.node(id);
+    const Slot& s = exe.slots[id];
+    switch (s.kind) {
+      case Slot::Kind::kParam: value[id] = params[s.index]->storage.get(); break;
+      case Slot::Kind::kArena:
+        views[id] = HostBuffer::view(n.dtype, n.shape, arena.bytes() + s.offset);
+        value[id] = &views[id];
+        break;
+      case Slot::Kind::kOutput:
+        outputs[s.index] = std::make_shared<HostBuffer>(n.dtype, n.shape);
+        value[id] = outputs[s.index].get();
+        break;
+      case Slot::Kind::kFused: break;
+    }
+  }
+
+  std::vector<const HostBuffer*> ins;
+  for (const Kernel& k : exe.kernels) {
+    auto* out = const_cast<HostBuffer*>(value[k.root]);
+    if (k.kind == Kernel::Kind::kFused) {
+      cpu::run_fused(g, k.members, [&](NodeId leaf) { return value[leaf]; }, *out);
+    } else {
+      ins.clear();
+      for (NodeId in : g.inputs(g.node(k.root))) ins.push_back(value[in]);
+      cpu::run_op(g, k.root, ins, *out);
+    }
+  }
+
+  std::vector<DeviceRef> result;
+  result.reserve(g.outputs().size());
+  for (size_t o = 0; o < g.outputs().size(); ++o) {
+    NodeId id = g.outputs()[o];
+    const Slot& s = exe.slots[id];
+    auto d = std::make_shared<DeviceBuffer>();
+    d->dtype = g.node(id).dtype;
+    d->shape = g.node(id).shape;
+    d->storage = s.kind == Slot::Kind::kParam ? params[s.index]->storage
+                                              : BufferRef(outputs[s.index]);
+    result.push_back(std::move(d));
+  }
+  return result;
+}
+
+}  // namespace tracecache

@@ -1,0 +1,54 @@
+// The `cpu` backend: runs executables on the host with the kernels of backends/cpu/cpu_kernels.h
+// (fused elementwise chains, BLAS GEMM, reductions). Device buffers are host memory, so the
+// copies share buffers instead of copying. Results equal the reference evaluator bitwise except
+// where cpu_kernels.h documents a tolerance (GEMM's summation order).
+// Thread-safety: one thread at a time (run() allocates its own scratch arena per call).
+#pragma once
+
+#include "backends/backend.h"
+#include "compile/compiler.h"
+
+namespace tracecache {
+
+struct CpuBackendOptions {
+  bool fuse = true;  // part of the options digest
+  // Threads for OpenBLAS and the kernels' own parallel loops (at most 8); 0: the CPUs this
+  // process may run on (available_cpus()). Not in the digest: an executable is the same code at
+  // every thread count; only sgemm's bits depend on it (cpu::set_parallel_threads says how
+  // much). Process-wide: the latest backend's wins.
+  int threads = 0;
+};
+
+// The CPUs this process may run on (sched_getaffinity), at least 1.
+int available_cpus();
+
+// Applies a thread count (>= 1) to OpenBLAS and the cpu kernels' loops, process-wide. Called by
+// CpuBackend's constructor; the eager CPU op runner's users call it directly.
+void set_cpu_threads(int threads);
+
+class CpuBackend final : public Backend {
+ public:
+  // Applies options.threads (see CpuBackendOptions) with set_cpu_threads.
+  explicit CpuBackend(CpuBackendOptions options = {});
+
+  std::string_view name() const override { return "cpu"; }
+  std::string options_digest() const override { return digest_; }
+  Result<Executable> compile(const Graph& graph, const GraphKey& key,
+                             uint32_t compiler_version) override;
+  std::string serialize(const Executable& exe) override;
+  Result<Executable> load(std::string_view bytes) override;
+  bool shares_host_memory() const override { return true; }
+  Result<DeviceRef> to_device(BufferRef host) override;
+  Result<BufferRef> to_host(const DeviceRef& device) override;
+  Result<std::vector<DeviceRef>> run(const Executable& exe, std::span<const DeviceRef> params) override;
+  void synchronize() override {}
+
+ private:
+  CpuBackendOptions options_;
+  std::string digest_;
+};
+
+// Checks that `exe` was built for `backend` (name and options digest); kCorruption otherwise.
+Status check_executable_target(const Executable& exe, const Backend& backend);
+
+}  // namespace tracecache

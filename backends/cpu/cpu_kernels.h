@@ -1,0 +1,120 @@
+// The compute kernels of the `cpu` backend: a tiled interpreter for fused elementwise chains,
+// and one entry point for every other single node (BLAS GEMM, ordered fast reductions, strided
+// copies for layout ops, the reference kernels for the rest).
+//
+// Numerics. Element-level semantics come from capture/ops/elementwise.h, the same definitions the
+// reference kernels use, and kernels here keep the reference's operation order wherever the
+// result could depend on it, so results are BITWISE EQUAL to the reference kernels
+// (capture/ops/reference_kernels.h) except where the table says otherwise:
+//
+//   op                                   cpu implementation                      vs reference
+//   ----------------------------------   -------------------------------------   ------------
+//   neg abs exp log sqrt rsqrt tanh      tiled interpreter (run_fused with one   bitwise
+//   sigmoid relu add sub mul div pow     member), operands converted with
+//   maximum minimum eq lt gt where cast  convert<C>, C = compute_dtype()
+//   gelu silu hardswish hardsigmoid
+//   erf clamp
+//   broadcast_to                         tiled interpreter (a broadcast load)    bitwise
+//   matmul, f32 output                   OpenBLAS cblas_sgemm per batch (batch   TOLERANCE (*)
+//                                        folded into M when b has no batch)
+//   matmul, i32/i64 output               reference kernel                        bitwise
+//   sum, mean, max                       [outer, len, inner] loops when the      bitwise
+//                                        reduced axes (ignoring size-1 dims)
+//                                        are one consecutive run, same per-
+//                                        output order (f32 in double, in index
+//                                        order); reference kernel otherwise
+//   argmax                               [outer, len, inner] loops, vectorized   bitwise
+//                                        across `inner`
+//   reshape                              memcpy                                  bitwise
+//   permute transpose slice              strided copy (merged dims)              bitwise
+//   concat                               block memcpy                            bitwise
+//   full arange uniform normal           reference kernel                        bitwise
+//   batch_norm layer_norm softmax        backends/cpu/cpu_nn_ops.h: loops over the     bitwise
+//   log_softmax                          normalized axis, formulas and order of
+//                                        capture/ops/nn_numerics.h
+//   scaled_dot_product_attention         cpu_nn_ops.h: cblas_sgemm for q.k^T     TOLERANCE
+//                                        and p.v, softmax in f32 (see there)
+//   nn layers (conv2d, pools, linear...) backends/cpu/cpu_nn_layers.h                  see there
+//
+// (*) GEMM sums in f32 in OpenBLAS's blocked order (possibly with FMA) instead of the
+// reference's sequential double sum. Tested bound, a rigorous one for any f32 summation order:
+//   |cpu - ref| <= (K + 2) * 2^-24 * sum_p |a[i,p] * b[p,j]|      (K = inner dim)
+// plus one f32 ulp of the result. Results are deterministic run to run (same sizes, same
+// thread count), so replay still equals eager on this backend.
+//
+// "Bitwise" treats NaN like any other value except for its payload: when two different NaNs
+// meet in one operation (add(NaN_a, NaN_b), or a sum over both), which payload survives is up
+// to the compiler's operand order for a commutative op, in the reference and here alike (seen
+// in add, mul, sum and mean); tests accept any NaN where the reference has a NaN.
+//
+// Threading: kernels split large work (>= kParallelThreshold elements) into chunks shared by
+// the calling thread and a process-wide pool of hardware_concurrency() - 1 helper threads
+// (one on a two-core machine); the caller never waits for a helper that has not started, so a
+// busy machine degrades to single-threaded speed, not below. Chunking never changes results:
+// every output element is computed by exactly one thread in the order described above. sgemm
+// threads inside OpenBLAS (set_parallel_threads sets both). The functions are thread-safe (per-thread scratch only; concurrent
+// callers share the pool, one of them at a time).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+
+#include "capture/core/buffer.h"
+#include "capture/ir/graph.h"
+
+namespace tracecache::cpu {
+
+// Output elements processed per tile of the fused interpreter.
+inline constexpr int64_t kTileElements = 512;
+// Work (elements) from which a kernel splits over threads.
+inline constexpr int64_t kParallelThreshold = int64_t{1} << 16;
+
+// Runs the fused elementwise chain `members` of `g` into `out`.
+// REQUIRES (guaranteed by the compiler, compile/compiler.h):
+//  - `members` is in topological order and non-empty; its last entry is the root, whose value
+//    goes to `out` (out has the root's dtype and shape);
+//  - every member is elementwise (OpInfo::elementwise()) or a broadcast_to, and has the root's
+//    shape; every member except the root is used only by later members;
+//  - for each input of a member that is not itself a member (a "leaf"), leaf_value(id) returns
+//    its buffer, whose shape broadcasts (NumPy rules) to the root's shape;
+//  - `out` does not overlap any leaf's bytes.
+// Result: bitwise what running the members one by one with the reference kernels gives.
+void run_fused(const Graph& g, std::span<const NodeId> members,
+               const std::function<const HostBuffer*(NodeId)>& leaf_value, HostBuffer& out);
+
+// What run_fused compiles a chain into, for tests and tools: instructions and registers (both
+// linear in the chain's length), the scratch bytes each thread needs per tile (bounded by the
+// values live at once, not by the length), and the bytes of the instruction and register lists.
+struct FusedPlanSize {
+  size_t instructions = 0;
+  size_t registers = 0;
+  size_t scratch_bytes = 0;
+  size_t program_bytes = 0;
+};
+// Compiles the chain as run_fused would, without running it. Same REQUIRES as run_fused.
+FusedPlanSize plan_fused(const Graph& g, std::span<const NodeId> members,
+                         const std::function<const HostBuffer*(NodeId)>& leaf_value, HostBuffer& out);
+
+// Calls fn(begin, end) on disjoint ranges covering [0, items), on this thread and the helper
+// pool when `work` (elements touched in total) reaches kParallelThreshold, on this thread
+// alone otherwise (see Threading above). For kernels outside this file (cpu_nn_ops.cc,
+// cpu_nn_layers.cc); fn must not depend on how [0, items) is split.
+void parallel_for(int64_t items, int64_t work, const std::function<void(int64_t, int64_t)>& fn);
+
+// The most threads, the calling thread included, that parallel_for uses from now on (at most 8:
+// the helper pool's size), and OpenBLAS's thread count. Process-wide. The kernels' own loops
+// give the same bits at every thread count (every chunk computes the same elements the same way
+// whichever thread runs it); OpenBLAS's sgemm does not (its threaded path blocks the sum
+// differently: measured on 8x784x256 and 256^3), so matmul-based results are bitwise
+// reproducible for one thread count and agree across thread counts within the matmul bound
+// above. REQUIRES: n >= 1.
+void set_parallel_threads(int n);
+
+// Runs the single node `node` of `g`: inputs[k] is the value of its k-th input; `out` is
+// preallocated with the node's dtype and shape and fully overwritten.
+// REQUIRES: node is not a parameter; inputs match the node's input types; `out` does not
+// overlap any input. Numerics per the table above.
+void run_op(const Graph& g, NodeId node, std::span<const HostBuffer* const> inputs, HostBuffer& out);
+
+}  // namespace tracecache::cpu

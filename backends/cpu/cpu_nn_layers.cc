@@ -1,0 +1,520 @@
+// The cpu backend's nn-layer kernels. See cpu_nn_layers.h for the numerics table.
+//
+// conv2d is lowered to GEMM: for each image and group, out[og, OH*OW] = weight[og, K] x
+// col[K, OH*OW] with K = channels per group x kernel height x kernel width, where col is the
+// im2col matrix (row (c, i, j) holds the input pixel under kernel tap (i, j) of channel c for
+// every output position, 0 where it falls in the padding). A 1x1, stride-1, unpadded
+// convolution needs no col: the input plane already is that matrix. col is built for a block of
+// output positions at a time so its size stays near kColBudget floats whatever the image size.
+#include "backends/cpu/cpu_nn_layers.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <cstring>
+#include <initializer_list>
+#include <limits>
+#include <memory>
+#include <vector>
+
+#include "capture/ops/elementwise.h"
+#include "backends/cpu/cpu_kernels.h"
+
+namespace tracecache::cpu {
+
+namespace {
+
+// Floats of im2col scratch per block (8 MiB): large enough that each GEMM has hundreds of
+// columns even for K in the thousands.
+constexpr int64_t kColBudget = int64_t{1} << 21;
+// Fewest output positions per im2col block (unless the image has fewer).
+constexpr int64_t kMinBlockColumns = 256;
+
+bool fits_blas(std::initializer_list<int64_t> dims) {
+  for (int64_t d : dims) {
+    if (d > INT_MAX) return false;
+  }
+  return true;
+}
+
+int blas_int(int64_t v) { return static_cast<int>(v); }
+
+// Output positions p in [0, out_size) whose input coordinate p * stride + offset lies in
+// [0, size), as [lo, hi) (lo == hi when there are none).
+struct Range {
+  int64_t lo = 0, hi = 0;
+};
+Range valid_outputs(int64_t out_size, int64_t stride, int64_t offset, int64_t size) {
+  Range r;
+  r.lo = offset >= 0 ? 0 : (-offset + stride - 1) / stride;
+  r.hi = size - 1 - offset < 0 ? 0 : std::min(out_size, (size - 1 - offset) / stride + 1);
+  r.lo = std::min(r.lo, r.hi);
+  return r;
+}
+
+// Kernel taps t in [0, kernel) whose input coordinate start + t * dilation lies in [0, size).
+Range valid_taps(int64_t kernel, int64_t dilation, int64_t start, int64_t size) {
+  Range r;
+  r.lo = start >= 0 ? 0 : (-start + dilation - 1) / dilation;
+  r.hi = size - 1 - start < 0 ? 0 : std::min(kernel, (size - 1 - start) / dilation + 1);
+  r.lo = std::min(r.lo, r.hi);
+  return r;
+}
+
+// ---- conv2d -------------------------------------------------------------------------------------
+
+struct ConvShape {
+  int64_t n, c, h, w;     // input
+  int64_t o, cg, kh, kw;  // weight: out channels, in channels per group, kernel
+  int64_t oh, ow;         // output plane
+  int64_t sh, sw, ph, pw, dh, dw, groups;
+};
+
+ConvShape conv_shape(const HostBuffer& x, const HostBuffer& w, std::span<const AttrValue> attrs,
+                     const HostBuffer& out) {
+  const Shape& xs = x.shape();
+  const Shape& ws = w.shape();
+  return {xs[0],
+          xs[1],
+          xs[2],
+          xs[3],
+          ws[0],
+          ws[1],
+          ws[2],
+          ws[3],
+          out.shape()[2],
+          out.shape()[3],
+          attrs[0].ints[0],
+          attrs[0].ints[1],
+          attrs[1].ints[0],
+          attrs[1].ints[1],
+          attrs[2].ints[0],
+          attrs[2].ints[1],
+          attrs[3].i};
+}
+
+// Rows (c, i, j) of the im2col matrix for output positions [q0, q1) of one image and group:
+// col[((c * kh + i) * kw + j) * (q1 - q0) + (q - q0)]. `xg` is the group's first input plane.
+// Channels are split over threads (each writes its own rows).
+void im2col(const float* xg, const ConvShape& s, int64_t q0, int64_t q1, float* col) {
+  const int64_t cols = q1 - q0;
+  parallel_for(s.cg, s.cg * s.kh * s.kw * cols, [&](int64_t c_begin, int64_t c_end) {
+    for (int64_t c = c_begin; c < c_end; ++c) {
+      const float* plane = xg + c * s.h * s.w;
+      for (int64_t i = 0; i < s.kh; ++i) {
+        const int64_t offset_y = i * s.dh - s.ph;
+        for (int64_t j = 0; j < s.kw; ++j) {
+          const int64_t offset_x = j * s.dw - s.pw;
+          const Range valid_x = valid_outputs(s.ow, s.sw, offset_x, s.w);
+          float* row = col + ((c * s.kh + i) * s.kw + j) * cols;
+          for (int64_t q = q0; q < q1;) {
+            const int64_t oy = q / s.ow, ox0 = q % s.ow;
+            const int64_t ox1 = std::min(s.ow, ox0 + (q1 - q));
+            float* dst = row + (q - q0);  // dst[ox - ox0] is output position (oy, ox)
+            const int64_t iy = oy * s.sh + offset_y;
+            if (iy < 0 || iy >= s.h) {
+              std::fill(dst, dst + (ox1 - ox0), 0.0f);
+            } else {
+              const float* src = plane + iy * s.w;
+              const int64_t lo = std::clamp(valid_x.lo, ox0, ox1);
+              const int64_t hi = std::clamp(valid_x.hi, lo, ox1);
+              std::fill(dst, dst + (lo - ox0), 0.0f);
+              if (s.sw == 1) {
+                std::memcpy(dst + (lo - ox0), src + lo + offset_x,
+                            static_cast<size_t>(hi - lo) * sizeof(float));
+              } else {
+                for (int64_t ox = lo; ox < hi; ++ox) dst[ox - ox0] = src[ox * s.sw + offset_x];
+              }
+              std::fill(dst + (hi - ox0), dst + (ox1 - ox0), 0.0f);
+            }
+            q += ox1 - ox0;
+          }
+        }
+      }
+    }
+  });
+}
+
+// Fills each of the `rows` rows of `out` (`len` floats each) with bias[r], or 0 without bias.
+void fill_rows(float* out, int64_t rows, int64_t len, const float* bias) {
+  for (int64_t r = 0; r < rows; ++r) std::fill_n(out + r * len, len, bias ? bias[r] : 0.0f);
+}
+
+// groups == channels with one input channel per group: each output plane is a weighted sum of
+// shifted copies of one input plane, one pass per kernel tap.
+void depthwise_conv2d(const float* x, const float* w, const float* bias, const ConvShape& s,
+                      float* out) {
+  const int64_t per_channel = s.o / s.groups;
+  const int64_t plane_out = s.oh * s.ow;
+  parallel_for(s.n * s.o, s.n * s.o * plane_out * s.kh * s.kw, [&](int64_t begin, int64_t end) {
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t n = item / s.o, oc = item % s.o;
+      const float* plane = x + (n * s.c + oc / per_channel) * s.h * s.w;
+      const float* taps = w + oc * s.kh * s.kw;
+      float* dst = out + (n * s.o + oc) * plane_out;
+      std::fill_n(dst, plane_out, bias ? bias[oc] : 0.0f);
+      for (int64_t i = 0; i < s.kh; ++i) {
+        const int64_t offset_y = i * s.dh - s.ph;
+        const Range ys = valid_outputs(s.oh, s.sh, offset_y, s.h);
+        for (int64_t j = 0; j < s.kw; ++j) {
+          const int64_t offset_x = j * s.dw - s.pw;
+          const Range xs = valid_outputs(s.ow, s.sw, offset_x, s.w);
+          const float tap = taps[i * s.kw + j];
+          for (int64_t oy = ys.lo; oy < ys.hi; ++oy) {
+            const float* src = plane + (oy * s.sh + offset_y) * s.w;
+            float* d = dst + oy * s.ow;
+            if (s.sw == 1) {
+              for (int64_t ox = xs.lo; ox < xs.hi; ++ox) d[ox] += tap * src[ox + offset_x];
+            } else {
+              for (int64_t ox = xs.lo; ox < xs.hi; ++ox) d[ox] += tap * src[ox * s.sw + offset_x];
+            }
+          }
+        }
+      }
+    }
+  });
+}
+
+bool conv2d(std::span<const HostBuffer* const> in, std::span<const AttrValue> attrs, HostBuffer& out) {
+  const ConvShape s = conv_shape(*in[0], *in[1], attrs, out);
+  const float* x = in[0]->data<float>();
+  const float* w = in[1]->data<float>();
+  const float* bias = in.size() == 3 ? in[2]->data<float>() : nullptr;
+  float* o = out.data<float>();
+  if (out.numel() == 0) return true;
+  if (s.groups > 1 && s.cg == 1) {
+    depthwise_conv2d(x, w, bias, s, o);
+    return true;
+  }
+  const int64_t per_group = s.o / s.groups;
+  const int64_t k = s.cg * s.kh * s.kw;
+  const int64_t plane_out = s.oh * s.ow;
+  if (k == 0) {  // no input channels: the bias alone
+    for (int64_t n = 0; n < s.n; ++n) fill_rows(o + n * s.o * plane_out, s.o, plane_out, bias);
+    return true;
+  }
+  const bool direct = s.kh == 1 && s.kw == 1 && s.sh == 1 && s.sw == 1 && s.ph == 0 && s.pw == 0;
+  const int64_t block =
+      direct ? plane_out : std::min(plane_out, std::max(kMinBlockColumns, kColBudget / k));
+  if (!fits_blas({per_group, k, plane_out, block})) return false;
+  const std::unique_ptr<float[]> col =
+      direct ? nullptr : std::make_unique_for_overwrite<float[]>(static_cast<size_t>(k * block));
+  for (int64_t n = 0; n < s.n; ++n) {
+    for (int64_t g = 0; g < s.groups; ++g) {
+      const float* xg = x + (n * s.c + g * s.cg) * s.h * s.w;
+      const float* wg = w + g * per_group * k;
+      float* og = o + (n * s.o + g * per_group) * plane_out;
+      fill_rows(og, per_group, plane_out, bias ? bias + g * per_group : nullptr);
+      if (direct) {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, blas_int(per_group), blas_int(plane_out),
+                    blas_int(k), 1.0f, wg, blas_int(k), xg, blas_int(plane_out), 1.0f, og,
+                    blas_int(plane_out));
+        continue;
+      }
+      for (int64_t q0 = 0; q0 < plane_out; q0 += block) {
+        const int64_t q1 = std::min(plane_out, q0 + block);
+        im2col(xg, s, q0, q1, col.get());
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, blas_int(per_group), blas_int(q1 - q0),
+                    blas_int(k), 1.0f, wg, blas_int(k), col.get(), blas_int(q1 - q0), 1.0f, og + q0,
+                    blas_int(plane_out));
+      }
+    }
+  }
+  return true;
+}
+
+// ---- linear -------------------------------------------------------------------------------------
+
+bool linear(std::span<const HostBuffer* const> in, HostBuffer& out) {
+  const HostBuffer& w = *in[1];
+  const float* bias = in.size() == 3 ? in[2]->data<float>() : nullptr;
+  const int64_t n_out = w.shape()[0], n_in = w.shape()[1];
+  if (out.numel() == 0) return true;
+  const int64_t rows = out.numel() / n_out;
+  if (!fits_blas({rows, n_out, n_in})) return false;
+  float* o = out.data<float>();
+  for (int64_t r = 0; r < rows; ++r) {
+    if (bias)
+      std::copy_n(bias, n_out, o + r * n_out);
+    else
+      std::fill_n(o + r * n_out, n_out, 0.0f);
+  }
+  if (n_in == 0) return true;
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, blas_int(rows), blas_int(n_out), blas_int(n_in),
+              1.0f, in[0]->data<float>(), blas_int(n_in), w.data<float>(), blas_int(n_in), 1.0f, o,
+              blas_int(n_out));
+  return true;
+}
+
+// ---- pooling ------------------------------------------------------------------------------------
+// Bitwise equal to the reference: every output meets its window's cells in the same row-major
+// order, compared (max) or summed in double (averages) as there.
+
+// Per output row, taps outermost: for each kernel tap (i, j) in row-major order, one pass over
+// the output columns it reaches. Each output still meets its taps in the reference's order,
+// and the inner loop (strided load, compare, select) vectorizes.
+void max_pool2d(const HostBuffer& x, std::span<const AttrValue> attrs, HostBuffer& out) {
+  const IntList& kernel = attrs[0].ints;
+  const IntList& stride = attrs[1].ints;
+  const IntList& padding = attrs[2].ints;
+  const IntList& dilation = attrs[3].ints;
+  const int64_t planes = x.shape()[0] * x.shape()[1], h = x.shape()[2], w = x.shape()[3];
+  const int64_t oh = out.shape()[2], ow = out.shape()[3];
+  const int64_t sw = stride[1];
+  std::vector<Range> tap_cols(static_cast<size_t>(kernel[1]));
+  for (int64_t j = 0; j < kernel[1]; ++j) {
+    tap_cols[static_cast<size_t>(j)] = valid_outputs(ow, sw, j * dilation[1] - padding[1], w);
+  }
+  parallel_for(planes, planes * oh * ow * kernel[0] * kernel[1], [&](int64_t begin, int64_t end) {
+    for (int64_t p = begin; p < end; ++p) {
+      const float* plane = x.data<float>() + p * h * w;
+      for (int64_t y = 0; y < oh; ++y) {
+        float* dst = out.data<float>() + (p * oh + y) * ow;
+        std::fill_n(dst, ow, -std::numeric_limits<float>::infinity());
+        const int64_t y_start = y * stride[0] - padding[0];
+        const Range rows = valid_taps(kernel[0], dilation[0], y_start, h);
+        for (int64_t i = rows.lo; i < rows.hi; ++i) {
+          const float* src = plane + (y_start + i * dilation[0]) * w;
+          for (int64_t j = 0; j < kernel[1]; ++j) {
+            const Range cols = tap_cols[static_cast<size_t>(j)];
+            const int64_t offset = j * dilation[1] - padding[1];
+            for (int64_t z = cols.lo; z < cols.hi; ++z) {
+              const float v = src[z * sw + offset];
+              const float best = dst[z];
+              dst[z] = (v > best || v != v) ? v : best;  // v != v: NaN wins, as in the reference
+            }
+          }
+        }
+      }
+    }
+  });
+}
+
+// One output coordinate's window of avg_pool2d along one axis: [lo, hi) clipped to the input,
+// and `padded`, its length clipped to the padded input instead (PyTorch's pool_size factor).
+struct AvgWindow {
+  int64_t lo, hi, padded;
+};
+AvgWindow avg_window(int64_t out_pos, int64_t kernel, int64_t stride, int64_t padding, int64_t size) {
+  const int64_t start = out_pos * stride - padding;
+  const int64_t end = std::min(start + kernel, size + padding);
+  return {std::max<int64_t>(start, 0), std::min(end, size), end - start};
+}
+
+// As max_pool2d: taps outermost, each output summing its cells in the reference's order, in
+// a row of double accumulators.
+void avg_pool2d(const HostBuffer& x, std::span<const AttrValue> attrs, HostBuffer& out) {
+  const IntList& kernel = attrs[0].ints;
+  const IntList& stride = attrs[1].ints;
+  const IntList& padding = attrs[2].ints;
+  const bool count_include_pad = attrs[4].as_bool();
+  const int64_t planes = x.shape()[0] * x.shape()[1], h = x.shape()[2], w = x.shape()[3];
+  const int64_t oh = out.shape()[2], ow = out.shape()[3];
+  const int64_t sw = stride[1];
+  std::vector<AvgWindow> cols(static_cast<size_t>(ow));
+  for (int64_t z = 0; z < ow; ++z)
+    cols[static_cast<size_t>(z)] = avg_window(z, kernel[1], sw, padding[1], w);
+  std::vector<Range> tap_cols(static_cast<size_t>(kernel[1]));
+  for (int64_t j = 0; j < kernel[1]; ++j)
+    tap_cols[static_cast<size_t>(j)] = valid_outputs(ow, sw, j - padding[1], w);
+  parallel_for(planes, planes * oh * ow * kernel[0] * kernel[1], [&](int64_t begin, int64_t end) {
+    std::vector<double> acc(static_cast<size_t>(ow));
+    for (int64_t p = begin; p < end; ++p) {
+      const float* plane = x.data<float>() + p * h * w;
+      for (int64_t y = 0; y < oh; ++y) {
+        const AvgWindow r = avg_window(y, kernel[0], stride[0], padding[0], h);
+        std::fill(acc.begin(), acc.end(), 0.0);
+        for (int64_t iy = r.lo; iy < r.hi; ++iy) {
+          const float* src = plane + iy * w;
+          for (int64_t j = 0; j < kernel[1]; ++j) {
+            const Range valid = tap_cols[static_cast<size_t>(j)];
+            const int64_t offset = j - padding[1];
+            for (int64_t z = valid.lo; z < valid.hi; ++z)
+              acc[static_cast<size_t>(z)] += static_cast<double>(src[z * sw + offset]);
+          }
+        }
+        float* dst = out.data<float>() + (p * oh + y) * ow;
+        for (int64_t z = 0; z < ow; ++z) {
+          const AvgWindow c = cols[static_cast<size_t>(z)];
+          if (r.lo >= r.hi || c.lo >= c.hi) {
+            dst[z] = 0.0f;
+            continue;
+          }
+          const int64_t count = count_include_pad ? r.padded * c.padded : (r.hi - r.lo) * (c.hi - c.lo);
+          dst[z] = static_cast<float>(acc[static_cast<size_t>(z)] / static_cast<double>(count));
+        }
+      }
+    }
+  });
+}
+
+void adaptive_avg_pool2d(const HostBuffer& x, HostBuffer& out) {
+  const int64_t planes = x.shape()[0] * x.shape()[1], h = x.shape()[2], w = x.shape()[3];
+  const int64_t oh = out.shape()[2], ow = out.shape()[3];
+  std::vector<Range> cols(static_cast<size_t>(ow));
+  for (int64_t z = 0; z < ow; ++z)
+    cols[static_cast<size_t>(z)] = {z * w / ow, ((z + 1) * w + ow - 1) / ow};
+  // Each output reads about (h / oh + 1) x (w / ow + 1) cells.
+  const int64_t work = planes * (h + oh) * (w + ow);
+  parallel_for(planes, work, [&](int64_t begin, int64_t end) {
+    for (int64_t p = begin; p < end; ++p) {
+      const float* plane = x.data<float>() + p * h * w;
+      float* dst = out.data<float>() + p * oh * ow;
+      for (int64_t y = 0; y < oh; ++y) {
+        const int64_t y0 = y * h / oh, y1 = ((y + 1) * h + oh - 1) / oh;
+        for (int64_t z = 0; z < ow; ++z) {
+          const Range c = cols[static_cast<size_t>(z)];
+          double sum = 0;
+          for (int64_t iy = y0; iy < y1; ++iy) {
+            for (int64_t iz = c.lo; iz < c.hi; ++iz) sum += static_cast<double>(plane[iy * w + iz]);
+          }
+          dst[y * ow + z] = static_cast<float>(sum / static_cast<double>((y1 - y0) * (c.hi - c.lo)));
+        }
+      }
+    }
+  });
+}
+
+// ---- layout and lookups -------------------------------------------------------------------------
+
+void pad(const HostBuffer& x, std::span<const AttrValue> attrs, HostBuffer& out) {
+  const IntList& pads = attrs[0].ints;
+  const Shape& s = x.shape();
+  const int rank = s.rank();
+  dispatch_dtype(out.dtype(),
+                 [&]<typename T>() { std::fill_n(out.data<T>(), out.numel(), convert<T>(attrs[1].f)); });
+  if (out.numel() == 0 || x.numel() == 0) return;
+  if (rank == 0) {
+    std::memcpy(out.bytes(), x.bytes(), out.nbytes());
+    return;
+  }
+  // The kept part of the input: [first[d], last[d]) along each dim, which lands at
+  // first[d] + before[d] in the output.
+  IntList before = s, first = s, last = s;
+  for (int d = 0; d < rank; ++d) before[d] = 0;
+  for (int k = 0; k < pads.size(); k += 2) before[rank - 1 - k / 2] = pads[k];
+  for (int d = 0; d < rank; ++d) {
+    first[d] = std::max<int64_t>(0, -before[d]);
+    last[d] = std::min(s[d], out.shape()[d] - before[d]);
+    if (first[d] >= last[d]) return;
+  }
+  const IntList in_strides = contiguous_strides(s);
+  const IntList out_strides = contiguous_strides(out.shape());
+  const size_t elem = dtype_size(x.dtype());
+  const size_t run = static_cast<size_t>(last[rank - 1] - first[rank - 1]) * elem;
+  IntList at = first;  // odometer over the kept input index, innermost dim fixed at first
+  while (true) {
+    int64_t src = 0, dst = 0;
+    for (int d = 0; d < rank; ++d) {
+      src += at[d] * in_strides[d];
+      dst += (at[d] + before[d]) * out_strides[d];
+    }
+    std::memcpy(out.bytes() + static_cast<size_t>(dst) * elem,
+                x.bytes() + static_cast<size_t>(src) * elem, run);
+    int d = rank - 2;
+    for (; d >= 0; --d) {
+      if (++at[d] < last[d]) break;
+      at[d] = first[d];
+    }
+    if (d < 0) return;
+  }
+}
+
+int64_t index_at(const HostBuffer& index, int64_t i) {
+  return index.dtype() == DType::kI32 ? index.data<int32_t>()[i] : index.data<int64_t>()[i];
+}
+
+int64_t clamp_index(int64_t i, int64_t dim) { return std::clamp<int64_t>(i, 0, dim - 1); }
+
+void embedding(const HostBuffer& w, const HostBuffer& index, HostBuffer& out) {
+  const size_t row = static_cast<size_t>(w.shape()[1]) * dtype_size(w.dtype());
+  if (row == 0) return;
+  for (int64_t i = 0; i < index.numel(); ++i) {
+    const int64_t r = clamp_index(index_at(index, i), w.shape()[0]);
+    std::memcpy(out.bytes() + static_cast<size_t>(i) * row, w.bytes() + static_cast<size_t>(r) * row,
+                row);
+  }
+}
+
+void gather(const HostBuffer& x, const HostBuffer& index, int axis, HostBuffer& out) {
+  if (out.numel() == 0) return;
+  const Shape& is = index.shape();
+  const int rank = is.rank();
+  const IntList strides = contiguous_strides(x.shape());
+  const int64_t dim = x.shape()[axis];
+  dispatch_dtype(x.dtype(), [&]<typename T>() {
+    const T* src = x.data<T>();
+    T* dst = out.data<T>();
+    IntList at = is;
+    for (int d = 0; d < rank; ++d) at[d] = 0;
+    int64_t base = 0;  // offset of `at` in x, without the axis term
+    for (int64_t i = 0; i < out.numel(); ++i) {
+      dst[i] = src[base + clamp_index(index_at(index, i), dim) * strides[axis]];
+      for (int d = rank - 1; d >= 0; --d) {
+        if (++at[d] < is[d]) {
+          if (d != axis) base += strides[d];
+          break;
+        }
+        if (d != axis) base -= (is[d] - 1) * strides[d];
+        at[d] = 0;
+      }
+    }
+  });
+}
+
+void index_select(const HostBuffer& x, const HostBuffer& index, int axis, HostBuffer& out) {
+  const AxisSplit split = split_at_axis(x.shape(), axis);
+  const int64_t picks = index.numel();
+  const size_t inner = static_cast<size_t>(split.inner) * dtype_size(x.dtype());
+  if (inner == 0) return;
+  for (int64_t o = 0; o < split.outer; ++o) {
+    for (int64_t j = 0; j < picks; ++j) {
+      const int64_t r = clamp_index(index_at(index, j), split.len);
+      std::memcpy(out.bytes() + static_cast<size_t>(o * picks + j) * inner,
+                  x.bytes() + static_cast<size_t>(o * split.len + r) * inner, inner);
+    }
+  }
+}
+
+}  // namespace
+
+bool run_nn_layer(OpKind op, std::span<const HostBuffer* const> in, std::span<const AttrValue> attrs,
+                  HostBuffer& out) {
+  switch (op) {
+    case OpKind::kConv2d:
+      return conv2d(in, attrs, out);
+    case OpKind::kLinear:
+      return linear(in, out);
+    case OpKind::kMaxPool2d:
+      max_pool2d(*in[0], attrs, out);
+      return true;
+    case OpKind::kAvgPool2d:
+      avg_pool2d(*in[0], attrs, out);
+      return true;
+    case OpKind::kAdaptiveAvgPool2d:
+      adaptive_avg_pool2d(*in[0], out);
+      return true;
+    case OpKind::kFlatten:
+    case OpKind::kDropout:
+      if (out.nbytes() > 0) std::memcpy(out.bytes(), in[0]->bytes(), out.nbytes());
+      return true;
+    case OpKind::kPad:
+      pad(*in[0], attrs, out);
+      return true;
+    case OpKind::kEmbedding:
+      embedding(*in[0], *in[1], out);
+      return true;
+    case OpKind::kGather:
+      gather(*in[0], *in[1], static_cast<int>(attrs[0].i), out);
+      return true;
+    case OpKind::kIndexSelect:
+      index_select(*in[0], *in[1], static_cast<int>(attrs[0].i), out);
+      return true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace tracecache::cpu

@@ -1,0 +1,212 @@
+#include "backends/sim/sim_backend.h"
+
+#include <fmt/format.h>
+#include <xxhash.h>
+
+#include <algorithm>
+#include <map>
+
+#include "compile/compiler.h"
+#include "backends/sim/cost_model.h"
+
+namespace tracecache {
+
+// Device memory accounting, shared with every live device buffer.
+struct SimBackend::Memory {
+  uint64_t capacity = 0;
+  uint64_t used = 0;
+  uint64_t peak = 0;
+
+  uint64_t free() const { return capacity - used; }
+  bool fits(uint64_t bytes) const { return bytes <= free(); }
+  void take(uint64_t bytes) {
+    used += bytes;
+    peak = std::max(peak, used);
+  }
+};
+
+namespace {
+
+double us(int64_t ps) { return static_cast<double>(ps) / 1e6; }
+
+}  // namespace
+
+SimInterval sim_interval(const SimSnapshot& before, const SimSnapshot& after) {
+  SimInterval i;
+  const int64_t step = after.host_ps - before.host_ps;
+  const int64_t wait = after.host_wait_ps - before.host_wait_ps;
+  const int64_t busy = after.device_busy_ps - before.device_busy_ps;
+  i.step_us = us(step);
+  i.host_wait_us = us(wait);
+  i.host_us = us(step - wait);
+  i.device_busy_us = us(busy);
+  i.device_idle_us = us(std::max<int64_t>(0, step - busy));
+  i.bytes_copied = (after.bytes_to_device - before.bytes_to_device) +
+                   (after.bytes_to_host - before.bytes_to_host);
+  i.kernels = after.kernels - before.kernels;
+  return i;
+}
+
+SimBackend::SimBackend(DeviceSpec spec)
+    : spec_(std::move(spec)), memory_(std::make_shared<Memory>()) {
+  std::string text = fmt::format("sim backend v{}; fuse=1; device {}", kBackendInterfaceVersion, spec_.digest());
+  digest_ = hex64(XXH3_64bits(text.data(), text.size()));
+  memory_->capacity = spec_.memory_capacity;
+}
+
+SimBackend::~SimBackend() = default;
+
+Result<Executable> SimBackend::compile(const Graph& graph, const GraphKey& key,
+                                       uint32_t compiler_version) {
+  CompileOptions co;
+  co.compiler_version = compiler_version;
+  return compile_graph(graph, key, std::string(name()), digest_, co);
+}
+
+std::string SimBackend::serialize(const Executable& exe) { return serialize_executable(exe); }
+
+Result<Executable> SimBackend::load(std::string_view bytes) {
+  Result<Executable> exe = parse_executable(bytes);
+  if (!exe.is_ok()) return exe;
+  Status st = check_executable_target(*exe, *this);
+  if (!st.is_ok()) return st;
+  return exe;
+}
+
+uint64_t SimBackend::memory_in_use() const { return memory_->used; }
+uint64_t SimBackend::memory_peak() const { return memory_->peak; }
+
+// A device buffer holding `bytes` of device memory (already taken) until its last handle drops.
+DeviceRef SimBackend::wrap(BufferRef storage, uint64_t bytes) {
+  auto* d = new DeviceBuffer{storage->dtype(), storage->shape(), std::move(storage)};
+  std::shared_ptr<Memory> memory = memory_;
+  return DeviceRef(d, [memory, bytes](const DeviceBuffer* b) {
+    memory->used -= bytes;
+    delete b;
+  });
+}
+
+Result<DeviceRef> SimBackend::to_device(BufferRef host) {
+  const int64_t start = timeline_.host_now_ps();
+  const uint64_t bytes = host->nbytes();
+  if (!memory_->fits(bytes)) {
+    return resource_exhausted(fmt::format(
+        "sim device '{}' is out of memory: copying a {} parameter to the device needs {} bytes, "
+        "{} bytes free of {}",
+        spec_.name, type_to_string({host->dtype(), host->shape()}), bytes, memory_->free(),
+        memory_->capacity));
+  }
+  memory_->take(bytes);
+  // The device gets its own copy, as a real device would. Wrapping `host` itself would make the
+  // device buffer own the host buffer, so the runtime's cache of resident copies (keyed by a
+  // weak reference to the host buffer) could never see it expire: every step's inputs stayed
+  // on the device and in memory. The copy is device work the CPU does: not host time.
+  const SimTimeline::Clock::time_point copy_start = SimTimeline::Clock::now();
+  BufferRef storage = std::make_shared<const HostBuffer>(host->clone());
+  timeline_.exclude(copy_start, SimTimeline::Clock::now());
+  bytes_to_device_ += static_cast<int64_t>(bytes);
+  TimelineEvent copy;
+  copy.name = "copy to device";
+  copy.category = "copy";
+  copy.duration_ps = transfer_time_ps(spec_, static_cast<int64_t>(bytes));
+  copy.bytes = static_cast<int64_t>(bytes);
+  timeline_.enqueue(std::move(copy));
+  DeviceRef d = wrap(std::move(storage), bytes);
+  timeline_.record_host("to_device", "sim", start, timeline_.host_now_ps());
+  return d;
+}
+
+Result<BufferRef> SimBackend::to_host(const DeviceRef& device) {
+  const int64_t start = timeline_.host_now_ps();
+  const int64_t bytes = static_cast<int64_t>(device->storage->nbytes());
+  bytes_to_host_ += bytes;
+  TimelineEvent copy;
+  copy.name = "copy to host";
+  copy.category = "copy";
+  copy.duration_ps = transfer_time_ps(spec_, bytes);
+  copy.bytes = bytes;
+  timeline_.enqueue(std::move(copy));
+  timeline_.record_host("to_host", "sim", start, timeline_.host_now_ps());
+  timeline_.wait_for_device();
+  return device->storage;
+}
+
+void SimBackend::synchronize() { timeline_.wait_for_device(); }
+
+Result<std::vector<DeviceRef>> SimBackend::run(const Executable& exe,
+                                               std::span<const DeviceRef> params) {
+  using Clock = SimTimeline::Clock;
+  const int64_t enqueue_start = timeline_.host_now_ps();
+  const Graph& g = exe.graph;
+
+  // Device memory for this run: the scratch arena (freed when the run's kernels are done) and
+  // one buffer per distinct output slot (held by the returned device buffers).
+  std::map<uint32_t, uint64_t> output_bytes;
+  for (NodeId id : g.outputs()) {
+    const Slot& s = exe.slots[id];
+    if (s.kind == Slot::Kind::kOutput) output_bytes[s.index] = s.nbytes;
+  }
+  uint64_t needed = exe.arena_bytes;
+  for (const auto& [index, bytes] : output_bytes) needed += bytes;
+  if (!memory_->fits(needed)) {
+    return resource_exhausted(fmt::format(
+        "sim device '{}' is out of memory running graph {}: {} bytes requested ({} scratch, {} "
+        "outputs), {} bytes free of {}",
+        spec_.name, exe.graph_key.to_hex(), needed, exe.arena_bytes, needed - exe.arena_bytes,
+        memory_->free(), memory_->capacity));
+  }
+
+  // The numbers: the cpu backend's kernels, now; their host time is device work, not host work.
+  const Clock::time_point compute_start = Clock::now();
+  Result<std::vector<DeviceRef>> computed = cpu_.run(exe, params);
+  timeline_.exclude(compute_start, Clock::now());
+  if (!computed.is_ok()) return computed.status();
+
+  // The timing: every kernel on the stream.
+  for (const Kernel& k : exe.kernels) {
+    const KernelCost cost = kernel_cost(g, k);
+    TimelineEvent e;
+    e.name = kernel_name(g, k);
+    e.category = "kernel";
+    e.duration_ps = kernel_time_ps(spec_, cost);
+    e.flops = cost.flops;
+    e.bytes = cost.bytes;
+    timeline_.enqueue(std::move(e));
+    ++kernels_;
+  }
+
+  std::vector<DeviceRef> result;
+  result.reserve(g.outputs().size());
+  std::map<uint32_t, DeviceRef> made;
+  for (size_t o = 0; o < g.outputs().size(); ++o) {
+    const Slot& s = exe.slots[g.outputs()[o]];
+    if (s.kind == Slot::Kind::kParam) {
+      result.push_back(params[s.index]);
+      continue;
+    }
+    auto it = made.find(s.index);
+    if (it == made.end()) {
+      memory_->take(output_bytes[s.index]);
+      it = made.emplace(s.index, wrap((*computed)[o]->storage, output_bytes[s.index])).first;
+    }
+    result.push_back(it->second);
+  }
+  // The arena counts toward the peak while the run's kernels use it.
+  memory_->take(exe.arena_bytes);
+  memory_->used -= exe.arena_bytes;
+  timeline_.record_host("enqueue", "sim", enqueue_start, timeline_.host_now_ps());
+  return result;
+}
+
+SimSnapshot SimBackend::snapshot() const {
+  SimSnapshot s;
+  s.host_ps = timeline_.host_now_ps();
+  s.host_wait_ps = timeline_.host_wait_ps();
+  s.device_busy_ps = timeline_.device_busy_ps();
+  s.bytes_to_device = bytes_to_device_;
+  s.bytes_to_host = bytes_to_host_;
+  s.kernels = kernels_;
+  return s;
+}
+
+}  // namespace tracecache

@@ -1,0 +1,55 @@
+// Canonicalization: reduce a traced op stream to the canonical graph that is hashed and cached.
+//
+// Given the tracer's graph and the nodes a barrier must produce (its roots), canonicalize():
+//   1. walks post-order from the roots (inputs visited in operand order), so node order depends
+//      only on the graph's structure and the order of the roots, never on recording order;
+//   2. drops every node the roots do not reach;
+//   3. lifts scalar constants (`full` nodes) to graph inputs unless `bake_scalars` is set, so a
+//      changing learning rate or epsilon does not change the key (PyTorch/XLA's recompile trap);
+//   4. merges common subexpressions (same op, attributes, type and inputs);
+//   5. numbers parameters by first use. Two roots that read the same tensor data share one
+//      parameter, so the aliasing pattern is part of the key;
+// and hashes the result (hash.h). Attributes arrive normalized by each op's inference rule.
+// Thread-safe: pure function of its arguments.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "capture/ir/graph.h"
+#include "capture/ir/hash.h"
+
+namespace tracecache {
+
+struct CanonicalizeOptions {
+  // Keep scalar constants as `full` nodes with their value in the key instead of lifting them.
+  bool bake_scalars = false;
+};
+
+// Where a canonical parameter's value comes from at run time.
+struct ParamSource {
+  enum class Kind : uint8_t {
+    kTraceParam,  // parameter `trace_param` of the traced graph (tensor data)
+    kScalar,      // a lifted constant: a rank-0 tensor of `dtype` holding `value`
+  };
+  Kind kind = Kind::kTraceParam;
+  uint32_t trace_param = 0;
+  DType dtype = DType::kF32;
+  double value = 0;
+};
+
+struct CanonicalGraph {
+  Graph graph;                       // outputs() correspond to the roots, in order
+  std::vector<ParamSource> sources;  // one per graph.params(), in order
+  GraphKey key;
+};
+
+// REQUIRES: every root < trace.size().
+CanonicalGraph canonicalize(const Graph& trace, std::span<const NodeId> roots,
+                            const CanonicalizeOptions& options = {});
+
+// The rank-0 host value a kScalar source stands for.
+HostBuffer scalar_buffer(const ParamSource& source);
+
+}  // namespace tracecache

@@ -1,0 +1,89 @@
+// Reference kernels: the naive, obviously-correct implementation of every op, one function per
+// op, referenced from the op registry table (ops.cc). They are the oracle every backend is
+// tested against, so clarity beats speed: plain index loops, broadcasting by explicit index
+// arithmetic, float reductions accumulated in double (documented in docs/ops.md).
+//
+// Contract for each kernel (see ReferenceKernel in ops.h): `in` holds the op's tensor inputs,
+// `attrs` its normalized attributes in registry order, `out` is preallocated with the inferred
+// dtype and shape and is fully overwritten. Thread-safe: no shared state.
+#pragma once
+
+#include <span>
+
+#include "capture/ops/attrs.h"
+#include "capture/core/buffer.h"
+
+namespace tracecache::ref {
+
+#define TRACECACHE_REF_KERNEL(name) \
+  void name(std::span<const HostBuffer* const> in, std::span<const AttrValue> attrs, HostBuffer& out)
+
+TRACECACHE_REF_KERNEL(neg);
+TRACECACHE_REF_KERNEL(abs);
+TRACECACHE_REF_KERNEL(exp);
+TRACECACHE_REF_KERNEL(log);
+TRACECACHE_REF_KERNEL(sqrt);
+TRACECACHE_REF_KERNEL(rsqrt);
+TRACECACHE_REF_KERNEL(tanh);
+TRACECACHE_REF_KERNEL(sigmoid);
+TRACECACHE_REF_KERNEL(relu);
+TRACECACHE_REF_KERNEL(add);
+TRACECACHE_REF_KERNEL(sub);
+TRACECACHE_REF_KERNEL(mul);
+TRACECACHE_REF_KERNEL(div);
+TRACECACHE_REF_KERNEL(pow);
+TRACECACHE_REF_KERNEL(maximum);
+TRACECACHE_REF_KERNEL(minimum);
+TRACECACHE_REF_KERNEL(eq);
+TRACECACHE_REF_KERNEL(lt);
+TRACECACHE_REF_KERNEL(gt);
+TRACECACHE_REF_KERNEL(where);
+TRACECACHE_REF_KERNEL(cast);
+TRACECACHE_REF_KERNEL(matmul);
+TRACECACHE_REF_KERNEL(sum);
+TRACECACHE_REF_KERNEL(mean);
+TRACECACHE_REF_KERNEL(max);
+TRACECACHE_REF_KERNEL(argmax);
+TRACECACHE_REF_KERNEL(reshape);
+TRACECACHE_REF_KERNEL(permute);
+TRACECACHE_REF_KERNEL(transpose);
+TRACECACHE_REF_KERNEL(broadcast_to);
+TRACECACHE_REF_KERNEL(concat);
+TRACECACHE_REF_KERNEL(slice);
+TRACECACHE_REF_KERNEL(full);
+TRACECACHE_REF_KERNEL(arange);
+TRACECACHE_REF_KERNEL(uniform);
+TRACECACHE_REF_KERNEL(normal);
+
+// nn activations, normalization, attention (capture/trace/nn.h). The elementwise activations live
+// in reference_kernels.cc with the other unary ops; the rest in reference_nn_ops.cc, with the
+// per-element formulas of capture/ops/nn_numerics.h.
+TRACECACHE_REF_KERNEL(gelu);
+TRACECACHE_REF_KERNEL(silu);
+TRACECACHE_REF_KERNEL(hardswish);
+TRACECACHE_REF_KERNEL(hardsigmoid);
+TRACECACHE_REF_KERNEL(erf);
+TRACECACHE_REF_KERNEL(clamp);
+TRACECACHE_REF_KERNEL(batch_norm);
+TRACECACHE_REF_KERNEL(layer_norm);
+TRACECACHE_REF_KERNEL(softmax);
+TRACECACHE_REF_KERNEL(log_softmax);
+TRACECACHE_REF_KERNEL(scaled_dot_product_attention);
+// nn layers (capture/trace/nn.h); in capture/ops/reference_nn_layers.cc. conv2d and linear accumulate in
+// double and round once (as matmul); pools are exact up to the one rounding of an average.
+// Out-of-range indices of embedding, gather and index_select are clamped (docs/ops.md).
+TRACECACHE_REF_KERNEL(conv2d);
+TRACECACHE_REF_KERNEL(max_pool2d);
+TRACECACHE_REF_KERNEL(avg_pool2d);
+TRACECACHE_REF_KERNEL(adaptive_avg_pool2d);
+TRACECACHE_REF_KERNEL(linear);
+TRACECACHE_REF_KERNEL(flatten);
+TRACECACHE_REF_KERNEL(pad);
+TRACECACHE_REF_KERNEL(dropout);
+TRACECACHE_REF_KERNEL(embedding);
+TRACECACHE_REF_KERNEL(gather);
+TRACECACHE_REF_KERNEL(index_select);
+
+#undef TRACECACHE_REF_KERNEL
+
+}  // namespace tracecache::ref

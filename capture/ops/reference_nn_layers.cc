@@ -1,0 +1,282 @@
+// Reference kernels of the nn layers (capture/trace/nn.h): plain loops over output elements in
+// row-major order, each output computed on its own from the definition in docs/ops.md.
+//   - conv2d, linear: exact products summed in double (bias first, then the products in
+//     (channel, kernel row, kernel column) or feature order), rounded once to f32;
+//   - max_pool2d: the window's maximum, NaN propagating (PyTorch's `v > max || isnan(v)`);
+//   - avg_pool2d, adaptive_avg_pool2d: the window sum in double, divided in double, rounded once;
+//   - embedding, gather, index_select: an index outside [0, dim) is clamped into it.
+#include <algorithm>
+#include <cassert>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "capture/ops/elementwise.h"
+#include "capture/ops/reference_kernels.h"
+
+namespace tracecache::ref {
+
+namespace {
+
+// Element i of an i32 or i64 index buffer.
+int64_t index_at(const HostBuffer& index, int64_t i) {
+  return index.dtype() == DType::kI32 ? index.data<int32_t>()[i] : index.data<int64_t>()[i];
+}
+
+// `i` clamped into [0, dim). REQUIRES: dim > 0 (the inference rules reject lookups into empty
+// dims).
+int64_t clamp_index(int64_t i, int64_t dim) { return std::clamp<int64_t>(i, 0, dim - 1); }
+
+// The row-major multi-index of position i in `shape`.
+IntList unravel(int64_t i, const Shape& shape) {
+  IntList index = shape;
+  for (int d = shape.rank() - 1; d >= 0; --d) {
+    index[d] = i % shape[d];
+    i /= shape[d];
+  }
+  return index;
+}
+
+void copy_bytes(std::span<const HostBuffer* const> in, HostBuffer& out) {
+  assert(in[0]->nbytes() == out.nbytes());
+  if (out.nbytes() > 0) std::memcpy(out.bytes(), in[0]->bytes(), out.nbytes());
+}
+
+}  // namespace
+
+void conv2d(std::span<const HostBuffer* const> in, std::span<const AttrValue> attrs, HostBuffer& out) {
+  const HostBuffer& x = *in[0];
+  const HostBuffer& w = *in[1];
+  const float* bias = in.size() == 3 ? in[2]->data<float>() : nullptr;
+  const IntList& stride = attrs[0].ints;
+  const IntList& padding = attrs[1].ints;
+  const IntList& dilation = attrs[2].ints;
+  const int64_t groups = attrs[3].i;
+  const int64_t n_batch = x.shape()[0], c_in = x.shape()[1], h = x.shape()[2], wd = x.shape()[3];
+  const int64_t c_out = w.shape()[0], c_group = w.shape()[1], kh = w.shape()[2], kw = w.shape()[3];
+  const int64_t oh = out.shape()[2], ow = out.shape()[3];
+  const int64_t out_per_group = c_out / groups;
+  const float* px = x.data<float>();
+  const float* pw = w.data<float>();
+  float* po = out.data<float>();
+  for (int64_t n = 0; n < n_batch; ++n) {
+    for (int64_t o = 0; o < c_out; ++o) {
+      const int64_t first_channel = o / out_per_group * c_group;
+      for (int64_t y = 0; y < oh; ++y) {
+        for (int64_t z = 0; z < ow; ++z) {
+          double acc = bias ? static_cast<double>(bias[o]) : 0.0;
+          for (int64_t c = 0; c < c_group; ++c) {
+            for (int64_t i = 0; i < kh; ++i) {
+              const int64_t iy = y * stride[0] - padding[0] + i * dilation[0];
+              if (iy < 0 || iy >= h) continue;
+              for (int64_t j = 0; j < kw; ++j) {
+                const int64_t iz = z * stride[1] - padding[1] + j * dilation[1];
+                if (iz < 0 || iz >= wd) continue;
+                const float xv = px[((n * c_in + first_channel + c) * h + iy) * wd + iz];
+                const float wv = pw[((o * c_group + c) * kh + i) * kw + j];
+                acc += static_cast<double>(xv) * static_cast<double>(wv);
+              }
+            }
+          }
+          po[((n * c_out + o) * oh + y) * ow + z] = static_cast<float>(acc);
+        }
+      }
+    }
+  }
+}
+
+void max_pool2d(std::span<const HostBuffer* const> in, std::span<const AttrValue> attrs,
+                HostBuffer& out) {
+  const HostBuffer& x = *in[0];
+  const IntList& kernel = attrs[0].ints;
+  const IntList& stride = attrs[1].ints;
+  const IntList& padding = attrs[2].ints;
+  const IntList& dilation = attrs[3].ints;
+  const int64_t planes = x.shape()[0] * x.shape()[1], h = x.shape()[2], w = x.shape()[3];
+  const int64_t oh = out.shape()[2], ow = out.shape()[3];
+  for (int64_t p = 0; p < planes; ++p) {
+    const float* plane = x.data<float>() + p * h * w;
+    for (int64_t y = 0; y < oh; ++y) {
+      for (int64_t z = 0; z < ow; ++z) {
+        // Padding is -inf: it never wins, and a window of padding only gives -inf.
+        float best = -std::numeric_limits<float>::infinity();
+        for (int64_t i = 0; i < kernel[0]; ++i) {
+          const int64_t iy = y * stride[0] - padding[0] + i * dilation[0];
+          if (iy < 0 || iy >= h) continue;
+          for (int64_t j = 0; j < kernel[1]; ++j) {
+            const int64_t iz = z * stride[1] - padding[1] + j * dilation[1];
+            if (iz < 0 || iz >= w) continue;
+            const float v = plane[iy * w + iz];
+            if (v > best || std::isnan(v)) best = v;
+          }
+        }
+        out.data<float>()[(p * oh + y) * ow + z] = best;
+      }
+    }
+  }
+}
+
+void avg_pool2d(std::span<const HostBuffer* const> in, std::span<const AttrValue> attrs,
+                HostBuffer& out) {
+  const HostBuffer& x = *in[0];
+  const IntList& kernel = attrs[0].ints;
+  const IntList& stride = attrs[1].ints;
+  const IntList& padding = attrs[2].ints;
+  const bool count_include_pad = attrs[4].as_bool();
+  const int64_t planes = x.shape()[0] * x.shape()[1], h = x.shape()[2], w = x.shape()[3];
+  const int64_t oh = out.shape()[2], ow = out.shape()[3];
+  for (int64_t p = 0; p < planes; ++p) {
+    const float* plane = x.data<float>() + p * h * w;
+    for (int64_t y = 0; y < oh; ++y) {
+      for (int64_t z = 0; z < ow; ++z) {
+        // The window clipped to the padded input counts for count_include_pad; clipped to
+        // the input, it is what is summed (and counted otherwise).
+        int64_t y0 = y * stride[0] - padding[0], z0 = z * stride[1] - padding[1];
+        int64_t y1 = std::min(y0 + kernel[0], h + padding[0]);
+        int64_t z1 = std::min(z0 + kernel[1], w + padding[1]);
+        const int64_t padded_count = (y1 - y0) * (z1 - z0);
+        y0 = std::max<int64_t>(y0, 0);
+        z0 = std::max<int64_t>(z0, 0);
+        y1 = std::min(y1, h);
+        z1 = std::min(z1, w);
+        float& o = out.data<float>()[(p * oh + y) * ow + z];
+        if (y0 >= y1 || z0 >= z1) {
+          o = 0.0f;
+          continue;
+        }
+        double sum = 0;
+        for (int64_t iy = y0; iy < y1; ++iy) {
+          for (int64_t iz = z0; iz < z1; ++iz) sum += static_cast<double>(plane[iy * w + iz]);
+        }
+        const int64_t count = count_include_pad ? padded_count : (y1 - y0) * (z1 - z0);
+        o = static_cast<float>(sum / static_cast<double>(count));
+      }
+    }
+  }
+}
+
+void adaptive_avg_pool2d(std::span<const HostBuffer* const> in, std::span<const AttrValue>,
+                         HostBuffer& out) {
+  const HostBuffer& x = *in[0];
+  const int64_t planes = x.shape()[0] * x.shape()[1], h = x.shape()[2], w = x.shape()[3];
+  const int64_t oh = out.shape()[2], ow = out.shape()[3];
+  for (int64_t p = 0; p < planes; ++p) {
+    const float* plane = x.data<float>() + p * h * w;
+    for (int64_t y = 0; y < oh; ++y) {
+      const int64_t y0 = y * h / oh, y1 = ((y + 1) * h + oh - 1) / oh;
+      for (int64_t z = 0; z < ow; ++z) {
+        const int64_t z0 = z * w / ow, z1 = ((z + 1) * w + ow - 1) / ow;
+        double sum = 0;
+        for (int64_t iy = y0; iy < y1; ++iy) {
+          for (int64_t iz = z0; iz < z1; ++iz) sum += static_cast<double>(plane[iy * w + iz]);
+        }
+        out.data<float>()[(p * oh + y) * ow + z] =
+            static_cast<float>(sum / static_cast<double>((y1 - y0) * (z1 - z0)));
+      }
+    }
+  }
+}
+
+void linear(std::span<const HostBuffer* const> in, std::span<const AttrValue>, HostBuffer& out) {
+  const HostBuffer& w = *in[1];
+  const float* bias = in.size() == 3 ? in[2]->data<float>() : nullptr;
+  const int64_t n_out = w.shape()[0], n_in = w.shape()[1];
+  const int64_t rows = n_out == 0 ? 0 : out.numel() / n_out;
+  const float* px = in[0]->data<float>();
+  const float* pw = w.data<float>();
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t j = 0; j < n_out; ++j) {
+      double acc = bias ? static_cast<double>(bias[j]) : 0.0;
+      for (int64_t k = 0; k < n_in; ++k) {
+        acc += static_cast<double>(px[r * n_in + k]) * static_cast<double>(pw[j * n_in + k]);
+      }
+      out.data<float>()[r * n_out + j] = static_cast<float>(acc);
+    }
+  }
+}
+
+void flatten(std::span<const HostBuffer* const> in, std::span<const AttrValue>, HostBuffer& out) {
+  copy_bytes(in, out);
+}
+
+void pad(std::span<const HostBuffer* const> in, std::span<const AttrValue> attrs, HostBuffer& out) {
+  const HostBuffer& x = *in[0];
+  const IntList& pads = attrs[0].ints;
+  const Shape& s = x.shape();
+  // before[d]: how far dim d's input starts into the output (negative: cropped).
+  IntList before = s;
+  for (int64_t& b : before) b = 0;
+  for (int k = 0; k < pads.size(); k += 2) before[s.rank() - 1 - k / 2] = pads[k];
+  const IntList in_strides = contiguous_strides(s);
+  const size_t elem = dtype_size(x.dtype());
+  dispatch_dtype(out.dtype(), [&]<typename T>() {
+    const T fill = convert<T>(attrs[1].f);
+    for (int64_t i = 0; i < out.numel(); ++i) {
+      const IntList index = unravel(i, out.shape());
+      int64_t src = 0;
+      bool inside = true;
+      for (int d = 0; d < s.rank() && inside; ++d) {
+        const int64_t at = index[d] - before[d];
+        inside = at >= 0 && at < s[d];
+        src += at * in_strides[d];
+      }
+      if (inside) {
+        std::memcpy(out.bytes() + static_cast<size_t>(i) * elem,
+                    x.bytes() + static_cast<size_t>(src) * elem, elem);
+      } else {
+        out.data<T>()[i] = fill;
+      }
+    }
+  });
+}
+
+void dropout(std::span<const HostBuffer* const> in, std::span<const AttrValue>, HostBuffer& out) {
+  copy_bytes(in, out);
+}
+
+void embedding(std::span<const HostBuffer* const> in, std::span<const AttrValue>, HostBuffer& out) {
+  const HostBuffer& w = *in[0];
+  const HostBuffer& index = *in[1];
+  const size_t row = static_cast<size_t>(w.shape()[1]) * dtype_size(w.dtype());
+  for (int64_t i = 0; i < index.numel(); ++i) {
+    const int64_t r = clamp_index(index_at(index, i), w.shape()[0]);
+    if (row > 0)
+      std::memcpy(out.bytes() + static_cast<size_t>(i) * row, w.bytes() + static_cast<size_t>(r) * row,
+                  row);
+  }
+}
+
+namespace {
+
+// out[i] = x at out's multi-index i with its `axis` coordinate replaced by an index (clamped):
+// index element i itself (gather: index has out's shape), or index[i's axis coordinate]
+// (index_select: index is rank 1).
+void take_along_axis(std::span<const HostBuffer* const> in, std::span<const AttrValue> attrs,
+                     HostBuffer& out, bool index_per_element) {
+  const HostBuffer& x = *in[0];
+  const HostBuffer& index = *in[1];
+  const int axis = static_cast<int>(attrs[0].i);
+  const IntList strides = contiguous_strides(x.shape());
+  const size_t elem = dtype_size(x.dtype());
+  for (int64_t i = 0; i < out.numel(); ++i) {
+    IntList at = unravel(i, out.shape());
+    at[axis] = clamp_index(index_at(index, index_per_element ? i : at[axis]), x.shape()[axis]);
+    int64_t src = 0;
+    for (int d = 0; d < x.shape().rank(); ++d) src += at[d] * strides[d];
+    std::memcpy(out.bytes() + static_cast<size_t>(i) * elem, x.bytes() + static_cast<size_t>(src) * elem,
+                elem);
+  }
+}
+
+}  // namespace
+
+void gather(std::span<const HostBuffer* const> in, std::span<const AttrValue> attrs, HostBuffer& out) {
+  take_along_axis(in, attrs, out, /*index_per_element=*/true);
+}
+
+void index_select(std::span<const HostBuffer* const> in, std::span<const AttrValue> attrs,
+                  HostBuffer& out) {
+  take_along_axis(in, attrs, out, /*index_per_element=*/false);
+}
+
+}  // namespace tracecache::ref

@@ -1,0 +1,40 @@
+// The reference evaluator: runs a graph node by node with the reference kernels of the op
+// registry. It is the correctness oracle for every backend and every execution mode, and the
+// GraphExecutor `mark_step` uses when no compiled backend is attached.
+//
+// Thread-safe: evaluate_reference is a pure function; a ReferenceExecutor and a
+// ReferenceOpRunner have no state.
+#pragma once
+
+#include <span>
+#include <vector>
+
+#include "capture/trace/eager.h"
+#include "capture/ir/graph.h"
+#include "capture/trace/tensor.h"
+
+namespace tracecache {
+
+// Evaluates `graph` with `params[i]` bound to parameter i; returns one buffer per output.
+// Intermediate buffers are freed after their last use. Fails (kInvalidArgument) if a
+// parameter's dtype or shape differs from the graph's.
+Result<std::vector<BufferRef>> evaluate_reference(const Graph& graph,
+                                                  std::span<const BufferRef> params);
+
+class ReferenceExecutor final : public GraphExecutor {
+ public:
+  Result<std::vector<BufferRef>> execute(const CanonicalGraph& graph,
+                                         std::span<const BufferRef> params) override {
+    return evaluate_reference(graph.graph, params);
+  }
+};
+
+// Eager mode on the reference kernels: each op runs as it is issued (capture/trace/eager.h). Gives
+// the same bits as lazy mode on the ReferenceExecutor.
+class ReferenceOpRunner final : public OpRunner {
+ public:
+  Result<BufferRef> run_op(OpKind op, std::span<const BufferRef> inputs,
+                           std::span<const AttrValue> attrs, const TensorType& out) override;
+};
+
+}  // namespace tracecache

@@ -1,0 +1,277 @@
+// Lazy tensors and the context that records them.
+//
+// A LazyContext is a tracer: every op on its tensors appends a node to its pending graph and
+// returns at once; nothing is computed until a barrier. `mark_step()` is the barrier: all live
+// pending tensors become the roots of one graph, which is canonicalized, hashed and handed to
+// the GraphExecutor; the executor's results become the tensors' data. A value read
+// (`item()`, `to_vector()`, `buffer()`) materializes just that tensor the same way.
+//
+// Tensors are handles: copies share one value. A tensor whose value is known (created from
+// data, or materialized) enters later graphs as a parameter ("device data"), so a new step's
+// graph never embeds the previous step's values.
+//
+// Eager mode: with LazyOptions::eager set, the context traces nothing; each op runs at once on
+// that OpRunner (capture/trace/eager.h) and returns a materialized tensor, and mark_step() is a no-op.
+//
+// Errors: ops on incompatible tensors throw Error at record time, naming the op and both
+// operand types; an executor failure throws Error from the barrier (an op runner failure, from
+// the op).
+// Thread-safety: a context and its tensors belong to one thread at a time (reference counts
+// are not atomic). Different contexts are independent.
+// Ownership: the context must outlive its tensors; the executor must outlive the context.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <initializer_list>
+#include <limits>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "capture/core/buffer.h"
+#include "capture/ir/canonical.h"
+#include "capture/trace/eager.h"
+#include "capture/ir/graph.h"
+#include "capture/core/metrics.h"
+#include "capture/core/status.h"
+#include "capture/ir/trace_template.h"
+
+namespace tracecache {
+
+class LazyContext;
+
+inline constexpr NodeId kNoNode = std::numeric_limits<NodeId>::max();
+
+// The shared state behind Tensor handles (an implementation detail, in the header so that the
+// accessors guard checks use inline). Pending: `node` names its node in the context's trace and
+// `data` is null. Materialized: `data` holds the value and `node` is kNoNode.
+struct TensorImpl {
+  uint32_t refs = 1;
+  LazyContext* ctx = nullptr;
+  TensorType type;
+  NodeId node = kNoNode;
+  uint32_t pending_slot = 0;
+  BufferRef data;
+
+  bool pending() const { return node != kNoNode; }
+};
+
+// Runs canonical graphs. capture/reference/ provides the reference evaluator; runtime/
+// provides compiled, cached execution.
+class GraphExecutor {
+ public:
+  virtual ~GraphExecutor() = default;
+  // Returns one buffer per graph output, in order. `params` holds one buffer per parameter.
+  virtual Result<std::vector<BufferRef>> execute(const CanonicalGraph& graph,
+                                                 std::span<const BufferRef> params) = 0;
+};
+
+class Tensor {
+ public:
+  Tensor() = default;
+  Tensor(const Tensor& other);
+  Tensor(Tensor&& other) noexcept : impl_(other.impl_) { other.impl_ = nullptr; }
+  Tensor& operator=(Tensor other) noexcept {
+    std::swap(impl_, other.impl_);
+    return *this;
+  }
+  ~Tensor();
+
+  bool defined() const { return impl_ != nullptr; }
+  // REQUIRES (all below): defined().
+  DType dtype() const { return impl_->type.dtype; }
+  // Reading the shape is an observation: while a context captures a trace template
+  // (LazyOptions::capture), the traced code may depend on it, so it is noted there.
+  const Shape& shape() const;
+  // The shape without noting an observation, for code that only passes it on as an
+  // attribute bound with AttrBinding (whose element then follows the size), never branches on
+  // it. Misuse makes a shape-polymorphic trace unsound.
+  const Shape& peek_shape() const { return impl_->type.shape; }
+  int rank() const { return peek_shape().rank(); }  // ranks are guarded, not dynamic
+  int64_t numel() const { return shape().numel(); }
+  LazyContext& context() const { return *impl_->ctx; }
+  // True once the value is known (no pending computation).
+  bool is_materialized() const { return !impl_->pending(); }
+
+  // Value reads: materialize (a barrier for this tensor) and return the data.
+  BufferRef buffer() const;
+  // The data of a materialized tensor without taking a reference (no atomic operations).
+  // REQUIRES: is_materialized(). The pointer lives as long as this tensor's value.
+  const HostBuffer* data_ptr() const { return impl_->data.get(); }
+  // The single element converted to double. Throws Error unless numel() == 1.
+  double item() const;
+  // Elements converted to T, row-major.
+  template <typename T>
+  std::vector<T> to_vector() const {
+    BufferRef b = buffer();
+    std::vector<T> out(static_cast<size_t>(b->numel()));
+    dispatch_dtype(b->dtype(), [&]<typename U>() {
+      const U* p = b->data<U>();
+      for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<T>(p[i]);
+    });
+    return out;
+  }
+
+ private:
+  friend class LazyContext;
+  explicit Tensor(TensorImpl* impl);  // takes one reference
+  TensorImpl* impl_ = nullptr;
+};
+
+struct LazyOptions {
+  CanonicalizeOptions canonicalize;
+  // Where barriers count traces and time canonicalize + hash; not owned, may be null.
+  Metrics* metrics = nullptr;
+  // Eager mode when set: ops run at once on this runner (not owned; must outlive the context)
+  // and the executor is never called.
+  OpRunner* eager = nullptr;
+  // When set (not owned), the trace is also captured as a template (capture/ir/trace_template.h)
+  // until its first barrier.
+  TraceTemplate* capture = nullptr;
+};
+
+// Declares attribute `attr` of a record() call (element `element` of an int list, -1 for an
+// int or float attribute) equal to the size of dim `dim` of `source`: a captured template then
+// follows that size instead of keeping the number. The attribute's value must equal the size.
+struct AttrBinding {
+  uint32_t attr = 0;
+  int32_t element = -1;
+  Tensor source;
+  int dim = 0;
+};
+
+class LazyContext {
+ public:
+  // `executor` is not owned. REQUIRES: executor != nullptr.
+  explicit LazyContext(GraphExecutor* executor, LazyOptions options = {});
+  ~LazyContext();
+  LazyContext(const LazyContext&) = delete;
+  LazyContext& operator=(const LazyContext&) = delete;
+
+  // A materialized tensor holding `data` (device data).
+  Tensor from_buffer(BufferRef data);
+  Tensor from_buffer(HostBuffer data);
+
+  // Records `op` on `inputs` with `attrs` given positionally, one per declared attribute
+  // (see op_info(op).attrs). Normalizes the attributes and infers the output type; throws
+  // Error if the inputs or attributes do not fit the op, or belong to another context.
+  Tensor record(OpKind op, std::span<const Tensor> inputs, std::span<const AttrValue> attrs);
+  // The same, with some attribute elements bound to sizes (see AttrBinding); throws Error if a
+  // binding does not fit.
+  Tensor record(OpKind op, std::span<const Tensor> inputs, std::span<const AttrValue> attrs,
+                std::span<const AttrBinding> bindings);
+  Tensor record(OpKind op, std::initializer_list<Tensor> inputs,
+                std::initializer_list<AttrValue> attrs = {}) {
+    return record(op, std::span<const Tensor>(inputs.begin(), inputs.size()),
+                  std::span<const AttrValue>(attrs.begin(), attrs.size()));
+  }
+
+  // The barrier: materializes every live pending tensor as one graph. A no-op if none (always,
+  // in eager mode).
+  void mark_step();
+
+  const LazyOptions& options() const { return options_; }
+  // Keys of the graphs executed so far, in order (one per barrier or value read that ran).
+  const std::vector<GraphKey>& executed_keys() const { return executed_keys_; }
+  // Nodes in the pending graph (recorded since the last reset of the trace).
+  size_t pending_nodes() const { return trace_.size(); }
+
+ private:
+  friend class Tensor;
+  friend struct TensorImpl;
+  NodeId node_for(TensorImpl* t);
+  void observe(const TensorImpl* t);
+  TraceTemplate* capturing() const;  // the template, while it still mirrors the trace
+  Tensor run_eager(OpKind op, std::span<const Tensor> inputs, std::span<const AttrValue> attrs,
+                   const TensorType& type);
+  void materialize(std::span<TensorImpl* const> roots);
+  void forget_pending(TensorImpl* t);
+  void reset_trace_if_idle();
+
+  GraphExecutor* executor_;
+  LazyOptions options_;
+  Graph trace_;
+  std::vector<BufferRef> trace_params_;  // data of trace_'s parameters, by parameter index
+  std::unordered_map<const HostBuffer*, NodeId> param_of_data_;  // identity map, this trace
+  std::vector<TensorImpl*> pending_;  // pending tensors by creation; nullptr once gone
+  size_t live_pending_ = 0;
+  std::vector<GraphKey> executed_keys_;
+  // When the first op of the current trace was recorded (for the `trace` timer).
+  std::chrono::steady_clock::time_point trace_started_;
+};
+
+// ---- the op API -------------------------------------------------------------------------
+// Each function records one op (see docs/ops.md for semantics). Binary ops take a Tensor and a
+// double too; the scalar becomes a rank-0 constant of the tensor's dtype (f32 if the scalar is
+// not integral and the tensor is).
+
+Tensor neg(const Tensor& x);
+Tensor abs(const Tensor& x);
+Tensor exp(const Tensor& x);
+Tensor log(const Tensor& x);
+Tensor sqrt(const Tensor& x);
+Tensor rsqrt(const Tensor& x);
+Tensor tanh(const Tensor& x);
+Tensor sigmoid(const Tensor& x);
+Tensor relu(const Tensor& x);
+
+Tensor add(const Tensor& a, const Tensor& b);
+Tensor sub(const Tensor& a, const Tensor& b);
+Tensor mul(const Tensor& a, const Tensor& b);
+Tensor div(const Tensor& a, const Tensor& b);
+Tensor pow(const Tensor& a, const Tensor& b);
+Tensor maximum(const Tensor& a, const Tensor& b);
+Tensor minimum(const Tensor& a, const Tensor& b);
+Tensor eq(const Tensor& a, const Tensor& b);
+Tensor lt(const Tensor& a, const Tensor& b);
+Tensor gt(const Tensor& a, const Tensor& b);
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
+Tensor cast(const Tensor& x, DType dtype);
+Tensor matmul(const Tensor& a, const Tensor& b);
+
+// An empty `axes` reduces over every dim.
+Tensor sum(const Tensor& x, IntList axes = {}, bool keepdim = false);
+Tensor mean(const Tensor& x, IntList axes = {}, bool keepdim = false);
+Tensor max(const Tensor& x, IntList axes = {}, bool keepdim = false);
+Tensor argmax(const Tensor& x, int64_t axis, bool keepdim = false);
+
+Tensor reshape(const Tensor& x, IntList shape);
+Tensor permute(const Tensor& x, IntList perm);
+Tensor transpose(const Tensor& x, int64_t dim0, int64_t dim1);
+Tensor broadcast_to(const Tensor& x, IntList shape);
+Tensor concat(std::span<const Tensor> xs, int64_t axis);
+Tensor slice(const Tensor& x, int64_t axis, int64_t start, int64_t end, int64_t step = 1);
+
+Tensor full(LazyContext& ctx, const Shape& shape, double value, DType dtype = DType::kF32);
+Tensor scalar(LazyContext& ctx, double value, DType dtype = DType::kF32);
+Tensor arange(LazyContext& ctx, double start, double end, double step = 1,
+              DType dtype = DType::kI64);
+Tensor uniform(LazyContext& ctx, const Shape& shape, uint64_t seed, double low = 0,
+               double high = 1, DType dtype = DType::kF32);
+Tensor normal(LazyContext& ctx, const Shape& shape, uint64_t seed, double mean = 0,
+              double stddev = 1, DType dtype = DType::kF32);
+
+// A scalar operand adopts the tensor's dtype if that can hold it exactly, else f32.
+Tensor add(const Tensor& a, double b);
+Tensor sub(const Tensor& a, double b);
+Tensor mul(const Tensor& a, double b);
+Tensor div(const Tensor& a, double b);
+Tensor pow(const Tensor& a, double b);
+Tensor maximum(const Tensor& a, double b);
+Tensor minimum(const Tensor& a, double b);
+Tensor eq(const Tensor& a, double b);
+Tensor lt(const Tensor& a, double b);
+Tensor gt(const Tensor& a, double b);
+
+inline Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
+inline Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
+inline Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
+inline Tensor operator/(const Tensor& a, const Tensor& b) { return div(a, b); }
+inline Tensor operator-(const Tensor& a) { return neg(a); }
+inline Tensor operator+(const Tensor& a, double b) { return add(a, b); }
+inline Tensor operator-(const Tensor& a, double b) { return sub(a, b); }
+inline Tensor operator*(const Tensor& a, double b) { return mul(a, b); }
+inline Tensor operator/(const Tensor& a, double b) { return div(a, b); }
+
+}  // namespace tracecache

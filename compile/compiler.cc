@@ -1,0 +1,195 @@
+#include "compile/compiler.h"
+
+#include <algorithm>
+#include <cassert>
+#include <map>
+
+namespace tracecache {
+
+namespace {
+
+constexpr uint64_t kAlignment = 64;
+
+uint64_t align_up(uint64_t n) { return (n + kAlignment - 1) / kAlignment * kAlignment; }
+
+uint64_t value_bytes(const Node& n) {
+  return static_cast<uint64_t>(n.shape.numel()) * dtype_size(n.dtype);
+}
+
+// First-fit allocator over one growing arena; freed ranges coalesce.
+class ArenaPlanner {
+ public:
+  uint64_t allocate(uint64_t bytes) {
+    bytes = std::max<uint64_t>(align_up(bytes), kAlignment);
+    for (auto it = free_.begin(); it != free_.end(); ++it) {
+      if (it->second >= bytes) {
+        uint64_t offset = it->first;
+        uint64_t rest = it->second - bytes;
+        free_.erase(it);
+        if (rest > 0) free_.emplace(offset + bytes, rest);
+        return offset;
+      }
+    }
+    // Grow: extend a free block that ends at the top, if any.
+    uint64_t offset = top_;
+    if (!free_.empty()) {
+      auto last = std::prev(free_.end());
+      if (last->first + last->second == top_) {
+        offset = last->first;
+        free_.erase(last);
+      }
+    }
+    top_ = offset + bytes;
+    return offset;
+  }
+
+  void release(uint64_t offset, uint64_t bytes) {
+    bytes = std::max<uint64_t>(align_up(bytes), kAlignment);
+    auto [it, inserted] = free_.emplace(offset, bytes);
+    assert(inserted);
+    auto next = std::next(it);
+    if (next != free_.end() && it->first + it->second == next->first) {
+      it->second += next->second;
+      free_.erase(next);
+    }
+    if (it != free_.begin()) {
+      auto prev = std::prev(it);
+      if (prev->first + prev->second == it->first) {
+        prev->second += it->second;
+        free_.erase(it);
+      }
+    }
+  }
+
+  uint64_t peak() const { return top_; }
+
+ private:
+  std::map<uint64_t, uint64_t> free_;  // offset -> size
+  uint64_t top_ = 0;
+};
+
+}  // namespace
+
+bool fusible_op(OpKind op) {
+  return op_info(op).elementwise() || op == OpKind::kBroadcastTo;
+}
+
+Executable compile_graph(const Graph& graph, const GraphKey& key, std::string backend,
+                         std::string options_digest, const CompileOptions& options) {
+  Executable exe;
+  exe.graph_key = key;
+  exe.backend = std::move(backend);
+  exe.options_digest = std::move(options_digest);
+  exe.compiler_version = options.compiler_version;
+  exe.graph = graph;
+  const size_t n = graph.size();
+
+  // Distinct consumers of each node, and whether it is an output.
+  std::vector<uint32_t> consumers(n, 0);
+  std::vector<NodeId> only_consumer(n, 0);
+  std::vector<bool> is_output(n, false);
+  for (NodeId id = 0; id < n; ++id) {
+    auto ins = graph.inputs(graph.node(id));
+    for (size_t k = 0; k < ins.size(); ++k) {
+      if (std::find(ins.begin(), ins.begin() + static_cast<std::ptrdiff_t>(k), ins[k]) !=
+          ins.begin() + static_cast<std::ptrdiff_t>(k)) {
+        continue;  // the same input twice counts once
+      }
+      ++consumers[ins[k]];
+      only_consumer[ins[k]] = id;
+    }
+  }
+  for (NodeId o : graph.outputs()) is_output[o] = true;
+
+  // 1. Fusion: fused_into[v] = the node whose kernel computes v, or v itself.
+  std::vector<bool> fused(n, false);
+  if (options.fuse) {
+    for (NodeId id = 0; id < n; ++id) {
+      const Node& v = graph.node(id);
+      if (!fusible_op(v.op) || is_output[id] || consumers[id] != 1) continue;
+      const Node& c = graph.node(only_consumer[id]);
+      // broadcast_to reads its input as a leaf, so nothing fuses into it.
+      if (!op_info(c.op).elementwise() || !(c.shape == v.shape)) continue;
+      fused[id] = true;
+    }
+  }
+
+  // 2. Schedule: every non-parameter node that is not fused is a kernel root. Members of a fused
+  // kernel are the root plus the fused nodes that reach it through fused nodes only.
+  std::vector<NodeId> owner(n);
+  for (NodeId id = static_cast<NodeId>(n); id-- > 0;) {
+    owner[id] = fused[id] ? owner[only_consumer[id]] : id;
+  }
+  std::vector<std::vector<NodeId>> members_of(n);
+  for (NodeId id = 0; id < n; ++id) {
+    if (fused[id]) members_of[owner[id]].push_back(id);
+  }
+  for (NodeId id = 0; id < n; ++id) {
+    const Node& v = graph.node(id);
+    if (v.op == OpKind::kParameter || fused[id]) continue;
+    Kernel k;
+    k.root = id;
+    bool has_members = !members_of[id].empty();
+    k.members = std::move(members_of[id]);
+    if (has_members || op_info(v.op).elementwise()) {
+      k.kind = Kernel::Kind::kFused;
+      k.members.push_back(id);
+    } else {
+      k.kind = Kernel::Kind::kOp;
+    }
+    exe.kernels.push_back(std::move(k));
+  }
+
+  // 3. Buffer plan.
+  exe.slots.assign(n, Slot{});
+  for (size_t p = 0; p < graph.params().size(); ++p) {
+    Slot& s = exe.slots[graph.params()[p]];
+    s.kind = Slot::Kind::kParam;
+    s.index = static_cast<uint32_t>(p);
+  }
+  for (size_t o = 0; o < graph.outputs().size(); ++o) {
+    NodeId id = graph.outputs()[o];
+    Slot& s = exe.slots[id];
+    if (s.kind == Slot::Kind::kParam || s.kind == Slot::Kind::kOutput) continue;
+    s.kind = Slot::Kind::kOutput;
+    s.index = static_cast<uint32_t>(o);
+    s.nbytes = value_bytes(graph.node(id));
+  }
+  for (NodeId id = 0; id < n; ++id) {
+    if (fused[id]) exe.slots[id].kind = Slot::Kind::kFused;
+  }
+
+  // Last kernel reading each value.
+  std::vector<size_t> last_read(n, 0);
+  std::vector<std::vector<NodeId>> dies_at(exe.kernels.size());
+  for (size_t k = 0; k < exe.kernels.size(); ++k) {
+    const Kernel& kern = exe.kernels[k];
+    auto note_reads = [&](NodeId member) {
+      for (NodeId in : graph.inputs(graph.node(member))) {
+        if (!fused[in]) last_read[in] = k;
+      }
+    };
+    if (kern.kind == Kernel::Kind::kFused) {
+      for (NodeId m : kern.members) note_reads(m);
+    } else {
+      note_reads(kern.root);
+    }
+  }
+  ArenaPlanner planner;
+  for (size_t k = 0; k < exe.kernels.size(); ++k) {
+    NodeId root = exe.kernels[k].root;
+    Slot& s = exe.slots[root];
+    if (s.kind == Slot::Kind::kArena) {
+      s.nbytes = value_bytes(graph.node(root));
+      s.offset = planner.allocate(s.nbytes);
+      dies_at[last_read[root]].push_back(root);
+    }
+    // Inputs whose last reader is this kernel are freed only now, after its output was placed.
+    // (A value nobody reads cannot occur in a canonical graph; it would simply never be freed.)
+    for (NodeId dead : dies_at[k]) planner.release(exe.slots[dead].offset, exe.slots[dead].nbytes);
+  }
+  exe.arena_bytes = planner.peak();
+  return exe;
+}
+
+}  // namespace tracecache

@@ -1,0 +1,39 @@
+// The compiler: lowers a canonical graph to an Executable (compile/executable.h).
+//
+// Lowering, in order:
+//  1. Fusion. An elementwise node (or a broadcast_to of a leaf) whose only consumer is an
+//     elementwise node of the same shape, and which is not a graph output, is computed inside
+//     that consumer's kernel. Chains of such nodes become one fused kernel: a single pass over
+//     the output with no intermediate buffers.
+//  2. Schedule. One kernel per remaining node, in the graph's (topological) node order.
+//  3. Buffer plan. Parameters stay where the caller put them; each output gets its own buffer;
+//     every other value gets a range of one scratch arena. Ranges are assigned first-fit as the
+//     schedule runs and freed after their last reader, so values whose lifetimes do not overlap
+//     share bytes. A kernel's output never overlaps its own inputs. arena_bytes is the peak.
+// The result is deterministic: the same graph and options give the same executable and bytes.
+// Thread-safety: pure function.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "compile/executable.h"
+
+namespace tracecache {
+
+// Bump on any change to lowering (fusion rules, plan, kernel semantics): it is part of every
+// executable key, so a stale executable is never served (docs/architecture.md invariant 2).
+inline constexpr uint32_t kCompilerVersion = 1;
+
+struct CompileOptions {
+  bool fuse = true;
+  uint32_t compiler_version = kCompilerVersion;
+};
+
+Executable compile_graph(const Graph& graph, const GraphKey& key, std::string backend,
+                         std::string options_digest, const CompileOptions& options = {});
+
+// True if `op` may be a member of a fused kernel (elementwise ops and broadcast_to).
+bool fusible_op(OpKind op);
+
+}  // namespace tracecache

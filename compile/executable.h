@@ -1,0 +1,73 @@
+// Executable: a canonical graph compiled for one backend. Holds code, never data (docs/architecture.md
+// invariant 7): the graph's ops and attributes, a kernel schedule and a buffer plan. Weights and
+// every other tensor arrive as parameters at run time, so one executable serves every value.
+//
+// Structure:
+//  - `graph`: the canonical graph itself (its hash must equal `graph_key`; checked on load).
+//  - `slots[n]` for every node n: where its value lives while the executable runs:
+//      kParam   the caller's parameter buffer `index`;
+//      kArena   bytes [offset, offset + nbytes) of the run's scratch arena;
+//      kOutput  a fresh buffer handed back as output value `index` (first output naming n);
+//      kFused   never materialized: computed inside a fused kernel.
+//  - `kernels`: the schedule, run in order. A kOp kernel computes node `root` from its graph
+//    inputs. A kFused kernel computes `root` from the chain `members` (elementwise nodes, in
+//    topological order, ending with root): members other than root are kFused slots, and every
+//    input of a member that is not a member is read from its slot (a "leaf").
+//  - `arena_bytes`: the peak of the liveness-based plan (slots reuse freed ranges).
+//
+// validate() checks all of the above for an executable read from the cache (invariant 5): node
+// types re-inferred, graph hash, slot bounds and sizes, schedule order, members elementwise and
+// single-use, and that no two arena slots that are live at the same time overlap. An executable
+// that passes cannot read or write out of bounds nor compute anything but its graph.
+// Thread-safety: immutable after construction; share freely as shared_ptr<const Executable>.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "capture/ir/graph.h"
+#include "capture/ir/hash.h"
+#include "capture/core/status.h"
+
+namespace tracecache {
+
+struct Slot {
+  enum class Kind : uint8_t { kParam = 0, kArena = 1, kOutput = 2, kFused = 3 };
+  Kind kind = Kind::kArena;
+  uint32_t index = 0;   // kParam: parameter index; kOutput: output index
+  uint64_t offset = 0;  // kArena
+  uint64_t nbytes = 0;  // kArena, kOutput: numel * dtype size
+  friend bool operator==(const Slot&, const Slot&) = default;
+};
+
+struct Kernel {
+  enum class Kind : uint8_t { kOp = 0, kFused = 1 };
+  Kind kind = Kind::kOp;
+  NodeId root = 0;
+  std::vector<NodeId> members;  // kFused only; ends with root
+  friend bool operator==(const Kernel&, const Kernel&) = default;
+};
+
+struct Executable {
+  GraphKey graph_key;
+  std::string backend;
+  std::string options_digest;
+  uint32_t compiler_version = 0;
+  Graph graph;
+  std::vector<Slot> slots;  // one per graph node
+  std::vector<Kernel> kernels;
+  uint64_t arena_bytes = 0;
+
+  // Full structural check; see the header comment. kCorruption with what failed.
+  Status validate() const;
+  // Approximate in-memory size, for the LRU's byte budget.
+  uint64_t footprint_bytes() const;
+};
+
+// Deterministic protobuf encoding (store/proto/executable.proto): equal executables give equal
+// bytes. parse_executable() validates before returning; any failure is kCorruption.
+std::string serialize_executable(const Executable& exe);
+Result<Executable> parse_executable(std::string_view bytes);
+
+}  // namespace tracecache

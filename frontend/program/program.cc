@@ -1,0 +1,1053 @@
+// The trace-format lexer, parser and printer (grammar in docs/trace-format.md).
+#include "frontend/program/program.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <filesystem>
+#include <limits>
+#include <map>
+#include <set>
+
+#include "frontend/files/input_file.h"
+#include "capture/core/suggest.h"
+
+namespace tracecache {
+
+namespace {
+
+bool same_double(double a, double b) {
+  return normalized_float_bits(a) == normalized_float_bits(b);
+}
+
+bool same_doubles(const std::vector<double>& a, const std::vector<double>& b) {
+  return std::equal(a.begin(), a.end(), b.begin(), b.end(), same_double);
+}
+
+// Float spelling that always reads back as a float: "0.5", "1e-05", "2.0", "inf", "nan".
+std::string float_spelling(double v) { return AttrValue::of_float(v).to_string(); }
+
+// Number spelling for generator arguments, where ints and floats are interchangeable: integral
+// values print without a fraction ("0", "-3"), others as floats.
+std::string number_spelling(double v) {
+  if (std::isfinite(v) && v == std::trunc(v) && std::fabs(v) < 1e15) {
+    return fmt::format("{}", static_cast<int64_t>(v));
+  }
+  return float_spelling(v);
+}
+
+constexpr std::string_view kReservedWords[] = {"tracecache", "steps", "dim",   "input", "param",
+                                               "output",     "true",  "false", "inf",   "nan",
+                                               "bool",       "i32",   "i64",   "f32"};
+
+bool is_reserved(std::string_view w) {
+  return std::find(std::begin(kReservedWords), std::end(kReservedWords), w) !=
+         std::end(kReservedWords);
+}
+
+// ---- lexer ---------------------------------------------------------------------------------
+
+struct Token {
+  enum class Kind : uint8_t { kName, kInt, kFloat, kString, kPunct, kEnd };
+  Kind kind = Kind::kEnd;
+  std::string text;  // as written (kString: the unquoted contents)
+  int64_t i = 0;
+  double f = 0;
+  SourcePos pos;
+
+  bool is(char punct) const { return kind == Kind::kPunct && text.size() == 1 && text[0] == punct; }
+  bool is_name(std::string_view w) const { return kind == Kind::kName && text == w; }
+  std::string describe() const {
+    switch (kind) {
+      case Kind::kEnd: return "end of line";
+      case Kind::kString: return fmt::format("string \"{}\"", text);
+      default: return fmt::format("'{}'", text);
+    }
+  }
+};
+
+[[noreturn]] void fail_at(std::string_view file, SourcePos pos, const std::string& msg) {
+  throw Error(parse_error(fmt::format("{}:{}:{}: {}", file, pos.line, pos.col, msg)));
+}
+
+bool name_start(char c) { return std::isalpha(static_cast<unsigned char>(c)) || c == '_'; }
+bool name_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }
+bool digit(char c) { return c >= '0' && c <= '9'; }
+
+// Splits one line (without its newline) into tokens ending with a kEnd token.
+std::vector<Token> tokenize_line(std::string_view file, std::string_view line, int line_no) {
+  std::vector<Token> out;
+  size_t i = 0;
+  auto pos_of = [&](size_t at) { return SourcePos{line_no, static_cast<int>(at) + 1}; };
+  while (i < line.size()) {
+    char c = line[i];
+    if (c == ' ' || c == '\t' || c == '\r') {
+      ++i;
+      continue;
+    }
+    if (c == '#') break;
+    Token t;
+    t.pos = pos_of(i);
+    size_t start = i;
+    bool negative = c == '-';
+    size_t body = negative ? i + 1 : i;
+    if (negative && body < line.size() && name_start(line[body])) {
+      // "-inf" and "-nan" are the only signed words.
+      size_t e = body;
+      while (e < line.size() && name_char(line[e])) ++e;
+      std::string_view word = line.substr(body, e - body);
+      if (word != "inf" && word != "nan") fail_at(file, t.pos, "unexpected character '-'");
+      t.kind = Token::Kind::kFloat;
+      t.text = std::string(line.substr(start, e - start));
+      t.f = word == "inf" ? -std::numeric_limits<double>::infinity()
+                          : -std::numeric_limits<double>::quiet_NaN();
+      i = e;
+    } else if (digit(c) || (negative && body < line.size() && digit(line[body]))) {
+      size_t e = body;
+      bool is_float = false;
+      while (e < line.size() && digit(line[e])) ++e;
+      if (e < line.size() && line[e] == '.') {
+        is_float = true;
+        ++e;
+        while (e < line.size() && digit(line[e])) ++e;
+      }
+      if (e < line.size() && (line[e] == 'e' || line[e] == 'E')) {
+        size_t x = e + 1;
+        if (x < line.size() && (line[x] == '+' || line[x] == '-')) ++x;
+        if (x < line.size() && digit(line[x])) {
+          is_float = true;
+          e = x;
+          while (e < line.size() && digit(line[e])) ++e;
+        }
+      }
+      if (e < line.size() && name_char(line[e])) {
+        fail_at(file, pos_of(e), fmt::format("unexpected character '{}' in a number", line[e]));
+      }
+      t.text = std::string(line.substr(start, e - start));
+      const char* first = line.data() + start;
+      const char* last = line.data() + e;
+      std::from_chars_result r;
+      if (is_float) {
+        t.kind = Token::Kind::kFloat;
+        r = std::from_chars(first, last, t.f);
+      } else {
+        t.kind = Token::Kind::kInt;
+        r = std::from_chars(first, last, t.i);
+      }
+      if (r.ec != std::errc() || r.ptr != last) {
+        fail_at(file, t.pos, fmt::format("number {} is out of range", t.text));
+      }
+      i = e;
+    } else if (name_start(c)) {
+      size_t e = i;
+      while (e < line.size() && name_char(line[e])) ++e;
+      t.text = std::string(line.substr(i, e - i));
+      if (t.text == "inf" || t.text == "nan") {
+        t.kind = Token::Kind::kFloat;
+        t.f = t.text == "inf" ? std::numeric_limits<double>::infinity()
+                              : std::numeric_limits<double>::quiet_NaN();
+      } else {
+        t.kind = Token::Kind::kName;
+      }
+      i = e;
+    } else if (c == '"') {
+      size_t e = i + 1;
+      std::string s;
+      while (e < line.size() && line[e] != '"') {
+        if (line[e] == '\\' && e + 1 < line.size() && (line[e + 1] == '"' || line[e + 1] == '\\')) {
+          ++e;
+        }
+        s += line[e++];
+      }
+      if (e >= line.size()) fail_at(file, t.pos, "unterminated string");
+      t.kind = Token::Kind::kString;
+      t.text = std::move(s);
+      i = e + 1;
+    } else if (std::string_view("=:,()[]").find(c) != std::string_view::npos) {
+      t.kind = Token::Kind::kPunct;
+      t.text = std::string(1, c);
+      ++i;
+    } else {
+      fail_at(file, t.pos, fmt::format("unexpected character '{}'", c));
+    }
+    out.push_back(std::move(t));
+  }
+  Token end;
+  end.pos = SourcePos{line_no, static_cast<int>(std::min(i, line.size())) + 1};
+  out.push_back(std::move(end));
+  return out;
+}
+
+// ---- parser --------------------------------------------------------------------------------
+
+// Generator arguments by kind: name and whether it may be given positionally, in order.
+struct GenArg {
+  std::string_view name;
+  bool required;
+};
+constexpr GenArg kNormalArgs[] = {{"seed", true}, {"mean", false}, {"std", false}};
+constexpr GenArg kUniformArgs[] = {{"seed", true}, {"low", false}, {"high", false}};
+constexpr GenArg kFullArgs[] = {{"value", true}};
+constexpr GenArg kScheduleArgs[] = {{"values", true}};
+constexpr GenArg kNpyArgs[] = {{"path", true}};
+constexpr GenArg kSafetensorsArgs[] = {{"path", true}, {"tensor", true}};
+
+struct GenSpec {
+  std::string_view name;
+  Generator::Kind kind;
+  std::span<const GenArg> args;
+};
+constexpr GenSpec kGenerators[] = {
+    {"normal", Generator::Kind::kNormal, kNormalArgs},
+    {"uniform", Generator::Kind::kUniform, kUniformArgs},
+    {"full", Generator::Kind::kFull, kFullArgs},
+    {"schedule", Generator::Kind::kSchedule, kScheduleArgs},
+    {"npy", Generator::Kind::kNpy, kNpyArgs},
+    {"safetensors", Generator::Kind::kSafetensors, kSafetensorsArgs},
+};
+
+const GenSpec& gen_spec(Generator::Kind kind) {
+  for (const GenSpec& g : kGenerators) {
+    if (g.kind == kind) return g;
+  }
+  return kGenerators[0];
+}
+
+// True if a tensor of `dtype` can hold `v`: exactly for integers and bool, rounded for f32.
+bool fits_dtype(double v, DType dtype) {
+  switch (dtype) {
+    case DType::kF32: return true;  // rounds to the nearest f32, like any float literal
+    case DType::kBool: return v == 0 || v == 1;
+    case DType::kI32: return v == std::trunc(v) && v >= -2147483648.0 && v <= 2147483647.0;
+    case DType::kI64:
+      return v == std::trunc(v) && v >= -9223372036854775808.0 && v < 9223372036854775808.0;
+  }
+  return false;
+}
+
+class Parser {
+ public:
+  Parser(std::string_view text, std::string_view file) : text_(text), file_(file) {}
+
+  Program parse() {
+    program_.file_name = std::string(file_);
+    bool seen_header = false;
+    bool seen_output = false;
+    int line_no = 0;
+    size_t start = 0;
+    while (start <= text_.size()) {
+      size_t nl = text_.find('\n', start);
+      if (nl == std::string_view::npos) nl = text_.size();
+      ++line_no;
+      line_ = text_.substr(start, nl - start);
+      tokens_ = tokenize_line(file_, line_, line_no);
+      at_ = 0;
+      start = nl + 1;
+      if (peek().kind == Token::Kind::kEnd) continue;
+      if (!seen_header) {
+        parse_header();
+        seen_header = true;
+        continue;
+      }
+      const Token& t = peek();
+      if (t.is_name("tracecache")) fail_at(file_, t.pos, "duplicate 'tracecache' header");
+      if (t.is_name("steps")) {
+        parse_steps();
+      } else if (t.is_name("dim")) {
+        parse_dim();
+      } else if (t.is_name("input") || t.is_name("param")) {
+        parse_tensor_decl();
+      } else if (t.is_name("output")) {
+        if (seen_output) fail_at(file_, t.pos, "duplicate 'output' statement");
+        seen_output = true;
+        parse_output();
+      } else {
+        parse_op();
+      }
+      expect_end();
+    }
+    if (!seen_header) {
+      fail_at(
+          file_, SourcePos{line_no, 1},
+          fmt::format("expected 'tracecache {}' header, found end of file", kTraceFormatVersion));
+    }
+    if (!seen_output) {
+      fail_at(file_, SourcePos{line_no, 1}, "expected an 'output' statement, found end of file");
+    }
+    return std::move(program_);
+  }
+
+ private:
+  const Token& peek(size_t ahead = 0) const {
+    return tokens_[std::min(at_ + ahead, tokens_.size() - 1)];
+  }
+  const Token& next() {
+    const Token& t = peek();
+    if (at_ + 1 < tokens_.size()) ++at_;
+    return t;
+  }
+  [[noreturn]] void expected(std::string_view what, const Token& found) const {
+    fail_at(file_, found.pos, fmt::format("expected {}, found {}", what, found.describe()));
+  }
+  void expect_punct(char c) {
+    if (!peek().is(c)) expected(fmt::format("'{}'", c), peek());
+    next();
+  }
+  void expect_end() {
+    if (peek().kind != Token::Kind::kEnd) expected("end of line", peek());
+  }
+  const Token& expect_name(std::string_view what) {
+    if (peek().kind != Token::Kind::kName) expected(what, peek());
+    return next();
+  }
+  int64_t expect_int(std::string_view what) {
+    if (peek().kind != Token::Kind::kInt) expected(what, peek());
+    return next().i;
+  }
+  double expect_number(std::string_view what) {
+    const Token& t = peek();
+    if (t.kind == Token::Kind::kInt) return static_cast<double>(next().i);
+    if (t.kind == Token::Kind::kFloat) return next().f;
+    expected(what, t);
+  }
+
+  // A fresh name for a dim or a tensor: not reserved, not defined before.
+  std::string define(const Token& t, std::string_view what) {
+    if (is_reserved(t.text)) {
+      fail_at(file_, t.pos,
+              fmt::format("'{}' is a reserved word and cannot name a {}", t.text, what));
+    }
+    auto [it, inserted] = defined_.emplace(t.text, t.pos);
+    if (!inserted) {
+      fail_at(file_, t.pos,
+              fmt::format("name '{}' is already defined at line {}", t.text, it->second.line));
+    }
+    return t.text;
+  }
+
+  void parse_header() {
+    const Token& t = peek();
+    std::string want = fmt::format("'tracecache {}' header", kTraceFormatVersion);
+    if (!t.is_name("tracecache")) expected(want, t);
+    next();
+    const Token& v = peek();
+    if (v.kind != Token::Kind::kInt) expected("a format version number", v);
+    if (v.i != kTraceFormatVersion) {
+      throw Error(unsupported(
+          fmt::format("{}:{}:{}: format version {} is not supported (this build reads version {})",
+                      file_, v.pos.line, v.pos.col, v.i, kTraceFormatVersion)));
+    }
+    next();
+    expect_end();
+  }
+
+  void parse_steps() {
+    const Token& kw = next();
+    if (program_.steps) fail_at(file_, kw.pos, "duplicate 'steps' directive");
+    SourcePos p = peek().pos;
+    int64_t n = expect_int("a step count");
+    if (n < 1) fail_at(file_, p, fmt::format("step count must be >= 1, got {}", n));
+    program_.steps = n;
+  }
+
+  void parse_dim() {
+    next();
+    DimDecl d;
+    const Token& name = expect_name("a dim name");
+    d.pos = name.pos;
+    d.name = define(name, "dim");
+    expect_punct('=');
+    auto value = [&] {
+      SourcePos p = peek().pos;
+      int64_t v = expect_int("a dim value");
+      if (v < 0) fail_at(file_, p, fmt::format("dim value must be >= 0, got {}", v));
+      d.values.push_back(v);
+    };
+    if (peek().is('[')) {
+      next();
+      value();
+      while (peek().is(',')) {
+        next();
+        value();
+      }
+      expect_punct(']');
+    } else {
+      value();
+    }
+    program_.dims.push_back(std::move(d));
+  }
+
+  void parse_tensor_decl() {
+    TensorDecl decl;
+    decl.role = next().text == "param" ? TensorDecl::Role::kParam : TensorDecl::Role::kInput;
+    std::string_view role = decl.role == TensorDecl::Role::kParam ? "param" : "input";
+    const Token& name =
+        expect_name(fmt::format("{} name", role == "param" ? "a parameter" : "an input"));
+    decl.pos = name.pos;
+    decl.name = define(name, "tensor");
+    expect_punct(':');
+    const Token& dt = peek();
+    if (dt.kind != Token::Kind::kName || !parse_dtype(dt.text)) {
+      expected("a dtype (bool, i32, i64, f32)", dt);
+    }
+    decl.dtype = *parse_dtype(next().text);
+    expect_punct('[');
+    if (!peek().is(']')) {
+      decl.dims.push_back(parse_dim_ref(decl));
+      while (peek().is(',')) {
+        next();
+        decl.dims.push_back(parse_dim_ref(decl));
+      }
+    }
+    if (decl.dims.size() > static_cast<size_t>(kMaxRank)) {
+      fail_at(file_, decl.dims.back().pos, fmt::format("rank above {} is not supported", kMaxRank));
+    }
+    expect_punct(']');
+    expect_punct('=');
+    decl.init = parse_generator(decl);
+    defined_tensors_.insert(decl.name);
+    program_.tensors.push_back(std::move(decl));
+  }
+
+  DimRef parse_dim_ref(const TensorDecl& decl) {
+    DimRef r;
+    const Token& t = peek();
+    r.pos = t.pos;
+    if (t.kind == Token::Kind::kInt) {
+      if (t.i < 0) fail_at(file_, t.pos, fmt::format("dim must be >= 0, got {}", t.i));
+      r.value = next().i;
+      return r;
+    }
+    if (t.kind != Token::Kind::kName) expected("a dim (a number or a dim name)", t);
+    const DimDecl* d = program_.find_dim(t.text);
+    if (!d) fail_at(file_, t.pos, fmt::format("undefined dim '{}'", t.text));
+    if (decl.role == TensorDecl::Role::kParam &&
+        std::adjacent_find(d->values.begin(), d->values.end(), std::not_equal_to<>()) !=
+            d->values.end()) {
+      fail_at(file_, t.pos,
+              fmt::format("parameter '{}' uses dim '{}', whose value varies across steps; "
+                          "parameters are fixed",
+                          decl.name, t.text));
+    }
+    r.name = next().text;
+    return r;
+  }
+
+  Generator parse_generator(const TensorDecl& decl) {
+    const Token& name = peek();
+    if (name.kind != Token::Kind::kName) {
+      expected("a generator (normal, uniform, full, schedule, npy, safetensors)", name);
+    }
+    const GenSpec* spec = nullptr;
+    for (const GenSpec& g : kGenerators) {
+      if (g.name == name.text) spec = &g;
+    }
+    if (!spec) {
+      std::vector<std::string_view> names;
+      for (const GenSpec& g : kGenerators) names.push_back(g.name);
+      fail_at(file_, name.pos,
+              fmt::format("unknown generator '{}'{}", name.text, did_you_mean(name.text, names)));
+    }
+    next();
+    Generator g;
+    g.kind = spec->kind;
+    g.pos = name.pos;
+    expect_punct('(');
+    std::vector<bool> given(spec->args.size(), false);
+    size_t positional = 0;
+    bool named_seen = false;
+    bool first = true;
+    while (!peek().is(')')) {
+      if (!first) expect_punct(',');
+      first = false;
+      size_t index;
+      SourcePos arg_pos = peek().pos;
+      if (peek().kind == Token::Kind::kName && peek(1).is('=')) {
+        const Token& arg = next();
+        next();
+        auto it = std::find_if(spec->args.begin(), spec->args.end(),
+                               [&](const GenArg& a) { return a.name == arg.text; });
+        if (it == spec->args.end()) {
+          std::vector<std::string_view> names;
+          for (const GenArg& a : spec->args) names.push_back(a.name);
+          fail_at(file_, arg.pos,
+                  fmt::format("generator '{}' has no argument '{}'{}", spec->name, arg.text,
+                              did_you_mean(arg.text, names)));
+        }
+        index = static_cast<size_t>(it - spec->args.begin());
+        named_seen = true;
+      } else {
+        if (named_seen) fail_at(file_, arg_pos, "positional argument after a named argument");
+        if (positional >= spec->args.size()) {
+          fail_at(file_, arg_pos,
+                  fmt::format("generator '{}' takes at most {} arguments", spec->name,
+                              spec->args.size()));
+        }
+        index = positional++;
+      }
+      if (given[index]) {
+        fail_at(file_, arg_pos,
+                fmt::format("argument '{}' of generator '{}' is given twice",
+                            spec->args[index].name, spec->name));
+      }
+      given[index] = true;
+      parse_generator_arg(g, spec->args[index].name);
+    }
+    next();
+    for (size_t k = 0; k < spec->args.size(); ++k) {
+      if (spec->args[k].required && !given[k]) {
+        fail_at(file_, g.pos,
+                fmt::format("generator '{}' needs argument '{}'", spec->name, spec->args[k].name));
+      }
+    }
+    check_generator(g, decl);
+    return g;
+  }
+
+  void parse_generator_arg(Generator& g, std::string_view arg) {
+    if (arg == "seed") {
+      SourcePos p = peek().pos;
+      int64_t s = expect_int("an integer seed");
+      if (s < 0) fail_at(file_, p, fmt::format("seed must be >= 0, got {}", s));
+      g.seed = static_cast<uint64_t>(s);
+    } else if (arg == "path") {
+      if (peek().kind != Token::Kind::kString) expected("a quoted path", peek());
+      g.path = next().text;
+    } else if (arg == "tensor") {
+      if (peek().kind != Token::Kind::kString) expected("a quoted tensor name", peek());
+      g.tensor = next().text;
+    } else if (arg == "values") {
+      expect_punct('[');
+      g.values.push_back(expect_number("a number"));
+      while (peek().is(',')) {
+        next();
+        g.values.push_back(expect_number("a number"));
+      }
+      expect_punct(']');
+    } else {
+      double* field = arg == "mean"   ? &g.mean
+                      : arg == "std"  ? &g.stddev
+                      : arg == "low"  ? &g.low
+                      : arg == "high" ? &g.high
+                                      : &g.value;
+      *field = expect_number("a number");
+    }
+  }
+
+  void check_generator(const Generator& g, const TensorDecl& decl) {
+    auto fail = [&](const std::string& msg) {
+      fail_at(file_, g.pos,
+              fmt::format("generator '{}' for '{}': {}", gen_spec(g.kind).name, decl.name, msg));
+    };
+    std::string_view dtype = dtype_name(decl.dtype);
+    switch (g.kind) {
+      case Generator::Kind::kNormal:
+        if (!is_floating(decl.dtype)) fail(fmt::format("needs a floating dtype, not {}", dtype));
+        if (!std::isfinite(g.mean) || !std::isfinite(g.stddev) || g.stddev < 0) {
+          fail(fmt::format("mean {} and std {} must be finite, std >= 0", g.mean, g.stddev));
+        }
+        break;
+      case Generator::Kind::kUniform:
+        if (!std::isfinite(g.low) || !std::isfinite(g.high) || g.low > g.high) {
+          fail(fmt::format("low {} and high {} must be finite, low <= high", g.low, g.high));
+        }
+        if (decl.dtype == DType::kBool && (g.low < 0 || g.high > 2)) {
+          fail(fmt::format("bool values need 0 <= low <= high <= 2, got [{}, {})", g.low, g.high));
+        }
+        break;
+      case Generator::Kind::kFull:
+        if (!fits_dtype(g.value, decl.dtype)) {
+          fail(fmt::format("{} does not fit {}", g.value, dtype));
+        }
+        break;
+      case Generator::Kind::kSchedule:
+        for (double v : g.values) {
+          if (!fits_dtype(v, decl.dtype)) fail(fmt::format("{} does not fit {}", v, dtype));
+        }
+        break;
+      case Generator::Kind::kNpy:
+        if (g.path.empty()) fail("the path is empty");
+        break;
+      case Generator::Kind::kSafetensors:
+        if (g.path.empty()) fail("the path is empty");
+        if (g.tensor.empty()) fail("the tensor name is empty");
+        break;
+    }
+  }
+
+  // Checks that `t` names a tensor defined so far.
+  void check_tensor_name(const Token& t) const {
+    if (defined_tensors_.count(t.text)) return;
+    if (program_.find_dim(t.text)) {
+      fail_at(file_, t.pos, fmt::format("'{}' is a dim, not a tensor", t.text));
+    }
+    fail_at(file_, t.pos, fmt::format("undefined name '{}'", t.text));
+  }
+
+  void parse_op() {
+    OpStmt op;
+    const Token& result =
+        expect_name("a statement (steps, dim, input, param, output or NAME = op(...))");
+    op.result_pos = result.pos;
+    std::string result_name = result.text;
+    expect_punct('=');
+    const Token& op_name = expect_name("an op name");
+    op.pos = op_name.pos;
+    const OpInfo* info = find_op(op_name.text);
+    if (!info || info->kind == OpKind::kParameter) {
+      std::vector<std::string_view> names;
+      for (const OpInfo& o : all_ops()) {
+        if (o.kind != OpKind::kParameter) names.push_back(o.name);
+      }
+      fail_at(file_, op_name.pos,
+              fmt::format("unknown op '{}'{}", op_name.text, did_you_mean(op_name.text, names)));
+    }
+    op.op = info->kind;
+    expect_punct('(');
+    bool first = true;
+    while (!peek().is(')')) {
+      if (!first) expect_punct(',');
+      first = false;
+      const Token& t = peek();
+      if (t.kind == Token::Kind::kName && peek(1).is('=')) {
+        parse_attr(*info, op);
+      } else {
+        if (!op.attrs.empty()) {
+          fail_at(file_, t.pos, "operand after an attribute; operands come first");
+        }
+        op.operands.push_back(parse_operand(*info));
+      }
+    }
+    next();
+    check_op(*info, op);
+    op.result = define(result, "tensor");
+    defined_tensors_.insert(op.result);
+    program_.ops.push_back(std::move(op));
+  }
+
+  // `y = relu(neg(x))`: an operand that is itself a call. The format is SSA, one op per line;
+  // the error shows the same statement split in two.
+  [[noreturn]] void nested_call(const Token& callee) const {
+    size_t depth = 0;
+    size_t close = at_ + 1;
+    for (; close < tokens_.size() && tokens_[close].kind != Token::Kind::kEnd; ++close) {
+      if (tokens_[close].is('(')) ++depth;
+      if (tokens_[close].is(')') && --depth == 0) break;
+    }
+    std::string message = fmt::format(
+        "nested calls are not supported: '{}(...)' is an operand of another op", callee.text);
+    if (close < tokens_.size() && tokens_[close].is(')')) {
+      size_t begin = static_cast<size_t>(callee.pos.col - 1);
+      size_t end = static_cast<size_t>(tokens_[close].pos.col);
+      std::string inner(line_.substr(begin, end - begin));
+      std::string temp = "t";
+      auto taken = [&](const std::string& name) {
+        return defined_.count(name) > 0 || is_reserved(name) ||
+               std::any_of(tokens_.begin(), tokens_.end(), [&](const Token& tok) {
+                 return tok.kind == Token::Kind::kName && tok.text == name;
+               });
+      };
+      for (int k = 1; taken(temp); ++k) temp = fmt::format("t{}", k);
+      std::string_view statement = line_.substr(0, line_.find('#'));
+      while (!statement.empty() && (statement.back() == ' ' || statement.back() == '\t' ||
+                                    statement.back() == '\r')) {
+        statement.remove_suffix(1);
+      }
+      size_t lead = statement.find_first_not_of(" \t");
+      statement.remove_prefix(lead == std::string_view::npos ? statement.size() : lead);
+      std::string outer(statement);
+      size_t at = outer.find(inner);
+      if (at != std::string::npos) {
+        outer.replace(at, inner.size(), temp);
+        message = fmt::format(
+            "nested calls are not supported; write '{} = {}' on its own line, then '{}'", temp,
+            inner, outer);
+      }
+    }
+    fail_at(file_, callee.pos, message);
+  }
+
+  Literal parse_operand(const OpInfo& info) {
+    const Token& t = peek();
+    Literal l;
+    l.pos = t.pos;
+    if (t.kind == Token::Kind::kName && peek(1).is('(')) nested_call(t);
+    if (t.kind == Token::Kind::kName) {
+      check_tensor_name(t);
+      l.kind = Literal::Kind::kName;
+      l.name = next().text;
+      return l;
+    }
+    if (t.kind == Token::Kind::kInt || t.kind == Token::Kind::kFloat) {
+      bool scalars_ok = info.op_class == OpClass::kBinary || info.op_class == OpClass::kCompare ||
+                        info.op_class == OpClass::kWhere;
+      if (!scalars_ok) {
+        fail_at(file_, t.pos,
+                fmt::format("op '{}': operand {} must be a tensor name; number operands "
+                            "are allowed only in elementwise binary ops and where",
+                            info.name, t.text));
+      }
+      l.kind = t.kind == Token::Kind::kInt ? Literal::Kind::kInt : Literal::Kind::kFloat;
+      l.i = t.i;
+      l.f = t.f;
+      next();
+      return l;
+    }
+    expected("an operand (a tensor name or a number) or an attribute (name=value)", t);
+  }
+
+  void parse_attr(const OpInfo& info, OpStmt& op) {
+    const Token& name = next();
+    next();  // '='
+    int index = info.attr_index(name.text);
+    if (index < 0) {
+      std::vector<std::string_view> names;
+      for (const AttrSpec& a : info.attrs) names.push_back(a.name);
+      std::string known = names.empty() ? std::string("it has none")
+                                        : fmt::format("it has {}", fmt::join(names, ", "));
+      std::string hint = did_you_mean(name.text, names);
+      fail_at(
+          file_, name.pos,
+          fmt::format("op '{}': unknown attribute '{}'{}; {}", info.name, name.text, hint, known));
+    }
+    for (const NamedAttr& a : op.attrs) {
+      if (a.name == name.text) {
+        fail_at(file_, name.pos,
+                fmt::format("op '{}': attribute '{}' is given twice", info.name, name.text));
+      }
+    }
+    NamedAttr attr;
+    attr.name = name.text;
+    attr.pos = name.pos;
+    attr.value = parse_value();
+    check_attr_kind(info, info.attrs[static_cast<size_t>(index)], attr.value);
+    op.attrs.push_back(std::move(attr));
+  }
+
+  Literal parse_value() {
+    const Token& t = peek();
+    Literal l;
+    l.pos = t.pos;
+    switch (t.kind) {
+      case Token::Kind::kInt:
+        l.kind = Literal::Kind::kInt;
+        l.i = t.i;
+        break;
+      case Token::Kind::kFloat:
+        l.kind = Literal::Kind::kFloat;
+        l.f = t.f;
+        break;
+      case Token::Kind::kName:
+        if (t.text == "true" || t.text == "false") {
+          l.kind = Literal::Kind::kBool;
+          l.i = t.text == "true";
+        } else {
+          l.kind = Literal::Kind::kName;
+          l.name = t.text;
+        }
+        break;
+      case Token::Kind::kPunct:
+        if (t.is('[')) {
+          next();
+          l.kind = Literal::Kind::kList;
+          bool first = true;
+          while (!peek().is(']')) {
+            if (!first) expect_punct(',');
+            first = false;
+            const Token& item = peek();
+            if (item.kind != Token::Kind::kInt && item.kind != Token::Kind::kName) {
+              expected("a list item (an integer or a dim name)", item);
+            }
+            Literal li;
+            li.pos = item.pos;
+            li.kind = item.kind == Token::Kind::kInt ? Literal::Kind::kInt : Literal::Kind::kName;
+            li.i = item.i;
+            li.name = item.kind == Token::Kind::kName ? item.text : std::string();
+            next();
+            l.items.push_back(std::move(li));
+          }
+          next();
+          return l;
+        }
+        [[fallthrough]];
+      default: expected("an attribute value", t);
+    }
+    next();
+    return l;
+  }
+
+  void check_dim_name(const Literal& l) const {
+    if (!program_.find_dim(l.name)) {
+      fail_at(file_, l.pos, fmt::format("undefined dim '{}'", l.name));
+    }
+  }
+
+  void check_attr_kind(const OpInfo& info, const AttrSpec& spec, const Literal& v) const {
+    auto mismatch = [&] {
+      fail_at(file_, v.pos,
+              fmt::format("op '{}': attribute '{}' must be {}, found {}", info.name, spec.name,
+                          attr_kind_name(spec.kind), v.to_string()));
+    };
+    switch (spec.kind) {
+      case AttrKind::kInt:
+        if (v.kind == Literal::Kind::kName) {
+          check_dim_name(v);
+        } else if (v.kind != Literal::Kind::kInt) {
+          mismatch();
+        }
+        break;
+      case AttrKind::kFloat:
+        if (v.kind == Literal::Kind::kName) {
+          check_dim_name(v);
+        } else if (!v.is_number()) {
+          mismatch();
+        }
+        break;
+      case AttrKind::kBool:
+        if (v.kind != Literal::Kind::kBool) mismatch();
+        break;
+      case AttrKind::kDType:
+        if (v.kind != Literal::Kind::kName || !parse_dtype(v.name)) mismatch();
+        break;
+      case AttrKind::kInts:
+        if (v.kind != Literal::Kind::kList) mismatch();
+        if (v.items.size() > static_cast<size_t>(kMaxRank)) {
+          fail_at(file_, v.pos,
+                  fmt::format("op '{}': attribute '{}' has more than {} entries", info.name,
+                              spec.name, kMaxRank));
+        }
+        for (const Literal& item : v.items) {
+          if (item.kind == Literal::Kind::kName) check_dim_name(item);
+        }
+        break;
+    }
+  }
+
+  void check_op(const OpInfo& info, OpStmt& op) const {
+    int n = static_cast<int>(op.operands.size());
+    if (n < info.min_inputs || (info.max_inputs != kVariadic && n > info.max_inputs)) {
+      std::string want = info.max_inputs == kVariadic ? fmt::format("at least {}", info.min_inputs)
+                         : info.min_inputs == info.max_inputs
+                             ? fmt::format("{}", info.min_inputs)
+                             : fmt::format("{} to {}", info.min_inputs, info.max_inputs);
+      fail_at(file_, op.pos,
+              fmt::format("op '{}' takes {} operand{}, got {}", info.name, want,
+                          want == "1" ? "" : "s", n));
+    }
+    if (n > 0 && std::none_of(op.operands.begin(), op.operands.end(),
+                              [](const Literal& l) { return l.kind == Literal::Kind::kName; })) {
+      fail_at(file_, op.pos, fmt::format("op '{}' needs at least one tensor operand", info.name));
+    }
+    for (const AttrSpec& spec : info.attrs) {
+      if (!spec.required) continue;
+      bool given = std::any_of(op.attrs.begin(), op.attrs.end(),
+                               [&](const NamedAttr& a) { return a.name == spec.name; });
+      if (!given) {
+        fail_at(file_, op.pos,
+                fmt::format("op '{}': missing required attribute '{}'", info.name, spec.name));
+      }
+    }
+    std::stable_sort(op.attrs.begin(), op.attrs.end(), [&](const NamedAttr& a, const NamedAttr& b) {
+      return info.attr_index(a.name) < info.attr_index(b.name);
+    });
+  }
+
+  void parse_output() {
+    next();
+    auto one = [&] {
+      const Token& t = expect_name("an output name");
+      check_tensor_name(t);
+      program_.outputs.push_back(OutputRef{t.text, t.pos});
+    };
+    one();
+    while (peek().is(',')) {
+      next();
+      one();
+    }
+  }
+
+  std::string_view text_;
+  std::string_view file_;
+  Program program_;
+  std::string_view line_;  // the line being parsed, as written
+  std::vector<Token> tokens_;
+  size_t at_ = 0;
+  std::map<std::string, SourcePos, std::less<>> defined_;  // dims and tensors
+  std::set<std::string, std::less<>> defined_tensors_;
+};
+
+// `s` as a string token: in double quotes, with `"` and `\` escaped.
+std::string string_token(std::string_view s) {
+  std::string out = "\"";
+  for (char ch : s) {
+    if (ch == '"' || ch == '\\') out += '\\';
+    out += ch;
+  }
+  return out + "\"";
+}
+
+}  // namespace
+
+// ---- Literal, Generator, Program -----------------------------------------------------------
+
+std::string Literal::to_string() const {
+  switch (kind) {
+    case Kind::kInt: return fmt::format("{}", i);
+    case Kind::kFloat: return float_spelling(f);
+    case Kind::kBool: return i ? "true" : "false";
+    case Kind::kName: return name;
+    case Kind::kList: {
+      std::string out = "[";
+      for (size_t k = 0; k < items.size(); ++k) {
+        if (k) out += ", ";
+        out += items[k].to_string();
+      }
+      return out + "]";
+    }
+  }
+  return "?";
+}
+
+bool operator==(const Literal& a, const Literal& b) {
+  if (a.kind != b.kind) return false;
+  switch (a.kind) {
+    case Literal::Kind::kInt:
+    case Literal::Kind::kBool: return a.i == b.i;
+    case Literal::Kind::kFloat: return same_double(a.f, b.f);
+    case Literal::Kind::kName: return a.name == b.name;
+    case Literal::Kind::kList: return a.items == b.items;
+  }
+  return false;
+}
+
+bool operator==(const Generator& a, const Generator& b) {
+  return a.kind == b.kind && a.seed == b.seed && same_double(a.mean, b.mean) &&
+         same_double(a.stddev, b.stddev) && same_double(a.low, b.low) &&
+         same_double(a.high, b.high) && same_double(a.value, b.value) &&
+         same_doubles(a.values, b.values) && a.path == b.path && a.tensor == b.tensor;
+}
+
+bool operator==(const Program& a, const Program& b) {
+  return a.version == b.version && a.steps == b.steps && a.dims == b.dims &&
+         a.tensors == b.tensors && a.ops == b.ops && a.outputs == b.outputs;
+}
+
+int64_t Program::default_steps() const {
+  if (steps) return *steps;
+  size_t longest = 1;
+  for (const DimDecl& d : dims) longest = std::max(longest, d.values.size());
+  return static_cast<int64_t>(longest);
+}
+
+const DimDecl* Program::find_dim(std::string_view name) const {
+  for (const DimDecl& d : dims) {
+    if (d.name == name) return &d;
+  }
+  return nullptr;
+}
+
+const TensorDecl* Program::find_tensor(std::string_view name) const {
+  for (const TensorDecl& t : tensors) {
+    if (t.name == name) return &t;
+  }
+  return nullptr;
+}
+
+std::string Program::resolve_path(const std::string& path) const {
+  std::filesystem::path p(path);
+  if (p.is_absolute() || base_dir.empty()) return path;
+  return (std::filesystem::path(base_dir) / p).string();
+}
+
+// ---- entry points --------------------------------------------------------------------------
+
+Result<Program> parse_program(std::string_view text, std::string_view file_name) {
+  try {
+    return Parser(text, file_name).parse();
+  } catch (const Error& e) {
+    return e.status();
+  }
+}
+
+Result<Program> load_program(const std::string& path) {
+  Result<InputFile> file = InputFile::open(path);
+  if (!file.is_ok()) return file.status();
+  if (file->size() > kMaxProgramBytes) {
+    return invalid_argument(fmt::format(
+        "{}: program is {} bytes; the limit is {} bytes (split it, or keep weights in npy or "
+        "safetensors files)", path, file->size(), kMaxProgramBytes));
+  }
+  Result<std::string> text = file->read_all();
+  if (!text.is_ok()) return text.status();
+  Result<Program> p = parse_program(*text, path);
+  if (p.is_ok()) p->base_dir = std::filesystem::path(path).parent_path().string();
+  return p;
+}
+
+std::string print_program(const Program& program) {
+  std::string out = fmt::format("tracecache {}\n", program.version);
+  if (program.steps) out += fmt::format("steps {}\n", *program.steps);
+  for (const DimDecl& d : program.dims) {
+    if (d.values.size() == 1) {
+      out += fmt::format("dim {} = {}\n", d.name, d.values[0]);
+    } else {
+      out += fmt::format("dim {} = [{}]\n", d.name, fmt::join(d.values, ", "));
+    }
+  }
+  for (const TensorDecl& t : program.tensors) {
+    std::vector<std::string> dims;
+    for (const DimRef& d : t.dims) {
+      dims.push_back(d.name.empty() ? fmt::format("{}", d.value) : d.name);
+    }
+    const Generator& g = t.init;
+    std::string gen;
+    switch (g.kind) {
+      case Generator::Kind::kNormal:
+        gen = fmt::format("normal(seed={}, mean={}, std={})", g.seed, number_spelling(g.mean),
+                          number_spelling(g.stddev));
+        break;
+      case Generator::Kind::kUniform:
+        gen = fmt::format("uniform(seed={}, low={}, high={})", g.seed, number_spelling(g.low),
+                          number_spelling(g.high));
+        break;
+      case Generator::Kind::kFull: gen = fmt::format("full({})", number_spelling(g.value)); break;
+      case Generator::Kind::kSchedule: {
+        std::vector<std::string> vs;
+        for (double v : g.values) vs.push_back(number_spelling(v));
+        gen = fmt::format("schedule([{}])", fmt::join(vs, ", "));
+        break;
+      }
+      case Generator::Kind::kNpy:
+        gen = fmt::format("npy({})", string_token(g.path));
+        break;
+      case Generator::Kind::kSafetensors:
+        gen = fmt::format("safetensors({}, {})", string_token(g.path), string_token(g.tensor));
+        break;
+    }
+    out +=
+        fmt::format("{} {} : {}[{}] = {}\n", t.role == TensorDecl::Role::kParam ? "param" : "input",
+                    t.name, dtype_name(t.dtype), fmt::join(dims, ", "), gen);
+  }
+  for (const OpStmt& op : program.ops) {
+    std::vector<std::string> args;
+    for (const Literal& l : op.operands) args.push_back(l.to_string());
+    for (const NamedAttr& a : op.attrs) {
+      args.push_back(fmt::format("{}={}", a.name, a.value.to_string()));
+    }
+    out += fmt::format("{} = {}({})\n", op.result, op_info(op.op).name, fmt::join(args, ", "));
+  }
+  std::vector<std::string_view> names;
+  for (const OutputRef& o : program.outputs) names.push_back(o.name);
+  if (!names.empty()) out += fmt::format("output {}\n", fmt::join(names, ", "));
+  return out;
+}
+
+std::vector<std::string> program_output_names(const Program& program) {
+  std::vector<std::string> names;
+  for (const OutputRef& o : program.outputs) names.push_back(o.name);
+  return names;
+}
+
+}  // namespace tracecache

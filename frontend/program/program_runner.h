@@ -1,0 +1,128 @@
+// Running trace programs (program.h) step by step through a LazyContext.
+//
+// Each step: bind every dim to its value for the step; make the parameters (once, on the first
+// step, then reused: they are the same tensor data in every step); make the inputs for the step
+// (random generators use seed' = random_bits(seed, step), so values differ per step; schedule()
+// picks its value for the step); record the op stream with LazyContext::record; drop every
+// intermediate so that only the outputs are live; mark_step(); read the outputs.
+//
+// run_program does all of that. Its parts are exposed so a step can run another way, e.g. as
+// a compiled function (runtime/compiled_function.h): StepArguments makes a step's argument
+// tensors without recording anything, and record_step records the op stream on given
+// arguments. What a step's graph depends on is exactly (the arguments, the dim values): dims
+// can appear in attributes (arange(end=N), reshape(shape=[B, -1])) and not only in shapes, so
+// whoever caches a step's graph must key or guard it on the dim values too.
+//
+// Number operands (`mul(x, 0.5)`) become rank-0 `full` constants whose dtype is the first
+// non-condition tensor operand's dtype if it holds the number exactly, else f32.
+//
+// Errors are Statuses whose messages start with "FILE:LINE:COL: " naming the statement that
+// failed: a shape or attribute error thrown while recording an op points at the op's name, an
+// npy that does not match its declaration points at the generator. Executor failures at the
+// barrier are reported with the file name only.
+// Thread-safety: as the LazyContext (one thread at a time per context).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "capture/core/buffer.h"
+#include "capture/ir/hash.h"
+#include "capture/ops/ops.h"
+#include "frontend/program/program.h"
+#include "capture/core/status.h"
+#include "capture/trace/tensor.h"
+
+namespace tracecache {
+
+struct StepResult {
+  // (output name, value), in the program's output order.
+  std::vector<std::pair<std::string, BufferRef>> outputs;
+  // Keys of the graphs the context executed during this step, in order.
+  std::vector<GraphKey> graph_keys;
+};
+
+// Runs `steps` steps (-1: program.default_steps()) of `program` on `ctx`.
+// REQUIRES: `program` came from parse_program/load_program or passes the same checks; a
+// hand-built program that names undefined things gets a kInvalidArgument error, not a crash.
+Result<std::vector<StepResult>> run_program(const Program& program, LazyContext& ctx,
+                                            int steps = -1);
+
+// The value of every dim at `step`, in program.dims order.
+std::vector<int64_t> step_dim_values(const Program& program, int step);
+
+// Makes the argument tensors of a program's steps in one context: one materialized tensor per
+// program.tensors entry, in declaration order. Parameters are made by the first make() and the
+// same tensors are returned by every later one; inputs are made afresh for each step.
+// Ownership: `program` and `ctx` must outlive this.
+class StepArguments {
+ public:
+  StepArguments(const Program& program, LazyContext& ctx);
+  ~StepArguments();
+  StepArguments(const StepArguments&) = delete;
+  StepArguments& operator=(const StepArguments&) = delete;
+
+  // Errors: a bad dim reference or an npy file that cannot be read or does not match its
+  // declaration, as a Status naming the place in the program.
+  Result<std::vector<Tensor>> make(int step);
+
+  // The files the generators read (npy, safetensors), each opened once; opaque, defined in the
+  // .cc.
+  struct Files;
+
+ private:
+  const Program& program_;
+  LazyContext& ctx_;
+  std::map<size_t, Tensor> params_;  // by index into program.tensors
+  std::unique_ptr<Files> files_;
+};
+
+// Where a dim's value can be read from a step's arguments: size `axis` of argument `tensor`
+// (-1: no argument's declared type uses the dim).
+struct DimSource {
+  int tensor = -1;
+  int axis = 0;
+};
+// For each program.dims entry, the first program.tensors declaration that uses it.
+std::vector<DimSource> dim_sources(const Program& program);
+
+// Records one step's op stream on `ctx` and returns its outputs (pending, unless ctx is eager),
+// in the program's output order; every intermediate is dropped before returning. `dims` holds
+// one value per program.dims entry (step_dim_values()); `args` one tensor per program.tensors
+// entry (StepArguments::make()), each of its declared type with `dims` bound.
+// With `bound` (one DimSource per dim, from dim_sources()), every attribute element written as
+// a dim that has a source is recorded bound to that argument's size (AttrBinding), and the
+// arguments' shapes are checked without being observed: a captured template then follows the
+// sizes (shape-polymorphic trace once). `dims` must hold the sources' sizes.
+// Errors: argument counts or types that do not fit, and shape or attribute errors while
+// recording, as a Status starting "FILE:LINE:COL: ". Does not mark_step().
+Result<std::vector<Tensor>> record_step(const Program& program, LazyContext& ctx,
+                                        std::span<const int64_t> dims,
+                                        std::span<const Tensor> args,
+                                        std::span<const DimSource> bound = {});
+
+// `cause` prefixed with "FILE: step N: ", how run_program reports failures at a barrier.
+Status step_error(const Program& program, int step, const Status& cause);
+
+// The shape of `decl` at `step`, its dims bound. kInvalidArgument at the decl's first dim if it
+// has more than kMaxElements elements (shape.h): every declared shape is checked here, so
+// nothing is allocated for one that is too large.
+Result<Shape> declared_shape(const Program& program, const TensorDecl& decl, int step);
+
+// The types of the program's outputs at `step`, by running only the inference rules (no data,
+// no context). Fails like run_program would on shape and attribute errors.
+Result<std::vector<TensorType>> infer_output_types(const Program& program, int step);
+// The same at explicit dim values (one per program.dims entry), e.g. those of a call's arguments.
+Result<std::vector<TensorType>> infer_output_types_at(const Program& program, std::span<const int64_t> dims);
+
+// infer_output_types for every step in [0, steps) (-1: the default): a dry run that finds every
+// shape error without computing anything.
+Status check_program(const Program& program, int steps = -1);
+
+}  // namespace tracecache

@@ -1,0 +1,186 @@
+// Trace once: a C++ function of tensors (and scalars) compiled into guarded cache entries.
+//
+//   CompiledFunction f("mlp_step", fn, &runtime, options);
+//   std::vector<Tensor> out = f(ctx, {.tensors = {x, w}, .scalars = {0.1}}).value_or_throw();
+//
+// The first call traces `fn` on lazy tensors once, derives guards from the call's arguments,
+// compiles each graph (through the Runtime, so the graph cache and its audit apply) and keeps a
+// guard entry. Later calls check the entries' guards in order; when one holds, its executables
+// run directly and `fn` is not called. When none holds, `fn` is traced again (a recompile) and
+// the reason is recorded, naming each failed guard of the closest entry with expected vs
+// actual, e.g. "input 0 'x': size of dim 0 expected 8, actual 16". Past `recompile_limit`
+// recompiles the function falls back to lazy mode (trace every call) with one warning.
+//
+// Guards (docs/architecture.md invariant 3: every input property the graphs depend on is guarded):
+//  - per tensor argument: dtype, rank, sizes, contiguity, device;
+//  - per scalar argument: its exact value, unless declared dynamic (then it is a rank-0 f32
+//    graph input read with TraceArgs::scalar_tensor);
+//  - aliasing: which tensor arguments share data;
+//  - the options that change lowering (canonicalization options, backend and its options);
+//  - values read inside `fn` (item(), to_vector(), mark_step() mid-function): the trace is split
+//    there into segments, and the contents of every value materialized between segments are
+//    guarded, checked during replay before the next segment runs; a mismatch falls back to
+//    tracing the call.
+// A guard set is a flat list of checks; checking allocates nothing.
+//
+// Dynamic dims (shape polymorphism). A dim marked dynamic (CompiledFunctionOptions::
+// dynamic_dims, mark_dynamic()), or, with automatic_dynamic, a dim whose size alone made the
+// closest entry fail, is not guarded by its size in the next entry but by a range check
+// (1 <= size <= kMaxDynamicSize) and by relation checks (dynamic dims that were equal when
+// traced must stay equal). Such an entry keeps the trace template (capture/ir/trace_template.h):
+// a call with new sizes re-infers the template at those sizes (no call of `fn`, no tracing),
+// which gives the graph for the sizes; it is compiled (or found in the cache) and kept per size
+// in the entry. The template records the shapes `fn` read; where a read shape would differ at
+// the new sizes the entry does not apply and the call recompiles, saying so. A trace that read
+// a value (more than one segment) cannot be a template: its entry stays static.
+//
+// `fn` must build its result only from its arguments (and constants it creates): tensor data
+// captured from elsewhere is an error at trace time, as it would silently become a constant.
+// Thread-safety: one thread at a time. Ownership: the runtime (and metrics) must outlive this.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "capture/trace/tensor.h"
+#include "runtime/runtime.h"
+#include "runtime/toolkit_version.h"
+
+namespace tracecache {
+
+struct CallArgs {
+  std::vector<Tensor> tensors;  // must be materialized (device data)
+  std::vector<double> scalars;
+};
+
+// What `fn` sees while it is traced.
+class TraceArgs {
+ public:
+  size_t num_tensors() const { return tensors_.size(); }
+  size_t num_scalars() const { return scalars_.size(); }
+  const Tensor& tensor(size_t i) const { return tensors_.at(i); }
+  // The value of static scalar `i` (guarded). Throws Error for a dynamic scalar.
+  double scalar(size_t i) const;
+  // Dynamic scalar `i` as a rank-0 f32 graph input. Throws Error for a static scalar.
+  const Tensor& scalar_tensor(size_t i) const;
+
+ private:
+  friend class CompiledFunction;
+  std::vector<Tensor> tensors_;
+  std::vector<double> scalars_;
+  std::vector<Tensor> scalar_tensors_;  // defined for dynamic scalars only
+};
+
+using TracedFn = std::function<std::vector<Tensor>(LazyContext& ctx, const TraceArgs& args)>;
+
+// Guard entries persist in the runtime's cache database, keyed by function name + user version
+// + the toolkit version (kToolkitVersion, runtime/toolkit_version.h), so a new process with a
+// warm cache runs its first call with zero traces and zero compiles. The user version must
+// change whenever `fn`'s code does: entries are only as sound as that promise (tracecache cannot
+// see `fn`'s code).
+// Stored entries are untrusted (invariant 5 in docs/architecture.md): each is checked on load
+// (bounds, a complete guard set, routes, recorded output types), against each executable when it
+// is fetched, and its replayed outputs against its recorded types (and against
+// CompiledFunctionOptions::output_types, when set, on first use). A failed check is a `corrupt`
+// event; any other failure to use an entry (its graph or executable gone from the cache) is a
+// `miss` event; either way the entry is dropped and the call traces: never an error, never a
+// wrong result.
+
+// The largest size a dynamic dim's range check admits.
+inline constexpr int64_t kMaxDynamicSize = int64_t{1} << 31;
+
+struct DynamicDim {
+  size_t input = 0;  // tensor argument index
+  int dim = 0;
+  friend bool operator==(const DynamicDim&, const DynamicDim&) = default;
+};
+
+struct CompiledFunctionOptions {
+  std::string user_version;  // identifies fn's code; part of the persistent key
+  bool persist = true;       // store and load guard entries (needs a runtime with a database)
+  std::vector<size_t> dynamic_scalars;  // scalar argument indices fed as graph inputs
+  int recompile_limit = 8;
+  // Dims that are dynamic from the first trace on (see the header comment).
+  std::vector<DynamicDim> dynamic_dims;
+  // Make a dim dynamic when its size alone failed the closest entry's guards.
+  bool automatic_dynamic = true;
+  CanonicalizeOptions canonicalize;     // changes lowering: guarded
+  std::vector<std::string> input_names; // for guard messages ("input 0 'x'"); optional
+  // Optional: the types of the outputs `fn` returns for `args`, found without running it (for
+  // a trace program, its inference rules). When set, the first replay of every entry loaded
+  // from the cache compares its outputs with these; a stored entry that routes its outputs
+  // differently (even consistently with the types it records) is then a `corrupt` event and
+  // the call traces. An error from it counts as a failure to use the entry (a miss).
+  std::function<Result<std::vector<TensorType>>(const CallArgs& args)> output_types;
+};
+
+// One failed guard, for audit and messages.
+struct GuardFailure {
+  std::string what;      // "input 0 'x': size of dim 0"
+  std::string expected;  // "8"
+  std::string actual;    // "16"
+  std::string to_string() const;  // "input 0 'x': size of dim 0 expected 8, actual 16"
+};
+
+struct FunctionStats {
+  int64_t calls = 0;
+  int64_t traces = 0;          // calls that ran fn
+  int64_t guard_checks = 0;    // entries checked
+  int64_t guard_failures = 0;  // entries whose guards failed
+  int64_t recompiles = 0;      // traces after the first
+  int64_t specializations = 0; // dynamic entries instantiated at new sizes (no trace)
+  bool fell_back_to_lazy = false;
+  std::vector<int64_t> hits_per_entry;
+  std::vector<std::string> recompile_reasons;  // one line per recompile, all failures joined
+};
+
+// Decodes and checks one stored guard entry (the bytes of a `functions` row's entry) as a
+// CompiledFunction does when it loads it: OK if it may be used (its routes are still checked
+// against each executable when that is fetched), kCorruption naming what failed otherwise.
+// Thread-safe (pure). For tools and the fuzz harness (fuzz/fuzz_guard_entry.cc).
+Status validate_guard_entry(const std::string& bytes);
+
+class CompiledFunction {
+ public:
+  CompiledFunction(std::string name, TracedFn fn, Runtime* runtime,
+                   CompiledFunctionOptions options = {});
+  ~CompiledFunction();
+  CompiledFunction(const CompiledFunction&) = delete;
+  CompiledFunction& operator=(const CompiledFunction&) = delete;
+
+  // Runs the function: replays a guard entry, or traces. Outputs are materialized tensors of
+  // `ctx`. Errors: argument problems (a pending tensor argument, a tensor from another context)
+  // and errors thrown by `fn` are returned as Status.
+  Result<std::vector<Tensor>> operator()(LazyContext& ctx, const CallArgs& args);
+
+  // Marks dim `dim` of tensor argument `input` dynamic for the traces that follow.
+  void mark_dynamic(size_t input, int dim);
+
+  const std::string& name() const { return name_; }
+  const FunctionStats& stats() const { return stats_; }
+  size_t num_entries() const;
+  // Adds the hits since the last flush to the stored entries (also done on destruction).
+  void flush();
+  // Index of the first entry whose guards hold for `args` (value guards between segments are
+  // checked during replay, not here), or -1. Allocates nothing. For tools and benchmarks.
+  int find_entry(const CallArgs& args) const;
+
+ private:
+  struct Impl;
+  std::string name_;
+  std::unique_ptr<Impl> impl_;
+  FunctionStats stats_;
+};
+
+// Metrics counters added by compiled functions.
+namespace counters {
+inline constexpr std::string_view kGuardChecks = "guard_checks";
+inline constexpr std::string_view kGuardFailures = "guard_failures";
+inline constexpr std::string_view kRecompiles = "recompiles";
+inline constexpr std::string_view kSpecializations = "shape_specializations";
+}  // namespace counters
+
+}  // namespace tracecache

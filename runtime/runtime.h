@@ -1,0 +1,139 @@
+// Runtime: lazy-mode execution of canonical graphs (the GraphExecutor behind mark_step).
+//
+// For each graph: memory LRU -> SQLite -> on a miss, compile and store -> run on the backend.
+// Every decision is an audit event (docs/architecture.md invariant 8): hit_memory, hit_disk, miss with its
+// reason, compile with its duration, store, evict (from the memory LRU), corrupt, store_failed,
+// and fallback (the step ran on the reference evaluator, with why).
+//
+// Failure policy (invariants 5 and 6): an entry that fails its checksum, does not parse, fails
+// validation, or was built for another graph or backend is a `corrupt` event, is removed, and
+// the graph is recompiled: never a crash, never a wrong result. A store that is locked,
+// read-only or full only costs caching: the step still returns correct outputs, the failure is
+// a `store_failed` event and a warning. If compiling or running on the backend fails, the step
+// falls back to the reference evaluator and says so in a warning.
+//
+// Decision events (miss, compile, store, recompile, evict, corrupt, fallback, store_failed) are
+// written at once; a compiled executable's miss, compile and store events are written in the same
+// transaction as the executable, so a stored executable never lacks its events. Hits are counted
+// per executable key and tier and added to the database's hit counts every `event_batch` hits and
+// at flush() (and on destruction): the log grows with decisions, not with steps.
+// Thread-safety: one thread at a time. Ownership: backend, db (nullable: no disk cache) and
+// metrics (nullable) are not owned and must outlive the runtime.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "capture/core/metrics.h"
+#include "capture/trace/tensor.h"
+#include "backends/backend.h"
+#include "compile/compiler.h"
+#include "store/sqlite/cache_db.h"
+#include "store/memory/lru.h"
+
+namespace tracecache {
+
+struct RuntimeOptions {
+  uint32_t compiler_version = kCompilerVersion;
+  uint64_t memory_cache_bytes = uint64_t{64} << 20;
+  size_t event_batch = 256;  // add hit counts to the database after this many hits
+  size_t max_events_in_memory = 10000;  // events() keeps the first this many; later ones are counted
+};
+
+class Runtime final : public GraphExecutor {
+ public:
+  Runtime(Backend* backend, store::CacheDb* db, Metrics* metrics, RuntimeOptions options = {});
+  ~Runtime() override;
+  Runtime(const Runtime&) = delete;
+  Runtime& operator=(const Runtime&) = delete;
+
+  Result<std::vector<BufferRef>> execute(const CanonicalGraph& graph,
+                                         std::span<const BufferRef> params) override;
+
+  // The two halves of execute(), for callers that keep executables (compiled functions):
+  // prepare() finds or compiles the executable for `graph` (with all cache events); run_prepared()
+  // runs it. A failure of either is an error here; execute() instead falls back to the reference.
+  Result<std::shared_ptr<const Executable>> prepare(const CanonicalGraph& graph);
+  // prepare() for a graph known only by its key (a guard entry loaded from the cache): memory,
+  // then disk, then the stored canonical graph is compiled. kNotFound if the cache has neither.
+  Result<std::shared_ptr<const Executable>> prepare_by_key(const GraphKey& key);
+  store::CacheDb* db() { return db_; }
+  Result<std::vector<BufferRef>> run_prepared(const Executable& exe,
+                                              std::span<const BufferRef> params);
+
+  // run_prepared(), except that when the backend runs out of resources (kResourceExhausted, e.g.
+  // the sim device's memory) the graph runs on the reference evaluator instead, with a
+  // `fallback` event and a warning (invariant 6: the results are never lost). Other failures
+  // are returned.
+  Result<std::vector<BufferRef>> run_or_fall_back(const Executable& exe,
+                                                  std::span<const BufferRef> params);
+
+  // Records an event about a compiled function (recompile, fallback) in the audit log.
+  void function_event(store::EventKind kind, const std::string& function, std::string detail);
+
+  Backend& backend() { return *backend_; }
+  Metrics& metrics() { return *metrics_; }
+  void add_warning(std::string message) { warn(std::move(message)); }
+
+  // Adds the counted hits to the database and retries decision events a failed write left
+  // unwritten. A failure becomes a warning (and a store failure in the metrics); events stay in
+  // events().
+  void flush();
+  // Distinct warnings so far, in order (e.g. "cache database is read-only: ...").
+  const std::vector<std::string>& warnings() const { return warnings_; }
+  // The events this runtime produced, in order, at most options.max_events_in_memory of them;
+  // dropped_events() counts the rest.
+  const std::vector<store::Event>& events() const { return events_; }
+  int64_t dropped_events() const { return dropped_events_; }
+
+ private:
+  std::shared_ptr<const Executable> load_from_disk(const store::ExecutableKey& key,
+                                                   std::optional<store::MissReason>* reason);
+  void note_corrupt(const store::ExecutableKey& key, const std::string& why);
+  // Puts an executable in the memory LRU; evictions it causes are `evict` events.
+  void remember(const GraphKey& key, const std::shared_ptr<const Executable>& exe);
+  void store_compiled(const store::ExecutableKey& key, const Executable& exe, const Graph& graph,
+                      double compile_ms);
+  void event(store::EventKind kind, const GraphKey& graph, std::string reason = {},
+             double duration_ms = 0, std::string detail = {});
+  void warn(std::string message);
+  // Writes unwritten_ (decision events) unless holding them for an executable's transaction.
+  void write_decisions();
+  Result<std::vector<BufferRef>> run_reference(const CanonicalGraph& graph,
+                                               std::span<const BufferRef> params,
+                                               const std::string& why);
+
+  Backend* backend_;
+  store::CacheDb* db_;
+  Metrics* metrics_;
+  Metrics own_metrics_;  // used when metrics_ is null
+  RuntimeOptions options_;
+  store::LruCache<GraphKey, Executable, GraphKeyHasher> memory_;
+  std::vector<store::Event> events_;
+  int64_t dropped_events_ = 0;
+  std::vector<store::Event> unwritten_;  // decision events not yet in the database
+  bool hold_decisions_ = false;          // between a miss and its executable's store
+  std::vector<store::HitCount> hits_;    // hit counts not yet added to the database
+  size_t pending_hits_ = 0;
+  std::vector<std::string> warnings_;
+  int64_t pid_;
+
+  // Device copies of host buffers, on a backend with its own memory (sim): a host buffer is
+  // immutable, so while it lives its device copy stays valid and is reused: weights are copied
+  // to the device once, not every step (docs/architecture.md: tensors on a device are device data). An
+  // entry whose host buffer died is dropped (pruned as the map grows, and all at once when the
+  // device runs out of memory).
+  struct Resident {
+    std::weak_ptr<const HostBuffer> host;
+    DeviceRef device;
+  };
+  std::unordered_map<const HostBuffer*, Resident> resident_;
+  size_t resident_pruned_size_ = 0;
+  Result<DeviceRef> device_copy(const BufferRef& host);
+  void prune_resident();
+};
+
+}  // namespace tracecache

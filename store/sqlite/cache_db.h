@@ -1,0 +1,297 @@
+// CacheDb: the persistent graph cache, one SQLite database file.
+//
+// Holds canonical graphs (by GraphKey), executables (by ExecutableKey: graph key + backend +
+// backend options digest + compiler version; docs/architecture.md invariant 2), an audit log of cache
+// decisions and hit counts per executable key and tier (invariant 8: hits are counted, not logged
+// one row each; gc trims the log). The database runs in WAL mode with a busy timeout, so several
+// processes can share one file; every statement is prepared once; writes are transactions.
+//
+// The database is untrusted input (invariant 5): every blob carries an XXH3-64 checksum that is
+// verified on load. A mismatch is reported as Status kCorruption so the caller can record a
+// `corrupt` event, remove the entry and recompile. Structural checks of an executable's contents
+// (bounds of buffer offsets...) belong to the backend that parses it.
+//
+// Paths: a directory or any other non-regular file (a FIFO would block SQLite forever) at the
+// path is refused before SQLite opens it, with kInvalidArgument saying what is there.
+//
+// Schema versions: the file records its schema version. Opening a file with a newer schema than
+// this build's kSchemaVersion fails with kUnsupported and a message saying so (never a guess);
+// a file that is not an SQLite database, or lacks the tables, fails with kCorruption ("not a
+// tracecache database", saying whether it is damaged or another application's database); a file
+// still locked by another process after the busy timeout fails with kIOError saying it is busy.
+//
+// Errors: every method returns Status/Result. SQLITE_BUSY after the timeout, a read-only file,
+// or a full disk are kIOError with SQLite's message; the caller decides (the runtime keeps
+// going without the cache: invariant 6).
+// Thread-safety: a CacheDb is used by one thread at a time. Several CacheDb objects (in one or
+// many processes) may open the same file concurrently.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "capture/ir/hash.h"
+#include "capture/core/status.h"
+
+namespace tracecache::store {
+
+// 1: graphs, executables, events. 2: + functions (guard entries). 3: + hit_counts (hits counted
+// per executable key and tier instead of one event row each), events.options_digest. Version 1
+// and 2 files are upgraded in place when opened with write access.
+inline constexpr int kSchemaVersion = 3;
+
+// `gc` keeps at most this many audit events unless told otherwise.
+inline constexpr int64_t kDefaultMaxEvents = 100000;
+
+struct ExecutableKey {
+  GraphKey graph;
+  std::string backend;         // "cpu", "sim"
+  std::string options_digest;  // hex digest of the backend's options ("" if none)
+  uint32_t compiler_version = 0;
+  friend bool operator==(const ExecutableKey&, const ExecutableKey&) = default;
+};
+
+// Why a lookup missed, as recorded in `miss` events.
+enum class MissReason : uint8_t {
+  kNewGraph,        // no executable for this graph, backend and options ever stored
+  kEvicted,         // it was stored once, then evicted (gc) or removed
+  kCorrupt,         // it was stored but failed verification when loaded
+  kStaleCompiler,   // only executables from other compiler versions exist
+  kUnreadable,      // the database could not be read (busy, I/O error): it may hold the entry
+  kNewOptions,      // this graph and backend were stored, but only with other backend options
+                    // (e.g. another sim device spec)
+};
+// "new graph", "evicted", "corrupt", "stale compiler version", "cache unreadable",
+// "new backend options".
+std::string_view miss_reason_name(MissReason r);
+
+enum class EventKind : uint8_t {
+  kHitMemory,    // found in the in-memory LRU
+  kHitDisk,      // loaded from SQLite
+  kMiss,         // reason in `reason`
+  kCompile,      // duration_ms = compile time
+  kStore,        // an executable was written
+  kEvict,        // removed by gc or by the LRU's capacity (detail says which)
+  kCorrupt,      // failed verification; detail says how
+  kStoreFailed,  // a write failed (locked, read-only, disk full); detail has the error
+  kRecompile,    // a compiled function traced again: reason = function name, detail = failed guards
+  kFallback,     // a step ran on the reference evaluator (reason: compile failed, run failed,
+                 // exception), or a compiled function hit its recompile limit (reason: its name)
+};
+// "hit_memory", "hit_disk", "miss", "compile", "store", "evict", "corrupt", "store_failed",
+// "recompile", "fallback".
+std::string_view event_kind_name(EventKind k);
+std::optional<EventKind> parse_event_kind(std::string_view name);
+
+struct Event {
+  int64_t id = 0;        // assigned by the database; ignored on append
+  double time = 0;       // seconds since the Unix epoch
+  int64_t pid = 0;
+  EventKind kind = EventKind::kMiss;
+  GraphKey graph;
+  std::string backend;
+  std::string options_digest;  // the backend's options digest (part of the executable key)
+  std::string reason;    // kMiss: miss_reason_name(...)
+  double duration_ms = 0;
+  std::string detail;
+};
+
+// Hits are counted, not logged one row each (invariant 8): the runtime adds these counts.
+struct HitCount {
+  GraphKey graph;
+  std::string backend;
+  std::string options_digest;
+  EventKind tier = EventKind::kHitMemory;  // kHitMemory or kHitDisk
+  int64_t hits = 0;
+  double time = 0;  // of the latest hit counted
+};
+
+struct StoredExecutable {
+  std::string blob;      // verified against its checksum
+  double compile_ms = 0;
+};
+
+struct EntryInfo {      // one executable row, for `tracecache ls` / gc
+  ExecutableKey key;
+  uint64_t bytes = 0;
+  double created = 0;
+  double last_used = 0;
+  int64_t uses = 0;
+  double compile_ms = 0;
+  int64_t graph_nodes = 0;  // from the graphs table, 0 if the graph row is missing
+};
+
+// What `gc` trims besides executables.
+struct GcOptions {
+  uint64_t max_bytes = UINT64_MAX;        // executables beyond this are evicted, LRU first
+  int64_t max_events = kDefaultMaxEvents; // keep at most this many (newest) event rows; < 0: all
+  // If > 0: events and hit counts last updated before this Unix time are removed, and so are the
+  // guard entries of a compiled function's version (user + toolkit version) whose newest entry is
+  // older than it while a newer version of the same function exists.
+  double older_than = 0;
+};
+
+struct GcReport {
+  std::vector<EntryInfo> evicted;
+  int64_t events_removed = 0;
+  int64_t hit_counts_removed = 0;
+  int64_t function_entries_removed = 0;
+};
+
+struct CacheStats {     // `tracecache stats`
+  int64_t graphs = 0;
+  int64_t executables = 0;
+  uint64_t executable_bytes = 0;
+  uint64_t graph_bytes = 0;
+  uint64_t file_bytes = 0;    // page_count * page_size
+  int64_t hits_memory = 0, hits_disk = 0, misses = 0, compiles = 0;
+  double hit_rate = 0;        // (hits_memory + hits_disk) / (hits + misses), 0 if no lookups
+};
+
+struct GraphAudit {     // `tracecache audit`: one row per graph key seen in events
+  GraphKey graph;
+  int64_t hits_memory = 0, hits_disk = 0, misses = 0, compiles = 0, corrupt = 0;
+  double compile_ms_total = 0;
+  double saved_ms = 0;        // hits * (compile_ms_total / compiles), 0 if never compiled
+  double last_use = 0;
+  struct Miss { double time; std::string reason; std::string backend; };
+  std::vector<Miss> recent_misses;  // newest first, at most 5
+};
+
+struct VerifyProblem {  // `tracecache verify`
+  std::string table;    // "executables" or "graphs"
+  std::string key;      // hex graph key (+ backend/options/compiler for executables)
+  std::string problem;  // e.g. "checksum mismatch"
+};
+
+// A compiled function's identity in the cache: its name, the caller's version string for it,
+// and the toolkit version (guard entries from another tracecache are never used).
+struct FunctionKey {
+  std::string name, user_version, toolkit_version;
+  friend bool operator==(const FunctionKey&, const FunctionKey&) = default;
+};
+
+struct StoredFunctionEntry {
+  int64_t entry = 0;     // position in the function's entry list
+  std::string blob;      // empty if corrupt
+  int64_t hits = 0;
+  bool corrupt = false;  // checksum mismatch
+};
+
+struct FunctionAudit {  // `tracecache audit`: one row per compiled function
+  FunctionKey key;
+  struct Entry { int64_t entry; int64_t hits; int64_t bytes; };
+  std::vector<Entry> entries;
+  std::vector<std::string> recent_recompiles;  // reasons, newest first, at most 5
+};
+
+class CacheDb {
+ public:
+  struct Options {
+    std::string path;            // created (with parent directories) if missing, unless read_only
+    int busy_timeout_ms = 5000;
+    bool read_only = false;
+    // Name of a registered sqlite3_vfs to open the file through ("" = SQLite's default); tests
+    // use store/sqlite/fault_vfs.h's fault-injecting one.
+    std::string vfs{};
+  };
+  static Result<std::unique_ptr<CacheDb>> open(const Options& options);
+  ~CacheDb();
+  CacheDb(const CacheDb&) = delete;
+  CacheDb& operator=(const CacheDb&) = delete;
+
+  const std::string& path() const;
+  // True when the file could only be opened for reading (read-only file or directory); all
+  // writes then fail with kIOError.
+  bool read_only() const;
+
+  // ---- graphs ----
+  // Stores a canonical graph's serialized form. Idempotent: an existing identical row is kept
+  // (its `created` time too); a row whose bytes differ is replaced, which repairs a corrupted
+  // blob since a graph's encoding is deterministic.
+  Status put_graph(const GraphKey& key, std::string_view blob, int64_t nodes);
+  // nullopt if absent; kCorruption if its checksum fails.
+  Result<std::optional<std::string>> get_graph(const GraphKey& key);
+
+  // ---- executables ----
+  // nullopt if absent; kCorruption if the checksum fails. Does not update use statistics.
+  Result<std::optional<StoredExecutable>> get_executable(const ExecutableKey& key);
+  // Inserts or replaces. `events` (the decisions that describe this executable: its miss, compile
+  // and store) are appended in the same transaction: both are durable or neither is.
+  Status put_executable(const ExecutableKey& key, std::string_view blob, double compile_ms,
+                        std::span<const Event> events = {});
+  // Removes if present (no error if absent).
+  Status remove_executable(const ExecutableKey& key);
+  // Records a use: last_used = now, uses += 1.
+  Status touch_executable(const ExecutableKey& key);
+  // Why there is no executable for `key` (call after a miss); see MissReason.
+  Result<MissReason> classify_miss(const ExecutableKey& key);
+
+  // ---- audit log ----
+  // Appends in one transaction; ids and nothing else are assigned by the database.
+  Status append_events(std::span<const Event> events);
+  // Events in id order, optionally only those after `after_id`, at most `limit` (0 = all).
+  // Malformed rows (unknown kind, damaged key) are skipped and counted in *malformed if given.
+  Result<std::vector<Event>> events(int64_t after_id = 0, int64_t limit = 0, int64_t* malformed = nullptr);
+  // Adds hit counts (one upsert per key and tier), in one transaction.
+  Status add_hits(std::span<const HitCount> hits);
+
+  // ---- compiled functions' guard entries ----
+  Status put_function_entry(const FunctionKey& key, int64_t entry, std::string_view blob);
+  // In entry order; a row whose checksum fails comes back with corrupt = true.
+  Result<std::vector<StoredFunctionEntry>> function_entries(const FunctionKey& key);
+  Status add_function_hits(const FunctionKey& key, int64_t entry, int64_t hits);
+  Status remove_function_entry(const FunctionKey& key, int64_t entry);
+  Result<std::vector<FunctionAudit>> function_audit();
+
+  // ---- queries and maintenance for the CLI ----
+  // Most recently used first. Rows whose key columns are damaged are left out (verify() reports
+  // them; gc() removes them).
+  Result<std::vector<EntryInfo>> list_executables();
+  Result<CacheStats> stats();
+  // Most recently used first; hits are event rows plus hit counts. Rows with a damaged graph key
+  // are skipped and counted in *malformed if given (never an error).
+  Result<std::vector<GraphAudit>> audit(int64_t* malformed = nullptr);
+  // Evicts executables, least recently used first, until they take at most max_bytes; records
+  // an `evict` event for each. Returns the evicted entries. Also removes rows whose key columns
+  // are damaged (they could never be served).
+  Result<std::vector<EntryInfo>> gc(uint64_t max_bytes);
+  // gc(max_bytes) plus trimming the audit log, hit counts and stale function versions (see
+  // GcOptions), in one transaction.
+  Result<GcReport> gc(const GcOptions& options);
+  // Every graph key stored (graphs and executables) that starts with the hex prefix `prefix`
+  // (case-insensitive), sorted, at most `limit`. An empty or non-hex prefix matches nothing.
+  Result<std::vector<GraphKey>> keys_with_prefix(std::string_view prefix, int64_t limit = 16);
+  // Checks every stored blob's checksum; returns the bad ones (does not remove them).
+  Result<std::vector<VerifyProblem>> verify();
+
+ private:
+  struct Impl;
+  explicit CacheDb(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// Graph hashes as users type them (like git): the full 32 hex digits, or a unique prefix of at
+// least kMinKeyPrefix digits (audit prints 16). One helper for every command that takes a hash.
+inline constexpr size_t kMinKeyPrefix = 4;
+// True if `text` could name a graph key: kMinKeyPrefix to 32 hex digits.
+bool looks_like_key_prefix(std::string_view text);
+// The graph key `text` names: a full hash is returned as is (whether stored or not); a prefix must
+// match exactly one stored graph or executable key. kNotFound if none matches; kInvalidArgument if
+// several do (the message lists them) or `text` is not a key prefix.
+Result<GraphKey> resolve_graph_key(CacheDb& db, std::string_view text);
+
+// The database path: `flag` if non-empty, else $TRACECACHE_DB, else
+// $XDG_CACHE_HOME/tracecache/cache.db, else ~/.cache/tracecache/cache.db. The environment is
+// passed in (cli/ reads it once) so this stays a pure function.
+struct CachePathEnv {
+  std::string tracecache_db, xdg_cache_home, home;
+};
+std::string resolve_cache_path(const std::string& flag, const CachePathEnv& env);
+
+}  // namespace tracecache::store

@@ -1,13 +1,15 @@
-// ProgramSession: runs a trace program's steps in one execution mode, for `run` and `bench`.
+// ProgramSession: runs a trace program's steps (frontend/program/program.h) in one execution
+// mode on a Session (runtime/session.h), for `run` and `bench`. The Session is the generic part
+// (backend, runtime, context, mode); this adds what a trace program's step is:
 //
-//   eager  each op runs at once on the backend's op runner (capture/trace/eager.h); no trace, no cache
-//   lazy   every step is traced, hashed at the barrier and run through the graph cache
-//   once   every step is one call of a CompiledFunction (runtime/compiled_function.h) named
-//          "<program file name>:step" whose arguments are the step's tensors (parameters and
-//          inputs, in declaration order) and, as static scalars, the step's dim values: a
-//          step's graph can depend on dims that appear only in attributes (arange(end=N),
-//          reshape(shape=[B, -1])), so the dims must be guarded by value, not only through the
-//          shapes of the tensors.
+//   eager, lazy  a step's ops are recorded on the session's context; lazy mode executes them at
+//                the step's mark_step
+//   once         every step is one call of a CompiledFunction (runtime/compiled_function.h) named
+//                "<program file name>:step" whose arguments are the step's tensors (parameters
+//                and inputs, in declaration order) and, as static scalars, the step's dim values:
+//                a step's graph can depend on dims that appear only in attributes
+//                (arange(end=N), reshape(shape=[B, -1])), so the dims must be guarded by value,
+//                not only through the shapes of the tensors.
 //
 // A step is split in two so callers can time the second half alone: prepare() makes the step's
 // arguments (input generation), run() records or checks guards, executes and materializes the
@@ -17,43 +19,25 @@
 #pragma once
 
 #include <memory>
-#include <optional>
-#include <string>
-#include <string_view>
 #include <vector>
 
-#include "capture/core/metrics.h"
 #include "frontend/program/program.h"
 #include "frontend/program/program_runner.h"
 #include "runtime/compiled_function.h"
-#include "backends/sim/sim_backend.h"
-#include "store/sqlite/cache_db.h"
+#include "runtime/session.h"
 
-namespace tracecache::cli {
+namespace tracecache {
 
-enum class Mode { kEager, kLazy, kOnce };
-
-std::optional<Mode> parse_mode(std::string_view name);  // "eager", "lazy", "once"
-std::string_view mode_name(Mode mode);
-
-struct SessionOptions {
-  Mode mode = Mode::kLazy;
-  // "cpu", "reference" (eager and lazy only), or "sim:PRESET" / "sim:SPEC_FILE" / "sim" (=
-  // sim:h100; lazy and once only), see backends/sim/sim_backend.h.
-  std::string backend = "cpu";
-  store::CacheDb* db = nullptr;       // the disk cache for lazy and once; null: memory only
-  bool bake_scalars = false;          // canonicalization (lazy and once)
-  bool automatic_dynamic = true;      // once: CompiledFunctionOptions::automatic_dynamic
-  Metrics* metrics = nullptr;         // REQUIRED: counters and timers of every part
-  int threads = 0;                    // cpu kernels and OpenBLAS: CpuBackendOptions::threads
+struct ProgramSessionOptions {
+  SessionOptions session;
+  bool automatic_dynamic = true;  // once: CompiledFunctionOptions::automatic_dynamic
 };
 
 class ProgramSession {
  public:
-  // Errors: an unknown backend, once mode on the reference backend, eager mode on sim
-  // (kInvalidArgument); a sim device spec that cannot be read or parsed.
+  // Errors: as Session::create.
   static Result<std::unique_ptr<ProgramSession>> create(const Program& program,
-                                                        SessionOptions options);
+                                                        ProgramSessionOptions options);
   ~ProgramSession();
 
   struct PreparedStep {
@@ -68,31 +52,26 @@ class ProgramSession {
   // ("FILE: step N: ...").
   Result<std::vector<BufferRef>> run(const PreparedStep& step);
 
-  Mode mode() const { return options_.mode; }
+  Session& session() { return *session_; }
+  SessionMode mode() const { return session_->mode(); }
   // Keys of the graphs the session's context executed (lazy mode; none in eager and once).
-  const std::vector<GraphKey>& executed_keys() const;
+  const std::vector<GraphKey>& executed_keys() const { return session_->executed_keys(); }
   // The compiled function (once mode), else null.
   const CompiledFunction* function() const { return function_.get(); }
   // Null in eager mode and on the reference backend.
-  Runtime* runtime() { return runtime_.get(); }
+  Runtime* runtime() { return session_->runtime(); }
   // The sim backend, else null.
-  SimBackend* sim() { return sim_; }
+  SimBackend* sim() { return session_->sim(); }
 
  private:
-  ProgramSession(const Program& program, SessionOptions options);
+  ProgramSession(const Program& program, std::unique_ptr<Session> session);
 
   const Program& program_;
-  SessionOptions options_;
-  std::unique_ptr<Backend> backend_;
-  SimBackend* sim_ = nullptr;  // backend_, when it is sim
-  std::unique_ptr<Runtime> runtime_;
-  std::unique_ptr<GraphExecutor> reference_;  // lazy on the reference backend; eager's unused executor
-  std::unique_ptr<OpRunner> op_runner_;       // eager
-  std::unique_ptr<LazyContext> ctx_;
+  std::unique_ptr<Session> session_;
   // once: where each dim's value comes from (an argument's size; else a guarded scalar).
   std::vector<DimSource> dim_sources_;
   std::unique_ptr<StepArguments> arguments_;
   std::unique_ptr<CompiledFunction> function_;  // once
 };
 
-}  // namespace tracecache::cli
+}  // namespace tracecache

@@ -1,6 +1,8 @@
 // Backend: where executables run. A small, versioned interface (docs/architecture.md, "Backend interface"):
-// a name and an options digest (both part of every executable key), compile, serialize/load,
-// device buffers and host<->device copies, run, synchronize.
+// a name and an options digest (both part of every executable key), the ops it compiles
+// (supports) and its compiler version (also part of every key), compile, serialize/load, device
+// buffers and host<->device copies, run, synchronize. Backends are made by name through
+// backends/registry.h.
 //
 // Device buffers are DeviceBuffer handles. For `cpu` a device buffer is host memory and the
 // copies share it; `sim` (backends/sim/sim_backend.h) keeps its own capacity-limited space and a
@@ -17,6 +19,7 @@
 
 #include "capture/core/buffer.h"
 #include "capture/ir/canonical.h"
+#include "compile/compiler.h"
 #include "compile/executable.h"
 
 namespace tracecache {
@@ -42,6 +45,18 @@ class Backend {
   // The backend and its options as a person names them ("cpu", "sim:h100"), for messages; not
   // part of any key. Defaults to name().
   virtual std::string display_name() const { return std::string(name()); }
+
+  // Whether compile() lowers `node`'s op. A graph with a node its backend declines is never
+  // compiled: the Runtime runs it on the reference evaluator with a `fallback` event
+  // (runtime/runtime.h). Default: every op.
+  virtual bool supports(const Node& node) const {
+    (void)node;
+    return true;
+  }
+  // The version of the code generation behind compile(), recorded in every executable and part
+  // of its key: bumping it turns this backend's stored executables into "stale compiler
+  // version" misses, never into stale hits. Default: the shared compiler's kCompilerVersion.
+  virtual uint32_t compiler_version() const { return kCompilerVersion; }
 
   // Lowers a canonical graph. `compiler_version` is recorded in the executable.
   virtual Result<Executable> compile(const Graph& graph, const GraphKey& key,

@@ -1,7 +1,7 @@
 // `tracecache bench`: host overhead per step of eager, lazy and once mode on trace programs and
 // zoo models (as the trace programs `tracecache zoo emit` writes).
 //
-// For each target and mode, a fresh session (cli/program_session.h) runs `warmup` steps (which
+// For each target and mode, a fresh session (runtime/program_session.h) runs `warmup` steps (which
 // trace and compile whatever the steps need) and then `steps` timed steps. A timed step's
 // arguments are made first, outside the clock; the clock covers recording or guard checking,
 // execution and materializing the outputs. Kernel time is the Metrics timer "run" over the
@@ -29,7 +29,7 @@
 #include "frontend/program/program.h"
 #include "cli/common.h"
 #include "cli/json.h"
-#include "cli/program_session.h"
+#include "runtime/program_session.h"
 
 namespace tracecache::cli {
 
@@ -37,7 +37,7 @@ namespace {
 
 struct BenchRow {
   std::string target;
-  Mode mode = Mode::kLazy;
+  SessionMode mode = SessionMode::kLazy;
   int steps = 0;
   int warmup = 0;
   double step_us = 0;      // medians over the timed steps
@@ -58,12 +58,12 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
-Result<std::vector<Mode>> parse_modes(const std::string& list) {
-  std::vector<Mode> modes;
+Result<std::vector<SessionMode>> parse_modes(const std::string& list) {
+  std::vector<SessionMode> modes;
   std::stringstream in(list);
   std::string item;
   while (std::getline(in, item, ',')) {
-    std::optional<Mode> m = parse_mode(item);
+    std::optional<SessionMode> m = parse_mode(item);
     if (!m) {
       return invalid_argument(
           fmt::format("unknown mode '{}' in --modes (available: eager, lazy, once)", item));
@@ -78,7 +78,7 @@ Result<std::vector<Mode>> parse_modes(const std::string& list) {
 // (full-size models) show where they are, short ones print nothing more than their start line.
 class Progress {
  public:
-  Progress(const std::string& target, Mode mode) : target_(target), mode_(mode) {}
+  Progress(const std::string& target, SessionMode mode) : target_(target), mode_(mode) {}
   void step(std::string_view phase, int i, int n) {
     auto now = std::chrono::steady_clock::now();
     if (now - last_ < std::chrono::seconds(1)) return;
@@ -90,20 +90,21 @@ class Progress {
 
  private:
   const std::string& target_;
-  Mode mode_;
+  SessionMode mode_;
   std::chrono::steady_clock::time_point last_ = std::chrono::steady_clock::now();
 };
 
 // Runs one target in one mode. Metrics are cleared before each timed step (outside the clock;
 // keeping the names, so recording during the step allocates no map nodes), so the "run" timer
 // and the counters hold exactly that step's numbers.
-Result<BenchRow> bench_one(const Program& program, const std::string& target, Mode mode,
+Result<BenchRow> bench_one(const Program& program, const std::string& target, SessionMode mode,
                            int steps, int warmup, const BenchOptions& options,
                            store::CacheDb* db) {
   Metrics metrics;
   Result<std::unique_ptr<ProgramSession>> session = ProgramSession::create(
-      program, {.mode = mode, .backend = options.backend, .db = db, .metrics = &metrics,
-                .threads = options.threads});
+      program, {.session = {.mode = mode, .backend = options.backend,
+                            .backend_options = {.threads = options.threads}, .db = db,
+                            .metrics = &metrics}});
   if (!session.is_ok()) return session.status();
   ProgramSession& s = **session;
   Progress progress(target, mode);
@@ -175,9 +176,9 @@ double overhead_of(const BenchRow& r) { return r.sim ? r.sim->host_us : r.overhe
 std::vector<Speedup> speedups(const std::vector<BenchRow>& rows) {
   std::vector<Speedup> out;
   for (const BenchRow& once : rows) {
-    if (once.mode != Mode::kOnce) continue;
+    if (once.mode != SessionMode::kOnce) continue;
     for (const BenchRow& lazy : rows) {
-      if (lazy.mode != Mode::kLazy || lazy.target != once.target) continue;
+      if (lazy.mode != SessionMode::kLazy || lazy.target != once.target) continue;
       out.push_back({once.target,
                      overhead_of(once) > 0 ? overhead_of(lazy) / overhead_of(once) : 0,
                      step_of(once) > 0 ? step_of(lazy) / step_of(once) : 0});
@@ -193,7 +194,7 @@ struct SummaryLine {
   std::optional<Speedup> speedup;
 };
 
-int mode_index(Mode m) { return m == Mode::kEager ? 0 : m == Mode::kLazy ? 1 : 2; }
+int mode_index(SessionMode m) { return m == SessionMode::kEager ? 0 : m == SessionMode::kLazy ? 1 : 2; }
 
 std::vector<SummaryLine> summary(const std::vector<BenchRow>& rows) {
   std::vector<SummaryLine> lines;
@@ -303,12 +304,12 @@ void print_json(const BenchOptions& options, const std::vector<BenchRow>& rows) 
   for (const SummaryLine& l : summary(rows)) {
     j.begin_object();
     j.key("target").value(l.target);
-    for (Mode m : {Mode::kEager, Mode::kLazy, Mode::kOnce}) {
+    for (SessionMode m : {SessionMode::kEager, SessionMode::kLazy, SessionMode::kOnce}) {
       const BenchRow* r = l.by_mode[mode_index(m)];
       j.key(fmt::format("{}_step_us", mode_name(m)));
       number_or_null(r, step_of);
     }
-    for (Mode m : {Mode::kLazy, Mode::kOnce}) {
+    for (SessionMode m : {SessionMode::kLazy, SessionMode::kOnce}) {
       j.key(fmt::format("{}_overhead_us", mode_name(m)));
       number_or_null(l.by_mode[mode_index(m)], overhead_of);
     }
@@ -320,7 +321,7 @@ void print_json(const BenchOptions& options, const std::vector<BenchRow>& rows) 
       j.key("overhead_once_vs_lazy").null();
     }
     if (sim) {
-      for (Mode m : {Mode::kLazy, Mode::kOnce}) {
+      for (SessionMode m : {SessionMode::kLazy, SessionMode::kOnce}) {
         const BenchRow* r = l.by_mode[mode_index(m)];
         if (r && !r->sim) r = nullptr;
         j.key(fmt::format("{}_host_wait_us", mode_name(m)));
@@ -353,7 +354,7 @@ void print_json(const BenchOptions& options, const std::vector<BenchRow>& rows) 
 void print_summary(const std::vector<BenchRow>& rows) {
   std::vector<SummaryLine> lines = summary(rows);
   const bool sim = std::any_of(rows.begin(), rows.end(), [](const BenchRow& r) { return r.sim; });
-  auto ran = [&rows](Mode m) {
+  auto ran = [&rows](SessionMode m) {
     return std::any_of(rows.begin(), rows.end(), [m](const BenchRow& r) { return r.mode == m; });
   };
   struct Column {
@@ -362,24 +363,24 @@ void print_summary(const std::vector<BenchRow>& rows) {
     bool ratio = false;  // printed as 1.23x
   };
   std::vector<Column> cols;
-  auto of_mode = [](Mode m, auto field) {
+  auto of_mode = [](SessionMode m, auto field) {
     return [m, field](const SummaryLine& l) -> std::optional<double> {
       const BenchRow* r = l.by_mode[mode_index(m)];
       if (!r) return std::nullopt;
       return field(*r);
     };
   };
-  for (Mode m : {Mode::kEager, Mode::kLazy, Mode::kOnce}) {
+  for (SessionMode m : {SessionMode::kEager, SessionMode::kLazy, SessionMode::kOnce}) {
     if (ran(m)) cols.push_back({fmt::format("{} step", mode_name(m)), of_mode(m, step_of)});
   }
-  for (Mode m : {Mode::kLazy, Mode::kOnce}) {
+  for (SessionMode m : {SessionMode::kLazy, SessionMode::kOnce}) {
     if (ran(m)) {
       cols.push_back({fmt::format("{} {}", mode_name(m), sim ? "host" : "overhead"),
                       of_mode(m, overhead_of)});
     }
   }
   if (sim) {
-    for (Mode m : {Mode::kLazy, Mode::kOnce}) {
+    for (SessionMode m : {SessionMode::kLazy, SessionMode::kOnce}) {
       if (!ran(m)) continue;
       auto field = [](double SimInterval::*f) {
         return [f](const BenchRow& r) { return r.sim ? (*r.sim).*f : 0.0; };
@@ -388,7 +389,7 @@ void print_summary(const std::vector<BenchRow>& rows) {
       cols.push_back({fmt::format("{} idle", mode_name(m)), of_mode(m, field(&SimInterval::device_idle_us))});
     }
   }
-  const bool both = ran(Mode::kLazy) && ran(Mode::kOnce);
+  const bool both = ran(SessionMode::kLazy) && ran(SessionMode::kOnce);
   if (both) {
     cols.push_back({sim ? "host once/lazy" : "overhead once/lazy",
                     [](const SummaryLine& l) -> std::optional<double> {
@@ -473,7 +474,7 @@ void print_table(const BenchOptions& options, const std::vector<BenchRow>& rows)
 }  // namespace
 
 int bench_command(const BenchOptions& options) {
-  Result<std::vector<Mode>> modes = parse_modes(options.modes);
+  Result<std::vector<SessionMode>> modes = parse_modes(options.modes);
   if (!modes.is_ok()) return report_error(modes.status());
   if (options.steps < 0 || options.warmup < -1) {
     return report_error(invalid_argument("--steps must be >= 1 and --warmup >= 0"));
@@ -514,7 +515,7 @@ int bench_command(const BenchOptions& options) {
     const int warmup = options.warmup >= 0 ? options.warmup
                        : full_size[t]      ? kBenchZooWarmup
                                            : kBenchWarmup;
-    for (Mode mode : *modes) {
+    for (SessionMode mode : *modes) {
       std::fputs(fmt::format("bench: {} {}: {} warmup + {} timed steps\n", target,
                              mode_name(mode), warmup, steps)
                      .c_str(),

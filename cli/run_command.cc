@@ -12,9 +12,10 @@
 #include "frontend/program/program.h"
 #include "frontend/program/program_runner.h"
 #include "capture/reference/reference.h"
+#include "capture/trace/recording_executor.h"
 #include "cli/common.h"
 #include "cli/json.h"
-#include "cli/program_session.h"
+#include "runtime/program_session.h"
 #include "backends/cpu/cpu_backend.h"
 #include "runtime/runtime.h"
 #include "backends/sim/sim_backend.h"
@@ -24,22 +25,6 @@
 namespace tracecache::cli {
 
 namespace {
-
-// Records every canonical graph and returns zero-filled outputs of the right types: lets
-// `show` trace a program without computing it.
-class DryRunExecutor final : public GraphExecutor {
- public:
-  Result<std::vector<BufferRef>> execute(const CanonicalGraph& g, std::span<const BufferRef>) override {
-    graphs.push_back(g);
-    std::vector<BufferRef> outs;
-    for (NodeId o : g.graph.outputs()) {
-      const Node& n = g.graph.node(o);
-      outs.push_back(std::make_shared<const HostBuffer>(n.dtype, n.shape));
-    }
-    return outs;
-  }
-  std::vector<CanonicalGraph> graphs;
-};
 
 LazyOptions lazy_options(bool bake_scalars, Metrics* metrics) {
   LazyOptions o;
@@ -272,7 +257,7 @@ int run_command(const RunOptions& options) {
 }
 
 int run_loaded_program(const Program& program, const RunOptions& options) {
-  std::optional<Mode> mode = parse_mode(options.mode);
+  std::optional<SessionMode> mode = parse_mode(options.mode);
   if (!mode) {
     return report_error(invalid_argument(
         fmt::format("unknown mode '{}' (available: eager, lazy, once)", options.mode)));
@@ -280,15 +265,16 @@ int run_loaded_program(const Program& program, const RunOptions& options) {
 
   Metrics metrics;
   std::unique_ptr<store::CacheDb> db;
-  if (options.backend != "reference" && *mode != Mode::kEager) {
+  if (options.backend != "reference" && *mode != SessionMode::kEager) {
     Result<std::unique_ptr<store::CacheDb>> opened = open_run_db(options);
     if (!opened.is_ok()) return report_error(opened.status());
     db = std::move(*opened);
   }
   Result<std::unique_ptr<ProgramSession>> session = ProgramSession::create(
-      program, {.mode = *mode, .backend = options.backend, .db = db.get(),
-                 .bake_scalars = options.bake_scalars, .automatic_dynamic = !options.no_auto_dynamic,
-                 .metrics = &metrics, .threads = options.threads});
+      program, {.session = {.mode = *mode, .backend = options.backend,
+                            .backend_options = {.threads = options.threads}, .db = db.get(),
+                            .bake_scalars = options.bake_scalars, .metrics = &metrics},
+                .automatic_dynamic = !options.no_auto_dynamic});
   if (!session.is_ok()) return report_error(session.status());
   ProgramSession& s = **session;
   if (!options.timeline.empty()) {
@@ -389,7 +375,7 @@ int run_loaded_program(const Program& program, const RunOptions& options) {
       if (!keys.empty()) keys += ',';
       keys += k.to_hex();
     }
-    if (*mode == Mode::kLazy) {
+    if (*mode == SessionMode::kLazy) {
       out(fmt::format("step {}  graph {}\n", i, keys));
     } else {
       out(fmt::format("step {}\n", i));
@@ -404,7 +390,7 @@ int run_loaded_program(const Program& program, const RunOptions& options) {
                   metrics.counter(counters::kCompiles), metrics.counter(counters::kHitsMemory),
                   metrics.counter(counters::kHitsDisk), metrics.counter(counters::kMisses)));
   out(step_time_summary(step_ms) + "\n");
-  if (*mode == Mode::kOnce) {
+  if (*mode == SessionMode::kOnce) {
     out(fmt::format("{} guard checks, {} guard failures, {} recompiles\n",
                     metrics.counter(counters::kGuardChecks), metrics.counter(counters::kGuardFailures),
                     metrics.counter(counters::kRecompiles)));
@@ -497,7 +483,7 @@ int show_command(const ShowOptions& options) {
   Result<Program> program = load_program(options.target);
   if (!program.is_ok()) return report_error(program.status());
 
-  DryRunExecutor executor;
+  RecordingExecutor executor;
   LazyContext ctx(&executor, lazy_options(options.bake_scalars, nullptr));
   Result<std::vector<StepResult>> steps = run_program(*program, ctx, options.steps);
   if (!steps.is_ok()) return report_error(steps.status());
@@ -509,9 +495,9 @@ int show_command(const ShowOptions& options) {
     for (const GraphKey& k : (*steps)[step].graph_keys) {
       auto [it, inserted] = steps_of.try_emplace(k);
       if (inserted) {
-        for (const CanonicalGraph& cg : executor.graphs) {
-          if (cg.key == k) {
-            distinct.push_back(&cg);
+        for (const RecordedGraph& r : executor.graphs()) {
+          if (r.graph.key == k) {
+            distinct.push_back(&r.graph);
             break;
           }
         }

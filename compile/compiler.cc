@@ -82,6 +82,7 @@ Executable compile_graph(const Graph& graph, const GraphKey& key, std::string ba
   exe.options_digest = std::move(options_digest);
   exe.compiler_version = options.compiler_version;
   exe.graph = graph;
+  KernelPlan& plan = exe.payload.emplace<KernelPlan>();
   const size_t n = graph.size();
 
   // Distinct consumers of each node, and whether it is an output.
@@ -137,33 +138,33 @@ Executable compile_graph(const Graph& graph, const GraphKey& key, std::string ba
     } else {
       k.kind = Kernel::Kind::kOp;
     }
-    exe.kernels.push_back(std::move(k));
+    plan.kernels.push_back(std::move(k));
   }
 
   // 3. Buffer plan.
-  exe.slots.assign(n, Slot{});
+  plan.slots.assign(n, Slot{});
   for (size_t p = 0; p < graph.params().size(); ++p) {
-    Slot& s = exe.slots[graph.params()[p]];
+    Slot& s = plan.slots[graph.params()[p]];
     s.kind = Slot::Kind::kParam;
     s.index = static_cast<uint32_t>(p);
   }
   for (size_t o = 0; o < graph.outputs().size(); ++o) {
     NodeId id = graph.outputs()[o];
-    Slot& s = exe.slots[id];
+    Slot& s = plan.slots[id];
     if (s.kind == Slot::Kind::kParam || s.kind == Slot::Kind::kOutput) continue;
     s.kind = Slot::Kind::kOutput;
     s.index = static_cast<uint32_t>(o);
     s.nbytes = value_bytes(graph.node(id));
   }
   for (NodeId id = 0; id < n; ++id) {
-    if (fused[id]) exe.slots[id].kind = Slot::Kind::kFused;
+    if (fused[id]) plan.slots[id].kind = Slot::Kind::kFused;
   }
 
   // Last kernel reading each value.
   std::vector<size_t> last_read(n, 0);
-  std::vector<std::vector<NodeId>> dies_at(exe.kernels.size());
-  for (size_t k = 0; k < exe.kernels.size(); ++k) {
-    const Kernel& kern = exe.kernels[k];
+  std::vector<std::vector<NodeId>> dies_at(plan.kernels.size());
+  for (size_t k = 0; k < plan.kernels.size(); ++k) {
+    const Kernel& kern = plan.kernels[k];
     auto note_reads = [&](NodeId member) {
       for (NodeId in : graph.inputs(graph.node(member))) {
         if (!fused[in]) last_read[in] = k;
@@ -176,9 +177,9 @@ Executable compile_graph(const Graph& graph, const GraphKey& key, std::string ba
     }
   }
   ArenaPlanner planner;
-  for (size_t k = 0; k < exe.kernels.size(); ++k) {
-    NodeId root = exe.kernels[k].root;
-    Slot& s = exe.slots[root];
+  for (size_t k = 0; k < plan.kernels.size(); ++k) {
+    NodeId root = plan.kernels[k].root;
+    Slot& s = plan.slots[root];
     if (s.kind == Slot::Kind::kArena) {
       s.nbytes = value_bytes(graph.node(root));
       s.offset = planner.allocate(s.nbytes);
@@ -186,9 +187,9 @@ Executable compile_graph(const Graph& graph, const GraphKey& key, std::string ba
     }
     // Inputs whose last reader is this kernel are freed only now, after its output was placed.
     // (A value nobody reads cannot occur in a canonical graph; it would simply never be freed.)
-    for (NodeId dead : dies_at[k]) planner.release(exe.slots[dead].offset, exe.slots[dead].nbytes);
+    for (NodeId dead : dies_at[k]) planner.release(plan.slots[dead].offset, plan.slots[dead].nbytes);
   }
-  exe.arena_bytes = planner.peak();
+  plan.arena_bytes = planner.peak();
   return exe;
 }
 

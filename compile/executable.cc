@@ -6,6 +6,7 @@
 #include <climits>
 #include <cstdint>
 #include <map>
+#include <variant>
 
 #include "compile/compiler.h"
 #include "store/codec/graph_codec.h"
@@ -27,8 +28,12 @@ uint64_t value_bytes(const Node& n) {
 }  // namespace
 
 Status Executable::validate() const {
-  const size_t n = graph.size();
   if (hash_graph(graph) != graph_key) return bad("its graph does not hash to its key");
+  return std::visit([&](const auto& plan) { return plan.validate(graph); }, payload);
+}
+
+Status KernelPlan::validate(const Graph& graph) const {
+  const size_t n = graph.size();
   if (slots.size() != n) return bad(fmt::format("{} slots for {} nodes", slots.size(), n));
 
   // Slots agree with the graph.
@@ -175,11 +180,15 @@ Status Executable::validate() const {
   return Status::ok();
 }
 
-uint64_t Executable::footprint_bytes() const {
-  uint64_t bytes = sizeof(Executable) + slots.size() * sizeof(Slot);
-  bytes += graph.size() * (sizeof(Node) + 2 * sizeof(AttrValue));
+uint64_t KernelPlan::footprint_bytes() const {
+  uint64_t bytes = slots.size() * sizeof(Slot);
   for (const Kernel& k : kernels) bytes += sizeof(Kernel) + k.members.size() * sizeof(NodeId);
   return bytes;
+}
+
+uint64_t Executable::footprint_bytes() const {
+  uint64_t bytes = sizeof(Executable) + graph.size() * (sizeof(Node) + 2 * sizeof(AttrValue));
+  return bytes + std::visit([](const auto& plan) { return plan.footprint_bytes(); }, payload);
 }
 
 std::string serialize_executable(const Executable& exe) {
@@ -190,20 +199,21 @@ std::string serialize_executable(const Executable& exe) {
   pe.set_options_digest(exe.options_digest);
   pe.set_compiler_version(exe.compiler_version);
   store::graph_to_proto(exe.graph, pe.mutable_graph());
-  for (const Slot& s : exe.slots) {
+  const KernelPlan& plan = std::get<KernelPlan>(exe.payload);
+  for (const Slot& s : plan.slots) {
     proto::Slot* ps = pe.add_slots();
     ps->set_kind(static_cast<uint32_t>(s.kind));
     ps->set_index(s.index);
     ps->set_offset(s.offset);
     ps->set_nbytes(s.nbytes);
   }
-  for (const Kernel& k : exe.kernels) {
+  for (const Kernel& k : plan.kernels) {
     proto::Kernel* pk = pe.add_kernels();
     pk->set_kind(static_cast<uint32_t>(k.kind));
     pk->set_root(k.root);
     for (NodeId m : k.members) pk->add_members(m);
   }
-  pe.set_arena_bytes(exe.arena_bytes);
+  pe.set_arena_bytes(plan.arena_bytes);
   return store::serialize_deterministic(pe);
 }
 
@@ -225,9 +235,10 @@ Result<Executable> parse_executable(std::string_view bytes) {
   Result<Graph> g = store::graph_from_proto(pe.graph());
   if (!g.is_ok()) return g.status();
   exe.graph = std::move(*g);
+  KernelPlan& plan = exe.payload.emplace<KernelPlan>();
   for (const proto::Slot& ps : pe.slots()) {
     if (ps.kind() > static_cast<uint32_t>(Slot::Kind::kFused)) return bad("unknown slot kind");
-    exe.slots.push_back(Slot{static_cast<Slot::Kind>(ps.kind()), ps.index(), ps.offset(), ps.nbytes()});
+    plan.slots.push_back(Slot{static_cast<Slot::Kind>(ps.kind()), ps.index(), ps.offset(), ps.nbytes()});
   }
   for (const proto::Kernel& pk : pe.kernels()) {
     if (pk.kind() > static_cast<uint32_t>(Kernel::Kind::kFused)) return bad("unknown kernel kind");
@@ -235,9 +246,9 @@ Result<Executable> parse_executable(std::string_view bytes) {
     k.kind = static_cast<Kernel::Kind>(pk.kind());
     k.root = pk.root();
     k.members.assign(pk.members().begin(), pk.members().end());
-    exe.kernels.push_back(std::move(k));
+    plan.kernels.push_back(std::move(k));
   }
-  exe.arena_bytes = pe.arena_bytes();
+  plan.arena_bytes = pe.arena_bytes();
   Status st = exe.validate();
   if (!st.is_ok()) return st;
   return exe;

@@ -1,9 +1,15 @@
 // Executable: a canonical graph compiled for one backend. Holds code, never data (docs/architecture.md
-// invariant 7): the graph's ops and attributes, a kernel schedule and a buffer plan. Weights and
+// invariant 7): the graph's ops and attributes and the backend's lowering of them. Weights and
 // every other tensor arrive as parameters at run time, so one executable serves every value.
 //
-// Structure:
-//  - `graph`: the canonical graph itself (its hash must equal `graph_key`; checked on load).
+// Structure: a header every backend's executables share, and a payload the backend owns.
+//  - header (ExecutableHeader): `graph_key`, `backend`, `options_digest`, `compiler_version`
+//    (together the cache key) and `graph`, the canonical graph itself (its hash must equal
+//    `graph_key`; checked on load).
+//  - payload: today always a KernelPlan, the compiler's plan (compile/compiler.h) that `cpu` and
+//    `sim` both run; a backend with another lowering adds its payload type to the variant.
+//
+// KernelPlan:
 //  - `slots[n]` for every node n: where its value lives while the executable runs:
 //      kParam   the caller's parameter buffer `index`;
 //      kArena   bytes [offset, offset + nbytes) of the run's scratch arena;
@@ -24,6 +30,7 @@
 
 #include <cstdint>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "capture/ir/graph.h"
@@ -49,15 +56,33 @@ struct Kernel {
   friend bool operator==(const Kernel&, const Kernel&) = default;
 };
 
-struct Executable {
+// The compiler's slots, schedule and arena size: the payload of cpu and sim executables.
+struct KernelPlan {
+  std::vector<Slot> slots;  // one per graph node
+  std::vector<Kernel> kernels;
+  uint64_t arena_bytes = 0;
+
+  // The plan's part of Executable::validate() for `graph`. kCorruption with what failed.
+  Status validate(const Graph& graph) const;
+  // Approximate in-memory size of the slots and kernels.
+  uint64_t footprint_bytes() const;
+};
+
+// What every executable has, whatever its backend.
+struct ExecutableHeader {
   GraphKey graph_key;
   std::string backend;
   std::string options_digest;
   uint32_t compiler_version = 0;
   Graph graph;
-  std::vector<Slot> slots;  // one per graph node
-  std::vector<Kernel> kernels;
-  uint64_t arena_bytes = 0;
+};
+
+struct Executable : ExecutableHeader {
+  std::variant<KernelPlan> payload;
+
+  // The payload when it is a KernelPlan, else null.
+  const KernelPlan* kernel_plan() const { return std::get_if<KernelPlan>(&payload); }
+  KernelPlan* kernel_plan() { return std::get_if<KernelPlan>(&payload); }
 
   // Full structural check; see the header comment. kCorruption with what failed.
   Status validate() const;
@@ -65,8 +90,9 @@ struct Executable {
   uint64_t footprint_bytes() const;
 };
 
-// Deterministic protobuf encoding (store/proto/executable.proto): equal executables give equal
-// bytes. parse_executable() validates before returning; any failure is kCorruption.
+// Deterministic protobuf encoding (store/proto/executable.proto) of an executable whose payload
+// is a KernelPlan: equal executables give equal bytes. parse_executable() validates before
+// returning; any failure is kCorruption.
 std::string serialize_executable(const Executable& exe);
 Result<Executable> parse_executable(std::string_view bytes);
 

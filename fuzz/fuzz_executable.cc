@@ -22,7 +22,7 @@ constexpr int64_t kMaxRunNumel = 1 << 14;
 constexpr uint64_t kMaxRunArenaBytes = 1 << 20;
 
 bool small_enough_to_run(const Executable& exe) {
-  if (exe.arena_bytes > kMaxRunArenaBytes) return false;
+  if (exe.kernel_plan()->arena_bytes > kMaxRunArenaBytes) return false;
   for (size_t n = 0; n < exe.graph.size(); ++n) {
     int64_t numel = 1;
     for (int64_t d : exe.graph.node(static_cast<NodeId>(n)).shape) {

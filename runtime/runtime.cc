@@ -24,6 +24,7 @@ Runtime::Runtime(Backend* backend, store::CacheDb* db, Metrics* metrics, Runtime
       db_(db),
       metrics_(metrics ? metrics : &own_metrics_),
       options_(options),
+      compiler_version_(options.compiler_version.value_or(backend->compiler_version())),
       memory_(options.memory_cache_bytes),
       pid_(static_cast<int64_t>(::getpid())) {
   if (db_ && db_->read_only()) {
@@ -174,7 +175,7 @@ void Runtime::store_compiled(const store::ExecutableKey& key, const Executable& 
 
 Result<std::shared_ptr<const Executable>> Runtime::prepare(const CanonicalGraph& cg) {
   store::ExecutableKey key{cg.key, std::string(backend_->name()), backend_->options_digest(),
-                           options_.compiler_version};
+                           compiler_version_};
   ScopedTimer lookup(metrics_, timers::kLookup);
   if (std::shared_ptr<const Executable> hit = memory_.get(cg.key)) {
     metrics_->add(counters::kHitsMemory);
@@ -209,8 +210,17 @@ Result<std::shared_ptr<const Executable>> Runtime::prepare(const CanonicalGraph&
   event(store::EventKind::kMiss, cg.key,
         std::string(store::miss_reason_name(reason.value_or(store::MissReason::kNewGraph))));
 
+  for (NodeId id = 0; id < cg.graph.size(); ++id) {
+    const Node& n = cg.graph.node(id);
+    if (!backend_->supports(n)) {
+      Status declined = unsupported(fmt::format("backend '{}' does not support op '{}'",
+                                                backend_->name(), op_info(n.op).name));
+      event(store::EventKind::kFallback, cg.key, "unsupported op", 0, declined.message());
+      return declined;
+    }
+  }
   ScopedTimer compile_timer(metrics_, timers::kCompile);
-  Result<Executable> exe = backend_->compile(cg.graph, cg.key, options_.compiler_version);
+  Result<Executable> exe = backend_->compile(cg.graph, cg.key, compiler_version_);
   double compile_ms = compile_timer.stop();
   if (!exe.is_ok()) {
     event(store::EventKind::kFallback, cg.key, "compile failed", compile_ms, exe.status().message());
@@ -233,7 +243,7 @@ Result<std::shared_ptr<const Executable>> Runtime::prepare_by_key(const GraphKey
   if (!db_) return not_found(fmt::format("graph {} is not cached (no cache database)", key.to_hex()));
   // The executable carries its (validated) graph: it serves even when the graph row is gone.
   store::ExecutableKey exe_key{key, std::string(backend_->name()), backend_->options_digest(),
-                               options_.compiler_version};
+                               compiler_version_};
   std::optional<store::MissReason> reason;
   if (std::shared_ptr<const Executable> hit = load_from_disk(exe_key, &reason)) {
     metrics_->add(counters::kHitsDisk);

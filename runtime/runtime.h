@@ -10,7 +10,8 @@
 // the graph is recompiled: never a crash, never a wrong result. A store that is locked,
 // read-only or full only costs caching: the step still returns correct outputs, the failure is
 // a `store_failed` event and a warning. If compiling or running on the backend fails, the step
-// falls back to the reference evaluator and says so in a warning.
+// falls back to the reference evaluator and says so in a warning; so does a graph with an op the
+// backend declines (Backend::supports), which is never compiled.
 //
 // Decision events (miss, compile, store, recompile, evict, corrupt, fallback, store_failed) are
 // written at once; a compiled executable's miss, compile and store events are written in the same
@@ -23,6 +24,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -37,7 +39,9 @@
 namespace tracecache {
 
 struct RuntimeOptions {
-  uint32_t compiler_version = kCompilerVersion;
+  // Overrides the backend's compiler_version() in every key (tests of a version bump); unset: the
+  // backend's.
+  std::optional<uint32_t> compiler_version;
   uint64_t memory_cache_bytes = uint64_t{64} << 20;
   size_t event_batch = 256;  // add hit counts to the database after this many hits
   size_t max_events_in_memory = 10000;  // events() keeps the first this many; later ones are counted
@@ -111,6 +115,7 @@ class Runtime final : public GraphExecutor {
   Metrics* metrics_;
   Metrics own_metrics_;  // used when metrics_ is null
   RuntimeOptions options_;
+  uint32_t compiler_version_;  // options_.compiler_version, else the backend's
   store::LruCache<GraphKey, Executable, GraphKeyHasher> memory_;
   std::vector<store::Event> events_;
   int64_t dropped_events_ = 0;

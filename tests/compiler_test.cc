@@ -32,7 +32,7 @@ Executable compile(const CanonicalGraph& g, CompileOptions o = {}) {
 }
 
 size_t count_kernels(const Executable& e, Kernel::Kind kind) {
-  return static_cast<size_t>(std::count_if(e.kernels.begin(), e.kernels.end(),
+  return static_cast<size_t>(std::count_if(e.kernel_plan()->kernels.begin(), e.kernel_plan()->kernels.end(),
                                            [kind](const Kernel& k) { return k.kind == kind; }));
 }
 
@@ -42,10 +42,10 @@ TEST(Compiler, ElementwiseChainBecomesOneFusedKernel) {
   });
   Executable e = compile(g);
   ASSERT_TRUE(e.validate().is_ok()) << e.validate().to_string();
-  ASSERT_EQ(e.kernels.size(), 1u);
-  EXPECT_EQ(e.kernels[0].kind, Kernel::Kind::kFused);
-  EXPECT_EQ(e.kernels[0].members.size(), 4u);  // exp, mul, add, relu; 1.0 is a rank-0 leaf
-  EXPECT_EQ(e.arena_bytes, 0u) << "nothing but the output is materialized";
+  ASSERT_EQ(e.kernel_plan()->kernels.size(), 1u);
+  EXPECT_EQ(e.kernel_plan()->kernels[0].kind, Kernel::Kind::kFused);
+  EXPECT_EQ(e.kernel_plan()->kernels[0].members.size(), 4u);  // exp, mul, add, relu; 1.0 is a rank-0 leaf
+  EXPECT_EQ(e.kernel_plan()->arena_bytes, 0u) << "nothing but the output is materialized";
 }
 
 TEST(Compiler, MatmulOutputsAndSharedValuesBreakFusion) {
@@ -73,7 +73,7 @@ TEST(Compiler, ArenaReusesDeadValues) {
   Executable e = compile(g);
   ASSERT_TRUE(e.validate().is_ok()) << e.validate().to_string();
   const uint64_t one = 16 * 32 * 4;
-  EXPECT_EQ(e.arena_bytes, 2 * one) << "two buffers ping-pong; 5 intermediates share them";
+  EXPECT_EQ(e.kernel_plan()->arena_bytes, 2 * one) << "two buffers ping-pong; 5 intermediates share them";
 }
 
 TEST(Compiler, ExecutablesAreDeterministic) {
@@ -85,8 +85,8 @@ TEST(Compiler, ExecutablesAreDeterministic) {
       Result<Executable> back = parse_executable(a);
       ASSERT_TRUE(back.is_ok()) << name << ": " << back.status().to_string();
       EXPECT_EQ(serialize_executable(*back), a) << name;
-      EXPECT_EQ(back->kernels, compile(g).kernels);
-      EXPECT_EQ(back->slots, compile(g).slots);
+      EXPECT_EQ(back->kernel_plan()->kernels, compile(g).kernel_plan()->kernels);
+      EXPECT_EQ(back->kernel_plan()->slots, compile(g).kernel_plan()->slots);
       EXPECT_LT(a.size(), 64u * 1024) << "executables hold code, not data";
     }
   }
@@ -103,26 +103,26 @@ TEST(Executable, ValidationCatchesTampering) {
     EXPECT_EQ(e.validate().code(), StatusCode::kCorruption) << what;
   };
   size_t arena_slot = 0;
-  while (good.slots[arena_slot].kind != Slot::Kind::kArena) ++arena_slot;
-  expect_bad("offset past the arena", [&](Executable& e) { e.slots[arena_slot].offset = e.arena_bytes; });
-  expect_bad("size lies", [&](Executable& e) { e.slots[arena_slot].nbytes += 4; });
-  expect_bad("arena shrunk", [&](Executable& e) { e.arena_bytes /= 2; });
-  expect_bad("arena inflated (would allocate 64 TiB)", [&](Executable& e) { e.arena_bytes = uint64_t{1} << 46; });
+  while (good.kernel_plan()->slots[arena_slot].kind != Slot::Kind::kArena) ++arena_slot;
+  expect_bad("offset past the arena", [&](Executable& e) { e.kernel_plan()->slots[arena_slot].offset = e.kernel_plan()->arena_bytes; });
+  expect_bad("size lies", [&](Executable& e) { e.kernel_plan()->slots[arena_slot].nbytes += 4; });
+  expect_bad("arena shrunk", [&](Executable& e) { e.kernel_plan()->arena_bytes /= 2; });
+  expect_bad("arena inflated (would allocate 64 TiB)", [&](Executable& e) { e.kernel_plan()->arena_bytes = uint64_t{1} << 46; });
   expect_bad("misaligned offsets", [&](Executable& e) {
-    for (Slot& sl : e.slots) {
+    for (Slot& sl : e.kernel_plan()->slots) {
       if (sl.kind == Slot::Kind::kArena) sl.offset += 1;
     }
-    e.arena_bytes += 1;
+    e.kernel_plan()->arena_bytes += 1;
   });
   expect_bad("graph key", [&](Executable& e) { e.graph_key.low ^= 1; });
-  expect_bad("kernels reordered", [&](Executable& e) { std::swap(e.kernels.front(), e.kernels.back()); });
-  expect_bad("kernel dropped", [&](Executable& e) { e.kernels.pop_back(); });
-  expect_bad("kernel twice", [&](Executable& e) { e.kernels.push_back(e.kernels.back()); });
-  expect_bad("slot missing", [&](Executable& e) { e.slots.pop_back(); });
-  expect_bad("param slot", [&](Executable& e) { e.slots[e.graph.params()[0]].index = 99; });
+  expect_bad("kernels reordered", [&](Executable& e) { std::swap(e.kernel_plan()->kernels.front(), e.kernel_plan()->kernels.back()); });
+  expect_bad("kernel dropped", [&](Executable& e) { e.kernel_plan()->kernels.pop_back(); });
+  expect_bad("kernel twice", [&](Executable& e) { e.kernel_plan()->kernels.push_back(e.kernel_plan()->kernels.back()); });
+  expect_bad("slot missing", [&](Executable& e) { e.kernel_plan()->slots.pop_back(); });
+  expect_bad("param slot", [&](Executable& e) { e.kernel_plan()->slots[e.graph.params()[0]].index = 99; });
   expect_bad("overlapping live values", [&](Executable& e) {
     // Put every arena value at offset 0: values live at the same time now share bytes.
-    for (Slot& s : e.slots) {
+    for (Slot& s : e.kernel_plan()->slots) {
       if (s.kind == Slot::Kind::kArena) s.offset = 0;
     }
   });

@@ -576,11 +576,11 @@ void expect_runtime_matches_reference(Fn build, size_t want_kernels, size_t want
   const CanonicalGraph& cg = recorder.graphs[0];
   const Executable exe = compile_graph(cg.graph, cg.key, "cpu", "digest");
   ASSERT_TRUE(exe.validate().is_ok()) << exe.validate().to_string();
-  EXPECT_EQ(exe.kernels.size(), want_kernels) << cg.graph.to_text();
+  EXPECT_EQ(exe.kernel_plan()->kernels.size(), want_kernels) << cg.graph.to_text();
   if (want_members > 0) {
-    ASSERT_FALSE(exe.kernels.empty());
-    EXPECT_EQ(exe.kernels.back().kind, Kernel::Kind::kFused);
-    EXPECT_EQ(exe.kernels.back().members.size(), want_members) << cg.graph.to_text();
+    ASSERT_FALSE(exe.kernel_plan()->kernels.empty());
+    EXPECT_EQ(exe.kernel_plan()->kernels.back().kind, Kernel::Kind::kFused);
+    EXPECT_EQ(exe.kernel_plan()->kernels.back().members.size(), want_members) << cg.graph.to_text();
   }
   CpuBackend cpu;
   Runtime runtime(&cpu, nullptr, nullptr);

@@ -1,7 +1,6 @@
 // The `sim` backend (backends/sim/sim_backend.h) and its parts:
-//  - outputs BITWISE equal to the cpu backend's for every registry op (cases found by searching
-//    input types and attribute values the op's inference rule accepts, so an op added to the
-//    registry is covered without touching this file) and for every fixture program;
+//  - outputs BITWISE equal to the cpu backend's for every fixture program (every registry op:
+//    tests/backend_conformance_test.cc);
 //  - the cost model (backends/sim/cost_model.h) to the picosecond on hand-computed kernels and
 //    transfers, on a custom spec whose rates make every term exact;
 //  - device memory: an allocation that does not fit is an error naming the graph key, the
@@ -96,126 +95,6 @@ std::vector<BufferRef> run_on(Backend& backend, const Graph& g, std::span<const 
   return host;
 }
 
-// ---- every registry op: sim == cpu ----------------------------------------------------------
-
-struct OpCase {
-  std::vector<TensorType> inputs;
-  std::vector<AttrValue> attrs;
-};
-
-// Candidate operand types. Square and NCHW-like shapes let matmul, conv, pooling, attention and
-// the norms find a valid combination; [2] and [3] serve as bias, statistics and index vectors.
-std::vector<TensorType> candidate_types() {
-  const std::vector<Shape> shapes = {{}, {2}, {3}, {2, 3}, {3, 3}, {2, 3, 3}, {2, 2, 4, 4}, {2, 2, 3, 3}};
-  std::vector<TensorType> types;
-  for (DType d : {DType::kF32, DType::kI64, DType::kBool}) {
-    for (const Shape& s : shapes) types.push_back({d, s});
-  }
-  return types;
-}
-
-// Attribute variants: the defaults, then every list attribute set to one candidate list.
-std::vector<std::vector<AttrValue>> attr_variants(const OpInfo& op) {
-  std::vector<AttrValue> defaults;
-  for (const AttrSpec& spec : op.attrs) defaults.push_back(spec.default_value);
-  std::vector<std::vector<AttrValue>> variants = {defaults};
-  for (IntList list : {IntList{-1}, IntList{1, 0}, IntList{2, 2}, IntList{1, 1}}) {
-    std::vector<AttrValue> v = defaults;
-    bool changed = false;
-    for (size_t a = 0; a < v.size(); ++a) {
-      if (op.attrs[a].kind == AttrKind::kInts) {
-        v[a] = AttrValue::of_ints(list);
-        changed = true;
-      }
-    }
-    if (changed) variants.push_back(std::move(v));
-    // Only the first list attribute (a pool's kernel), the others at their defaults.
-    for (size_t a = 0; a < defaults.size(); ++a) {
-      if (op.attrs[a].kind != AttrKind::kInts) continue;
-      std::vector<AttrValue> first = defaults;
-      first[a] = AttrValue::of_ints(list);
-      variants.push_back(std::move(first));
-      break;
-    }
-  }
-  return variants;
-}
-
-// Up to `limit` input/attribute combinations that `op`'s inference rule accepts. Inputs past
-// the second share one type (biases, statistics), which keeps the search small.
-std::vector<OpCase> find_cases(const OpInfo& op, size_t limit) {
-  const std::vector<TensorType> types = candidate_types();
-  std::vector<OpCase> found;
-  const int max_inputs = op.max_inputs == kVariadic ? std::max(op.min_inputs, 2) : op.max_inputs;
-  auto accepts = [&](const std::vector<TensorType>& in, std::vector<AttrValue> attrs) {
-    try {
-      (void)infer_op(op.kind, in, attrs);
-    } catch (const Error&) {
-      return false;
-    }
-    found.push_back({in, std::move(attrs)});
-    return true;
-  };
-  for (const std::vector<AttrValue>& attrs : attr_variants(op)) {
-    for (int arity = op.min_inputs; arity <= max_inputs; ++arity) {
-      const size_t n0 = arity >= 1 ? types.size() : 1, n1 = arity >= 2 ? types.size() : 1,
-                   n2 = arity >= 3 ? types.size() : 1;
-      for (size_t a = 0; a < n0 && found.size() < limit; ++a) {
-        for (size_t b = 0; b < n1 && found.size() < limit; ++b) {
-          for (size_t c = 0; c < n2 && found.size() < limit; ++c) {
-            std::vector<TensorType> in;
-            for (int k = 0; k < arity; ++k) in.push_back(types[k == 0 ? a : k == 1 ? b : c]);
-            accepts(in, attrs);
-          }
-        }
-      }
-      if (found.size() >= limit) return found;
-    }
-  }
-  return found;
-}
-
-class SimOp : public ::testing::TestWithParam<std::string> {};
-
-TEST_P(SimOp, BitwiseEqualToCpu) {
-  const OpInfo* op = find_op(GetParam());
-  ASSERT_NE(op, nullptr);
-  const std::vector<OpCase> cases = find_cases(*op, 4);
-  ASSERT_FALSE(cases.empty()) << "no operand types found for '" << op->name
-                              << "': extend candidate_types() / attr_variants() in this file";
-  CpuBackend cpu;
-  SimBackend sim(*find_device_preset("h100"));
-  uint64_t seed = 1;
-  for (const OpCase& c : cases) {
-    Graph g;
-    std::vector<NodeId> ids;
-    std::vector<BufferRef> params;
-    for (const TensorType& t : c.inputs) {
-      ids.push_back(g.add_parameter(t));
-      params.push_back(filled(t.dtype, t.shape, seed++));
-    }
-    std::vector<AttrValue> attrs = c.attrs;
-    const TensorType type = infer_op(op->kind, c.inputs, attrs);
-    g.add_output(g.add_node(op->kind, ids, attrs, type));
-    std::vector<BufferRef> want = run_on(cpu, g, params);
-    std::vector<BufferRef> got = run_on(sim, g, params);
-    ASSERT_EQ(got.size(), want.size());
-    for (size_t o = 0; o < got.size(); ++o) EXPECT_TRUE(same_bits(*got[o], *want[o])) << g.to_text();
-  }
-  EXPECT_EQ(sim.memory_in_use(), 0u) << "every device buffer was released";
-}
-
-std::vector<std::string> registry_ops() {
-  std::vector<std::string> names;
-  for (const OpInfo& op : all_ops()) {
-    if (op.kind != OpKind::kParameter) names.emplace_back(op.name);
-  }
-  return names;
-}
-
-INSTANTIATE_TEST_SUITE_P(Registry, SimOp, ::testing::ValuesIn(registry_ops()),
-                         [](const ::testing::TestParamInfo<std::string>& param) { return param.param; });
-
 // ---- fixture programs: sim == cpu through the runtime -----------------------------------------
 
 // Runs a fixture program in lazy mode on `backend` (no disk cache); `events` gets the
@@ -271,8 +150,8 @@ Graph matmul_graph(DType dtype, int64_t m, int64_t k, int64_t n) {
 TEST(CostModel, MatmulIsExact) {
   const Graph g = matmul_graph(DType::kF32, 64, 64, 64);
   Executable exe = compile_graph(g, hash_graph(g), "sim", "x");
-  ASSERT_EQ(exe.kernels.size(), 1u);
-  const KernelCost cost = kernel_cost(g, exe.kernels[0]);
+  ASSERT_EQ(exe.kernel_plan()->kernels.size(), 1u);
+  const KernelCost cost = kernel_cost(g, exe.kernel_plan()->kernels[0]);
   EXPECT_EQ(cost.flops, 2 * 64 * 64 * 64);   // 524288
   EXPECT_EQ(cost.bytes, 3 * 64 * 64 * 4);    // 49152: a and b read, c written
   EXPECT_TRUE(cost.matrix_unit);
@@ -282,7 +161,7 @@ TEST(CostModel, MatmulIsExact) {
   // A memory-bound shape: [256, 1] x [1, 256]: 131072 flops, (256 + 256 + 65536) * 4 bytes.
   const Graph outer = matmul_graph(DType::kF32, 256, 1, 256);
   Executable exe2 = compile_graph(outer, hash_graph(outer), "sim", "x");
-  const KernelCost c2 = kernel_cost(outer, exe2.kernels[0]);
+  const KernelCost c2 = kernel_cost(outer, exe2.kernel_plan()->kernels[0]);
   EXPECT_EQ(c2.flops, 131072);
   EXPECT_EQ(c2.bytes, 264192);
   EXPECT_EQ(kernel_time_ps(exact_spec(), c2), 2641920 + 1000000);
@@ -291,7 +170,7 @@ TEST(CostModel, MatmulIsExact) {
   // under the 3 * 64 B / 0.1 = 1920 ps of memory.
   const Graph ints = matmul_graph(DType::kI32, 4, 4, 4);
   Executable exe3 = compile_graph(ints, hash_graph(ints), "sim", "x");
-  const KernelCost c3 = kernel_cost(ints, exe3.kernels[0]);
+  const KernelCost c3 = kernel_cost(ints, exe3.kernel_plan()->kernels[0]);
   EXPECT_FALSE(c3.matrix_unit);
   EXPECT_EQ(c3.flops, 128);
   EXPECT_EQ(kernel_time_ps(exact_spec(), c3), 1920 + 1000000);
@@ -308,15 +187,15 @@ TEST(CostModel, FusedKernelCountsMembersFlopsAndOnlyLeafAndRootBytes) {
   const NodeId s = g.add_node(OpKind::kAdd, std::vector<NodeId>{m, a}, none, t);
   g.add_output(s);
   Executable exe = compile_graph(g, hash_graph(g), "sim", "x");
-  ASSERT_EQ(exe.kernels.size(), 1u);
-  ASSERT_EQ(exe.kernels[0].kind, Kernel::Kind::kFused);
-  const KernelCost cost = kernel_cost(g, exe.kernels[0]);
+  ASSERT_EQ(exe.kernel_plan()->kernels.size(), 1u);
+  ASSERT_EQ(exe.kernel_plan()->kernels[0].kind, Kernel::Kind::kFused);
+  const KernelCost cost = kernel_cost(g, exe.kernel_plan()->kernels[0]);
   EXPECT_EQ(cost.flops, kTranscendentalFlops * 1000 + 1000 + 1000);
   EXPECT_EQ(cost.bytes, 3 * 4000);  // a (read once, used twice), b, the root
   EXPECT_FALSE(cost.matrix_unit);
   // flops 6000 / 0.5 = 12000 ps < bytes 12000 / 0.1 = 120000 ps.
   EXPECT_EQ(kernel_time_ps(exact_spec(), cost), 120000 + 1000000);
-  EXPECT_EQ(kernel_name(g, exe.kernels[0]), "fused(exp,mul,add)");
+  EXPECT_EQ(kernel_name(g, exe.kernel_plan()->kernels[0]), "fused(exp,mul,add)");
 }
 
 TEST(CostModel, ReductionAndLayout) {

@@ -66,6 +66,8 @@ Result<BufferRef> CpuBackend::to_host(const DeviceRef& device) { return device->
 
 Result<std::vector<DeviceRef>> CpuBackend::run(const Executable& exe,
                                                std::span<const DeviceRef> params) {
+  const KernelPlan* plan = exe.kernel_plan();
+  if (!plan) return invalid_argument("the cpu backend runs executables with a kernel plan only");
   const Graph& g = exe.graph;
   if (params.size() != g.params().size()) {
     return invalid_argument(fmt::format("executable takes {} parameters, {} given",
@@ -82,13 +84,13 @@ Result<std::vector<DeviceRef>> CpuBackend::run(const Executable& exe,
 
   // Every materialized node gets a HostBuffer: the caller's parameter, a view into the arena,
   // or a fresh output buffer.
-  HostBuffer arena(DType::kBool, Shape{static_cast<int64_t>(exe.arena_bytes)});
+  HostBuffer arena(DType::kBool, Shape{static_cast<int64_t>(plan->arena_bytes)});
   std::vector<HostBuffer> views(g.size());
   std::vector<const HostBuffer*> value(g.size(), nullptr);
   std::vector<std::shared_ptr<HostBuffer>> outputs(g.outputs().size());
   for (NodeId id = 0; id < g.size(); ++id) {
     const Node& n = g.node(id);
-    const Slot& s = exe.slots[id];
+    const Slot& s = plan->slots[id];
     switch (s.kind) {
       case Slot::Kind::kParam: value[id] = params[s.index]->storage.get(); break;
       case Slot::Kind::kArena:
@@ -104,7 +106,7 @@ Result<std::vector<DeviceRef>> CpuBackend::run(const Executable& exe,
   }
 
   std::vector<const HostBuffer*> ins;
-  for (const Kernel& k : exe.kernels) {
+  for (const Kernel& k : plan->kernels) {
     auto* out = const_cast<HostBuffer*>(value[k.root]);
     if (k.kind == Kernel::Kind::kFused) {
       cpu::run_fused(g, k.members, [&](NodeId leaf) { return value[leaf]; }, *out);
@@ -119,7 +121,7 @@ Result<std::vector<DeviceRef>> CpuBackend::run(const Executable& exe,
   result.reserve(g.outputs().size());
   for (size_t o = 0; o < g.outputs().size(); ++o) {
     NodeId id = g.outputs()[o];
-    const Slot& s = exe.slots[id];
+    const Slot& s = plan->slots[id];
     auto d = std::make_shared<DeviceBuffer>();
     d->dtype = g.node(id).dtype;
     d->shape = g.node(id).shape;

@@ -137,22 +137,24 @@ Result<std::vector<DeviceRef>> SimBackend::run(const Executable& exe,
                                                std::span<const DeviceRef> params) {
   using Clock = SimTimeline::Clock;
   const int64_t enqueue_start = timeline_.host_now_ps();
+  const KernelPlan* plan = exe.kernel_plan();
+  if (!plan) return invalid_argument("the sim backend runs executables with a kernel plan only");
   const Graph& g = exe.graph;
 
   // Device memory for this run: the scratch arena (freed when the run's kernels are done) and
   // one buffer per distinct output slot (held by the returned device buffers).
   std::map<uint32_t, uint64_t> output_bytes;
   for (NodeId id : g.outputs()) {
-    const Slot& s = exe.slots[id];
+    const Slot& s = plan->slots[id];
     if (s.kind == Slot::Kind::kOutput) output_bytes[s.index] = s.nbytes;
   }
-  uint64_t needed = exe.arena_bytes;
+  uint64_t needed = plan->arena_bytes;
   for (const auto& [index, bytes] : output_bytes) needed += bytes;
   if (!memory_->fits(needed)) {
     return resource_exhausted(fmt::format(
         "sim device '{}' is out of memory running graph {}: {} bytes requested ({} scratch, {} "
         "outputs), {} bytes free of {}",
-        spec_.name, exe.graph_key.to_hex(), needed, exe.arena_bytes, needed - exe.arena_bytes,
+        spec_.name, exe.graph_key.to_hex(), needed, plan->arena_bytes, needed - plan->arena_bytes,
         memory_->free(), memory_->capacity));
   }
 
@@ -163,7 +165,7 @@ Result<std::vector<DeviceRef>> SimBackend::run(const Executable& exe,
   if (!computed.is_ok()) return computed.status();
 
   // The timing: every kernel on the stream.
-  for (const Kernel& k : exe.kernels) {
+  for (const Kernel& k : plan->kernels) {
     const KernelCost cost = kernel_cost(g, k);
     TimelineEvent e;
     e.name = kernel_name(g, k);
@@ -179,7 +181,7 @@ Result<std::vector<DeviceRef>> SimBackend::run(const Executable& exe,
   result.reserve(g.outputs().size());
   std::map<uint32_t, DeviceRef> made;
   for (size_t o = 0; o < g.outputs().size(); ++o) {
-    const Slot& s = exe.slots[g.outputs()[o]];
+    const Slot& s = plan->slots[g.outputs()[o]];
     if (s.kind == Slot::Kind::kParam) {
       result.push_back(params[s.index]);
       continue;
@@ -192,8 +194,8 @@ Result<std::vector<DeviceRef>> SimBackend::run(const Executable& exe,
     result.push_back(it->second);
   }
   // The arena counts toward the peak while the run's kernels use it.
-  memory_->take(exe.arena_bytes);
-  memory_->used -= exe.arena_bytes;
+  memory_->take(plan->arena_bytes);
+  memory_->used -= plan->arena_bytes;
   timeline_.record_host("enqueue", "sim", enqueue_start, timeline_.host_now_ps());
   return result;
 }

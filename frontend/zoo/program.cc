@@ -10,32 +10,12 @@
 
 #include "capture/ir/canonical.h"
 #include "capture/ops/random.h"
+#include "capture/trace/recording_executor.h"
 #include "capture/trace/tensor.h"
 
 namespace tracecache::zoo {
 
 namespace {
-
-// Hands back zero-filled outputs and keeps the canonical graph and its parameters' data: a
-// trace without computation.
-class CaptureExecutor final : public GraphExecutor {
- public:
-  Result<std::vector<BufferRef>> execute(const CanonicalGraph& g,
-                                         std::span<const BufferRef> data) override {
-    if (graph) return internal_error("the forward ran more than one graph");
-    graph = g;
-    params.assign(data.begin(), data.end());
-    std::vector<BufferRef> outs;
-    for (NodeId o : g.graph.outputs()) {
-      outs.push_back(std::make_shared<const HostBuffer>(g.graph.node(o).dtype, g.graph.node(o).shape));
-    }
-    results = outs;
-    return outs;
-  }
-  std::optional<CanonicalGraph> graph;
-  std::vector<BufferRef> params;
-  std::vector<BufferRef> results;
-};
 
 // One zero-filled block as large as the largest tensor, from calloc: the pages are never
 // written or read, so views of it cost address space, not memory. Every weight and input of a
@@ -110,7 +90,9 @@ Result<Program> model_program(const ModelSpec& spec, const ProgramOptions& optio
   }
   ZeroBlock zeros(largest);
 
-  CaptureExecutor executor;
+  // The forward's one graph, its parameters' data and its zero-filled results: a trace without
+  // computation.
+  RecordingExecutor executor({.keep_buffers = true, .max_graphs = 1});
   LazyOptions lazy;
   lazy.canonicalize.bake_scalars = true;  // constants stay ops, written as `full(...)` lines
   LazyContext ctx(&executor, lazy);
@@ -177,8 +159,9 @@ Result<Program> model_program(const ModelSpec& spec, const ProgramOptions& optio
   } catch (const Error& e) {
     return Status(e.status().code(), fmt::format("{}: {}", spec.name, e.status().message()));
   }
-  if (!executor.graph) return internal_error(fmt::format("{}: the forward ran no graph", spec.name));
-  const Graph& g = executor.graph->graph;
+  if (executor.graphs().empty()) return internal_error(fmt::format("{}: the forward ran no graph", spec.name));
+  const RecordedGraph& captured = executor.graphs().front();
+  const Graph& g = captured.graph.graph;
 
   // Graph output k is whichever forward output received executor result k.
   std::vector<std::string> node_names(g.size());
@@ -186,8 +169,8 @@ Result<Program> model_program(const ModelSpec& spec, const ProgramOptions& optio
   for (size_t k = 0; k < outputs.size(); ++k) {
     const HostBuffer* data = outputs[k].data_ptr();
     size_t slot = 0;
-    while (slot < executor.results.size() && executor.results[slot].get() != data) ++slot;
-    if (slot == executor.results.size()) {
+    while (slot < captured.outputs.size() && captured.outputs[slot].get() != data) ++slot;
+    if (slot == captured.outputs.size()) {
       return internal_error(fmt::format("{}: output {} is not a graph output", spec.name, k));
     }
     NodeId node = g.outputs()[slot];
@@ -197,11 +180,11 @@ Result<Program> model_program(const ModelSpec& spec, const ProgramOptions& optio
 
   std::set<size_t> used_decls;
   for (size_t i = 0; i < g.params().size(); ++i) {
-    const ParamSource& src = executor.graph->sources[i];
+    const ParamSource& src = captured.graph.sources[i];
     if (src.kind != ParamSource::Kind::kTraceParam) {
       return internal_error(fmt::format("{}: a lifted scalar in a baked trace", spec.name));
     }
-    auto it = decl_of_data.find(executor.params[i].get());
+    auto it = decl_of_data.find(captured.params[i].get());
     if (it == decl_of_data.end()) {
       return internal_error(fmt::format("{}: graph parameter {} is no model tensor", spec.name, i));
     }

@@ -1,0 +1,48 @@
+// RecordingExecutor: a GraphExecutor that computes nothing. It records every canonical graph a
+// LazyContext hands it and returns zero-filled outputs of the graph's output types, so a program
+// can be traced without running it (`tracecache show`, the zoo's capture of a model's forward).
+//
+// What is kept per graph: the canonical graph, and, when RecordingOptions::keep_buffers is set,
+// the parameter buffers it was given and the output buffers it returned (so a caller can tell
+// which of its tensors became which parameter or output). Without it nothing but the graphs is
+// held, and memory grows with the graphs only.
+// Errors: execute() returns kInternal once `max_graphs` graphs are recorded (a capture that
+// expects one graph learns at once that the program ran more).
+// Thread-safety: one thread at a time.
+#pragma once
+
+#include <cstddef>
+#include <limits>
+#include <vector>
+
+#include "capture/trace/tensor.h"
+
+namespace tracecache {
+
+struct RecordingOptions {
+  bool keep_buffers = false;
+  size_t max_graphs = std::numeric_limits<size_t>::max();
+};
+
+struct RecordedGraph {
+  CanonicalGraph graph;
+  std::vector<BufferRef> params;   // keep_buffers only
+  std::vector<BufferRef> outputs;  // keep_buffers only: the zero-filled buffers returned
+};
+
+class RecordingExecutor final : public GraphExecutor {
+ public:
+  explicit RecordingExecutor(RecordingOptions options = {}) : options_(options) {}
+
+  Result<std::vector<BufferRef>> execute(const CanonicalGraph& graph,
+                                         std::span<const BufferRef> params) override;
+
+  // Every graph executed so far, in order.
+  const std::vector<RecordedGraph>& graphs() const { return graphs_; }
+
+ private:
+  RecordingOptions options_;
+  std::vector<RecordedGraph> graphs_;
+};
+
+}  // namespace tracecache

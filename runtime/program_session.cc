@@ -1,0 +1,101 @@
+#include "runtime/program_session.h"
+
+#include <xxhash.h>
+
+#include <filesystem>
+
+namespace tracecache {
+
+ProgramSession::ProgramSession(const Program& program, std::unique_ptr<Session> session)
+    : program_(program), session_(std::move(session)) {}
+
+ProgramSession::~ProgramSession() = default;
+
+Result<std::unique_ptr<ProgramSession>> ProgramSession::create(const Program& program,
+                                                               ProgramSessionOptions options) {
+  Result<std::unique_ptr<Session>> session = Session::create(options.session);
+  if (!session.is_ok()) return session.status();
+  std::unique_ptr<ProgramSession> s(new ProgramSession(program, std::move(*session)));
+  s->arguments_ = std::make_unique<StepArguments>(program, s->session_->context());
+  if (options.session.mode == SessionMode::kOnce) {
+    CompiledFunctionOptions fo;
+    fo.canonicalize.bake_scalars = options.session.bake_scalars;
+    fo.automatic_dynamic = options.automatic_dynamic;
+    for (const TensorDecl& d : program.tensors) fo.input_names.push_back(d.name);
+    // Guard entries persist under the function's name; the program's canonical text is the
+    // function's code, so an edited program never replays the old program's entries.
+    const std::string text = print_program(program);
+    fo.user_version = hex64(XXH3_64bits(text.data(), text.size()));
+    std::string name =
+        std::filesystem::path(program.file_name).filename().string() + ":step";
+    // The graph may depend on nothing but the arguments, never on the step number. A dim that
+    // some argument's declared type uses is read from that argument's size, and attributes
+    // written with it are bound to that size, so the step is shape-polymorphic in it: a new
+    // batch size needs no retrace once the dim is dynamic. Other dims are guarded scalars.
+    s->dim_sources_ = dim_sources(program);
+    TracedFn fn = [&program, sources = s->dim_sources_](LazyContext& ctx, const TraceArgs& args) {
+      std::vector<int64_t> dims;
+      size_t scalar = 0;
+      for (const DimSource& src : sources) {
+        dims.push_back(src.tensor >= 0
+                           ? args.tensor(static_cast<size_t>(src.tensor)).peek_shape()[src.axis]
+                           : static_cast<int64_t>(args.scalar(scalar++)));
+      }
+      std::vector<Tensor> tensors;
+      for (size_t i = 0; i < args.num_tensors(); ++i) tensors.push_back(args.tensor(i));
+      return record_step(program, ctx, dims, tensors, sources).value_or_throw();
+    };
+    // What the step returns for these arguments, by the inference rules alone: a stored entry
+    // is checked against it before its outputs are trusted.
+    fo.output_types = [&program, sources = s->dim_sources_](const CallArgs& args) {
+      std::vector<int64_t> dims;
+      size_t scalar = 0;
+      for (const DimSource& src : sources) {
+        dims.push_back(src.tensor >= 0 ? args.tensors.at(static_cast<size_t>(src.tensor)).peek_shape()[src.axis]
+                                       : static_cast<int64_t>(args.scalars.at(scalar++)));
+      }
+      return infer_output_types_at(program, dims);
+    };
+    s->function_ = std::make_unique<CompiledFunction>(std::move(name), std::move(fn),
+                                                      s->session_->runtime(), std::move(fo));
+  }
+  return s;
+}
+
+Result<ProgramSession::PreparedStep> ProgramSession::prepare(int step) {
+  PreparedStep p;
+  p.step = step;
+  p.dims = step_dim_values(program_, step);
+  Result<std::vector<Tensor>> args = arguments_->make(step);
+  if (!args.is_ok()) return args.status();
+  p.call.tensors = std::move(args).value();
+  if (function_) {
+    for (size_t d = 0; d < p.dims.size(); ++d) {
+      if (dim_sources_[d].tensor < 0) p.call.scalars.push_back(static_cast<double>(p.dims[d]));
+    }
+  }
+  return p;
+}
+
+Result<std::vector<BufferRef>> ProgramSession::run(const PreparedStep& p) {
+  std::vector<BufferRef> values;
+  if (function_) {
+    Result<std::vector<Tensor>> outs = (*function_)(session_->context(), p.call);
+    if (!outs.is_ok()) return step_error(program_, p.step, outs.status());
+    values.reserve(outs->size());
+    for (const Tensor& t : *outs) values.push_back(t.buffer());
+    return values;
+  }
+  Result<std::vector<Tensor>> outs = record_step(program_, session_->context(), p.dims, p.call.tensors);
+  if (!outs.is_ok()) return outs.status();
+  try {
+    session_->context().mark_step();
+    values.reserve(outs->size());
+    for (const Tensor& t : *outs) values.push_back(t.buffer());
+  } catch (const Error& e) {
+    return step_error(program_, p.step, e.status());
+  }
+  return values;
+}
+
+}  // namespace tracecache

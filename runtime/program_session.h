@@ -1,0 +1,77 @@
+// ProgramSession: runs a trace program's steps (frontend/program/program.h) in one execution
+// mode on a Session (runtime/session.h), for `run` and `bench`. The Session is the generic part
+// (backend, runtime, context, mode); this adds what a trace program's step is:
+//
+//   eager, lazy  a step's ops are recorded on the session's context; lazy mode executes them at
+//                the step's mark_step
+//   once         every step is one call of a CompiledFunction (runtime/compiled_function.h) named
+//                "<program file name>:step" whose arguments are the step's tensors (parameters
+//                and inputs, in declaration order) and, as static scalars, the step's dim values:
+//                a step's graph can depend on dims that appear only in attributes
+//                (arange(end=N), reshape(shape=[B, -1])), so the dims must be guarded by value,
+//                not only through the shapes of the tensors.
+//
+// A step is split in two so callers can time the second half alone: prepare() makes the step's
+// arguments (input generation), run() records or checks guards, executes and materializes the
+// outputs.
+// Thread-safety: one thread. Ownership: the program, the database (nullable) and the session's
+// metrics registry belong to the caller and must outlive the session.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "frontend/program/program.h"
+#include "frontend/program/program_runner.h"
+#include "runtime/compiled_function.h"
+#include "runtime/session.h"
+
+namespace tracecache {
+
+struct ProgramSessionOptions {
+  SessionOptions session;
+  bool automatic_dynamic = true;  // once: CompiledFunctionOptions::automatic_dynamic
+};
+
+class ProgramSession {
+ public:
+  // Errors: as Session::create.
+  static Result<std::unique_ptr<ProgramSession>> create(const Program& program,
+                                                        ProgramSessionOptions options);
+  ~ProgramSession();
+
+  struct PreparedStep {
+    int step = 0;
+    std::vector<int64_t> dims;  // one per program.dims entry
+    CallArgs call;              // tensors: the step's arguments; scalars: the dims
+  };
+  // Makes step `step`'s arguments. Errors: as StepArguments::make.
+  Result<PreparedStep> prepare(int step);
+  // Runs a prepared step; returns its outputs (materialized), in the program's output order.
+  // Errors: shape and attribute errors ("FILE:LINE:COL: ..."), execution failures
+  // ("FILE: step N: ...").
+  Result<std::vector<BufferRef>> run(const PreparedStep& step);
+
+  Session& session() { return *session_; }
+  SessionMode mode() const { return session_->mode(); }
+  // Keys of the graphs the session's context executed (lazy mode; none in eager and once).
+  const std::vector<GraphKey>& executed_keys() const { return session_->executed_keys(); }
+  // The compiled function (once mode), else null.
+  const CompiledFunction* function() const { return function_.get(); }
+  // Null in eager mode and on the reference backend.
+  Runtime* runtime() { return session_->runtime(); }
+  // The sim backend, else null.
+  SimBackend* sim() { return session_->sim(); }
+
+ private:
+  ProgramSession(const Program& program, std::unique_ptr<Session> session);
+
+  const Program& program_;
+  std::unique_ptr<Session> session_;
+  // once: where each dim's value comes from (an argument's size; else a guarded scalar).
+  std::vector<DimSource> dim_sources_;
+  std::unique_ptr<StepArguments> arguments_;
+  std::unique_ptr<CompiledFunction> function_;  // once
+};
+
+}  // namespace tracecache

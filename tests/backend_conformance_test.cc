@@ -1,0 +1,393 @@
+// Every registered backend against the reference evaluator on every op of the registry
+// (docs/architecture.md, "Backend interface"; STYLE: every backend is tested against the
+// reference on every op):
+//  - the backends are the registry's (backends/registry.h), each in every configuration its
+//    entry lists (cpu; sim on every device preset): a backend registered without being
+//    runnable here fails;
+//  - the cases are found by searching input types and attribute values each op's inference rule
+//    accepts, so an op added to the registry is covered without touching this file, and an op
+//    without a case fails;
+//  - each case is a one-op graph compiled and run by the backend: bitwise equal to the reference
+//    (any NaN matching any NaN), except the BLAS ops (f32 matmul, linear, conv2d: the GEMM bound
+//    of cpu_kernels.h / cpu_nn_layers.h; scaled_dot_product_attention: the bound of
+//    cpu_nn_ops.h), and bitwise equal between all backends (sim computes with the cpu kernels);
+//  - a backend that declines an op: the Runtime never compiles that graph and runs it on the
+//    reference with a `fallback` event; the registry's names and errors.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+
+#include "backends/cpu/cpu_backend.h"
+#include "backends/registry.h"
+#include "capture/ops/ops.h"
+#include "capture/reference/reference.h"
+#include "runtime/runtime.h"
+#include "tests/attention_bound.h"
+
+namespace tracecache {
+namespace {
+
+BufferRef filled(DType dtype, const Shape& shape, uint64_t seed) {
+  auto b = std::make_shared<HostBuffer>(dtype, shape);
+  std::mt19937_64 gen(seed);
+  for (int64_t i = 0; i < b->numel(); ++i) {
+    switch (dtype) {
+      case DType::kF32:
+        b->data<float>()[i] = static_cast<float>(static_cast<double>(gen() >> 11) * 0x1.0p-53 * 4.0 - 2.0);
+        break;
+      case DType::kBool: b->data<bool>()[i] = (gen() & 1) != 0; break;
+      // Zero is a valid index for every gather-like op and a handled divisor for div.
+      case DType::kI32: b->data<int32_t>()[i] = 0; break;
+      case DType::kI64: b->data<int64_t>()[i] = 0; break;
+    }
+  }
+  return b;
+}
+
+// Same bits, except that any NaN matches any NaN (cpu_kernels.h).
+::testing::AssertionResult same_bits(const HostBuffer& a, const HostBuffer& b) {
+  if (a.dtype() != b.dtype() || !(a.shape() == b.shape())) {
+    return ::testing::AssertionFailure() << type_to_string({a.dtype(), a.shape()}) << " vs "
+                                         << type_to_string({b.dtype(), b.shape()});
+  }
+  const size_t elem = dtype_size(a.dtype());
+  for (int64_t i = 0; i < a.numel(); ++i) {
+    if (a.dtype() == DType::kF32 && std::isnan(a.data<float>()[i]) && std::isnan(b.data<float>()[i])) continue;
+    if (std::memcmp(a.bytes() + static_cast<size_t>(i) * elem, b.bytes() + static_cast<size_t>(i) * elem, elem) != 0) {
+      return ::testing::AssertionFailure() << "element " << i << ": " << a.element_as_double(i)
+                                           << " vs " << b.element_as_double(i);
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+// The GEMM bound of cpu_kernels.h and cpu_nn_layers.h: |got - ref| <= (K + 3) 2^-24 abs_ref +
+// 2^-23 |ref| + denorm_min, where abs_ref is the reference op on the inputs' absolute values.
+::testing::AssertionResult within_gemm_bound(const HostBuffer& got, const HostBuffer& want,
+                                             const HostBuffer& abs_ref, int64_t k) {
+  for (int64_t i = 0; i < got.numel(); ++i) {
+    const double g = got.data<float>()[i], w = want.data<float>()[i];
+    const double bound = static_cast<double>(k + 3) * 0x1.0p-24 * abs_ref.data<float>()[i] +
+                         std::fabs(w) * 0x1.0p-23 + std::numeric_limits<float>::denorm_min();
+    if (!(std::fabs(g - w) <= bound)) {
+      return ::testing::AssertionFailure() << "element " << i << ": backend " << g << ", reference "
+                                           << w << ", bound " << bound;
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+// Compiles `g` on `backend` and runs it on `params`; outputs back on the host.
+std::vector<BufferRef> run_on(Backend& backend, const Graph& g, std::span<const BufferRef> params) {
+  Executable exe =
+      std::move(backend.compile(g, hash_graph(g), backend.compiler_version())).value_or_throw();
+  std::vector<DeviceRef> dev;
+  for (const BufferRef& p : params) dev.push_back(std::move(backend.to_device(p)).value_or_throw());
+  std::vector<DeviceRef> outs = std::move(backend.run(exe, dev)).value_or_throw();
+  std::vector<BufferRef> host;
+  for (const DeviceRef& d : outs) host.push_back(std::move(backend.to_host(d)).value_or_throw());
+  backend.synchronize();
+  return host;
+}
+
+struct OpCase {
+  std::vector<TensorType> inputs;
+  std::vector<AttrValue> attrs;
+};
+
+// Candidate operand types. Square and NCHW-like shapes let matmul, conv, pooling, attention and
+// the norms find a valid combination; [2] and [3] serve as bias, statistics and index vectors.
+std::vector<TensorType> candidate_types() {
+  const std::vector<Shape> shapes = {{}, {2}, {3}, {2, 3}, {3, 3}, {2, 3, 3}, {2, 2, 4, 4}, {2, 2, 3, 3}};
+  std::vector<TensorType> types;
+  for (DType d : {DType::kF32, DType::kI64, DType::kBool}) {
+    for (const Shape& s : shapes) types.push_back({d, s});
+  }
+  return types;
+}
+
+// Attribute variants: the defaults, then every list attribute set to one candidate list.
+std::vector<std::vector<AttrValue>> attr_variants(const OpInfo& op) {
+  std::vector<AttrValue> defaults;
+  for (const AttrSpec& spec : op.attrs) defaults.push_back(spec.default_value);
+  std::vector<std::vector<AttrValue>> variants = {defaults};
+  for (IntList list : {IntList{-1}, IntList{1, 0}, IntList{2, 2}, IntList{1, 1}}) {
+    std::vector<AttrValue> v = defaults;
+    bool changed = false;
+    for (size_t a = 0; a < v.size(); ++a) {
+      if (op.attrs[a].kind == AttrKind::kInts) {
+        v[a] = AttrValue::of_ints(list);
+        changed = true;
+      }
+    }
+    if (changed) variants.push_back(std::move(v));
+    // Only the first list attribute (a pool's kernel), the others at their defaults.
+    for (size_t a = 0; a < defaults.size(); ++a) {
+      if (op.attrs[a].kind != AttrKind::kInts) continue;
+      std::vector<AttrValue> first = defaults;
+      first[a] = AttrValue::of_ints(list);
+      variants.push_back(std::move(first));
+      break;
+    }
+  }
+  return variants;
+}
+
+// Up to `limit` input/attribute combinations that `op`'s inference rule accepts. Inputs past
+// the second share one type (biases, statistics), which keeps the search small.
+std::vector<OpCase> find_cases(const OpInfo& op, size_t limit) {
+  const std::vector<TensorType> types = candidate_types();
+  std::vector<OpCase> found;
+  const int max_inputs = op.max_inputs == kVariadic ? std::max(op.min_inputs, 2) : op.max_inputs;
+  auto accepts = [&](const std::vector<TensorType>& in, std::vector<AttrValue> attrs) {
+    try {
+      (void)infer_op(op.kind, in, attrs);
+    } catch (const Error&) {
+      return false;
+    }
+    found.push_back({in, std::move(attrs)});
+    return true;
+  };
+  for (const std::vector<AttrValue>& attrs : attr_variants(op)) {
+    for (int arity = op.min_inputs; arity <= max_inputs; ++arity) {
+      const size_t n0 = arity >= 1 ? types.size() : 1, n1 = arity >= 2 ? types.size() : 1,
+                   n2 = arity >= 3 ? types.size() : 1;
+      for (size_t a = 0; a < n0 && found.size() < limit; ++a) {
+        for (size_t b = 0; b < n1 && found.size() < limit; ++b) {
+          for (size_t c = 0; c < n2 && found.size() < limit; ++c) {
+            std::vector<TensorType> in;
+            for (int k = 0; k < arity; ++k) in.push_back(types[k == 0 ? a : k == 1 ? b : c]);
+            accepts(in, attrs);
+          }
+        }
+      }
+      if (found.size() >= limit) return found;
+    }
+  }
+  return found;
+}
+
+// The reduction length K of a GEMM-like op's output elements.
+int64_t gemm_k(OpKind kind, const std::vector<TensorType>& in) {
+  const Shape& a = in[0].shape;
+  const Shape& w = in[1].shape;
+  switch (kind) {
+    case OpKind::kMatmul: return a[a.rank() - 1];
+    case OpKind::kLinear: return w[1];
+    default: return w[1] * w[2] * w[3];  // conv2d: in channels x kernel
+  }
+}
+
+// Checks a backend's outputs against the reference's for one case; the tolerances of the
+// header comment.
+void expect_matches_reference(const OpInfo& op, const Graph& g, std::span<const BufferRef> params,
+                              const std::vector<BufferRef>& got, const std::vector<BufferRef>& want,
+                              const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  const Node& node = g.node(g.outputs()[0]);
+  const bool gemm = node.dtype == DType::kF32 &&
+                    (op.kind == OpKind::kMatmul || op.kind == OpKind::kLinear || op.kind == OpKind::kConv2d);
+  if (gemm) {
+    std::vector<BufferRef> abs_params;
+    for (const BufferRef& p : params) {
+      HostBuffer a = p->clone();
+      if (a.dtype() == DType::kF32) {
+        for (float& e : a.span<float>()) e = std::fabs(e);
+      }
+      abs_params.push_back(std::make_shared<const HostBuffer>(std::move(a)));
+    }
+    std::vector<BufferRef> abs_ref = std::move(evaluate_reference(g, abs_params)).value_or_throw();
+    std::vector<TensorType> in;
+    for (NodeId id : g.inputs(node)) in.push_back(g.node(id).type());
+    EXPECT_TRUE(within_gemm_bound(*got[0], *want[0], *abs_ref[0], gemm_k(op.kind, in))) << what;
+  } else if (op.kind == OpKind::kScaledDotProductAttention) {
+    const std::span<const AttrValue> a = g.attrs(node);
+    EXPECT_TRUE(testing::within_attention_bound(*got[0], *want[0], *params[0], *params[1], *params[2],
+                                                params.size() > 3 ? params[3].get() : nullptr,
+                                                a[0].as_bool(), a[1].f))
+        << what;
+  } else {
+    for (size_t o = 0; o < got.size(); ++o) EXPECT_TRUE(same_bits(*got[o], *want[o])) << what;
+  }
+}
+
+class EveryBackend : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(EveryBackend, MatchesTheReferenceOnEveryOp) {
+  const OpInfo* op = find_op(GetParam());
+  ASSERT_NE(op, nullptr);
+  const std::vector<OpCase> cases = find_cases(*op, 4);
+  ASSERT_FALSE(cases.empty()) << "no operand types found for '" << op->name
+                              << "': extend candidate_types() / attr_variants() in this file";
+  const BackendRegistry& registry = default_backend_registry();
+  uint64_t seed = 1;
+  for (const OpCase& c : cases) {
+    Graph g;
+    std::vector<NodeId> ids;
+    std::vector<BufferRef> params;
+    for (const TensorType& t : c.inputs) {
+      ids.push_back(g.add_parameter(t));
+      params.push_back(filled(t.dtype, t.shape, seed++));
+    }
+    std::vector<AttrValue> attrs = c.attrs;
+    const TensorType type = infer_op(op->kind, c.inputs, attrs);
+    g.add_output(g.add_node(op->kind, ids, attrs, type));
+    const std::vector<BufferRef> want = std::move(evaluate_reference(g, params)).value_or_throw();
+    std::vector<BufferRef> first;  // the first backend's outputs: every other must equal them
+    std::string first_spec;
+    for (const BackendEntry& entry : registry.entries()) {
+      for (const std::string& spec : entry.conformance_specs) {
+        std::unique_ptr<Backend> backend = std::move(registry.create(spec)).value_or_throw();
+        ASSERT_TRUE(backend->supports(g.node(g.outputs()[0])))
+            << spec << " declines " << op->name << ": give it a fallback test instead";
+        const std::vector<BufferRef> got = run_on(*backend, g, params);
+        const std::string what = spec + ": " + g.to_text();
+        expect_matches_reference(*op, g, params, got, want, what);
+        if (first.empty()) {
+          first = got;
+          first_spec = spec;
+          continue;
+        }
+        ASSERT_EQ(got.size(), first.size()) << what;
+        for (size_t o = 0; o < got.size(); ++o) {
+          EXPECT_TRUE(same_bits(*got[o], *first[o])) << what << " vs " << first_spec;
+        }
+      }
+    }
+  }
+}
+
+std::vector<std::string> registry_ops() {
+  std::vector<std::string> names;
+  for (const OpInfo& op : all_ops()) {
+    if (op.kind != OpKind::kParameter) names.emplace_back(op.name);
+  }
+  return names;
+}
+
+INSTANTIATE_TEST_SUITE_P(Registry, EveryBackend, ::testing::ValuesIn(registry_ops()),
+                         [](const ::testing::TestParamInfo<std::string>& param) { return param.param; });
+
+TEST(EveryBackend, RegistryHoldsCpuAndEverySimPreset) {
+  const BackendRegistry& registry = default_backend_registry();
+  std::vector<std::string> specs;
+  for (const BackendEntry& e : registry.entries()) {
+    specs.insert(specs.end(), e.conformance_specs.begin(), e.conformance_specs.end());
+  }
+  EXPECT_EQ(specs, (std::vector<std::string>{"cpu", "sim:h100", "sim:a100", "sim:tpu-v4"}));
+}
+
+// ---- the registry --------------------------------------------------------------------------
+
+TEST(BackendRegistry, MakesBackendsByName) {
+  const BackendRegistry& registry = default_backend_registry();
+  std::unique_ptr<Backend> cpu = std::move(registry.create("cpu")).value_or_throw();
+  EXPECT_EQ(cpu->display_name(), "cpu");
+  EXPECT_EQ(std::move(registry.create("sim")).value_or_throw()->display_name(), "sim:h100");
+  EXPECT_EQ(std::move(registry.create("sim:a100")).value_or_throw()->display_name(), "sim:a100");
+  EXPECT_EQ(std::move(registry.create("sim:tpu-v4")).value_or_throw()->display_name(), "sim:tpu-v4");
+  // Keys do not change: the compiler version every backend reports is today's.
+  EXPECT_EQ(cpu->compiler_version(), kCompilerVersion);
+}
+
+TEST(BackendRegistry, UnknownNamesAndBadOptionsAreErrors) {
+  const BackendRegistry& registry = default_backend_registry();
+  Result<std::unique_ptr<Backend>> typo = registry.create("smi");
+  ASSERT_FALSE(typo.is_ok());
+  EXPECT_EQ(typo.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(typo.status().message(),
+            "unknown backend 'smi' (available: cpu, sim:PRESET or sim:SPEC_FILE) (did you mean 'sim'?)");
+  const std::string also[] = {"reference"};
+  EXPECT_EQ(registry.unknown_backend("vulkan", also).message(),
+            "unknown backend 'vulkan' (available: cpu, reference, sim:PRESET or sim:SPEC_FILE)");
+  Result<std::unique_ptr<Backend>> cpu_options = registry.create("cpu:fast");
+  ASSERT_FALSE(cpu_options.is_ok());
+  EXPECT_EQ(cpu_options.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_FALSE(registry.create("sim:no_such_spec_file.spec").is_ok());
+}
+
+TEST(BackendRegistry, RefusesDuplicatesAndIncompleteEntries) {
+  BackendRegistry registry;
+  register_builtin_backends(registry);
+  BackendEntry again = *registry.find("cpu");
+  EXPECT_EQ(registry.add(again).code(), StatusCode::kInvalidArgument);
+  BackendEntry nameless = again;
+  nameless.name.clear();
+  EXPECT_EQ(registry.add(nameless).code(), StatusCode::kInvalidArgument);
+  BackendEntry untested = again;
+  untested.name = "cpu2";
+  untested.conformance_specs.clear();
+  EXPECT_EQ(registry.add(untested).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(registry.entries().size(), 2u);
+}
+
+// ---- a backend that declines an op ---------------------------------------------------------
+
+// The cpu backend, except that it declines exp.
+class NoExpBackend final : public Backend {
+ public:
+  std::string_view name() const override { return "noexp"; }
+  std::string options_digest() const override { return cpu_.options_digest(); }
+  bool supports(const Node& node) const override { return node.op != OpKind::kExp; }
+  Result<Executable> compile(const Graph& graph, const GraphKey& key, uint32_t version) override {
+    ++compiles;
+    Result<Executable> exe = cpu_.compile(graph, key, version);
+    if (exe.is_ok()) exe->backend = "noexp";
+    return exe;
+  }
+  std::string serialize(const Executable& exe) override { return cpu_.serialize(exe); }
+  Result<Executable> load(std::string_view bytes) override { return parse_executable(bytes); }
+  bool shares_host_memory() const override { return true; }
+  Result<DeviceRef> to_device(BufferRef host) override { return cpu_.to_device(std::move(host)); }
+  Result<BufferRef> to_host(const DeviceRef& device) override { return cpu_.to_host(device); }
+  Result<std::vector<DeviceRef>> run(const Executable& exe, std::span<const DeviceRef> params) override {
+    return cpu_.run(exe, params);
+  }
+  void synchronize() override {}
+
+  int compiles = 0;
+
+ private:
+  CpuBackend cpu_;
+};
+
+TEST(BackendSupports, ADeclinedOpFallsBackToTheReferenceWithAnEvent) {
+  NoExpBackend backend;
+  Runtime runtime(&backend, nullptr, nullptr);
+  const TensorType t{DType::kF32, Shape{2, 3}};
+  const BufferRef x = filled(DType::kF32, t.shape, 7);
+
+  Graph declined;
+  NodeId p = declined.add_parameter(t);
+  declined.add_output(declined.add_node(OpKind::kExp, {&p, 1}, {}, t));
+  CanonicalGraph cg;
+  cg.graph = declined;
+  cg.key = hash_graph(declined);
+  std::vector<BufferRef> got = std::move(runtime.execute(cg, {&x, 1})).value_or_throw();
+  std::vector<BufferRef> want = std::move(evaluate_reference(declined, {&x, 1})).value_or_throw();
+  EXPECT_TRUE(same_bits(*got[0], *want[0]));
+  EXPECT_EQ(backend.compiles, 0) << "a declined graph is never compiled";
+  ASSERT_FALSE(runtime.events().empty());
+  const store::Event& last = runtime.events().back();
+  EXPECT_EQ(last.kind, store::EventKind::kFallback);
+  EXPECT_EQ(last.reason, "unsupported op");
+  EXPECT_NE(last.detail.find("'exp'"), std::string::npos) << last.detail;
+  EXPECT_EQ(runtime.warnings().size(), 1u);
+
+  Graph accepted;
+  p = accepted.add_parameter(t);
+  accepted.add_output(accepted.add_node(OpKind::kNeg, {&p, 1}, {}, t));
+  CanonicalGraph ok;
+  ok.graph = accepted;
+  ok.key = hash_graph(accepted);
+  got = std::move(runtime.execute(ok, {&x, 1})).value_or_throw();
+  EXPECT_EQ(backend.compiles, 1) << "the ops it supports still compile";
+  EXPECT_EQ(runtime.events().back().kind, store::EventKind::kCompile);
+}
+
+}  // namespace
+}  // namespace tracecache

@@ -102,13 +102,12 @@ const Tensor& TraceArgs::scalar_tensor(size_t i) const {
 }
 
 struct CompiledFunction::Impl {
-  std::string name;
   TracedFn fn;
   Runtime* runtime;
   CompiledFunctionOptions options;
   uint64_t options_digest = 0;
   std::string options_label;  // readable form of options_digest: "sim:h100"
-  store::FunctionKey key;
+  store::FunctionKey key;  // key.name: the function's name
   std::vector<bool> dynamic_scalar;
   std::vector<GuardEntry> entries;
   std::vector<BufferRef> scratch;  // per-call parameter list, reused
@@ -127,17 +126,19 @@ struct CompiledFunction::Impl {
     if (stats.fell_back_to_lazy) return trace(args, /*keep=*/false);
     LookupMisses misses;
     if (std::optional<std::vector<BufferRef>> out = look_up_and_replay(args, misses)) return std::move(*out);
-    if (entries.empty()) return trace_new_entry(args, dims_to_make_dynamic(args, options.dynamic_dims, false, {}, nullptr), "");
-    // No entry holds: recompile, saying why, unless past the limit.
+    if (entries.empty()) {  // the first call (or every entry was dropped): trace, no recompile
+      return trace_new_entry(args, dims_to_make_dynamic(args, options.dynamic_dims, false, {}, nullptr), "");
+    }
+    // No entry holds: a recompile, explained by the closest entry; past the limit, fall back.
     Closest closest = closest_entry(args);
     std::string reason = recompile_reason(closest, misses);
-    std::vector<DynamicDim> dynamic =
-        dims_to_make_dynamic(args, options.dynamic_dims, options.automatic_dynamic, closest.failed,
-                             entries[closest.index].dynamic.get());
     if (static_cast<int>(entries.size()) >= options.recompile_limit) {
       record_recompile(std::move(reason));
       return fall_back(args);
     }
+    std::vector<DynamicDim> dynamic =
+        dims_to_make_dynamic(args, options.dynamic_dims, options.automatic_dynamic, closest.failed,
+                             entries[closest.index].dynamic.get());
     return trace_new_entry(args, std::move(dynamic), std::move(reason));
   }
 
@@ -209,7 +210,7 @@ struct CompiledFunction::Impl {
 
   void record_recompile(std::string reason) {
     runtime->metrics().add(counters::kRecompiles);
-    runtime->function_event(store::EventKind::kRecompile, name, reason);
+    runtime->function_event(store::EventKind::kRecompile, key.name, reason);
     stats.recompile_reasons.push_back(std::move(reason));
   }
 
@@ -229,10 +230,10 @@ struct CompiledFunction::Impl {
   // Fall back: past the recompile limit, every call traces (lazy mode), said once.
   Result<std::vector<BufferRef>> fall_back(const CallArgs& args) {
     stats.fell_back_to_lazy = true;
-    std::string why = fmt::format("'{}' recompiled {} times (limit {}); it now runs in lazy mode", name,
+    std::string why = fmt::format("'{}' recompiled {} times (limit {}); it now runs in lazy mode", key.name,
                                   entries.size(), options.recompile_limit);
     runtime->add_warning(why);
-    runtime->function_event(store::EventKind::kFallback, name, why);
+    runtime->function_event(store::EventKind::kFallback, key.name, why);
     return trace(args, /*keep=*/false);
   }
 
@@ -496,8 +497,7 @@ struct CompiledFunction::Impl {
 
 CompiledFunction::CompiledFunction(std::string name, TracedFn fn, Runtime* runtime,
                                    CompiledFunctionOptions options)
-    : name_(std::move(name)), impl_(std::make_unique<Impl>()) {
-  impl_->name = name_;
+    : impl_(std::make_unique<Impl>()) {
   impl_->fn = std::move(fn);
   impl_->runtime = runtime;
   impl_->options = std::move(options);
@@ -507,7 +507,7 @@ CompiledFunction::CompiledFunction(std::string name, TracedFn fn, Runtime* runti
   impl_->options_digest = XXH3_64bits(spec.data(), spec.size());
   impl_->options_label = runtime->backend().display_name() +
                          (impl_->options.canonicalize.bake_scalars ? " (scalars baked)" : "");
-  impl_->key = {name_, impl_->options.user_version, std::string(kToolkitVersion)};
+  impl_->key = {std::move(name), impl_->options.user_version, std::string(kToolkitVersion)};
   impl_->load();
 }
 
@@ -521,6 +521,8 @@ int CompiledFunction::find_entry(const CallArgs& args) const {
   }
   return -1;
 }
+
+const std::string& CompiledFunction::name() const { return impl_->key.name; }
 
 size_t CompiledFunction::num_entries() const { return impl_->entries.size(); }
 
@@ -537,13 +539,13 @@ Result<std::vector<Tensor>> CompiledFunction::operator()(LazyContext& ctx, const
   for (size_t i = 0; i < args.tensors.size(); ++i) {
     const Tensor& t = args.tensors[i];
     if (!t.defined() || !t.is_materialized() || &t.context() != &ctx) {
-      return invalid_argument(fmt::format("{}: {} must be a materialized tensor of the calling context", name_,
+      return invalid_argument(fmt::format("{}: {} must be a materialized tensor of the calling context", name(),
                                           impl_->env().input_name(static_cast<uint32_t>(i))));
     }
   }
   for (uint32_t s : impl_->options.dynamic_scalars) {
     if (s >= args.scalars.size()) {
-      return invalid_argument(fmt::format("{}: dynamic scalar {} not passed", name_, s));
+      return invalid_argument(fmt::format("{}: dynamic scalar {} not passed", name(), s));
     }
   }
   impl_->dynamic_scalar.assign(args.scalars.size(), false);

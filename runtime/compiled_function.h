@@ -135,7 +135,7 @@ class CompiledFunction {
   // Marks dim `dim` of tensor argument `input` dynamic for the traces that follow.
   void mark_dynamic(size_t input, int dim);
 
-  const std::string& name() const { return name_; }
+  const std::string& name() const;
   // Counters of this process; recompiles and hits_per_entry are derived from the recompile
   // reasons and the current entries when this is called. The reference stays valid while this
   // function lives; its contents change with later calls.
@@ -149,7 +149,6 @@ class CompiledFunction {
 
  private:
   struct Impl;
-  std::string name_;
   std::unique_ptr<Impl> impl_;
 };
 

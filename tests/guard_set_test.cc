@@ -138,6 +138,27 @@ TEST_F(GuardSetTest, DynamicDimsHaveARangeAndStayEqual) {
   EXPECT_FALSE(g.holds({{t(DType::kF32, {16, 3}), t(DType::kF32, {16})}, {}}, kDigest));
 }
 
+// Host buffers are always dense and in host memory: a set expecting otherwise never holds and
+// says so.
+TEST_F(GuardSetTest, ContiguityAndDeviceAreThoseOfHostBuffers) {
+  CallArgs args{{t(DType::kF32, {4})}, {}};
+  GuardSet g = GuardSet::record(args, env, {}, {});
+  EXPECT_NE(std::find(g.checks().begin(), g.checks().end(), GuardCheck::contiguous(0)), g.checks().end());
+  EXPECT_NE(std::find(g.checks().begin(), g.checks().end(), GuardCheck::device(0)), g.checks().end());
+  std::vector<GuardCheck> strided(g.checks().begin(), g.checks().end());
+  for (GuardCheck& c : strided) {
+    if (c.kind == GuardCheck::Kind::kContiguous) c.expected = 0;
+  }
+  EXPECT_FALSE(GuardSet(strided).holds(args, kDigest));
+  EXPECT_EQ(only_failure(GuardSet(strided), args, env), "input 0 'x': contiguous expected true, actual false");
+  std::vector<GuardCheck> device(g.checks().begin(), g.checks().end());
+  for (GuardCheck& c : device) {
+    if (c.kind == GuardCheck::Kind::kDevice) c.expected = 1;
+  }
+  EXPECT_FALSE(GuardSet(device).holds(args, kDigest));
+  EXPECT_EQ(only_failure(GuardSet(device), args, env), "input 0 'x': device expected host, actual other");
+}
+
 TEST_F(GuardSetTest, OnlySizeChecksAreOnSize) {
   EXPECT_TRUE(GuardCheck::size({0, 1}, 4).on_size());
   EXPECT_TRUE(GuardCheck::size_range({0, 1}, 1).on_size());

@@ -21,7 +21,7 @@
 //    there into segments, and the contents of every value materialized between segments are
 //    guarded, checked during replay before the next segment runs; a mismatch falls back to
 //    tracing the call.
-// A guard set is a flat list of checks; checking allocates nothing.
+// A guard set is a flat list of checks; checking allocates nothing (runtime/guards/guard_set.h).
 //
 // Dynamic dims (shape polymorphism). A dim marked dynamic (CompiledFunctionOptions::
 // dynamic_dims, mark_dynamic()), or, with automatic_dynamic, a dim whose size alone made the
@@ -30,7 +30,7 @@
 // traced must stay equal). Such an entry keeps the trace template (capture/ir/trace_template.h):
 // a call with new sizes re-infers the template at those sizes (no call of `fn`, no tracing),
 // which gives the graph for the sizes; it is compiled (or found in the cache) and kept per size
-// in the entry. The template records the shapes `fn` read; where a read shape would differ at
+// in the entry (runtime/guards/shape_specialization.h). The template records the shapes `fn` read; where a read shape would differ at
 // the new sizes the entry does not apply and the call recompiles, saying so. A trace that read
 // a value (more than one segment) cannot be a template: its entry stays static.
 //
@@ -46,15 +46,12 @@
 #include <vector>
 
 #include "capture/trace/tensor.h"
+#include "runtime/guards/call_args.h"
+#include "runtime/guards/guard_set.h"
 #include "runtime/runtime.h"
 #include "runtime/toolkit_version.h"
 
 namespace tracecache {
-
-struct CallArgs {
-  std::vector<Tensor> tensors;  // must be materialized (device data)
-  std::vector<double> scalars;
-};
 
 // What `fn` sees while it is traced.
 class TraceArgs {
@@ -87,16 +84,8 @@ using TracedFn = std::function<std::vector<Tensor>(LazyContext& ctx, const Trace
 // CompiledFunctionOptions::output_types, when set, on first use). A failed check is a `corrupt`
 // event; any other failure to use an entry (its graph or executable gone from the cache) is a
 // `miss` event; either way the entry is dropped and the call traces: never an error, never a
-// wrong result.
-
-// The largest size a dynamic dim's range check admits.
-inline constexpr int64_t kMaxDynamicSize = int64_t{1} << 31;
-
-struct DynamicDim {
-  size_t input = 0;  // tensor argument index
-  int dim = 0;
-  friend bool operator==(const DynamicDim&, const DynamicDim&) = default;
-};
+// wrong result. Stored entries are decoded and checked by runtime/guards/guard_entry_codec.h
+// (validate_guard_entry).
 
 struct CompiledFunctionOptions {
   std::string user_version;  // identifies fn's code; part of the persistent key
@@ -117,14 +106,7 @@ struct CompiledFunctionOptions {
   std::function<Result<std::vector<TensorType>>(const CallArgs& args)> output_types;
 };
 
-// One failed guard, for audit and messages.
-struct GuardFailure {
-  std::string what;      // "input 0 'x': size of dim 0"
-  std::string expected;  // "8"
-  std::string actual;    // "16"
-  std::string to_string() const;  // "input 0 'x': size of dim 0 expected 8, actual 16"
-};
-
+// What a compiled function did in this process; derived from its entries and counters.
 struct FunctionStats {
   int64_t calls = 0;
   int64_t traces = 0;          // calls that ran fn
@@ -133,15 +115,9 @@ struct FunctionStats {
   int64_t recompiles = 0;      // traces after the first
   int64_t specializations = 0; // dynamic entries instantiated at new sizes (no trace)
   bool fell_back_to_lazy = false;
-  std::vector<int64_t> hits_per_entry;
+  std::vector<int64_t> hits_per_entry;        // one per current entry, in lookup order
   std::vector<std::string> recompile_reasons;  // one line per recompile, all failures joined
 };
-
-// Decodes and checks one stored guard entry (the bytes of a `functions` row's entry) as a
-// CompiledFunction does when it loads it: OK if it may be used (its routes are still checked
-// against each executable when that is fetched), kCorruption naming what failed otherwise.
-// Thread-safe (pure). For tools and the fuzz harness (fuzz/fuzz_guard_entry.cc).
-Status validate_guard_entry(const std::string& bytes);
 
 class CompiledFunction {
  public:
@@ -159,8 +135,11 @@ class CompiledFunction {
   // Marks dim `dim` of tensor argument `input` dynamic for the traces that follow.
   void mark_dynamic(size_t input, int dim);
 
-  const std::string& name() const { return name_; }
-  const FunctionStats& stats() const { return stats_; }
+  const std::string& name() const;
+  // Counters of this process; recompiles and hits_per_entry are derived from the recompile
+  // reasons and the current entries when this is called. The reference stays valid while this
+  // function lives; its contents change with later calls.
+  const FunctionStats& stats() const;
   size_t num_entries() const;
   // Adds the hits since the last flush to the stored entries (also done on destruction).
   void flush();
@@ -170,9 +149,7 @@ class CompiledFunction {
 
  private:
   struct Impl;
-  std::string name_;
   std::unique_ptr<Impl> impl_;
-  FunctionStats stats_;
 };
 
 // Metrics counters added by compiled functions.

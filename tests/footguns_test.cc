@@ -177,6 +177,12 @@ TEST(CompiledFunction, RecompileLimitFallsBackToLazyWithOneWarning) {
   EXPECT_TRUE(f.stats().fell_back_to_lazy);
   EXPECT_EQ(f.num_entries(), 2u);
   EXPECT_EQ(f.stats().traces, 5);
+  // Derived: one recompile per reason (n = 2, and n = 3 at the limit), one hit count per entry.
+  EXPECT_EQ(f.stats().calls, 5);
+  EXPECT_EQ(f.stats().recompiles, 2);
+  ASSERT_EQ(f.stats().recompile_reasons.size(), 2u);
+  EXPECT_EQ(f.stats().recompile_reasons[1], "entry 0: input 0: size of dim 0 expected 1, actual 3");
+  EXPECT_EQ(f.stats().hits_per_entry, (std::vector<int64_t>{0, 0}));
   int fallback_warnings = 0;
   for (const std::string& w : h.runtime.warnings()) fallback_warnings += w.find("lazy mode") != std::string::npos;
   EXPECT_EQ(fallback_warnings, 1);

@@ -1,0 +1,65 @@
+// GuardEntry: one traced specialization of a compiled function (runtime/compiled_function.h):
+// the guards under which it may replay, the graphs it runs (segments: one per value read inside
+// the traced function, or a shape-polymorphic plan), where every graph parameter and output
+// comes from at replay time, and the outputs' recorded types. Entries persist through
+// guard_entry_codec.h; an entry decoded from stored bytes is untrusted until that codec's
+// checks passed.
+// Thread-compatible plain data. Ownership: executables and constants are shared with the
+// runtime's caches (shared_ptr), so eviction never frees one in use.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <xxhash.h>
+
+#include "capture/core/buffer.h"
+#include "capture/ir/hash.h"
+#include "compile/executable.h"
+#include "runtime/guards/guard_set.h"
+
+namespace tracecache {
+
+// Where a value used by a guard entry comes from at replay time.
+struct ValueSource {
+  enum class Kind : uint8_t { kInput, kDynamicScalar, kSegmentOutput, kConstant };
+  Kind kind = Kind::kInput;
+  uint32_t a = 0;      // input / scalar / segment index
+  uint32_t b = 0;      // segment output index
+  BufferRef constant;  // kConstant: a lifted scalar, made once
+};
+
+// A segment: one graph executed between two value reads of the traced function.
+struct Segment {
+  GraphKey key;
+  std::shared_ptr<const Executable> exe;  // null until first use for an entry loaded from disk
+  std::vector<ValueSource> params;
+  // Contents of outputs that `fn` may have read (all outputs of a segment that ended inside
+  // `fn`): output index -> value_hash of the output.
+  std::vector<std::pair<uint32_t, XXH128_hash_t>> value_guards;
+};
+
+struct DynamicPlan;  // runtime/guards/shape_specialization.h
+
+struct GuardEntry {
+  GuardSet guards;
+  std::shared_ptr<DynamicPlan> dynamic;  // null: a static entry (fixed segments)
+  std::vector<Segment> segments;
+  std::vector<ValueSource> outputs;
+  // One per output: its type when traced. A dynamic entry's sizes follow its dynamic dims.
+  std::vector<TensorType> output_types;
+  // False for an entry loaded from the cache until its outputs were compared with
+  // CompiledFunctionOptions::output_types (routes are the same for every call of an entry).
+  bool outputs_verified = true;
+  int64_t db_index = -1;  // row in the functions table, -1 if not stored
+  int64_t hits = 0;       // replays in this process
+  int64_t unflushed_hits = 0;
+};
+
+// Hash of a value's dtype, shape and bytes (XXH3-128), for value guards. Allocates nothing.
+XXH128_hash_t value_hash(const HostBuffer& b);
+
+}  // namespace tracecache

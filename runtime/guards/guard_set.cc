@@ -1,0 +1,194 @@
+#include "runtime/guards/guard_set.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <bit>
+
+#include "capture/ops/attrs.h"
+
+namespace tracecache {
+
+namespace {
+
+const std::byte* data(const CallArgs& args, uint32_t i) { return args.tensors[i].data_ptr()->bytes(); }
+
+// The first tensor argument that shares data with argument j (j itself if none).
+uint64_t first_alias(const CallArgs& args, uint32_t j) {
+  const std::byte* p = data(args, j);
+  for (uint32_t i = 0; i < j; ++i) {
+    if (data(args, i) == p) return i;
+  }
+  return j;
+}
+
+uint64_t size_of(const CallArgs& args, uint32_t tensor, uint32_t dim) {
+  return static_cast<uint64_t>(args.tensors[tensor].peek_shape()[static_cast<int>(dim)]);
+}
+
+// Value of the property `c` checks, for this call. REQUIRES: the checks before `c` passed.
+uint64_t actual(const GuardCheck& c, const CallArgs& args, uint64_t options_digest) {
+  using Kind = GuardCheck::Kind;
+  switch (c.kind) {
+    case Kind::kNumTensors: return args.tensors.size();
+    case Kind::kNumScalars: return args.scalars.size();
+    case Kind::kOptions: return options_digest;
+    case Kind::kDType: return static_cast<uint64_t>(args.tensors[c.arg].dtype());
+    case Kind::kRank: return static_cast<uint64_t>(args.tensors[c.arg].rank());
+    case Kind::kContiguous: return 1;  // HostBuffers are dense row-major
+    case Kind::kDevice: return 0;      // host memory
+    case Kind::kAliasOf: return first_alias(args, c.arg);
+    case Kind::kScalarValue: return normalized_float_bits(args.scalars[c.arg]);
+    case Kind::kSize: case Kind::kSizeRange: case Kind::kSameSize: return size_of(args, c.arg, c.dim);
+  }
+  return 0;
+}
+
+bool passes(const GuardCheck& c, const CallArgs& args, uint64_t options_digest) {
+  const uint64_t got = actual(c, args, options_digest);
+  switch (c.kind) {
+    case GuardCheck::Kind::kSizeRange: return got >= c.expected && got <= static_cast<uint64_t>(kMaxDynamicSize);
+    case GuardCheck::Kind::kSameSize: return got == size_of(args, c.same_as.tensor, c.same_as.dim);
+    default: return got == c.expected;
+  }
+}
+
+bool is_dynamic(std::span<const DynamicDim> dims, size_t input, int dim) {
+  return std::find(dims.begin(), dims.end(), DynamicDim{input, dim}) != dims.end();
+}
+
+}  // namespace
+
+GuardCheck GuardCheck::scalar_value(uint32_t scalar, double value) {
+  return {Kind::kScalarValue, scalar, 0, normalized_float_bits(value), {}};
+}
+
+std::string GuardFailure::to_string() const { return fmt::format("{} expected {}, actual {}", what, expected, actual); }
+
+std::string GuardEnvironment::input_name(uint32_t i) const {
+  return i < input_names.size() ? fmt::format("input {} '{}'", i, input_names[i]) : fmt::format("input {}", i);
+}
+
+GuardSet::GuardSet(std::vector<GuardCheck> checks, std::string options_label)
+    : checks_(std::move(checks)), options_label_(std::move(options_label)) {}
+
+GuardSet GuardSet::record(const CallArgs& args, const GuardEnvironment& env, std::span<const DynamicDim> dynamic,
+                          const std::vector<bool>& dynamic_scalar) {
+  std::vector<GuardCheck> checks;
+  checks.push_back(GuardCheck::num_tensors(args.tensors.size()));
+  checks.push_back(GuardCheck::num_scalars(args.scalars.size()));
+  checks.push_back(GuardCheck::options(env.options_digest));
+  for (uint32_t i = 0; i < args.tensors.size(); ++i) {
+    const Tensor& t = args.tensors[i];
+    checks.push_back(GuardCheck::dtype(i, t.dtype()));
+    checks.push_back(GuardCheck::rank(i, t.rank()));
+    for (int d = 0; d < t.rank(); ++d) {
+      const TensorDim here{i, static_cast<uint32_t>(d)};
+      if (!is_dynamic(dynamic, i, d)) {
+        checks.push_back(GuardCheck::size(here, t.peek_shape()[d]));
+        continue;
+      }
+      checks.push_back(GuardCheck::size_range(here, 1));
+      // Dynamic dims equal now stay equal: relate this one to the first equal one before it.
+      for (const DynamicDim& o : dynamic) {
+        if (o.input > i || (o.input == i && o.dim >= d)) continue;
+        if (args.tensors[o.input].peek_shape()[o.dim] != t.peek_shape()[d]) continue;
+        checks.push_back(GuardCheck::same_size(here, {static_cast<uint32_t>(o.input), static_cast<uint32_t>(o.dim)}));
+        break;
+      }
+    }
+    checks.push_back(GuardCheck::contiguous(i));
+    checks.push_back(GuardCheck::device(i));
+  }
+  // Aliasing: for each tensor, the first argument whose data it shares (itself if none).
+  for (uint32_t j = 1; j < args.tensors.size(); ++j) {
+    checks.push_back(GuardCheck::alias_of(j, static_cast<uint32_t>(first_alias(args, j))));
+  }
+  for (uint32_t s = 0; s < args.scalars.size(); ++s) {
+    if (!dynamic_scalar[s]) checks.push_back(GuardCheck::scalar_value(s, args.scalars[s]));
+  }
+  return GuardSet(std::move(checks), std::string(env.options_label));
+}
+
+bool GuardSet::holds(const CallArgs& args, uint64_t options_digest) const {
+  for (const GuardCheck& c : checks_) {
+    if (c.kind == GuardCheck::Kind::kSize) {  // most checks: inline
+      if (size_of(args, c.arg, c.dim) != c.expected) return false;
+    } else if (!passes(c, args, options_digest)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+std::vector<GuardFailure> GuardSet::explain(const CallArgs& args, const GuardEnvironment& env,
+                                            std::vector<GuardCheck>* failed) const {
+  using Kind = GuardCheck::Kind;
+  std::vector<GuardFailure> out;
+  for (const GuardCheck& c : checks_) {
+    if (passes(c, args, env.options_digest)) continue;
+    const uint64_t got = actual(c, args, env.options_digest);
+    if (failed) failed->push_back(c);
+    GuardFailure f;
+    switch (c.kind) {
+      case Kind::kNumTensors:
+        f = {"number of tensor arguments", fmt::format("{}", c.expected), fmt::format("{}", got)};
+        break;
+      case Kind::kNumScalars:
+        f = {"number of scalar arguments", fmt::format("{}", c.expected), fmt::format("{}", got)};
+        break;
+      case Kind::kOptions:
+        // Entries stored before the label was recorded name only the digest.
+        if (!options_label_.empty() && options_label_ != env.options_label) {
+          f = {"backend", options_label_, std::string(env.options_label)};
+        } else {
+          f = {"lowering options digest", fmt::format("{:016x}", c.expected), fmt::format("{:016x}", got)};
+        }
+        break;
+      case Kind::kDType:
+        f = {env.input_name(c.arg) + ": dtype", std::string(dtype_name(static_cast<DType>(c.expected))),
+             std::string(dtype_name(static_cast<DType>(got)))};
+        break;
+      case Kind::kRank:
+        f = {env.input_name(c.arg) + ": rank", fmt::format("{}", c.expected), fmt::format("{}", got)};
+        break;
+      case Kind::kSize:
+        f = {fmt::format("{}: size of dim {}", env.input_name(c.arg), c.dim), fmt::format("{}", c.expected),
+             fmt::format("{}", got)};
+        break;
+      case Kind::kContiguous:
+        f = {env.input_name(c.arg) + ": contiguous", "true", "false"};
+        break;
+      case Kind::kDevice:
+        f = {env.input_name(c.arg) + ": device", "host", "other"};
+        break;
+      case Kind::kAliasOf: {
+        auto describe = [&](uint64_t first) {
+          return first == c.arg ? std::string("its own data") : fmt::format("same data as input {}", first);
+        };
+        f = {fmt::format("{}: aliasing", env.input_name(c.arg)), describe(c.expected), describe(got)};
+        break;
+      }
+      case Kind::kScalarValue:
+        f = {fmt::format("scalar {}: value", c.arg), fmt::format("{}", std::bit_cast<double>(c.expected)),
+             fmt::format("{}", args.scalars[c.arg])};
+        break;
+      case Kind::kSizeRange:
+        f = {fmt::format("{}: size of dim {} (dynamic)", env.input_name(c.arg), c.dim),
+             fmt::format("in [{}, {}]", c.expected, kMaxDynamicSize), fmt::format("{}", got)};
+        break;
+      case Kind::kSameSize:
+        f = {fmt::format("{}: size of dim {} (dynamic)", env.input_name(c.arg), c.dim),
+             fmt::format("equal to {} dim {} ({})", env.input_name(c.same_as.tensor), c.same_as.dim,
+                         size_of(args, c.same_as.tensor, c.same_as.dim)),
+             fmt::format("{}", got)};
+        break;
+    }
+    out.push_back(std::move(f));
+    // Later checks index tensors by count and dims by rank: stop once those differ.
+    if (c.kind == Kind::kNumTensors || c.kind == Kind::kNumScalars || c.kind == Kind::kRank) break;
+  }
+  return out;
+}
+
+}  // namespace tracecache

@@ -33,7 +33,6 @@ class MemoryTier final : public ExecutableStore<Exe> {
   }
 
   size_t size() const { return lru_.size(); }
-  uint64_t bytes() const { return lru_.bytes(); }
 
  private:
   LruCache<ExecutableKey, Exe, ExecutableKeyHasher> lru_;

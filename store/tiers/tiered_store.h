@@ -74,7 +74,6 @@ class TieredStore {
     return out;
   }
 
-  size_t size() const { return tiers_.size(); }
   ExecutableStore<Exe>& tier(size_t i) { return *tiers_[i]; }
 
  private:

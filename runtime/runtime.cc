@@ -17,6 +17,10 @@ double now_seconds() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
+// The runtime's tiers, fastest first, and the counter each one's hits add to.
+constexpr size_t kDiskTierIndex = 1;
+constexpr std::string_view kHitCounters[] = {counters::kHitsMemory, counters::kHitsDisk};
+
 }  // namespace
 
 Runtime::Runtime(Backend* backend, store::CacheDb* db, Metrics* metrics, RuntimeOptions options)
@@ -25,7 +29,11 @@ Runtime::Runtime(Backend* backend, store::CacheDb* db, Metrics* metrics, Runtime
       metrics_(metrics ? metrics : &own_metrics_),
       options_(options),
       compiler_version_(options.compiler_version.value_or(backend->compiler_version())),
+      codec_(backend),
       memory_(options.memory_cache_bytes),
+      disk_(db ? std::optional<store::SqliteTier<Executable>>(std::in_place, db, &codec_) : std::nullopt),
+      tiers_(disk_ ? std::vector<store::ExecutableStore<Executable>*>{&memory_, &*disk_}
+                   : std::vector<store::ExecutableStore<Executable>*>{&memory_}),
       pid_(static_cast<int64_t>(::getpid())) {
   if (db_ && db_->read_only()) {
     warn(fmt::format("cache database '{}' is read-only: results are correct, but nothing new is "
@@ -41,8 +49,8 @@ void Runtime::warn(std::string message) {
   }
 }
 
-void Runtime::event(store::EventKind kind, const GraphKey& graph, std::string reason,
-                    double duration_ms, std::string detail) {
+store::Event Runtime::make_event(store::EventKind kind, const GraphKey& graph, std::string reason,
+                                 double duration_ms, std::string detail) const {
   store::Event e;
   e.time = now_seconds();
   e.pid = pid_;
@@ -53,25 +61,39 @@ void Runtime::event(store::EventKind kind, const GraphKey& graph, std::string re
   e.reason = std::move(reason);
   e.duration_ms = duration_ms;
   e.detail = std::move(detail);
+  return e;
+}
+
+void Runtime::keep(const store::Event& e) {
   if (events_.size() < options_.max_events_in_memory) {
     events_.push_back(e);
   } else {
     ++dropped_events_;
   }
-  if (kind == store::EventKind::kHitMemory || kind == store::EventKind::kHitDisk) {
-    auto it = std::find_if(hits_.begin(), hits_.end(),
-                           [&](const store::HitCount& h) { return h.graph == graph && h.tier == kind; });
-    if (it == hits_.end()) {
-      hits_.push_back({graph, e.backend, e.options_digest, kind, 0, 0});
-      it = hits_.end() - 1;
-    }
-    ++it->hits;
-    it->time = e.time;
-    if (++pending_hits_ >= options_.event_batch) flush();
-    return;
-  }
+}
+
+void Runtime::event(store::EventKind kind, const GraphKey& graph, std::string reason,
+                    double duration_ms, std::string detail) {
+  store::Event e = make_event(kind, graph, std::move(reason), duration_ms, std::move(detail));
+  keep(e);
   unwritten_.push_back(std::move(e));
   write_decisions();
+}
+
+void Runtime::hit(const GraphKey& graph, size_t tier) {
+  metrics_->add(kHitCounters[tier]);
+  store::Event e = make_event(store::EventKind::kHit, graph);
+  e.tier = std::string(tiers_.tier(tier).name());
+  keep(e);
+  auto it = std::find_if(hits_.begin(), hits_.end(),
+                         [&](const store::HitCount& h) { return h.graph == graph && h.tier == e.tier; });
+  if (it == hits_.end()) {
+    hits_.push_back({graph, e.backend, e.options_digest, e.tier, 0, 0});
+    it = hits_.end() - 1;
+  }
+  ++it->hits;
+  it->time = e.time;
+  if (++pending_hits_ >= options_.event_batch) flush();
 }
 
 void Runtime::write_decisions() {
@@ -113,87 +135,87 @@ void Runtime::flush() {
   hits_.clear();
 }
 
-void Runtime::note_corrupt(const store::ExecutableKey& key, const std::string& why) {
-  metrics_->add(counters::kCorrupt);
-  event(store::EventKind::kCorrupt, key.graph, {}, 0, why);
-  if (db_ && !db_->read_only()) {
-    Status st = db_->remove_executable(key);
-    if (!st.is_ok()) warn(fmt::format("could not remove a corrupt cache entry: {}", st.message()));
+Result<Executable> Runtime::BackendCodec::decode(std::string_view bytes, const store::ExecutableKey& key) {
+  Result<Executable> exe = backend_->load(bytes);
+  if (!exe.is_ok()) return exe.status();
+  if (exe->graph_key != key.graph || exe->compiler_version != key.compiler_version) {
+    return corruption("executable is stored under another graph key or compiler version");
   }
+  return exe;
 }
 
-std::shared_ptr<const Executable> Runtime::load_from_disk(const store::ExecutableKey& key,
-                                                          std::optional<store::MissReason>* reason) {
-  Result<std::optional<store::StoredExecutable>> stored = db_->get_executable(key);
-  if (!stored.is_ok()) {
-    if (stored.status().code() == StatusCode::kCorruption) {
-      note_corrupt(key, stored.status().message());
-      *reason = store::MissReason::kCorrupt;
+store::ExecutableKey Runtime::executable_key(const GraphKey& graph) const {
+  return {graph, std::string(backend_->name()), backend_->options_digest(), compiler_version_};
+}
+
+std::optional<store::MissReason> Runtime::note_lookup(const store::ExecutableKey& key,
+                                                      const Tiers::Lookup& found) {
+  std::optional<store::MissReason> reason;
+  for (const Tiers::Problem& p : found.problems) {
+    if (p.status.code() == StatusCode::kCorruption) {
+      metrics_->add(counters::kCorrupt);
+      event(store::EventKind::kCorrupt, key.graph, {}, 0, p.status.message());
+      // A read-only database keeps its bad entry; it fails verification again next time.
+      if (!p.removal.is_ok() && !(db_ && db_->read_only())) {
+        warn(fmt::format("could not remove a corrupt cache entry: {}", p.removal.message()));
+      }
+      reason = store::MissReason::kCorrupt;
     } else {
-      warn(fmt::format("could not read the cache: {}", stored.status().message()));
-      *reason = store::MissReason::kUnreadable;
+      warn(fmt::format("could not read the cache: {}", p.status.message()));
+      reason = store::MissReason::kUnreadable;
     }
-    return nullptr;
   }
-  if (!stored->has_value()) return nullptr;
-  Result<Executable> exe = backend_->load((*stored)->blob);
-  Status problem = exe.is_ok() ? Status::ok() : exe.status();
-  if (problem.is_ok() && (exe->graph_key != key.graph || exe->compiler_version != key.compiler_version)) {
-    problem = corruption("executable is stored under another graph key or compiler version");
+  if (found.exe) {
+    hit(key.graph, found.tier);
+    note_puts(found.promotions);
   }
-  if (!problem.is_ok()) {
-    note_corrupt(key, problem.message());
-    *reason = store::MissReason::kCorrupt;
-    return nullptr;
-  }
-  if (!db_->read_only()) (void)db_->touch_executable(key);
-  return std::make_shared<const Executable>(std::move(*exe));
+  return reason;
 }
 
-void Runtime::store_compiled(const store::ExecutableKey& key, const Executable& exe,
-                             const Graph& graph, double compile_ms) {
-  if (!db_) return;
-  Status st = db_->read_only()
-                  ? io_error(fmt::format("cache database '{}' is read-only", db_->path()))
-                  : db_->put_graph(key.graph, store::serialize_graph(graph),
-                                   static_cast<int64_t>(graph.size()));
-  if (st.is_ok()) {
-    // The executable and the decisions that describe it (miss, compile, store) in one transaction.
-    event(store::EventKind::kStore, key.graph);
-    st = db_->put_executable(key, backend_->serialize(exe), compile_ms, unwritten_);
-    if (st.is_ok()) unwritten_.clear();
+void Runtime::note_puts(const std::vector<Tiers::Put>& puts) {
+  for (const Tiers::Put& put : puts) {
+    std::string_view tier = tiers_.tier(put.tier).name();
+    if (!put.status.is_ok() && put.tier != kDiskTierIndex) {
+      warn(fmt::format("could not keep an executable in the {} cache: {}", tier, put.status.message()));
+    }
+    for (const store::ExecutableKey& evicted : put.evicted) {
+      event(store::EventKind::kEvict, evicted.graph, {}, 0, fmt::format("{} LRU", tier));
+    }
   }
+}
+
+void Runtime::store_compiled(const store::ExecutableKey& key, const std::shared_ptr<const Executable>& exe,
+                             const Graph& graph, double compile_ms) {
+  // The executable and the decisions that describe it (miss, compile, store) in one transaction.
+  store::Event stored = make_event(store::EventKind::kStore, key.graph);
+  if (db_) unwritten_.push_back(stored);
+  std::vector<Tiers::Put> puts = tiers_.put(key, exe, {compile_ms, &graph, unwritten_});
   hold_decisions_ = false;
-  if (!st.is_ok()) {
-    if (!unwritten_.empty() && unwritten_.back().kind == store::EventKind::kStore) unwritten_.pop_back();
-    metrics_->add(counters::kStoreFailures);
-    event(store::EventKind::kStoreFailed, key.graph, {}, 0, st.message());
-    if (!db_->read_only()) warn(fmt::format("could not store a compiled graph: {}", st.message()));
+  if (db_) {
+    const Status& st = puts.at(kDiskTierIndex).status;
+    if (st.is_ok()) {
+      keep(stored);
+      unwritten_.clear();
+    } else {
+      unwritten_.pop_back();
+      metrics_->add(counters::kStoreFailures);
+      event(store::EventKind::kStoreFailed, key.graph, {}, 0, st.message());
+      if (!db_->read_only()) warn(fmt::format("could not store a compiled graph: {}", st.message()));
+    }
   }
   write_decisions();
+  note_puts(puts);
 }
 
 Result<std::shared_ptr<const Executable>> Runtime::prepare(const CanonicalGraph& cg) {
-  store::ExecutableKey key{cg.key, std::string(backend_->name()), backend_->options_digest(),
-                           compiler_version_};
+  store::ExecutableKey key = executable_key(cg.key);
   ScopedTimer lookup(metrics_, timers::kLookup);
-  if (std::shared_ptr<const Executable> hit = memory_.get(cg.key)) {
-    metrics_->add(counters::kHitsMemory);
-    event(store::EventKind::kHitMemory, cg.key);
-    return hit;
-  }
-  std::optional<store::MissReason> reason;
-  if (db_) {
-    if (std::shared_ptr<const Executable> hit = load_from_disk(key, &reason)) {
-      metrics_->add(counters::kHitsDisk);
-      event(store::EventKind::kHitDisk, cg.key);
-      remember(cg.key, hit);
-      return hit;
-    }
-    if (!reason) {
-      Result<store::MissReason> r = db_->classify_miss(key);
-      reason = r.is_ok() ? *r : store::MissReason::kUnreadable;
-    }
+  Tiers::Lookup found = tiers_.get(key);
+  std::optional<store::MissReason> reason = note_lookup(key, found);
+  if (found.exe) return std::move(found.exe);
+  if (db_ && !reason) {
+    Result<store::MissReason> r = db_->classify_miss(key);
+    reason = r.is_ok() ? *r : store::MissReason::kUnreadable;
   }
   lookup.stop();
   metrics_->add(counters::kMisses);
@@ -228,29 +250,18 @@ Result<std::shared_ptr<const Executable>> Runtime::prepare(const CanonicalGraph&
   }
   metrics_->add(counters::kCompiles);
   event(store::EventKind::kCompile, cg.key, {}, compile_ms);
-  store_compiled(key, *exe, cg.graph, compile_ms);
   auto shared = std::make_shared<const Executable>(std::move(*exe));
-  remember(cg.key, shared);
+  store_compiled(key, shared, cg.graph, compile_ms);
   return shared;
 }
 
 Result<std::shared_ptr<const Executable>> Runtime::prepare_by_key(const GraphKey& key) {
-  if (std::shared_ptr<const Executable> hit = memory_.get(key)) {
-    metrics_->add(counters::kHitsMemory);
-    event(store::EventKind::kHitMemory, key);
-    return hit;
-  }
-  if (!db_) return not_found(fmt::format("graph {} is not cached (no cache database)", key.to_hex()));
   // The executable carries its (validated) graph: it serves even when the graph row is gone.
-  store::ExecutableKey exe_key{key, std::string(backend_->name()), backend_->options_digest(),
-                               compiler_version_};
-  std::optional<store::MissReason> reason;
-  if (std::shared_ptr<const Executable> hit = load_from_disk(exe_key, &reason)) {
-    metrics_->add(counters::kHitsDisk);
-    event(store::EventKind::kHitDisk, key);
-    remember(key, hit);
-    return hit;
-  }
+  store::ExecutableKey exe_key = executable_key(key);
+  Tiers::Lookup found = tiers_.get(exe_key);
+  (void)note_lookup(exe_key, found);
+  if (found.exe) return std::move(found.exe);
+  if (!db_) return not_found(fmt::format("graph {} is not cached (no cache database)", key.to_hex()));
   Result<std::optional<std::string>> blob = db_->get_graph(key);
   if (!blob.is_ok()) return blob.status();
   if (!blob->has_value()) return not_found(fmt::format("graph {} is not in the cache", key.to_hex()));
@@ -331,12 +342,6 @@ Result<std::vector<BufferRef>> Runtime::run_or_fall_back(const Executable& exe,
   warn(fmt::format("backend '{}' failed ({}); this step ran on the reference evaluator",
                    backend_->name(), outs.status().message()));
   return evaluate_reference(exe.graph, params);
-}
-
-void Runtime::remember(const GraphKey& key, const std::shared_ptr<const Executable>& exe) {
-  for (const GraphKey& evicted : memory_.put(key, exe, exe->footprint_bytes())) {
-    event(store::EventKind::kEvict, evicted, {}, 0, "memory LRU");
-  }
 }
 
 Result<std::vector<BufferRef>> Runtime::execute(const CanonicalGraph& cg,

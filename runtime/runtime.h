@@ -1,9 +1,10 @@
 // Runtime: lazy-mode execution of canonical graphs (the GraphExecutor behind mark_step).
 //
-// For each graph: memory LRU -> SQLite -> on a miss, compile and store -> run on the backend.
-// Every decision is an audit event (docs/architecture.md invariant 8): hit_memory, hit_disk, miss with its
-// reason, compile with its duration, store, evict (from the memory LRU), corrupt, store_failed,
-// and fallback (the step ran on the reference evaluator, with why).
+// For each graph: the executable tiers (store/tiers: memory LRU, then SQLite), all keyed by the
+// full ExecutableKey -> on a miss, compile and store -> run on the backend. Every decision is an
+// audit event (docs/architecture.md invariant 8): hit (with the tier that served it: hit_memory,
+// hit_disk), miss with its reason, compile with its duration, store, evict (from the memory LRU),
+// corrupt, store_failed, and fallback (the step ran on the reference evaluator, with why).
 //
 // Failure policy (invariants 5 and 6): an entry that fails its checksum, does not parse, fails
 // validation, or was built for another graph or backend is a `corrupt` event, is removed, and
@@ -26,6 +27,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -34,7 +36,10 @@
 #include "backends/backend.h"
 #include "compile/compiler.h"
 #include "store/sqlite/cache_db.h"
-#include "store/memory/lru.h"
+#include "store/tiers/executable_store.h"
+#include "store/tiers/memory_tier.h"
+#include "store/tiers/sqlite_tier.h"
+#include "store/tiers/tiered_store.h"
 
 namespace tracecache {
 
@@ -94,15 +99,39 @@ class Runtime final : public GraphExecutor {
   int64_t dropped_events() const { return dropped_events_; }
 
  private:
-  std::shared_ptr<const Executable> load_from_disk(const store::ExecutableKey& key,
-                                                   std::optional<store::MissReason>* reason);
-  void note_corrupt(const store::ExecutableKey& key, const std::string& why);
-  // Puts an executable in the memory LRU; evictions it causes are `evict` events.
-  void remember(const GraphKey& key, const std::shared_ptr<const Executable>& exe);
-  void store_compiled(const store::ExecutableKey& key, const Executable& exe, const Graph& graph,
-                      double compile_ms);
+  using Tiers = store::TieredStore<Executable>;
+  // The disk tier's codec: the backend's serialize and load (load validates), and the check that
+  // the bytes were built for the key asked (another graph or compiler version is corruption).
+  class BackendCodec final : public store::ExecutableCodec<Executable> {
+   public:
+    explicit BackendCodec(Backend* backend) : backend_(backend) {}
+    std::string encode(const Executable& exe) override { return backend_->serialize(exe); }
+    Result<Executable> decode(std::string_view bytes, const store::ExecutableKey& key) override;
+
+   private:
+    Backend* backend_;
+  };
+
+  store::ExecutableKey executable_key(const GraphKey& graph) const;
+  // Records what a lookup met: corrupt entries (`corrupt` events; the store removed them),
+  // unreadable tiers (warnings), the hit and what promoting it evicted. Returns the miss reason the
+  // problems imply (corrupt, cache unreadable), if any.
+  std::optional<store::MissReason> note_lookup(const store::ExecutableKey& key, const Tiers::Lookup& found);
+  // Evictions are `evict` events; a tier other than the disk that could not take the entry is a
+  // warning (the disk's failures are store_failed events: store_compiled).
+  void note_puts(const std::vector<Tiers::Put>& puts);
+  // Writes a compiled executable through every tier, the disk's copy with its graph and decision
+  // events in one transaction.
+  void store_compiled(const store::ExecutableKey& key, const std::shared_ptr<const Executable>& exe,
+                      const Graph& graph, double compile_ms);
+  store::Event make_event(store::EventKind kind, const GraphKey& graph, std::string reason = {},
+                          double duration_ms = 0, std::string detail = {}) const;
+  // Adds to events(), within options.max_events_in_memory.
+  void keep(const store::Event& e);
   void event(store::EventKind kind, const GraphKey& graph, std::string reason = {},
              double duration_ms = 0, std::string detail = {});
+  // Counts a hit served by tiers_.tier(tier).
+  void hit(const GraphKey& graph, size_t tier);
   void warn(std::string message);
   // Writes unwritten_ (decision events) unless holding them for an executable's transaction.
   void write_decisions();
@@ -116,7 +145,10 @@ class Runtime final : public GraphExecutor {
   Metrics own_metrics_;  // used when metrics_ is null
   RuntimeOptions options_;
   uint32_t compiler_version_;  // options_.compiler_version, else the backend's
-  store::LruCache<GraphKey, Executable, GraphKeyHasher> memory_;
+  BackendCodec codec_;
+  store::MemoryTier<Executable> memory_;
+  std::optional<store::SqliteTier<Executable>> disk_;  // when db_
+  Tiers tiers_;                                         // memory_, then disk_
   std::vector<store::Event> events_;
   int64_t dropped_events_ = 0;
   std::vector<store::Event> unwritten_;  // decision events not yet in the database

@@ -871,7 +871,7 @@ TEST(NnLazy, ExecutableSurvivesTheDiskCache) {
   }
   int disk_hits = 0, compiles = 0, corrupt = 0;
   for (const store::Event& e : second_events) {
-    disk_hits += e.kind == store::EventKind::kHitDisk;
+    disk_hits += e.kind == store::EventKind::kHit && e.tier == store::kDiskTier;
     compiles += e.kind == store::EventKind::kCompile;
     corrupt += e.kind == store::EventKind::kCorrupt;
   }

@@ -148,6 +148,27 @@ TEST(Runtime, ASecondRuntimeOnTheSameDatabaseCompilesNothing) {
   EXPECT_TRUE(same_checksums(first.steps, second.steps));
 }
 
+TEST(Runtime, HitsCarryTheTierThatServedThemAndKeepTheirStoredNames) {
+  TempDir dir;
+  { auto db = open_db(dir.file("c.db")); run_cpu("matmul_varying_batch.trace", db.get(), 6); }
+  auto db = open_db(dir.file("c.db"));
+  RunResult r = run_cpu("matmul_varying_batch.trace", db.get(), 6);
+  // B = 8 8 16 16 32 8: each graph's first lookup comes from disk (then promoted), later ones
+  // from memory.
+  std::vector<std::string> tiers;
+  for (const store::Event& e : r.events) {
+    if (e.kind == EventKind::kHit) tiers.push_back(e.tier);
+    else EXPECT_TRUE(e.tier.empty()) << store::event_name(e.kind) << " names no tier";
+  }
+  EXPECT_EQ(tiers, (std::vector<std::string>{"disk", "memory", "disk", "memory", "disk", "memory"}));
+  db.reset();
+  EXPECT_EQ(testing::sqlite_int(dir.file("c.db"), "SELECT SUM(hits) FROM hit_counts WHERE tier = 'hit_disk'"), 3);
+  EXPECT_EQ(testing::sqlite_int(dir.file("c.db"), "SELECT SUM(hits) FROM hit_counts WHERE tier = 'hit_memory'"), 6)
+      << "3 memory hits in each run";
+  EXPECT_EQ(testing::sqlite_int(dir.file("c.db"), "SELECT COUNT(*) FROM hit_counts WHERE tier NOT IN "
+                                                  "('hit_disk', 'hit_memory')"), 0);
+}
+
 TEST(Runtime, ACompilerVersionBumpNeverServesStaleExecutables) {
   TempDir dir;
   auto db = open_db(dir.file("c.db"));

@@ -47,8 +47,8 @@ TEST(StoreEvents, HitsAreCountedInOneRowPerKeyAndTier) {
   auto db = t.open();
   ASSERT_TRUE(db);
   for (int i = 0; i < 50; ++i) {
-    std::vector<HitCount> hits = {{GraphKey{1, 1}, "cpu", "", EventKind::kHitMemory, 3, 10.0 + i},
-                                  {GraphKey{1, 1}, "cpu", "", EventKind::kHitDisk, 1, 10.0 + i}};
+    std::vector<HitCount> hits = {{GraphKey{1, 1}, "cpu", "", std::string(kMemoryTier), 3, 10.0 + i},
+                                  {GraphKey{1, 1}, "cpu", "", std::string(kDiskTier), 1, 10.0 + i}};
     ASSERT_TRUE(db->add_hits(hits).is_ok());
   }
   EXPECT_EQ(sqlite_int(t.path(), "SELECT COUNT(*) FROM hit_counts"), 2);
@@ -188,7 +188,7 @@ TEST(StoreEvents, SchemaTwoFilesAreUpgradedInPlace) {
   auto events = db->events();
   ASSERT_TRUE(events.is_ok());
   EXPECT_EQ(events->size(), 1u);
-  std::vector<HitCount> hits = {{GraphKey{1, 1}, "cpu", "", EventKind::kHitMemory, 2, 5}};
+  std::vector<HitCount> hits = {{GraphKey{1, 1}, "cpu", "", std::string(kMemoryTier), 2, 5}};
   EXPECT_TRUE(db->add_hits(hits).is_ok());
 }
 

@@ -75,7 +75,7 @@ void expect_consistent(const std::string& path, const std::string& what) {
       bool found = std::any_of(events->begin(), events->end(),
                                [&](const store::Event& ev) { return ev.kind == kind && ev.graph == e.key.graph; });
       EXPECT_TRUE(found) << what << ": executable " << e.key.graph.to_hex() << " lacks its "
-                         << store::event_kind_name(kind) << " event";
+                         << store::event_name(kind) << " event";
     }
   }
 }

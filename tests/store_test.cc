@@ -85,6 +85,12 @@ Event make_event(EventKind kind, const GraphKey& graph, double time, std::string
   return e;
 }
 
+Event hit_event(std::string_view tier, const GraphKey& graph, double time) {
+  Event e = make_event(EventKind::kHit, graph, time);
+  e.tier = std::string(tier);
+  return e;
+}
+
 std::string binary_blob(size_t n, uint8_t seed) {
   std::string s(n, '\0');
   for (size_t i = 0; i < n; ++i) s[i] = static_cast<char>((i * 131 + seed) & 0xff);
@@ -409,7 +415,7 @@ TEST(CacheDbStore, RandomBytesInTheFileNeverCrash) {
     check(d.audit().status());
     check(d.verify().status());
     check(d.put_executable(exe_key(1000), "new", 1));
-    std::vector<Event> more = {make_event(EventKind::kHitDisk, graph_key(3), 99)};
+    std::vector<Event> more = {hit_event(kDiskTier, graph_key(3), 99)};
     check(d.append_events(more));
     check(d.gc(10000).status());
   }
@@ -419,7 +425,7 @@ TEST(CacheDbStore, RandomBytesInTheFileNeverCrash) {
 // ---------------------------------------------------------------- read-only
 
 void expect_writes_fail(CacheDb& db) {
-  std::vector<Event> events = {make_event(EventKind::kHitDisk, graph_key(1), 5)};
+  std::vector<Event> events = {hit_event(kDiskTier, graph_key(1), 5)};
   const Status writes[] = {
       db.put_graph(graph_key(8), "g", 1),   db.put_executable(exe_key(8), "e", 1),
       db.remove_executable(exe_key(1)),     db.touch_executable(exe_key(1)),
@@ -510,7 +516,7 @@ int read_only_checks_in_child(const std::string& path, bool expect_open) {
   auto ev = d.events();
   if (!ev.is_ok() || ev->size() != 1) return 14;
   if (!d.stats().is_ok() || !d.audit().is_ok() || !d.verify().is_ok()) return 15;
-  std::vector<Event> events = {make_event(EventKind::kHitDisk, graph_key(1), 5)};
+  std::vector<Event> events = {hit_event(kDiskTier, graph_key(1), 5)};
   for (const Status& st : {d.put_graph(graph_key(8), "g", 1), d.put_executable(exe_key(8), "e", 1),
                            d.touch_executable(exe_key(1)), d.append_events(events), d.gc(0).status()}) {
     if (st.code() != StatusCode::kIOError) return 16;
@@ -571,10 +577,12 @@ TEST(CacheDbStore, EventsKeepOrderAndEveryField) {
   first[0].id = 999;  // ignored
   first[1].pid = -7;
   std::vector<Event> second;
-  for (EventKind k : {EventKind::kStore, EventKind::kHitMemory, EventKind::kHitDisk, EventKind::kEvict,
-                      EventKind::kCorrupt, EventKind::kStoreFailed}) {
-    second.push_back(make_event(k, graph_key(2), 20, "", 0, "sim", std::string(event_kind_name(k))));
+  for (EventKind k : {EventKind::kStore, EventKind::kHit, EventKind::kHit, EventKind::kEvict, EventKind::kCorrupt,
+                      EventKind::kStoreFailed}) {
+    second.push_back(make_event(k, graph_key(2), 20, "", 0, "sim", event_name(k)));
   }
+  second[1].tier = kMemoryTier;
+  second[2].tier = kDiskTier;
   ASSERT_TRUE(db->append_events(first).is_ok());
   ASSERT_TRUE(db->append_events(second).is_ok());
 
@@ -592,7 +600,15 @@ TEST(CacheDbStore, EventsKeepOrderAndEveryField) {
   EXPECT_EQ(c.detail, "fused 3 kernels");
   EXPECT_EQ((*all)[0].reason, "new graph");
   EXPECT_NE((*all)[0].id, 999);
-  for (size_t i = 0; i < second.size(); ++i) EXPECT_EQ((*all)[i + 2].kind, second[i].kind);
+  for (size_t i = 0; i < second.size(); ++i) {
+    EXPECT_EQ((*all)[i + 2].kind, second[i].kind);
+    EXPECT_EQ((*all)[i + 2].tier, second[i].tier) << "a hit comes back with its tier";
+  }
+  EXPECT_EQ(sqlite_int(dir.file("c.db"), "SELECT group_concat(kind, ' ') = 'store hit_memory hit_disk evict corrupt "
+                                          "store_failed' FROM (SELECT kind FROM events WHERE graph_key = '" +
+                                              graph_key(2).to_hex() + "' ORDER BY id)"),
+            1)
+      << "the stored kind names are the ones the events table has always held";
 
   auto after = db->events((*all)[3].id);
   ASSERT_TRUE(after.is_ok());
@@ -655,7 +671,7 @@ TEST(CacheDbStore, ClassifyMissInAllFourCases) {
 
   log(EventKind::kCorrupt, 1);
   EXPECT_EQ(classify(exe_key(1)), MissReason::kCorrupt);
-  log(EventKind::kHitMemory, 1);
+  ASSERT_TRUE(db->append_events(std::vector<Event>{hit_event(kMemoryTier, graph_key(1), 1)}).is_ok());
   EXPECT_EQ(classify(exe_key(1)), MissReason::kCorrupt) << "a hit after the corruption changes nothing";
   log(EventKind::kStore, 1);
   EXPECT_EQ(classify(exe_key(1)), MissReason::kEvicted) << "stored again after the corruption";
@@ -728,9 +744,9 @@ TEST(CacheDbStore, AuditCountsHitsMissesAndSavedTime) {
       make_event(EventKind::kMiss, g1, 1, "new graph"),
       make_event(EventKind::kCompile, g1, 2, "", 10),
       make_event(EventKind::kStore, g1, 3),
-      make_event(EventKind::kHitMemory, g1, 4),
-      make_event(EventKind::kHitMemory, g1, 5),
-      make_event(EventKind::kHitDisk, g1, 6),
+      hit_event(kMemoryTier, g1, 4),
+      hit_event(kMemoryTier, g1, 5),
+      hit_event(kDiskTier, g1, 6),
       make_event(EventKind::kMiss, g1, 7, "evicted", 0, "sim"),
       make_event(EventKind::kCompile, g1, 8, "", 20),
       make_event(EventKind::kMiss, g2, 10, "new graph"),
@@ -791,8 +807,8 @@ TEST(CacheDbStore, StatsCountTablesEventsAndFileSize) {
   ASSERT_TRUE(db->put_executable(exe_key(1), std::string(5000, 'e'), 1).is_ok());
   std::vector<Event> events = {
       make_event(EventKind::kMiss, graph_key(1), 1), make_event(EventKind::kCompile, graph_key(1), 2, "", 4),
-      make_event(EventKind::kHitMemory, graph_key(1), 3), make_event(EventKind::kHitMemory, graph_key(1), 4),
-      make_event(EventKind::kHitDisk, graph_key(1), 5), make_event(EventKind::kStore, graph_key(1), 6),
+      hit_event(kMemoryTier, graph_key(1), 3), hit_event(kMemoryTier, graph_key(1), 4),
+      hit_event(kDiskTier, graph_key(1), 5), make_event(EventKind::kStore, graph_key(1), 6),
   };
   ASSERT_TRUE(db->append_events(events).is_ok());
   auto s = db->stats();
@@ -820,18 +836,26 @@ TEST(CacheDbStore, NamesOfReasonsAndKinds) {
   EXPECT_EQ(miss_reason_name(MissReason::kCorrupt), "corrupt");
   EXPECT_EQ(miss_reason_name(MissReason::kStaleCompiler), "stale compiler version");
   EXPECT_EQ(miss_reason_name(MissReason::kUnreadable), "cache unreadable");
-  const std::pair<EventKind, const char*> kinds[] = {
-      {EventKind::kHitMemory, "hit_memory"}, {EventKind::kHitDisk, "hit_disk"}, {EventKind::kMiss, "miss"},
-      {EventKind::kCompile, "compile"},      {EventKind::kStore, "store"},      {EventKind::kEvict, "evict"},
-      {EventKind::kCorrupt, "corrupt"},      {EventKind::kStoreFailed, "store_failed"},
+  struct Named {
+    EventKind kind;
+    std::string_view tier;
+    const char* name;
   };
-  for (const auto& [kind, name] : kinds) {
-    EXPECT_EQ(event_kind_name(kind), name);
-    EXPECT_EQ(parse_event_kind(name), kind);
+  const Named kinds[] = {
+      {EventKind::kHit, kMemoryTier, "hit_memory"}, {EventKind::kHit, kDiskTier, "hit_disk"},
+      {EventKind::kHit, "remote", "hit_remote"},    {EventKind::kMiss, "", "miss"},
+      {EventKind::kCompile, "", "compile"},         {EventKind::kStore, "", "store"},
+      {EventKind::kEvict, "", "evict"},             {EventKind::kCorrupt, "", "corrupt"},
+      {EventKind::kStoreFailed, "", "store_failed"}, {EventKind::kRecompile, "", "recompile"},
+      {EventKind::kFallback, "", "fallback"},
+  };
+  for (const auto& [kind, tier, name] : kinds) {
+    EXPECT_EQ(event_name(kind, tier), name);
+    EXPECT_EQ(parse_event_name(name), (ParsedEventName{kind, std::string(tier)})) << name;
   }
-  EXPECT_FALSE(parse_event_kind("hit").has_value());
-  EXPECT_FALSE(parse_event_kind("").has_value());
-  EXPECT_FALSE(parse_event_kind("MISS").has_value());
+  for (const char* bad : {"hit", "hit_", "hit_Memory", "hit_disk2", "", "MISS"}) {
+    EXPECT_FALSE(parse_event_name(bad).has_value()) << bad;
+  }
 }
 
 TEST(CachePath, FlagThenEnvironmentThenXdgThenHome) {

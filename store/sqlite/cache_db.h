@@ -6,6 +6,10 @@
 // one row each; gc trims the log). The database runs in WAL mode with a busy timeout, so several
 // processes can share one file; every statement is prepared once; writes are transactions.
 //
+// It is the disk tier of the executable cache (through store/tiers/sqlite_tier.h), the AuditLog
+// (store/core/audit_log.h) and the GuardEntryStore (store/core/guard_entry_store.h). The code is
+// split by concern; store/sqlite/cache_db_impl.h lists the files.
+//
 // The database is untrusted input (invariant 5): every blob carries an XXH3-64 checksum that is
 // verified on load. A mismatch is reported as Status kCorruption so the caller can record a
 // `corrupt` event, remove the entry and recompile. Structural checks of an executable's contents
@@ -37,6 +41,10 @@
 
 #include "capture/ir/hash.h"
 #include "capture/core/status.h"
+#include "store/core/audit_log.h"
+#include "store/core/events.h"
+#include "store/core/executable_key.h"
+#include "store/core/guard_entry_store.h"
 
 namespace tracecache::store {
 
@@ -47,69 +55,6 @@ inline constexpr int kSchemaVersion = 3;
 
 // `gc` keeps at most this many audit events unless told otherwise.
 inline constexpr int64_t kDefaultMaxEvents = 100000;
-
-struct ExecutableKey {
-  GraphKey graph;
-  std::string backend;         // "cpu", "sim"
-  std::string options_digest;  // hex digest of the backend's options ("" if none)
-  uint32_t compiler_version = 0;
-  friend bool operator==(const ExecutableKey&, const ExecutableKey&) = default;
-};
-
-// Why a lookup missed, as recorded in `miss` events.
-enum class MissReason : uint8_t {
-  kNewGraph,        // no executable for this graph, backend and options ever stored
-  kEvicted,         // it was stored once, then evicted (gc) or removed
-  kCorrupt,         // it was stored but failed verification when loaded
-  kStaleCompiler,   // only executables from other compiler versions exist
-  kUnreadable,      // the database could not be read (busy, I/O error): it may hold the entry
-  kNewOptions,      // this graph and backend were stored, but only with other backend options
-                    // (e.g. another sim device spec)
-};
-// "new graph", "evicted", "corrupt", "stale compiler version", "cache unreadable",
-// "new backend options".
-std::string_view miss_reason_name(MissReason r);
-
-enum class EventKind : uint8_t {
-  kHitMemory,    // found in the in-memory LRU
-  kHitDisk,      // loaded from SQLite
-  kMiss,         // reason in `reason`
-  kCompile,      // duration_ms = compile time
-  kStore,        // an executable was written
-  kEvict,        // removed by gc or by the LRU's capacity (detail says which)
-  kCorrupt,      // failed verification; detail says how
-  kStoreFailed,  // a write failed (locked, read-only, disk full); detail has the error
-  kRecompile,    // a compiled function traced again: reason = function name, detail = failed guards
-  kFallback,     // a step ran on the reference evaluator (reason: compile failed, run failed,
-                 // exception), or a compiled function hit its recompile limit (reason: its name)
-};
-// "hit_memory", "hit_disk", "miss", "compile", "store", "evict", "corrupt", "store_failed",
-// "recompile", "fallback".
-std::string_view event_kind_name(EventKind k);
-std::optional<EventKind> parse_event_kind(std::string_view name);
-
-struct Event {
-  int64_t id = 0;        // assigned by the database; ignored on append
-  double time = 0;       // seconds since the Unix epoch
-  int64_t pid = 0;
-  EventKind kind = EventKind::kMiss;
-  GraphKey graph;
-  std::string backend;
-  std::string options_digest;  // the backend's options digest (part of the executable key)
-  std::string reason;    // kMiss: miss_reason_name(...)
-  double duration_ms = 0;
-  std::string detail;
-};
-
-// Hits are counted, not logged one row each (invariant 8): the runtime adds these counts.
-struct HitCount {
-  GraphKey graph;
-  std::string backend;
-  std::string options_digest;
-  EventKind tier = EventKind::kHitMemory;  // kHitMemory or kHitDisk
-  int64_t hits = 0;
-  double time = 0;  // of the latest hit counted
-};
 
 struct StoredExecutable {
   std::string blob;      // verified against its checksum
@@ -169,20 +114,6 @@ struct VerifyProblem {  // `tracecache verify`
   std::string problem;  // e.g. "checksum mismatch"
 };
 
-// A compiled function's identity in the cache: its name, the caller's version string for it,
-// and the toolkit version (guard entries from another tracecache are never used).
-struct FunctionKey {
-  std::string name, user_version, toolkit_version;
-  friend bool operator==(const FunctionKey&, const FunctionKey&) = default;
-};
-
-struct StoredFunctionEntry {
-  int64_t entry = 0;     // position in the function's entry list
-  std::string blob;      // empty if corrupt
-  int64_t hits = 0;
-  bool corrupt = false;  // checksum mismatch
-};
-
 struct FunctionAudit {  // `tracecache audit`: one row per compiled function
   FunctionKey key;
   struct Entry { int64_t entry; int64_t hits; int64_t bytes; };
@@ -190,7 +121,7 @@ struct FunctionAudit {  // `tracecache audit`: one row per compiled function
   std::vector<std::string> recent_recompiles;  // reasons, newest first, at most 5
 };
 
-class CacheDb {
+class CacheDb final : public AuditLog, public GuardEntryStore {
  public:
   struct Options {
     std::string path;            // created (with parent directories) if missing, unless read_only
@@ -201,7 +132,7 @@ class CacheDb {
     std::string vfs{};
   };
   static Result<std::unique_ptr<CacheDb>> open(const Options& options);
-  ~CacheDb();
+  ~CacheDb() override;
   CacheDb(const CacheDb&) = delete;
   CacheDb& operator=(const CacheDb&) = delete;
 
@@ -210,7 +141,7 @@ class CacheDb {
   // writes then fail with kIOError.
   bool read_only() const;
 
-  // ---- graphs ----
+  // ---- graphs (cache_db_executables.cc) ----
   // Stores a canonical graph's serialized form. Idempotent: an existing identical row is kept
   // (its `created` time too); a row whose bytes differ is replaced, which repairs a corrupted
   // blob since a graph's encoding is deterministic.
@@ -218,7 +149,7 @@ class CacheDb {
   // nullopt if absent; kCorruption if its checksum fails.
   Result<std::optional<std::string>> get_graph(const GraphKey& key);
 
-  // ---- executables ----
+  // ---- executables (cache_db_executables.cc) ----
   // nullopt if absent; kCorruption if the checksum fails. Does not update use statistics.
   Result<std::optional<StoredExecutable>> get_executable(const ExecutableKey& key);
   // Inserts or replaces. `events` (the decisions that describe this executable: its miss, compile
@@ -229,27 +160,27 @@ class CacheDb {
   Status remove_executable(const ExecutableKey& key);
   // Records a use: last_used = now, uses += 1.
   Status touch_executable(const ExecutableKey& key);
-  // Why there is no executable for `key` (call after a miss); see MissReason.
-  Result<MissReason> classify_miss(const ExecutableKey& key);
 
-  // ---- audit log ----
-  // Appends in one transaction; ids and nothing else are assigned by the database.
-  Status append_events(std::span<const Event> events);
-  // Events in id order, optionally only those after `after_id`, at most `limit` (0 = all).
-  // Malformed rows (unknown kind, damaged key) are skipped and counted in *malformed if given.
-  Result<std::vector<Event>> events(int64_t after_id = 0, int64_t limit = 0, int64_t* malformed = nullptr);
-  // Adds hit counts (one upsert per key and tier), in one transaction.
-  Status add_hits(std::span<const HitCount> hits);
+  // ---- audit log (store/core/audit_log.h; cache_db_audit_log.cc) ----
+  Status append_events(std::span<const Event> events) override;
+  Result<std::vector<Event>> events(int64_t after_id = 0, int64_t limit = 0,
+                                    int64_t* malformed = nullptr) override;
+  // One upsert per key and tier; the tier column holds event_name(kHit, tier).
+  Status add_hits(std::span<const HitCount> hits) override;
+  // Looks at the executables stored for other compiler versions or options and at the last
+  // store/evict/corrupt event of this exact key.
+  Result<MissReason> classify_miss(const ExecutableKey& key) override;
 
-  // ---- compiled functions' guard entries ----
-  Status put_function_entry(const FunctionKey& key, int64_t entry, std::string_view blob);
-  // In entry order; a row whose checksum fails comes back with corrupt = true.
-  Result<std::vector<StoredFunctionEntry>> function_entries(const FunctionKey& key);
-  Status add_function_hits(const FunctionKey& key, int64_t entry, int64_t hits);
-  Status remove_function_entry(const FunctionKey& key, int64_t entry);
+  // ---- compiled functions' guard entries (store/core/guard_entry_store.h;
+  // cache_db_guard_entries.cc) ----
+  Status put_function_entry(const FunctionKey& key, int64_t entry, std::string_view blob) override;
+  Result<std::vector<StoredFunctionEntry>> function_entries(const FunctionKey& key) override;
+  Status add_function_hits(const FunctionKey& key, int64_t entry, int64_t hits) override;
+  Status remove_function_entry(const FunctionKey& key, int64_t entry) override;
+
+  // ---- queries and maintenance for the CLI (cache_db_maintenance.cc) ----
+  // One row per compiled function version with its entries' hits and sizes (`tracecache audit`).
   Result<std::vector<FunctionAudit>> function_audit();
-
-  // ---- queries and maintenance for the CLI ----
   // Most recently used first. Rows whose key columns are damaged are left out (verify() reports
   // them; gc() removes them).
   Result<std::vector<EntryInfo>> list_executables();

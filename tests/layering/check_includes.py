@@ -15,7 +15,7 @@ import sys
 
 CAPTURE = ["capture/core", "capture/ops", "capture/ir", "capture/trace", "capture/reference"]
 FRONTEND = ["frontend/files", "frontend/program", "frontend/zoo"]
-STORE = ["store/codec", "store/memory", "store/sqlite", "store/tiers"]
+STORE = ["store/core", "store/codec", "store/memory", "store/sqlite", "store/tiers"]
 BELOW_RUNTIME = CAPTURE + FRONTEND + STORE + ["compile", "backends"]
 
 # folder -> folders (besides itself) whose headers it may include. A folder covers its subfolders
@@ -29,10 +29,11 @@ ALLOWED = {
     "frontend/files": CAPTURE,
     "frontend/program": CAPTURE + FRONTEND[:1],
     "frontend/zoo": CAPTURE + FRONTEND[:2],
+    "store/core": CAPTURE,
     "store/codec": CAPTURE,
     "store/memory": CAPTURE,
-    "store/sqlite": CAPTURE + ["store/codec", "store/memory"],
-    "store/tiers": CAPTURE + ["store/codec", "store/memory", "store/sqlite"],
+    "store/sqlite": CAPTURE + ["store/core", "store/codec", "store/memory"],
+    "store/tiers": CAPTURE + ["store/core", "store/codec", "store/memory", "store/sqlite"],
     "compile": CAPTURE + STORE,
     "backends": CAPTURE + ["compile"],
     "runtime": BELOW_RUNTIME,

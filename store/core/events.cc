@@ -1,0 +1,64 @@
+#include "store/core/events.h"
+
+#include <iterator>
+#include <utility>
+
+namespace tracecache::store {
+
+std::string_view miss_reason_name(MissReason r) {
+  switch (r) {
+    case MissReason::kNewGraph: return "new graph";
+    case MissReason::kEvicted: return "evicted";
+    case MissReason::kCorrupt: return "corrupt";
+    case MissReason::kStaleCompiler: return "stale compiler version";
+    case MissReason::kUnreadable: return "cache unreadable";
+    case MissReason::kNewOptions: return "new backend options";
+  }
+  return "unknown";
+}
+
+namespace {
+
+constexpr std::string_view kHitPrefix = "hit_";
+
+// Every kind but kHit, whose name is made from its tier.
+constexpr std::pair<EventKind, std::string_view> kEventKindNames[] = {
+    {EventKind::kMiss, "miss"},         {EventKind::kCompile, "compile"},
+    {EventKind::kStore, "store"},       {EventKind::kEvict, "evict"},
+    {EventKind::kCorrupt, "corrupt"},   {EventKind::kStoreFailed, "store_failed"},
+    {EventKind::kRecompile, "recompile"}, {EventKind::kFallback, "fallback"},
+};
+static_assert(std::size(kEventKindNames) == static_cast<size_t>(EventKind::kFallback),
+              "every EventKind but kHit has a name");
+
+bool is_tier_name(std::string_view s) {
+  if (s.empty()) return false;
+  for (char c : s) {
+    if (c < 'a' || c > 'z') return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+std::string event_name(EventKind kind, std::string_view tier) {
+  if (kind == EventKind::kHit) return std::string(kHitPrefix) + std::string(tier);
+  for (const auto& [k, name] : kEventKindNames) {
+    if (k == kind) return std::string(name);
+  }
+  return "unknown";
+}
+
+std::optional<ParsedEventName> parse_event_name(std::string_view name) {
+  if (name.starts_with(kHitPrefix)) {
+    std::string_view tier = name.substr(kHitPrefix.size());
+    if (!is_tier_name(tier)) return std::nullopt;
+    return ParsedEventName{EventKind::kHit, std::string(tier)};
+  }
+  for (const auto& [kind, kind_name] : kEventKindNames) {
+    if (kind_name == name) return ParsedEventName{kind, {}};
+  }
+  return std::nullopt;
+}
+
+}  // namespace tracecache::store

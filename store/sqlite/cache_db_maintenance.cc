@@ -1,0 +1,361 @@
+// CacheDb: queries and maintenance for the CLI (ls, stats, audit, gc, verify, graph-key
+// prefixes, the database path).
+#include "store/sqlite/cache_db.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <utility>
+
+#include "store/sqlite/cache_db_impl.h"
+
+namespace tracecache::store {
+
+namespace fs = std::filesystem;
+using db_internal::checksum_of;
+using db_internal::is_corruption_code;
+using db_internal::now_seconds;
+using db_internal::Query;
+using db_internal::Stmt;
+
+Result<EntryInfo> CacheDb::Impl::entry_from_row(const Query& q) const {
+  Result<GraphKey> key = parse_key(q.col_text(0), "executables");
+  if (!key.is_ok()) return key.status();
+  int64_t compiler = q.col_i64(3);
+  if (compiler < 0 || compiler > static_cast<int64_t>(UINT32_MAX)) {
+    return corruption(fmt::format("cache database '{}': executables has compiler version {} out of range", path,
+                                  compiler));
+  }
+  EntryInfo e;
+  e.key = {*key, q.col_text(1), q.col_text(2), static_cast<uint32_t>(compiler)};
+  e.bytes = static_cast<uint64_t>(std::max<int64_t>(q.col_i64(4), 0));
+  e.created = q.col_real(5);
+  e.last_used = q.col_real(6);
+  e.uses = q.col_i64(7);
+  e.compile_ms = q.col_real(8);
+  e.graph_nodes = q.col_i64(9);
+  return e;
+}
+
+Result<std::vector<EntryInfo>> CacheDb::list_executables() {
+  Query q(impl_->list_exes);
+  std::vector<EntryInfo> out;
+  int rc;
+  while ((rc = q.step()) == SQLITE_ROW) {
+    // A malformed row (damaged key columns) can never be looked up: it is not listed here,
+    // verify() reports it and gc() removes it.
+    Result<EntryInfo> e = impl_->entry_from_row(q);
+    if (e.is_ok()) out.push_back(std::move(*e));
+  }
+  if (rc != SQLITE_DONE) return impl_->error(rc, "listing executables");
+  return out;
+}
+
+Result<CacheStats> CacheDb::stats() {
+  return impl_->read_transaction("reading statistics", [&]() -> Result<CacheStats> {
+    CacheStats s;
+    auto one_row = [&](const Stmt& stmt, auto&& read) -> Status {
+      Query q(stmt);
+      int rc = q.step();
+      if (rc != SQLITE_ROW) return impl_->error(rc == SQLITE_DONE ? SQLITE_CORRUPT : rc, "reading statistics");
+      read(q);
+      return Status::ok();
+    };
+    int64_t page_count = 0, page_size = 0;
+    Status st = one_row(impl_->count_graphs, [&](const Query& q) {
+      s.graphs = q.col_i64(0);
+      s.graph_bytes = static_cast<uint64_t>(std::max<int64_t>(q.col_i64(1), 0));
+    });
+    if (st.is_ok()) {
+      st = one_row(impl_->count_exes, [&](const Query& q) {
+        s.executables = q.col_i64(0);
+        s.executable_bytes = static_cast<uint64_t>(std::max<int64_t>(q.col_i64(1), 0));
+      });
+    }
+    if (st.is_ok()) {
+      st = one_row(impl_->count_events, [&](const Query& q) {
+        s.hits_memory = q.col_i64(0);
+        s.hits_disk = q.col_i64(1);
+        s.misses = q.col_i64(2);
+        s.compiles = q.col_i64(3);
+      });
+    }
+    if (st.is_ok()) st = one_row(impl_->page_count, [&](const Query& q) { page_count = q.col_i64(0); });
+    if (st.is_ok()) st = one_row(impl_->page_size, [&](const Query& q) { page_size = q.col_i64(0); });
+    if (!st.is_ok()) return st;
+    s.file_bytes = static_cast<uint64_t>(std::max<int64_t>(page_count * page_size, 0));
+    int64_t hits = s.hits_memory + s.hits_disk;
+    int64_t lookups = hits + s.misses;
+    s.hit_rate = lookups > 0 ? static_cast<double>(hits) / static_cast<double>(lookups) : 0;
+    return s;
+  });
+}
+
+Result<std::vector<GraphAudit>> CacheDb::audit(int64_t* malformed) {
+  if (malformed) *malformed = 0;
+  return impl_->read_transaction("reading the audit log", [&]() -> Result<std::vector<GraphAudit>> {
+    std::vector<GraphAudit> out;
+    {
+      Query q(impl_->audit_graphs);
+      int rc;
+      while ((rc = q.step()) == SQLITE_ROW) {
+        std::optional<GraphKey> key = GraphKey::from_hex(q.col_text(0));
+        if (!key) {  // rows with a damaged key: skipped and counted, never fatal
+          if (malformed) *malformed += q.col_i64(1) + q.col_i64(2) + q.col_i64(3) + q.col_i64(4) + q.col_i64(5);
+          continue;
+        }
+        GraphAudit a;
+        a.graph = *key;
+        a.hits_memory = q.col_i64(1);
+        a.hits_disk = q.col_i64(2);
+        a.misses = q.col_i64(3);
+        a.compiles = q.col_i64(4);
+        a.corrupt = q.col_i64(5);
+        a.compile_ms_total = q.col_real(6);
+        a.last_use = q.col_real(7);
+        if (a.compiles > 0) {
+          a.saved_ms = static_cast<double>(a.hits_memory + a.hits_disk) * a.compile_ms_total /
+                       static_cast<double>(a.compiles);
+        }
+        out.push_back(std::move(a));
+      }
+      if (rc != SQLITE_DONE) return impl_->error(rc, "reading the audit log");
+    }
+    for (GraphAudit& a : out) {
+      if (a.misses == 0) continue;
+      Query q(impl_->recent_misses);
+      q.text(1, a.graph.to_hex());
+      int rc;
+      while ((rc = q.step()) == SQLITE_ROW) {
+        a.recent_misses.push_back({q.col_real(0), q.col_text(1), q.col_text(2)});
+      }
+      if (rc != SQLITE_DONE) return impl_->error(rc, "reading the audit log");
+    }
+    return out;
+  });
+}
+
+Result<std::vector<EntryInfo>> CacheDb::gc(uint64_t max_bytes) {
+  Result<GcReport> r = gc(GcOptions{.max_bytes = max_bytes, .max_events = -1});
+  if (!r.is_ok()) return r.status();
+  return std::move(r->evicted);
+}
+
+Result<GcReport> CacheDb::gc(const GcOptions& options) {
+  const uint64_t max_bytes = options.max_bytes;
+  GcReport report;
+  std::vector<EntryInfo>& evicted = report.evicted;
+  Status st = impl_->write_transaction("evict executables", [&]() -> Status {
+    report = GcReport{};  // a retried transaction starts over
+    // Trim first, so the evictions recorded below are kept.
+    auto changes = [&](const Stmt& stmt, auto&& bind, int64_t* count, std::string_view what) -> Status {
+      Query q(stmt);
+      bind(q);
+      int rc = q.step();
+      if (rc != SQLITE_DONE) return impl_->error(rc, what);
+      *count += sqlite3_changes(impl_->db);
+      return Status::ok();
+    };
+    if (options.older_than > 0) {
+      auto cutoff = [&](Query& q) { q.real(1, options.older_than); };
+      Status s = changes(impl_->trim_events_age, cutoff, &report.events_removed, "trimming the audit log");
+      if (s.is_ok()) s = changes(impl_->trim_hits_age, cutoff, &report.hit_counts_removed, "trimming hit counts");
+      if (s.is_ok()) {
+        s = changes(impl_->trim_function_versions, cutoff, &report.function_entries_removed,
+                    "removing stale function versions");
+      }
+      if (!s.is_ok()) return s;
+    }
+    if (options.max_events >= 0) {
+      Status s = changes(impl_->trim_events_count, [&](Query& q) { q.i64(1, options.max_events); },
+                         &report.events_removed, "trimming the audit log");
+      if (!s.is_ok()) return s;
+    }
+    std::vector<EntryInfo> all;
+    std::vector<int64_t> malformed;  // rowids of rows whose key columns do not parse
+    uint64_t total = 0;
+    {
+      Query q(impl_->lru_exes);
+      int rc;
+      while ((rc = q.step()) == SQLITE_ROW) {
+        Result<EntryInfo> e = impl_->entry_from_row(q);
+        if (!e.is_ok()) {
+          malformed.push_back(q.col_i64(10));
+          continue;
+        }
+        total += e->bytes;
+        all.push_back(std::move(*e));
+      }
+      if (rc != SQLITE_DONE) return impl_->error(rc, "listing executables");
+    }
+    // Malformed rows can never be served: gc always removes them, so a damaged file can be
+    // cleaned.
+    for (int64_t rowid : malformed) {
+      Query q(impl_->remove_exe_row);
+      q.i64(1, rowid);
+      int rc = q.step();
+      if (rc != SQLITE_DONE) return impl_->error(rc, "removing a malformed executable row");
+    }
+    const double now = now_seconds();
+    const int64_t pid = static_cast<int64_t>(::getpid());
+    for (const EntryInfo& e : all) {
+      if (total <= max_bytes) break;
+      {
+        Query q(impl_->remove_exe);
+        q.key(1, e.key);
+        int rc = q.step();
+        if (rc != SQLITE_DONE) return impl_->error(rc, "evicting an executable");
+      }
+      {
+        Event ev;
+        ev.time = now;
+        ev.pid = pid;
+        ev.kind = EventKind::kEvict;
+        ev.graph = e.key.graph;
+        ev.backend = e.key.backend;
+        ev.options_digest = e.key.options_digest;
+        ev.detail = "gc";
+        Status s = impl_->insert_event(ev);
+        if (!s.is_ok()) return s;
+      }
+      total -= e.bytes;
+      evicted.push_back(e);
+    }
+    return Status::ok();
+  });
+  if (!st.is_ok()) return st;
+  return report;
+}
+
+Result<std::vector<GraphKey>> CacheDb::keys_with_prefix(std::string_view prefix, int64_t limit) {
+  std::string lower;
+  for (char c : prefix) {
+    char l = static_cast<char>(c >= 'A' && c <= 'F' ? c - 'A' + 'a' : c);
+    if (!((l >= '0' && l <= '9') || (l >= 'a' && l <= 'f'))) return std::vector<GraphKey>();
+    lower.push_back(l);
+  }
+  if (lower.empty()) return std::vector<GraphKey>();
+  Query q(impl_->keys_with_prefix);
+  q.text(1, lower).i64(2, static_cast<int64_t>(lower.size())).i64(3, limit > 0 ? limit : -1);
+  std::vector<GraphKey> out;
+  int rc;
+  while ((rc = q.step()) == SQLITE_ROW) {
+    if (std::optional<GraphKey> k = GraphKey::from_hex(q.col_text(0))) out.push_back(*k);
+  }
+  if (rc != SQLITE_DONE) return impl_->error(rc, "looking up a graph key prefix");
+  return out;
+}
+
+Result<std::vector<VerifyProblem>> CacheDb::verify() {
+  return impl_->read_transaction("verifying", [&]() -> Result<std::vector<VerifyProblem>> {
+    std::vector<VerifyProblem> problems;
+    auto check = [&](const std::string& table, const std::string& key, const std::string& blob, int64_t stored_sum,
+                     int64_t stored_bytes) {
+      if (checksum_of(blob) != stored_sum) {
+        problems.push_back({table, key, "checksum mismatch"});
+      } else if (static_cast<int64_t>(blob.size()) != stored_bytes) {
+        problems.push_back({table, key, fmt::format("size mismatch: {} bytes recorded, {} stored", stored_bytes,
+                                                    blob.size())});
+      }
+    };
+    // A table SQLite itself finds damaged is one problem; the scan goes on with the next table.
+    auto finish = [&](const std::string& table, int rc) -> Status {
+      if (rc == SQLITE_DONE) return Status::ok();
+      if (is_corruption_code(rc)) {
+        problems.push_back({table, "", fmt::format("table damaged: {}", sqlite3_errmsg(impl_->db))});
+        return Status::ok();
+      }
+      return impl_->error(rc, "verifying " + table);
+    };
+    {
+      Query q(impl_->all_graph_blobs);
+      int rc;
+      while ((rc = q.step()) == SQLITE_ROW) check("graphs", q.col_text(0), q.col_blob(1), q.col_i64(2), q.col_i64(3));
+      Status st = finish("graphs", rc);
+      if (!st.is_ok()) return st;
+    }
+    Query q(impl_->all_exe_blobs);
+    int rc;
+    while ((rc = q.step()) == SQLITE_ROW) {
+      std::string key = fmt::format("{} backend={} options={} compiler={}", q.col_text(0), q.col_text(1),
+                                    q.col_text(2), q.col_i64(3));
+      if (!GraphKey::from_hex(q.col_text(0)) || q.col_i64(3) < 0 || q.col_i64(3) > static_cast<int64_t>(UINT32_MAX)) {
+        problems.push_back({"executables", key, "malformed key columns (gc removes the row)"});
+        continue;
+      }
+      check("executables", key, q.col_blob(4), q.col_i64(5), q.col_i64(6));
+    }
+    Status st = finish("executables", rc);
+    if (!st.is_ok()) return st;
+    return problems;
+  });
+}
+
+// ---- path ----
+
+std::string resolve_cache_path(const std::string& flag, const CachePathEnv& env) {
+  if (!flag.empty()) return flag;
+  if (!env.tracecache_db.empty()) return env.tracecache_db;
+  // The XDG spec says a relative $XDG_CACHE_HOME is invalid and must be ignored.
+  if (!env.xdg_cache_home.empty() && fs::path(env.xdg_cache_home).is_absolute()) {
+    return (fs::path(env.xdg_cache_home) / "tracecache" / "cache.db").string();
+  }
+  return (fs::path(env.home) / ".cache" / "tracecache" / "cache.db").string();
+}
+
+// ---- graph key prefixes ----
+
+bool looks_like_key_prefix(std::string_view text) {
+  if (text.size() < kMinKeyPrefix || text.size() > 32) return false;
+  return std::all_of(text.begin(), text.end(), [](char c) {
+    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+  });
+}
+
+Result<GraphKey> resolve_graph_key(CacheDb& db, std::string_view text) {
+  if (!looks_like_key_prefix(text)) {
+    return invalid_argument(fmt::format("'{}' is not a graph hash (give {} to 32 hex digits)", text, kMinKeyPrefix));
+  }
+  if (text.size() == 32) {
+    if (std::optional<GraphKey> k = GraphKey::from_hex(std::string(text))) return *k;
+  }
+  constexpr int64_t kShown = 10;
+  Result<std::vector<GraphKey>> keys = db.keys_with_prefix(text, kShown + 1);
+  if (!keys.is_ok()) return keys.status();
+  if (keys->empty()) {
+    return not_found(fmt::format("no cached graph hash starts with '{}' in '{}' (see `tracecache ls`)", text,
+                                 db.path()));
+  }
+  if (keys->size() == 1) return keys->front();
+  std::string list;
+  for (size_t i = 0; i < keys->size() && i < static_cast<size_t>(kShown); ++i) list += "\n  " + (*keys)[i].to_hex();
+  if (keys->size() > static_cast<size_t>(kShown)) list += "\n  ...";
+  return invalid_argument(fmt::format("graph hash prefix '{}' is ambiguous; candidates:{}", text, list));
+}
+
+Result<std::vector<FunctionAudit>> CacheDb::function_audit() {
+  return impl_->read_transaction("auditing functions", [&]() -> Result<std::vector<FunctionAudit>> {
+    std::vector<FunctionAudit> out;
+    {
+      Query q(impl_->list_fn_entries);
+      int rc;
+      while ((rc = q.step()) == SQLITE_ROW) {
+        FunctionKey k{q.col_text(0), q.col_text(1), q.col_text(2)};
+        if (out.empty() || !(out.back().key == k)) out.push_back(FunctionAudit{k, {}, {}});
+        out.back().entries.push_back({q.col_i64(3), q.col_i64(4), q.col_i64(5)});
+      }
+      if (rc != SQLITE_DONE) return impl_->error(rc, "auditing functions");
+    }
+    for (FunctionAudit& f : out) {
+      Query q(impl_->recent_recompiles);
+      q.text(1, f.key.name);
+      int rc;
+      while ((rc = q.step()) == SQLITE_ROW) f.recent_recompiles.push_back(q.col_text(0));
+      if (rc != SQLITE_DONE) return impl_->error(rc, "auditing functions");
+    }
+    return out;
+  });
+}
+
+}  // namespace tracecache::store

@@ -29,12 +29,12 @@ namespace {
 // `show` trace a program without computing it.
 class DryRunExecutor final : public GraphExecutor {
  public:
-  Result<std::vector<BufferRef>> execute(const CanonicalGraph& g, std::span<const BufferRef>) override {
+  Result<std::vector<DataRef>> execute(const CanonicalGraph& g, std::vector<DataRef>) override {
     graphs.push_back(g);
-    std::vector<BufferRef> outs;
+    std::vector<DataRef> outs;
     for (NodeId o : g.graph.outputs()) {
       const Node& n = g.graph.node(o);
-      outs.push_back(std::make_shared<const HostBuffer>(n.dtype, n.shape));
+      outs.push_back(host_data(HostBuffer(n.dtype, n.shape)));
     }
     return outs;
   }

@@ -23,7 +23,7 @@ struct ValueSource {
   Kind kind = Kind::kInput;
   uint32_t a = 0;  // input / scalar / segment index
   uint32_t b = 0;  // segment output index
-  BufferRef constant;  // kConstant: a lifted scalar, made once
+  DataRef constant;  // kConstant: a lifted scalar, made once
 };
 
 // One check of a guard set. `index` names the argument; `dim` a dim or a second argument.
@@ -86,7 +86,7 @@ void source_to_proto(const ValueSource& v, proto::ValueSource* out) {
   out->set_b(v.b);
   if (v.kind == ValueSource::Kind::kConstant) {
     out->set_constant_dtype(static_cast<uint32_t>(v.constant->dtype()));
-    out->set_constant_bits(std::bit_cast<uint64_t>(v.constant->element_as_double(0)));
+    out->set_constant_bits(std::bit_cast<uint64_t>(as_host_data(*v.constant)->buffer()->element_as_double(0)));
   }
 }
 
@@ -102,7 +102,7 @@ std::optional<ValueSource> source_from_proto(const proto::ValueSource& in) {
     ps.kind = ParamSource::Kind::kScalar;
     ps.dtype = static_cast<DType>(in.constant_dtype());
     ps.value = std::bit_cast<double>(in.constant_bits());
-    v.constant = std::make_shared<const HostBuffer>(scalar_buffer(ps));
+    v.constant = host_data(scalar_buffer(ps));
   }
   return v;
 }
@@ -475,7 +475,15 @@ struct CompiledFunction::Impl {
   std::string options_label;  // readable form of options_digest: "sim:h100"
   std::vector<bool> dynamic_scalar;
   std::vector<Entry> entries;
-  std::vector<BufferRef> scratch;  // per-call parameter list, reused
+  std::vector<DataRef> scratch;  // per-call parameter list, reused
+
+  // A value guard's read of a segment output: its host bytes, counted as Tensor::buffer() counts.
+  BufferRef read_value(const DataRef& d) const {
+    Result<BufferRef> b = d->read();
+    if (!b.is_ok()) throw Error(b.status());
+    if (!d->in_host_memory()) runtime->metrics().add(counters::kBytesToHost, static_cast<int64_t>(d->nbytes()));
+    return std::move(b).value();
+  }
 
   std::string input_name(uint32_t i) const {
     return i < options.input_names.size() ? fmt::format("input {} '{}'", i, options.input_names[i])
@@ -484,11 +492,11 @@ struct CompiledFunction::Impl {
 
   // ---- guards ---------------------------------------------------------------------------
 
-  static const std::byte* data(const CallArgs& args, uint32_t i) { return args.tensors[i].data_ptr()->bytes(); }
+  static const void* data(const CallArgs& args, uint32_t i) { return args.tensors[i].data_ptr()->identity(); }
 
   // The first tensor argument that shares data with argument j (j itself if none).
   static uint64_t first_alias(const CallArgs& args, uint32_t j) {
-    const std::byte* p = data(args, j);
+    const void* p = data(args, j);
     for (uint32_t i = 0; i < j; ++i) {
       if (data(args, i) == p) return i;
     }
@@ -706,7 +714,7 @@ struct CompiledFunction::Impl {
       } else {
         ValueSource v;
         v.kind = ValueSource::Kind::kConstant;
-        v.constant = std::make_shared<const HostBuffer>(scalar_buffer(ps));
+        v.constant = host_data(scalar_buffer(ps));
         sp.segment.params.push_back(std::move(v));
       }
     }
@@ -722,22 +730,22 @@ struct CompiledFunction::Impl {
 
   // Runs entry `e`. Returns nullopt (not an error) if a value guard between segments fails or
   // a dynamic entry's template does not apply (then `why` says why).
-  Result<std::optional<std::vector<BufferRef>>> replay(Entry& e, const CallArgs& args, std::string* why) {
+  Result<std::optional<std::vector<DataRef>>> replay(Entry& e, const CallArgs& args, std::string* why) {
     std::span<Segment> segments(e.segments);
     if (e.dynamic) {
       Result<Segment*> seg = specialize(e, args, why);
       if (!seg.is_ok()) return seg.status();
-      if (*seg == nullptr) return std::optional<std::vector<BufferRef>>();
+      if (*seg == nullptr) return std::optional<std::vector<DataRef>>();
       segments = std::span<Segment>(*seg, 1);
     }
-    std::vector<std::vector<BufferRef>> seg_out(segments.size());
-    auto value_of = [&](const ValueSource& v) -> BufferRef {
+    std::vector<std::vector<DataRef>> seg_out(segments.size());
+    auto value_of = [&](const ValueSource& v) -> DataRef {
       switch (v.kind) {
-        case ValueSource::Kind::kInput: return args.tensors[v.a].buffer();
+        case ValueSource::Kind::kInput: return args.tensors[v.a].data();
         case ValueSource::Kind::kDynamicScalar: {
           HostBuffer b(DType::kF32, Shape{});
           *b.data<float>() = static_cast<float>(args.scalars[v.a]);
-          return std::make_shared<const HostBuffer>(std::move(b));
+          return host_data(std::move(b));
         }
         case ValueSource::Kind::kSegmentOutput: return seg_out[v.a][v.b];
         case ValueSource::Kind::kConstant: return v.constant;
@@ -760,22 +768,22 @@ struct CompiledFunction::Impl {
         if (!routed(v)) return corruption("guard entry routes a value that does not exist");
         scratch.push_back(value_of(v));
       }
-      Result<std::vector<BufferRef>> outs = runtime->run_or_fall_back(*seg.exe, scratch);
+      Result<std::vector<DataRef>> outs = runtime->run_or_fall_back(*seg.exe, scratch);
       if (!outs.is_ok()) return corruption("guard entry does not fit its executable: " + outs.status().message());
       seg_out[k] = std::move(*outs);
       for (const auto& [o, expected] : seg.value_guards) {
         if (o >= seg_out[k].size()) return corruption("guard entry checks an output that does not exist");
-        if (!XXH128_isEqual(content_hash(*seg_out[k][o]), expected)) return std::optional<std::vector<BufferRef>>();
+        if (!XXH128_isEqual(content_hash(*read_value(seg_out[k][o])), expected)) return std::optional<std::vector<DataRef>>();
       }
     }
-    std::vector<BufferRef> outputs;
+    std::vector<DataRef> outputs;
     outputs.reserve(e.outputs.size());
     // The outputs are what the entry promises (its recorded types; a dynamic entry's sizes
     // follow the call), whatever a stored entry routes: never a value of another type.
     for (size_t o = 0; o < e.outputs.size(); ++o) {
       const ValueSource& v = e.outputs[o];
       if (!routed(v)) return corruption("guard entry routes a value that does not exist");
-      BufferRef b = value_of(v);
+      DataRef b = value_of(v);
       const TensorType& promised = e.output_types[o];
       const bool fits = b->dtype() == promised.dtype &&
                         (e.dynamic ? b->shape().rank() == promised.shape.rank() : b->shape() == promised.shape);
@@ -785,12 +793,12 @@ struct CompiledFunction::Impl {
       }
       outputs.push_back(std::move(b));
     }
-    return std::optional<std::vector<BufferRef>>(std::move(outputs));
+    return std::optional<std::vector<DataRef>>(std::move(outputs));
   }
 
   // Compares a stored entry's replayed outputs with the types `fn` returns for `args`
   // (CompiledFunctionOptions::output_types; ok when it is not set). kCorruption on a mismatch.
-  Status verify_outputs(const std::vector<BufferRef>& outputs, const CallArgs& args) const {
+  Status verify_outputs(const std::vector<DataRef>& outputs, const CallArgs& args) const {
     if (!options.output_types) return Status::ok();
     Result<std::vector<TensorType>> want = options.output_types(args);
     if (!want.is_ok()) return want.status();
@@ -814,7 +822,7 @@ struct CompiledFunction::Impl {
   class Recorder final : public GraphExecutor {
    public:
     explicit Recorder(Runtime* runtime) : runtime_(runtime) {}
-    Result<std::vector<BufferRef>> execute(const CanonicalGraph& cg, std::span<const BufferRef> params) override {
+    Result<std::vector<DataRef>> execute(const CanonicalGraph& cg, std::vector<DataRef> params) override {
       Segment seg;
       seg.key = cg.key;
       for (size_t p = 0; p < params.size(); ++p) {
@@ -825,7 +833,7 @@ struct CompiledFunction::Impl {
           seg.params.push_back(v);
           continue;
         }
-        auto it = origin.find(params[p].get());
+        auto it = origin.find(params[p]->identity());
         if (it == origin.end()) {
           return invalid_argument(
               "the traced function used tensor data that is not one of its arguments; pass it as an "
@@ -836,7 +844,7 @@ struct CompiledFunction::Impl {
       Result<std::shared_ptr<const Executable>> exe = runtime_->prepare(cg);
       if (!exe.is_ok()) return exe.status();
       seg.exe = *exe;
-      Result<std::vector<BufferRef>> outs = runtime_->run_or_fall_back(**exe, params);
+      Result<std::vector<DataRef>> outs = runtime_->run_or_fall_back(**exe, std::move(params));
       if (!outs.is_ok()) return outs;
       const uint32_t k = static_cast<uint32_t>(segments.size());
       for (uint32_t o = 0; o < outs->size(); ++o) {
@@ -844,16 +852,16 @@ struct CompiledFunction::Impl {
         v.kind = ValueSource::Kind::kSegmentOutput;
         v.a = k;
         v.b = o;
-        origin.try_emplace((*outs)[o].get(), v);  // an output that is an input keeps its origin
+        origin.try_emplace((*outs)[o]->identity(), v);  // an output that is an input keeps its origin
       }
       segments.push_back(std::move(seg));
       last_outputs.push_back(*outs);
       return outs;
     }
 
-    std::unordered_map<const HostBuffer*, ValueSource> origin;  // identity map, this trace only
+    std::unordered_map<const void*, ValueSource> origin;  // DeviceData::identity(), this trace only
     std::vector<Segment> segments;
-    std::vector<std::vector<BufferRef>> last_outputs;
+    std::vector<std::vector<DataRef>> last_outputs;
 
    private:
     Runtime* runtime_;
@@ -869,8 +877,8 @@ struct CompiledFunction::Impl {
       return "dims stay static: the traced code read a value (more than one graph)";
     }
     auto d = std::make_shared<Dynamic>();
-    for (const BufferRef& b : tmpl.param_data) {
-      auto it = rec.origin.find(b.get());
+    for (const DataRef& b : tmpl.param_data) {
+      auto it = rec.origin.find(b->identity());
       if (it == rec.origin.end() || (it->second.kind != ValueSource::Kind::kInput &&
                                      it->second.kind != ValueSource::Kind::kDynamicScalar)) {
         return "dims stay static: the graph reads data that is not an argument";
@@ -910,7 +918,7 @@ struct CompiledFunction::Impl {
 
   // Traces `fn` on `args`; appends an entry unless `keep` is false, dynamic in `dynamic_dims`
   // if it can be. Returns the outputs; `note` (optional) receives what became of the dims.
-  Result<std::vector<BufferRef>> trace(const CallArgs& args, bool keep,
+  Result<std::vector<DataRef>> trace(const CallArgs& args, bool keep,
                                        std::vector<DynamicDim> dynamic_dims = {},
                                        std::string* note = nullptr) {
     Recorder rec(runtime);
@@ -925,9 +933,9 @@ struct CompiledFunction::Impl {
       LazyContext tctx(&rec, lo);
       TraceArgs targs;
       for (uint32_t i = 0; i < args.tensors.size(); ++i) {
-        BufferRef b = args.tensors[i].buffer();
-        targs.tensors_.push_back(tctx.from_buffer(b));
-        rec.origin.try_emplace(b.get(), ValueSource{ValueSource::Kind::kInput, i, 0, nullptr});
+        DataRef b = args.tensors[i].data();
+        targs.tensors_.push_back(tctx.from_data(b));
+        rec.origin.try_emplace(b->identity(), ValueSource{ValueSource::Kind::kInput, i, 0, nullptr});
       }
       targs.scalars_ = args.scalars;
       targs.scalar_tensors_.resize(args.scalars.size());
@@ -935,9 +943,9 @@ struct CompiledFunction::Impl {
         if (!dynamic_scalar[s]) continue;
         HostBuffer b(DType::kF32, Shape{});
         *b.data<float>() = static_cast<float>(args.scalars[s]);
-        auto ref = std::make_shared<const HostBuffer>(std::move(b));
-        rec.origin.try_emplace(ref.get(), ValueSource{ValueSource::Kind::kDynamicScalar, s, 0, nullptr});
-        targs.scalar_tensors_[s] = tctx.from_buffer(ref);
+        DataRef ref = host_data(std::move(b));
+        rec.origin.try_emplace(ref->identity(), ValueSource{ValueSource::Kind::kDynamicScalar, s, 0, nullptr});
+        targs.scalar_tensors_[s] = tctx.from_data(ref);
       }
       try {
         outputs = fn(tctx, targs);
@@ -948,11 +956,11 @@ struct CompiledFunction::Impl {
       }
     }
     Entry entry;
-    std::vector<BufferRef> result;
+    std::vector<DataRef> result;
     for (size_t o = 0; o < outputs.size(); ++o) {
       if (!outputs[o].defined()) return invalid_argument(fmt::format("output {} of the traced function is undefined", o));
-      BufferRef b = outputs[o].buffer();
-      auto it = rec.origin.find(b.get());
+      DataRef b = outputs[o].data();
+      auto it = rec.origin.find(b->identity());
       if (it == rec.origin.end()) {
         return invalid_argument(fmt::format(
             "output {} of the traced function is tensor data that is not one of its arguments", o));
@@ -964,7 +972,7 @@ struct CompiledFunction::Impl {
     // Everything materialized while fn ran may have been read by it: guard the contents.
     for (size_t k = 0; k < segments_inside_fn; ++k) {
       for (uint32_t o = 0; o < rec.last_outputs[k].size(); ++o) {
-        rec.segments[k].value_guards.emplace_back(o, content_hash(*rec.last_outputs[k][o]));
+        rec.segments[k].value_guards.emplace_back(o, content_hash(*read_value(rec.last_outputs[k][o])));
       }
     }
     if (keep) {
@@ -1104,16 +1112,16 @@ Result<std::vector<Tensor>> CompiledFunction::operator()(LazyContext& ctx, const
   impl_->dynamic_scalar.assign(args.scalars.size(), false);
   for (uint32_t s : impl_->options.dynamic_scalars) impl_->dynamic_scalar[s] = true;
 
-  auto wrap = [&ctx](std::vector<BufferRef> bufs) {
+  auto wrap = [&ctx](std::vector<DataRef> bufs) {
     std::vector<Tensor> out;
     out.reserve(bufs.size());
-    for (BufferRef& b : bufs) out.push_back(ctx.from_buffer(std::move(b)));
+    for (DataRef& b : bufs) out.push_back(ctx.from_data(std::move(b)));
     return out;
   };
 
   if (stats_.fell_back_to_lazy) {
     ++stats_.traces;
-    Result<std::vector<BufferRef>> r = impl_->trace(args, /*keep=*/false);
+    Result<std::vector<DataRef>> r = impl_->trace(args, /*keep=*/false);
     if (!r.is_ok()) return r.status();
     return wrap(std::move(*r));
   }
@@ -1132,7 +1140,7 @@ Result<std::vector<Tensor>> CompiledFunction::operator()(LazyContext& ctx, const
       continue;
     }
     std::string why;
-    Result<std::optional<std::vector<BufferRef>>> r = impl_->replay(impl_->entries[e], args, &why);
+    Result<std::optional<std::vector<DataRef>>> r = impl_->replay(impl_->entries[e], args, &why);
     stats_.specializations = impl_->specializations;
     if (r.is_ok() && r->has_value() && !impl_->entries[e].outputs_verified) {
       Status verified = impl_->verify_outputs(**r, args);
@@ -1220,14 +1228,14 @@ Result<std::vector<Tensor>> CompiledFunction::operator()(LazyContext& ctx, const
       impl_->runtime->add_warning(why);
       impl_->runtime->function_event(store::EventKind::kFallback, name_, why);
       ++stats_.traces;
-      Result<std::vector<BufferRef>> r = impl_->trace(args, /*keep=*/false);
+      Result<std::vector<DataRef>> r = impl_->trace(args, /*keep=*/false);
       if (!r.is_ok()) return r.status();
       return wrap(std::move(*r));
     }
   }
   ++stats_.traces;
   std::string note;
-  Result<std::vector<BufferRef>> r = impl_->trace(args, /*keep=*/true, std::move(dynamic), &note);
+  Result<std::vector<DataRef>> r = impl_->trace(args, /*keep=*/true, std::move(dynamic), &note);
   if (!impl_->entries.empty() && !reason.empty()) {
     // A recompile: recorded with what became of the dims (after tracing, which decides it).
     if (!note.empty()) reason += " [" + note + "]";

@@ -20,21 +20,20 @@ namespace {
 // trace without computation.
 class CaptureExecutor final : public GraphExecutor {
  public:
-  Result<std::vector<BufferRef>> execute(const CanonicalGraph& g,
-                                         std::span<const BufferRef> data) override {
+  Result<std::vector<DataRef>> execute(const CanonicalGraph& g, std::vector<DataRef> data) override {
     if (graph) return internal_error("the forward ran more than one graph");
     graph = g;
-    params.assign(data.begin(), data.end());
-    std::vector<BufferRef> outs;
+    params = std::move(data);
+    std::vector<DataRef> outs;
     for (NodeId o : g.graph.outputs()) {
-      outs.push_back(std::make_shared<const HostBuffer>(g.graph.node(o).dtype, g.graph.node(o).shape));
+      outs.push_back(host_data(HostBuffer(g.graph.node(o).dtype, g.graph.node(o).shape)));
     }
     results = outs;
     return outs;
   }
   std::optional<CanonicalGraph> graph;
-  std::vector<BufferRef> params;
-  std::vector<BufferRef> results;
+  std::vector<DataRef> params;
+  std::vector<DataRef> results;
 };
 
 // One zero-filled block as large as the largest tensor, from calloc: the pages are never
@@ -115,7 +114,7 @@ Result<Program> model_program(const ModelSpec& spec, const ProgramOptions& optio
   lazy.canonicalize.bake_scalars = true;  // constants stay ops, written as `full(...)` lines
   LazyContext ctx(&executor, lazy);
   // Which declaration each tensor's data stands for: inputs first, then the spec's tensors.
-  std::map<const HostBuffer*, size_t> decl_of_data;
+  std::map<const void*, size_t> decl_of_data;  // DeviceData::identity()
   std::vector<Tensor> inputs, weights;
   Program program;
   program.file_name = options.file_name.empty() ? spec.name + ".trace" : options.file_name;
@@ -184,7 +183,7 @@ Result<Program> model_program(const ModelSpec& spec, const ProgramOptions& optio
   std::vector<std::string> node_names(g.size());
   std::vector<std::string> output_names;
   for (size_t k = 0; k < outputs.size(); ++k) {
-    const HostBuffer* data = outputs[k].data_ptr();
+    const DeviceData* data = outputs[k].data_ptr();
     size_t slot = 0;
     while (slot < executor.results.size() && executor.results[slot].get() != data) ++slot;
     if (slot == executor.results.size()) {
@@ -201,7 +200,7 @@ Result<Program> model_program(const ModelSpec& spec, const ProgramOptions& optio
     if (src.kind != ParamSource::Kind::kTraceParam) {
       return internal_error(fmt::format("{}: a lifted scalar in a baked trace", spec.name));
     }
-    auto it = decl_of_data.find(executor.params[i].get());
+    auto it = decl_of_data.find(executor.params[i]->identity());
     if (it == decl_of_data.end()) {
       return internal_error(fmt::format("{}: graph parameter {} is no model tensor", spec.name, i));
     }

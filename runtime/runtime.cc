@@ -267,13 +267,18 @@ Result<std::vector<DataRef>> Runtime::run_reference(const CanonicalGraph& cg,
 
 Result<std::vector<DataRef>> Runtime::run_prepared(const Executable& exe, std::vector<DataRef>& params) {
   ScopedTimer run_timer(metrics_, timers::kRun);
+  // A donated parameter is given up when `params` holds its only handle: then it keeps no
+  // device mirror and its handle is dropped before the run, so the backend may write in place.
+  std::vector<bool> donated(params.size(), false);
+  for (const Donation& d : exe.graph.donations()) donated[d.param] = true;
   std::vector<DeviceRef> device_params;
   device_params.reserve(params.size());
-  for (const DataRef& p : params) {
-    Result<DeviceRef> d = device_copy(p);
+  for (size_t i = 0; i < params.size(); ++i) {
+    const bool give_up = donated[i] && params[i].use_count() == 1;
+    Result<DeviceRef> d = device_copy(params[i], /*keep_mirror=*/!give_up);
     if (!d.is_ok() && d.status().code() == StatusCode::kResourceExhausted && !mirrored_.empty()) {
       drop_mirrors();  // free the copies kept for later steps, and try once more
-      d = device_copy(p);
+      d = device_copy(params[i], !give_up);
     }
     if (!d.is_ok()) {
       return Status(d.status().code(),
@@ -281,30 +286,31 @@ Result<std::vector<DataRef>> Runtime::run_prepared(const Executable& exe, std::v
     }
     device_params.push_back(std::move(*d));
   }
-  // A donated parameter whose handle the caller gave up (params held it alone, as the device
-  // buffer itself) is handed over, so the backend may write its output in place.
-  std::vector<uint32_t> taken;
-  for (const Donation& d : exe.graph.donations()) {
-    DataRef& p = params[d.param];
-    if (p.use_count() == 2 && p.get() == device_params[d.param].get()) {
-      p.reset();
-      taken.push_back(d.param);
+  std::vector<size_t> given_up;
+  for (size_t i = 0; i < params.size(); ++i) {
+    const bool alone = params[i].get() == device_params[i].get() ? params[i].use_count() == 2
+                                                                 : params[i].use_count() == 1;
+    if (donated[i] && alone) {
+      params[i].reset();
+      given_up.push_back(i);
     }
   }
   Result<std::vector<DeviceRef>> outs = backend_->run(exe, device_params);
   if (!outs.is_ok()) {
-    for (uint32_t t : taken) params[t] = device_params[t];
+    for (size_t i : given_up) params[i] = device_params[i];  // the same value, on the device
     return outs.status();
   }
   metrics_->add(counters::kExecutions);
   return std::vector<DataRef>(outs->begin(), outs->end());
 }
 
-Result<DeviceRef> Runtime::device_copy(const DataRef& data) {
+Result<DeviceRef> Runtime::device_copy(const DataRef& data, bool keep_mirror) {
   const HostData* host = backend_->shares_host_memory() ? nullptr : as_host_data(*data);
   if (host) {
     if (const DataRef& mirror = host->mirror(mirror_token_)) {
-      return std::static_pointer_cast<const DeviceBuffer>(mirror);
+      DeviceRef d = std::static_pointer_cast<const DeviceBuffer>(mirror);
+      if (!keep_mirror) host->drop_mirror();
+      return d;
     }
   }
   Result<DeviceRef> d = backend_->to_device(data);
@@ -312,7 +318,7 @@ Result<DeviceRef> Runtime::device_copy(const DataRef& data) {
   if (!backend_->shares_host_memory()) {
     metrics_->add(counters::kBytesToDevice, static_cast<int64_t>(data->nbytes()));
   }
-  if (host) {
+  if (host && keep_mirror) {
     host->set_mirror(mirror_token_, *d);
     mirrored_.push_back(data);
     if (mirrored_.size() > 2 * mirrored_pruned_size_ + 64) {

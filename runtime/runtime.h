@@ -64,9 +64,10 @@ class Runtime final : public GraphExecutor {
   Result<std::shared_ptr<const Executable>> prepare_by_key(const GraphKey& key);
   store::CacheDb* db() { return db_; }
   // Parameters on the backend's device are used as they are; host data is copied there once
-  // and the copy kept with it (HostData's mirror) while it lives. The handles of parameters the
-  // graph donates are taken from `params` (left null) when the run succeeds, so the backend may
-  // write their outputs in place; on failure `params` is as given.
+  // and the copy kept with it (HostData's mirror) while it lives. A parameter the graph donates
+  // whose only handle is in `params` is given up: its handle is dropped (left null) so the
+  // backend may write the output in place; if the run fails it is put back (as its device copy:
+  // the same value).
   Result<std::vector<DataRef>> run_prepared(const Executable& exe, std::vector<DataRef>& params);
 
   // run_prepared(), except that when the backend runs out of resources (kResourceExhausted, e.g.
@@ -133,7 +134,8 @@ class Runtime final : public GraphExecutor {
   uint64_t mirror_token_;
   std::vector<std::weak_ptr<const DeviceData>> mirrored_;
   size_t mirrored_pruned_size_ = 0;
-  Result<DeviceRef> device_copy(const DataRef& data);
+  // `data` on the backend's device; host data keeps the copy as its mirror if `keep_mirror`.
+  Result<DeviceRef> device_copy(const DataRef& data, bool keep_mirror);
   void drop_mirrors();
 };
 

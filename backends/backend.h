@@ -35,12 +35,11 @@ class DeviceBuffer : public DeviceData {
  public:
   // REQUIRES: storage != nullptr.
   DeviceBuffer(BufferRef storage, uint64_t device)
-      : DeviceData(storage->dtype(), storage->shape()), storage_(std::move(storage)), device_(device) {}
+      : DeviceData(storage->dtype(), storage->shape(), storage.get()), storage_(std::move(storage)), device_(device) {}
   const BufferRef& storage() const { return storage_; }
   uint64_t device() const { return device_; }
   Result<BufferRef> read() const override { return storage_; }
   bool in_host_memory() const override { return device_ == 0; }
-  const void* identity() const override { return storage_.get(); }
   // True if the caller holding `self` is its only owner and nobody else sees its bytes (no other
   // handle, no host reader, not a view of someone else's memory), so a run may overwrite them
   // (donation).

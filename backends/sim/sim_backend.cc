@@ -36,23 +36,20 @@ struct SimBackend::Allocation {
   ~Allocation() { memory->used -= bytes; }
 };
 
-// A sim device buffer: reading it is a device-to-host copy (accounted once per buffer).
+// A sim device buffer: reading it is a device-to-host copy, accounted at every read (a tensor
+// keeps what it read: Tensor::buffer()).
 class SimBackend::Buffer final : public DeviceBuffer {
  public:
   Buffer(BufferRef storage, uint64_t device, std::shared_ptr<Allocation> allocation)
       : DeviceBuffer(std::move(storage), device), allocation_(std::move(allocation)) {}
   Result<BufferRef> read() const override {
-    if (!read_) {
-      read_ = true;
-      if (SimBackend* backend = allocation_->memory->backend) backend->copy_to_host(static_cast<int64_t>(nbytes()));
-    }
+    if (SimBackend* backend = allocation_->memory->backend) backend->copy_to_host(static_cast<int64_t>(nbytes()));
     return storage();
   }
   const std::shared_ptr<Allocation>& allocation() const { return allocation_; }
 
  private:
   std::shared_ptr<Allocation> allocation_;
-  mutable bool read_ = false;
 };
 
 namespace {

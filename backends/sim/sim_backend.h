@@ -11,7 +11,7 @@
 //  - one asynchronous in-order stream: to_device() and run() enqueue work and return; the device
 //    clock advances per kernel by the roofline of backends/sim/cost_model.h; reading a device
 //    buffer (DeviceData::read(), to_host()) enqueues the copy and waits for it (the host clock
-//    jumps to the device clock if it is behind), once per buffer; synchronize() waits for
+//    jumps to the device clock if it is behind); synchronize() waits for
 //    everything. The clocks are in backends/sim/sim_timeline.h;
 //  - donation: a donated output written in place (Slot::Kind::kDonated) takes over its
 //    parameter's device memory instead of allocating its own.

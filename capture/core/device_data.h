@@ -32,7 +32,9 @@ using DataRef = std::shared_ptr<const DeviceData>;
 
 class DeviceData {
  public:
-  DeviceData(DType dtype, Shape shape) : dtype_(dtype), shape_(std::move(shape)) {}
+  // `identity`: the object holding the bytes (see identity()); null means this handle itself.
+  DeviceData(DType dtype, Shape shape, const void* identity = nullptr)
+      : dtype_(dtype), shape_(std::move(shape)), identity_(identity ? identity : this) {}
   virtual ~DeviceData() = default;
   DeviceData(const DeviceData&) = delete;
   DeviceData& operator=(const DeviceData&) = delete;
@@ -47,12 +49,14 @@ class DeviceData {
   // True if read() neither waits nor copies (the value already is host memory).
   virtual bool in_host_memory() const = 0;
   // Handles with equal identity hold the same bytes (a tensor's data seen twice is one graph
-  // parameter: aliasing). An identity hash for in-process maps, never persisted.
-  virtual const void* identity() const { return this; }
+  // parameter: aliasing). An identity for in-process maps, never persisted; not virtual, as
+  // guard checks and op recording read it.
+  const void* identity() const { return identity_; }
 
  private:
   DType dtype_;
   Shape shape_;
+  const void* identity_;
 };
 
 // A value in host memory. It may carry a mirror: the copy of itself on one device, made by
@@ -63,11 +67,10 @@ class HostData final : public DeviceData {
  public:
   // REQUIRES: buffer != nullptr.
   explicit HostData(BufferRef buffer)
-      : DeviceData(buffer->dtype(), buffer->shape()), buffer_(std::move(buffer)) {}
+      : DeviceData(buffer->dtype(), buffer->shape(), buffer.get()), buffer_(std::move(buffer)) {}
 
   Result<BufferRef> read() const override { return buffer_; }
   bool in_host_memory() const override { return true; }
-  const void* identity() const override { return buffer_.get(); }
   const BufferRef& buffer() const { return buffer_; }
 
   // The mirror made for `device` (an identity token of the device that made it), or null.

@@ -844,7 +844,7 @@ struct CompiledFunction::Impl {
       Result<std::shared_ptr<const Executable>> exe = runtime_->prepare(cg);
       if (!exe.is_ok()) return exe.status();
       seg.exe = *exe;
-      Result<std::vector<DataRef>> outs = runtime_->run_or_fall_back(**exe, std::move(params));
+      Result<std::vector<DataRef>> outs = runtime_->run_or_fall_back(**exe, params);
       if (!outs.is_ok()) return outs;
       const uint32_t k = static_cast<uint32_t>(segments.size());
       for (uint32_t o = 0; o < outs->size(); ++o) {

@@ -269,12 +269,14 @@ Result<std::vector<DataRef>> Runtime::run_prepared(const Executable& exe, std::v
   ScopedTimer run_timer(metrics_, timers::kRun);
   // A donated parameter is given up when `params` holds its only handle: then it keeps no
   // device mirror and its handle is dropped before the run, so the backend may write in place.
-  std::vector<bool> donated(params.size(), false);
-  for (const Donation& d : exe.graph.donations()) donated[d.param] = true;
+  const std::span<const Donation> donations = exe.graph.donations();
+  auto donated = [&](size_t i) {
+    return std::any_of(donations.begin(), donations.end(), [i](const Donation& d) { return d.param == i; });
+  };
   std::vector<DeviceRef> device_params;
   device_params.reserve(params.size());
   for (size_t i = 0; i < params.size(); ++i) {
-    const bool give_up = donated[i] && params[i].use_count() == 1;
+    const bool give_up = params[i].use_count() == 1 && donated(i);
     Result<DeviceRef> d = device_copy(params[i], /*keep_mirror=*/!give_up);
     if (!d.is_ok() && d.status().code() == StatusCode::kResourceExhausted && !mirrored_.empty()) {
       drop_mirrors();  // free the copies kept for later steps, and try once more
@@ -287,10 +289,11 @@ Result<std::vector<DataRef>> Runtime::run_prepared(const Executable& exe, std::v
     device_params.push_back(std::move(*d));
   }
   std::vector<size_t> given_up;
-  for (size_t i = 0; i < params.size(); ++i) {
+  for (const Donation& d : donations) {
+    const size_t i = d.param;
     const bool alone = params[i].get() == device_params[i].get() ? params[i].use_count() == 2
                                                                  : params[i].use_count() == 1;
-    if (donated[i] && alone) {
+    if (alone) {
       params[i].reset();
       given_up.push_back(i);
     }
@@ -337,7 +340,7 @@ void Runtime::drop_mirrors() {
   mirrored_pruned_size_ = 0;
 }
 
-Result<std::vector<DataRef>> Runtime::run_or_fall_back(const Executable& exe, std::vector<DataRef> params) {
+Result<std::vector<DataRef>> Runtime::run_or_fall_back(const Executable& exe, std::vector<DataRef>& params) {
   Result<std::vector<DataRef>> outs = run_prepared(exe, params);
   if (outs.is_ok() || outs.status().code() != StatusCode::kResourceExhausted) return outs;
   event(store::EventKind::kFallback, exe.graph_key, "run failed", 0, outs.status().message());

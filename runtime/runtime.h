@@ -74,7 +74,7 @@ class Runtime final : public GraphExecutor {
   // the sim device's memory) the graph runs on the reference evaluator instead, with a
   // `fallback` event and a warning (invariant 6: the results are never lost). Other failures
   // are returned.
-  Result<std::vector<DataRef>> run_or_fall_back(const Executable& exe, std::vector<DataRef> params);
+  Result<std::vector<DataRef>> run_or_fall_back(const Executable& exe, std::vector<DataRef>& params);
 
   // Records an event about a compiled function (recompile, fallback) in the audit log.
   void function_event(store::EventKind kind, const std::string& function, std::string detail);

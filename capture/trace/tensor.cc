@@ -69,6 +69,8 @@ BufferRef Tensor::buffer() const {
 }
 
 
+void Tensor::assign(const Tensor& value) { context().assign(*this, value); }
+
 double Tensor::item() const {
   if (numel() != 1) {
     throw Error(invalid_argument(fmt::format(

@@ -110,6 +110,8 @@ class Tensor {
   // The data of a materialized tensor without taking a reference (no atomic operations).
   // REQUIRES: is_materialized(). The pointer lives as long as this tensor's value.
   const DeviceData* data_ptr() const { return impl_->data.get(); }
+  // In-place update at the next barrier: context().assign(*this, value) (see LazyContext).
+  void assign(const Tensor& value);
   // The single element converted to double. Throws Error unless numel() == 1.
   double item() const;
   // Elements converted to T, row-major.

@@ -4,9 +4,10 @@
 // buffers and host<->device copies, run, synchronize. Backends are made by name through
 // backends/registry.h.
 //
-// Device buffers are DeviceBuffer handles. For `cpu` a device buffer is host memory and the
-// copies share it; `sim` (backends/sim/sim_backend.h) keeps its own capacity-limited space and a
-// simulated clock.
+// Device buffers are DeviceBuffer handles, a kind of DeviceData (capture/core/device_data.h):
+// outputs stay where run() put them until someone reads a value, and feed the next run as they
+// are. For `cpu` a device buffer is host memory and the copies share it; `sim`
+// (backends/sim/sim_backend.h) keeps its own capacity-limited space and a simulated clock.
 // Thread-safety: a Backend may be called from one thread at a time.
 #pragma once
 
@@ -18,6 +19,7 @@
 #include <vector>
 
 #include "capture/core/buffer.h"
+#include "capture/core/device_data.h"
 #include "capture/ir/canonical.h"
 #include "compile/compiler.h"
 #include "compile/executable.h"
@@ -27,11 +29,30 @@ namespace tracecache {
 // Bumped whenever the Backend interface changes meaning.
 inline constexpr uint32_t kBackendInterfaceVersion = 1;
 
-// A tensor living on a backend's device. Immutable once produced; shared by handle.
-struct DeviceBuffer {
-  DType dtype = DType::kF32;
-  Shape shape;
-  BufferRef storage;  // cpu: the data itself
+// A tensor living on a backend's device: its bytes as the backend keeps them (`storage`; cpu:
+// the data itself; sim: the simulated device memory's contents) and the device holding them
+// (`device`, an identity token; 0 is host memory). Immutable once produced, except that a
+// backend may write a donated output into it while it has no other owner (Slot::kDonated).
+// read() returns storage; a device that is not host memory overrides it to wait and copy.
+class DeviceBuffer : public DeviceData {
+ public:
+  // REQUIRES: storage != nullptr.
+  DeviceBuffer(BufferRef storage, uint64_t device)
+      : DeviceData(storage->dtype(), storage->shape(), storage.get()), storage_(std::move(storage)), device_(device) {}
+  const BufferRef& storage() const { return storage_; }
+  uint64_t device() const { return device_; }
+  Result<BufferRef> read() const override { return storage_; }
+  bool in_host_memory() const override { return device_ == 0; }
+  // True if the caller holding `self` is its only owner and nobody else sees its bytes (no other
+  // handle, no host reader, not a view of someone else's memory), so a run may overwrite them
+  // (donation).
+  static bool sole_owner(const std::shared_ptr<const DeviceBuffer>& self) {
+    return self.use_count() == 1 && self->storage_.use_count() == 1 && self->storage_->owns_data();
+  }
+
+ private:
+  BufferRef storage_;
+  uint64_t device_;
 };
 using DeviceRef = std::shared_ptr<const DeviceBuffer>;
 
@@ -68,13 +89,18 @@ class Backend {
 
   // Device memory and copies. A backend whose device memory is host memory (cpu) shares the
   // buffers instead of copying and says so here, so no bytes are counted as moved.
+  // to_device() returns data already on this device as it is (same handle, nothing copied) and
+  // copies anything else there (reading it first if it lives on another device).
+  // to_host() is a value read: device->read().
   virtual bool shares_host_memory() const = 0;
-  virtual Result<DeviceRef> to_device(BufferRef host) = 0;
+  virtual Result<DeviceRef> to_device(const DataRef& data) = 0;
   virtual Result<BufferRef> to_host(const DeviceRef& device) = 0;
 
   // Runs `exe` on `params` (one per graph parameter, matching types); returns one device
   // buffer per graph output. May return before the device finishes where the device is
-  // asynchronous; synchronize() waits.
+  // asynchronous; synchronize() waits. A donated output (Slot::Kind::kDonated) is written into
+  // its parameter's storage when `params` holds that parameter's only handle
+  // (DeviceBuffer::sole_owner), else into a new buffer: the values are the same either way.
   virtual Result<std::vector<DeviceRef>> run(const Executable& exe,
                                              std::span<const DeviceRef> params) = 0;
   virtual void synchronize() = 0;

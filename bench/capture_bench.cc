@@ -15,7 +15,7 @@ namespace {
 // Never called: the benchmarks measure recording and canonicalization only.
 class NullExecutor final : public GraphExecutor {
  public:
-  Result<std::vector<BufferRef>> execute(const CanonicalGraph&, std::span<const BufferRef>) override {
+  Result<std::vector<DataRef>> execute(const CanonicalGraph&, std::vector<DataRef>) override {
     return internal_error("not used");
   }
 };
@@ -63,11 +63,11 @@ BENCHMARK(BM_RecordOp)->Arg(10)->Arg(100)->Arg(1000)->Arg(10000);
 // The traced graph of record_ops, captured once so the benchmark times canonicalize + hash only.
 class CapturingExecutor final : public GraphExecutor {
  public:
-  Result<std::vector<BufferRef>> execute(const CanonicalGraph& g, std::span<const BufferRef>) override {
+  Result<std::vector<DataRef>> execute(const CanonicalGraph& g, std::vector<DataRef>) override {
     last = g;
-    std::vector<BufferRef> outs;
+    std::vector<DataRef> outs;
     for (NodeId o : g.graph.outputs()) {
-      outs.push_back(std::make_shared<const HostBuffer>(g.graph.node(o).dtype, g.graph.node(o).shape));
+      outs.push_back(host_data(HostBuffer(g.graph.node(o).dtype, g.graph.node(o).shape)));
     }
     return outs;
   }

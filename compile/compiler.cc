@@ -68,6 +68,18 @@ class ArenaPlanner {
   uint64_t top_ = 0;
 };
 
+// True if kernel `k` reads `node` from its slot (as a leaf of a member, or an input of an op).
+bool reads_directly(const Graph& graph, const Kernel& k, NodeId node, const std::vector<bool>& fused) {
+  auto reads = [&](NodeId member) {
+    for (NodeId in : graph.inputs(graph.node(member))) {
+      if (in == node && !fused[in]) return true;
+    }
+    return false;
+  };
+  if (k.kind == Kernel::Kind::kOp) return reads(k.root);
+  return std::any_of(k.members.begin(), k.members.end(), reads);
+}
+
 }  // namespace
 
 bool fusible_op(OpKind op) {
@@ -175,6 +187,22 @@ Executable compile_graph(const Graph& graph, const GraphKey& key, std::string ba
     } else {
       note_reads(kern.root);
     }
+  }
+  // A donated output is written in place when that is safe (compile/executable.h, kDonated);
+  // otherwise it stays a fresh output buffer and the donation costs a copy, nothing else.
+  for (const Donation& d : graph.donations()) {
+    const NodeId out = graph.outputs()[d.output];
+    const NodeId param = graph.params()[d.param];
+    Slot& s = plan.slots[out];
+    if (s.kind != Slot::Kind::kOutput || s.index != d.output || is_output[param]) continue;
+    const auto k = std::find_if(plan.kernels.begin(), plan.kernels.end(),
+                                [&](const Kernel& kern) { return kern.root == out; });
+    const size_t at = static_cast<size_t>(k - plan.kernels.begin());
+    const bool reads_param = reads_directly(graph, *k, param, fused);
+    if (last_read[param] > at || (last_read[param] == at && reads_param && k->kind != Kernel::Kind::kFused)) {
+      continue;
+    }
+    s.kind = Slot::Kind::kDonated;
   }
   ArenaPlanner planner;
   for (size_t k = 0; k < plan.kernels.size(); ++k) {

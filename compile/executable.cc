@@ -29,6 +29,7 @@ uint64_t value_bytes(const Node& n) {
 
 Status Executable::validate() const {
   if (hash_graph(graph) != graph_key) return bad("its graph does not hash to its key");
+  if (std::string why; !graph.check_donations(&why)) return bad(why);
   return std::visit([&](const auto& plan) { return plan.validate(graph); }, payload);
 }
 
@@ -47,7 +48,7 @@ Status KernelPlan::validate(const Graph& graph) const {
     NodeId id = graph.outputs()[o];
     const Slot& s = slots[id];
     if (s.kind == Slot::Kind::kParam) continue;
-    if (s.kind != Slot::Kind::kOutput) return bad(fmt::format("output {} is not in an output slot", o));
+    if (s.kind != Slot::Kind::kOutput && s.kind != Slot::Kind::kDonated) return bad(fmt::format("output {} is not in an output slot", o));
     if (s.index > o || graph.outputs()[s.index] != id) return bad(fmt::format("output {} slot index", o));
   }
   uint64_t arena_end = 0;
@@ -74,6 +75,13 @@ Status KernelPlan::validate(const Graph& graph) const {
         arena_end = std::max(arena_end, s.offset + std::max<uint64_t>(
             (s.nbytes + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment, kArenaAlignment));
         break;
+      case Slot::Kind::kDonated: {
+        const int64_t p = s.index < graph.outputs().size() ? graph.donated_param(s.index) : -1;
+        if (!is_output[id] || s.nbytes != value_bytes(node) || p < 0 || is_output[graph.params()[p]]) {
+          return bad(fmt::format("node {} donated slot", id));
+        }
+        break;
+      }
       case Slot::Kind::kFused:
         if (node.op == OpKind::kParameter || is_output[id] || !fusible_op(node.op)) {
           return bad(fmt::format("node {} cannot be fused", id));
@@ -151,6 +159,21 @@ Status KernelPlan::validate(const Graph& graph) const {
       if (!in_kernel[id]) return bad(fmt::format("fused node {} is never computed", id));
     } else if (graph.node(id).op != OpKind::kParameter && !ready[id]) {
       return bad(fmt::format("node {} is never computed", id));
+    }
+  }
+
+  // A donated output is written into its parameter's storage: no kernel may read the parameter
+  // after the one writing the output, and that one only elementwise (a fused kernel).
+  for (NodeId id = 0; id < n; ++id) {
+    if (slots[id].kind != Slot::Kind::kDonated) continue;
+    const NodeId param = graph.params()[static_cast<size_t>(graph.donated_param(slots[id].index))];
+    const Kernel& writer = kernels[born[id]];
+    bool writer_reads = false;
+    for (NodeId m : writer.kind == Kernel::Kind::kFused ? writer.members : std::vector<NodeId>{writer.root}) {
+      for (NodeId in : graph.inputs(graph.node(m))) writer_reads = writer_reads || in == param;
+    }
+    if ((last[param] > born[id]) || (writer_reads && writer.kind != Kernel::Kind::kFused)) {
+      return bad(fmt::format("node {} is donated to parameter {}, which is read after it is written", id, param));
     }
   }
 
@@ -237,7 +260,7 @@ Result<Executable> parse_executable(std::string_view bytes) {
   exe.graph = std::move(*g);
   KernelPlan& plan = exe.payload.emplace<KernelPlan>();
   for (const proto::Slot& ps : pe.slots()) {
-    if (ps.kind() > static_cast<uint32_t>(Slot::Kind::kFused)) return bad("unknown slot kind");
+    if (ps.kind() > static_cast<uint32_t>(Slot::Kind::kDonated)) return bad("unknown slot kind");
     plan.slots.push_back(Slot{static_cast<Slot::Kind>(ps.kind()), ps.index(), ps.offset(), ps.nbytes()});
   }
   for (const proto::Kernel& pk : pe.kernels()) {

@@ -14,7 +14,12 @@
 //      kParam   the caller's parameter buffer `index`;
 //      kArena   bytes [offset, offset + nbytes) of the run's scratch arena;
 //      kOutput  a fresh buffer handed back as output value `index` (first output naming n);
-//      kFused   never materialized: computed inside a fused kernel.
+//      kFused   never materialized: computed inside a fused kernel;
+//      kDonated like kOutput (output value `index`), but the graph donates that output to a
+//               parameter (graph.h, Donation), so the backend may write it into the
+//               parameter's storage: the two have the same type, the parameter is not itself
+//               an output, and no kernel reads the parameter after the one computing this
+//               output, which reads it, if at all, only elementwise (a kFused kernel).
 //  - `kernels`: the schedule, run in order. A kOp kernel computes node `root` from its graph
 //    inputs. A kFused kernel computes `root` from the chain `members` (elementwise nodes, in
 //    topological order, ending with root): members other than root are kFused slots, and every
@@ -23,8 +28,8 @@
 //
 // validate() checks all of the above for an executable read from the cache (invariant 5): node
 // types re-inferred, graph hash, slot bounds and sizes, schedule order, members elementwise and
-// single-use, and that no two arena slots that are live at the same time overlap. An executable
-// that passes cannot read or write out of bounds nor compute anything but its graph.
+// single-use, donated slots safe to write in place (above), and that no two arena slots that
+// are live at the same time overlap. An executable that passes cannot read or write out of bounds nor compute anything but its graph.
 // Thread-safety: immutable after construction; share freely as shared_ptr<const Executable>.
 #pragma once
 
@@ -40,11 +45,11 @@
 namespace tracecache {
 
 struct Slot {
-  enum class Kind : uint8_t { kParam = 0, kArena = 1, kOutput = 2, kFused = 3 };
+  enum class Kind : uint8_t { kParam = 0, kArena = 1, kOutput = 2, kFused = 3, kDonated = 4 };
   Kind kind = Kind::kArena;
-  uint32_t index = 0;   // kParam: parameter index; kOutput: output index
+  uint32_t index = 0;   // kParam: parameter index; kOutput, kDonated: output index
   uint64_t offset = 0;  // kArena
-  uint64_t nbytes = 0;  // kArena, kOutput: numel * dtype size
+  uint64_t nbytes = 0;  // kArena, kOutput, kDonated: numel * dtype size
   friend bool operator==(const Slot&, const Slot&) = default;
 };
 

@@ -48,7 +48,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::vector<DeviceRef> params;
   for (NodeId p : exe.value().graph.params()) {
     const Node& node = exe.value().graph.node(p);
-    Result<DeviceRef> param = cpu.to_device(std::make_shared<const HostBuffer>(node.dtype, node.shape));
+    Result<DeviceRef> param = cpu.to_device(host_data(HostBuffer(node.dtype, node.shape)));
     if (!param.is_ok()) return 0;
     params.push_back(param.value());
   }

@@ -16,8 +16,8 @@ namespace {
 
 // The one call into the Runtime that runs an executable on device data, for a replay and for
 // each graph of a trace.
-Result<std::vector<BufferRef>> run_executable(Runtime& runtime, const Executable& exe,
-                                              std::span<const BufferRef> params) {
+Result<std::vector<DataRef>> run_executable(Runtime& runtime, const Executable& exe,
+                                            std::vector<DataRef>& params) {
   return runtime.run_or_fall_back(exe, params);
 }
 
@@ -26,7 +26,7 @@ Result<std::vector<BufferRef>> run_executable(Runtime& runtime, const Executable
 class Recorder final : public GraphExecutor {
  public:
   explicit Recorder(Runtime* runtime) : runtime_(runtime) {}
-  Result<std::vector<BufferRef>> execute(const CanonicalGraph& cg, std::span<const BufferRef> params) override {
+  Result<std::vector<DataRef>> execute(const CanonicalGraph& cg, std::vector<DataRef> params) override {
     Segment seg;
     seg.key = cg.key;
     for (size_t p = 0; p < params.size(); ++p) {
@@ -37,7 +37,7 @@ class Recorder final : public GraphExecutor {
         seg.params.push_back(v);
         continue;
       }
-      auto it = trace.origin.find(params[p].get());
+      auto it = trace.origin.find(params[p]->identity());
       if (it == trace.origin.end()) {
         return invalid_argument(
             "the traced function used tensor data that is not one of its arguments; pass it as an "
@@ -48,7 +48,7 @@ class Recorder final : public GraphExecutor {
     Result<std::shared_ptr<const Executable>> exe = runtime_->prepare(cg);
     if (!exe.is_ok()) return exe.status();
     seg.exe = *exe;
-    Result<std::vector<BufferRef>> outs = run_executable(*runtime_, **exe, params);
+    Result<std::vector<DataRef>> outs = run_executable(*runtime_, **exe, params);
     if (!outs.is_ok()) return outs;
     const uint32_t k = static_cast<uint32_t>(trace.segments.size());
     for (uint32_t o = 0; o < outs->size(); ++o) {
@@ -56,7 +56,7 @@ class Recorder final : public GraphExecutor {
       v.kind = ValueSource::Kind::kSegmentOutput;
       v.a = k;
       v.b = o;
-      trace.origin.try_emplace((*outs)[o].get(), v);  // an output that is an input keeps its origin
+      trace.origin.try_emplace((*outs)[o]->identity(), v);  // an output that is an input keeps its origin
     }
     trace.segments.push_back(std::move(seg));
     last_outputs.push_back(*outs);
@@ -64,7 +64,7 @@ class Recorder final : public GraphExecutor {
   }
 
   TraceRecord trace;
-  std::vector<std::vector<BufferRef>> last_outputs;  // per segment
+  std::vector<std::vector<DataRef>> last_outputs;  // per segment
 
  private:
   Runtime* runtime_;
@@ -110,7 +110,15 @@ struct CompiledFunction::Impl {
   store::FunctionKey key;  // key.name: the function's name
   std::vector<bool> dynamic_scalar;
   std::vector<GuardEntry> entries;
-  std::vector<BufferRef> scratch;  // per-call parameter list, reused
+  std::vector<DataRef> scratch;  // per-call parameter list, reused
+
+  // A value guard's read of a segment output: its host bytes, counted as Tensor::buffer() counts.
+  BufferRef read_value(const DataRef& d) const {
+    Result<BufferRef> b = d->read();
+    if (!b.is_ok()) throw Error(b.status());
+    if (!d->in_host_memory()) runtime->metrics().add(counters::kBytesToHost, static_cast<int64_t>(d->nbytes()));
+    return std::move(b).value();
+  }
   int64_t next_db_index = 0;
 
   // What happened in this process, each fact counted once: calls, traces, guard checks and
@@ -122,10 +130,10 @@ struct CompiledFunction::Impl {
 
   // ---- the call, phase by phase --------------------------------------------------------------
 
-  Result<std::vector<BufferRef>> call(const CallArgs& args) {
+  Result<std::vector<DataRef>> call(const CallArgs& args) {
     if (stats.fell_back_to_lazy) return trace(args, /*keep=*/false);
     LookupMisses misses;
-    if (std::optional<std::vector<BufferRef>> out = look_up_and_replay(args, misses)) return std::move(*out);
+    if (std::optional<std::vector<DataRef>> out = look_up_and_replay(args, misses)) return std::move(*out);
     if (entries.empty()) {  // the first call (or every entry was dropped): trace, no recompile
       return trace_new_entry(args, dims_to_make_dynamic(args, options.dynamic_dims, false, {}, nullptr), "");
     }
@@ -145,7 +153,7 @@ struct CompiledFunction::Impl {
   // Look up: the first entry whose guards hold and that replays (value guards between segments
   // and a dynamic entry's template are checked while replaying). An entry that cannot be used
   // is dropped (a miss, never an error; invariants 5 and 6). nullopt if no entry served.
-  std::optional<std::vector<BufferRef>> look_up_and_replay(const CallArgs& args, LookupMisses& misses) {
+  std::optional<std::vector<DataRef>> look_up_and_replay(const CallArgs& args, LookupMisses& misses) {
     Metrics& m = runtime->metrics();
     for (size_t e = 0; e < entries.size(); ++e) {
       ++stats.guard_checks;
@@ -158,7 +166,7 @@ struct CompiledFunction::Impl {
         continue;
       }
       std::string why;
-      Result<std::optional<std::vector<BufferRef>>> r = replay_verified(entries[e], args, &why);
+      Result<std::optional<std::vector<DataRef>>> r = replay_verified(entries[e], args, &why);
       if (!r.is_ok()) {
         drop_entry(entries[e], r.status());
         entries.erase(entries.begin() + static_cast<std::ptrdiff_t>(e));
@@ -216,10 +224,10 @@ struct CompiledFunction::Impl {
 
   // Trace (the first call, or a recompile when `reason` is set): a new entry, dynamic in
   // `dynamic` if the trace allows; the recompile is recorded with what became of the dims.
-  Result<std::vector<BufferRef>> trace_new_entry(const CallArgs& args, std::vector<DynamicDim> dynamic,
+  Result<std::vector<DataRef>> trace_new_entry(const CallArgs& args, std::vector<DynamicDim> dynamic,
                                                  std::string reason) {
     std::string note;
-    Result<std::vector<BufferRef>> r = trace(args, /*keep=*/true, std::move(dynamic), &note);
+    Result<std::vector<DataRef>> r = trace(args, /*keep=*/true, std::move(dynamic), &note);
     if (!reason.empty()) {
       if (!note.empty()) reason += " [" + note + "]";
       record_recompile(std::move(reason));
@@ -228,7 +236,7 @@ struct CompiledFunction::Impl {
   }
 
   // Fall back: past the recompile limit, every call traces (lazy mode), said once.
-  Result<std::vector<BufferRef>> fall_back(const CallArgs& args) {
+  Result<std::vector<DataRef>> fall_back(const CallArgs& args) {
     stats.fell_back_to_lazy = true;
     std::string why = fmt::format("'{}' recompiled {} times (limit {}); it now runs in lazy mode", key.name,
                                   entries.size(), options.recompile_limit);
@@ -240,8 +248,8 @@ struct CompiledFunction::Impl {
   // ---- replay -------------------------------------------------------------------------------
 
   // replay(), and for an entry loaded from the cache the first time, verify_outputs().
-  Result<std::optional<std::vector<BufferRef>>> replay_verified(GuardEntry& e, const CallArgs& args, std::string* why) {
-    Result<std::optional<std::vector<BufferRef>>> r = replay(e, args, why);
+  Result<std::optional<std::vector<DataRef>>> replay_verified(GuardEntry& e, const CallArgs& args, std::string* why) {
+    Result<std::optional<std::vector<DataRef>>> r = replay(e, args, why);
     if (!r.is_ok() || !r->has_value() || e.outputs_verified) return r;
     if (Status verified = verify_outputs(**r, args); !verified.is_ok()) return verified;
     e.outputs_verified = true;
@@ -267,19 +275,19 @@ struct CompiledFunction::Impl {
 
   // Runs entry `e`. Returns nullopt (not an error) if a value guard between segments fails or
   // a dynamic entry's template does not apply (then `why` says why).
-  Result<std::optional<std::vector<BufferRef>>> replay(GuardEntry& e, const CallArgs& args, std::string* why) {
+  Result<std::optional<std::vector<DataRef>>> replay(GuardEntry& e, const CallArgs& args, std::string* why) {
     Result<std::span<Segment>> found = segments_for(e, args, why);
     if (!found.is_ok()) return found.status();
     std::span<Segment> segments = *found;
-    if (segments.empty()) return std::optional<std::vector<BufferRef>>();
-    std::vector<std::vector<BufferRef>> seg_out(segments.size());
-    auto value_of = [&](const ValueSource& v) -> BufferRef {
+    if (segments.empty()) return std::optional<std::vector<DataRef>>();
+    std::vector<std::vector<DataRef>> seg_out(segments.size());
+    auto value_of = [&](const ValueSource& v) -> DataRef {
       switch (v.kind) {
-        case ValueSource::Kind::kInput: return args.tensors[v.a].buffer();
+        case ValueSource::Kind::kInput: return args.tensors[v.a].data();
         case ValueSource::Kind::kDynamicScalar: {
           HostBuffer b(DType::kF32, Shape{});
           *b.data<float>() = static_cast<float>(args.scalars[v.a]);
-          return std::make_shared<const HostBuffer>(std::move(b));
+          return host_data(std::move(b));
         }
         case ValueSource::Kind::kSegmentOutput: return seg_out[v.a][v.b];
         case ValueSource::Kind::kConstant: return v.constant;
@@ -302,22 +310,22 @@ struct CompiledFunction::Impl {
         if (!routed(v)) return corruption("guard entry routes a value that does not exist");
         scratch.push_back(value_of(v));
       }
-      Result<std::vector<BufferRef>> outs = run_executable(*runtime, *seg.exe, scratch);
+      Result<std::vector<DataRef>> outs = run_executable(*runtime, *seg.exe, scratch);
       if (!outs.is_ok()) return corruption("guard entry does not fit its executable: " + outs.status().message());
       seg_out[k] = std::move(*outs);
       for (const auto& [o, expected] : seg.value_guards) {
         if (o >= seg_out[k].size()) return corruption("guard entry checks an output that does not exist");
-        if (!XXH128_isEqual(value_hash(*seg_out[k][o]), expected)) return std::optional<std::vector<BufferRef>>();
+        if (!XXH128_isEqual(value_hash(*read_value(seg_out[k][o])), expected)) return std::optional<std::vector<DataRef>>();
       }
     }
-    std::vector<BufferRef> outputs;
+    std::vector<DataRef> outputs;
     outputs.reserve(e.outputs.size());
     // The outputs are what the entry promises (its recorded types; a dynamic entry's sizes
     // follow the call), whatever a stored entry routes: never a value of another type.
     for (size_t o = 0; o < e.outputs.size(); ++o) {
       const ValueSource& v = e.outputs[o];
       if (!routed(v)) return corruption("guard entry routes a value that does not exist");
-      BufferRef b = value_of(v);
+      DataRef b = value_of(v);
       const TensorType& promised = e.output_types[o];
       const bool fits = b->dtype() == promised.dtype &&
                         (e.dynamic ? b->shape().rank() == promised.shape.rank() : b->shape() == promised.shape);
@@ -327,12 +335,12 @@ struct CompiledFunction::Impl {
       }
       outputs.push_back(std::move(b));
     }
-    return std::optional<std::vector<BufferRef>>(std::move(outputs));
+    return std::optional<std::vector<DataRef>>(std::move(outputs));
   }
 
   // Compares a stored entry's replayed outputs with the types `fn` returns for `args`
   // (CompiledFunctionOptions::output_types; ok when it is not set). kCorruption on a mismatch.
-  Status verify_outputs(const std::vector<BufferRef>& outputs, const CallArgs& args) const {
+  Status verify_outputs(const std::vector<DataRef>& outputs, const CallArgs& args) const {
     if (!options.output_types) return Status::ok();
     Result<std::vector<TensorType>> want = options.output_types(args);
     if (!want.is_ok()) return want.status();
@@ -353,7 +361,7 @@ struct CompiledFunction::Impl {
 
   // Traces `fn` on `args`; appends an entry unless `keep` is false, dynamic in `dynamic_dims`
   // if it can be. Returns the outputs; `note` (optional) receives what became of the dims.
-  Result<std::vector<BufferRef>> trace(const CallArgs& args, bool keep, std::vector<DynamicDim> dynamic_dims = {},
+  Result<std::vector<DataRef>> trace(const CallArgs& args, bool keep, std::vector<DynamicDim> dynamic_dims = {},
                                        std::string* note = nullptr) {
     ++stats.traces;
     Recorder rec(runtime);
@@ -367,9 +375,9 @@ struct CompiledFunction::Impl {
       LazyContext tctx(&rec, lo);
       TraceArgs targs;
       for (uint32_t i = 0; i < args.tensors.size(); ++i) {
-        BufferRef b = args.tensors[i].buffer();
-        targs.tensors_.push_back(tctx.from_buffer(b));
-        rec.trace.origin.try_emplace(b.get(), ValueSource{ValueSource::Kind::kInput, i, 0, nullptr});
+        DataRef b = args.tensors[i].data();
+        targs.tensors_.push_back(tctx.from_data(b));
+        rec.trace.origin.try_emplace(b->identity(), ValueSource{ValueSource::Kind::kInput, i, 0, nullptr});
       }
       targs.scalars_ = args.scalars;
       targs.scalar_tensors_.resize(args.scalars.size());
@@ -377,9 +385,9 @@ struct CompiledFunction::Impl {
         if (!dynamic_scalar[s]) continue;
         HostBuffer b(DType::kF32, Shape{});
         *b.data<float>() = static_cast<float>(args.scalars[s]);
-        auto ref = std::make_shared<const HostBuffer>(std::move(b));
-        rec.trace.origin.try_emplace(ref.get(), ValueSource{ValueSource::Kind::kDynamicScalar, s, 0, nullptr});
-        targs.scalar_tensors_[s] = tctx.from_buffer(ref);
+        DataRef ref = host_data(std::move(b));
+        rec.trace.origin.try_emplace(ref->identity(), ValueSource{ValueSource::Kind::kDynamicScalar, s, 0, nullptr});
+        targs.scalar_tensors_[s] = tctx.from_data(ref);
       }
       try {
         outputs = fn(tctx, targs);
@@ -390,11 +398,11 @@ struct CompiledFunction::Impl {
       }
     }
     GuardEntry entry;
-    std::vector<BufferRef> result;
+    std::vector<DataRef> result;
     for (size_t o = 0; o < outputs.size(); ++o) {
       if (!outputs[o].defined()) return invalid_argument(fmt::format("output {} of the traced function is undefined", o));
-      BufferRef b = outputs[o].buffer();
-      auto it = rec.trace.origin.find(b.get());
+      DataRef b = outputs[o].data();
+      auto it = rec.trace.origin.find(b->identity());
       if (it == rec.trace.origin.end()) {
         return invalid_argument(fmt::format(
             "output {} of the traced function is tensor data that is not one of its arguments", o));
@@ -406,7 +414,7 @@ struct CompiledFunction::Impl {
     // Everything materialized while fn ran may have been read by it: guard the contents.
     for (size_t k = 0; k < rec.trace.segments_inside_fn; ++k) {
       for (uint32_t o = 0; o < rec.last_outputs[k].size(); ++o) {
-        rec.trace.segments[k].value_guards.emplace_back(o, value_hash(*rec.last_outputs[k][o]));
+        rec.trace.segments[k].value_guards.emplace_back(o, value_hash(*read_value(rec.last_outputs[k][o])));
       }
     }
     if (keep) {
@@ -551,11 +559,11 @@ Result<std::vector<Tensor>> CompiledFunction::operator()(LazyContext& ctx, const
   impl_->dynamic_scalar.assign(args.scalars.size(), false);
   for (uint32_t s : impl_->options.dynamic_scalars) impl_->dynamic_scalar[s] = true;
 
-  Result<std::vector<BufferRef>> bufs = impl_->call(args);
+  Result<std::vector<DataRef>> bufs = impl_->call(args);
   if (!bufs.is_ok()) return bufs.status();
   std::vector<Tensor> out;
   out.reserve(bufs->size());
-  for (BufferRef& b : *bufs) out.push_back(ctx.from_buffer(std::move(b)));
+  for (DataRef& b : *bufs) out.push_back(ctx.from_data(std::move(b)));
   return out;
 }
 

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 
 #include "capture/reference/reference.h"
@@ -12,6 +13,8 @@
 namespace tracecache {
 
 namespace {
+
+std::atomic<uint64_t> next_mirror_token{1};
 
 double now_seconds() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -34,7 +37,8 @@ Runtime::Runtime(Backend* backend, store::CacheDb* db, Metrics* metrics, Runtime
       disk_(db ? std::optional<store::SqliteTier<Executable>>(std::in_place, db, &codec_) : std::nullopt),
       tiers_(disk_ ? std::vector<store::ExecutableStore<Executable>*>{&memory_, &*disk_}
                    : std::vector<store::ExecutableStore<Executable>*>{&memory_}),
-      pid_(static_cast<int64_t>(::getpid())) {
+      pid_(static_cast<int64_t>(::getpid())),
+      mirror_token_(next_mirror_token++) {
   if (db_ && db_->read_only()) {
     warn(fmt::format("cache database '{}' is read-only: results are correct, but nothing new is "
                      "cached or audited", db_->path()));
@@ -274,25 +278,30 @@ Result<std::shared_ptr<const Executable>> Runtime::prepare_by_key(const GraphKey
   return prepare(cg);
 }
 
-Result<std::vector<BufferRef>> Runtime::run_reference(const CanonicalGraph& cg,
-                                                      std::span<const BufferRef> params,
-                                                      const std::string& why) {
+Result<std::vector<DataRef>> Runtime::run_reference(const CanonicalGraph& cg,
+                                                    std::span<const DataRef> params,
+                                                    const std::string& why) {
   warn(fmt::format("backend '{}' failed ({}); this step ran on the reference evaluator",
                    backend_->name(), why));
   return evaluate_reference(cg.graph, params);
 }
 
-Result<std::vector<BufferRef>> Runtime::run_prepared(const Executable& exe,
-                                                     std::span<const BufferRef> params) {
+Result<std::vector<DataRef>> Runtime::run_prepared(const Executable& exe, std::vector<DataRef>& params) {
   ScopedTimer run_timer(metrics_, timers::kRun);
+  // A donated parameter is given up when `params` holds its only handle: then it keeps no
+  // device mirror and its handle is dropped before the run, so the backend may write in place.
+  const std::span<const Donation> donations = exe.graph.donations();
+  auto donated = [&](size_t i) {
+    return std::any_of(donations.begin(), donations.end(), [i](const Donation& d) { return d.param == i; });
+  };
   std::vector<DeviceRef> device_params;
   device_params.reserve(params.size());
-  for (const BufferRef& p : params) {
-    Result<DeviceRef> d = device_copy(p);
-    if (!d.is_ok() && d.status().code() == StatusCode::kResourceExhausted && !resident_.empty()) {
-      resident_.clear();  // free the copies kept for later steps, and try once more
-      resident_pruned_size_ = 0;
-      d = device_copy(p);
+  for (size_t i = 0; i < params.size(); ++i) {
+    const bool give_up = params[i].use_count() == 1 && donated(i);
+    Result<DeviceRef> d = device_copy(params[i], /*keep_mirror=*/!give_up);
+    if (!d.is_ok() && d.status().code() == StatusCode::kResourceExhausted && !mirrored_.empty()) {
+      drop_mirrors();  // free the copies kept for later steps, and try once more
+      d = device_copy(params[i], !give_up);
     }
     if (!d.is_ok()) {
       return Status(d.status().code(),
@@ -300,57 +309,73 @@ Result<std::vector<BufferRef>> Runtime::run_prepared(const Executable& exe,
     }
     device_params.push_back(std::move(*d));
   }
-  Result<std::vector<DeviceRef>> outs = backend_->run(exe, device_params);
-  if (!outs.is_ok()) return outs.status();
-  std::vector<BufferRef> host;
-  host.reserve(outs->size());
-  for (const DeviceRef& d : *outs) {
-    Result<BufferRef> h = backend_->to_host(d);
-    if (!h.is_ok()) return h.status();
-    if (!backend_->shares_host_memory()) {
-      metrics_->add(counters::kBytesToHost, static_cast<int64_t>((*h)->nbytes()));
+  std::vector<size_t> given_up;
+  for (const Donation& d : donations) {
+    const size_t i = d.param;
+    const bool alone = params[i].get() == device_params[i].get() ? params[i].use_count() == 2
+                                                                 : params[i].use_count() == 1;
+    if (alone) {
+      params[i].reset();
+      given_up.push_back(i);
     }
-    host.push_back(std::move(*h));
   }
-  backend_->synchronize();
+  Result<std::vector<DeviceRef>> outs = backend_->run(exe, device_params);
+  if (!outs.is_ok()) {
+    for (size_t i : given_up) params[i] = device_params[i];  // the same value, on the device
+    return outs.status();
+  }
   metrics_->add(counters::kExecutions);
-  return host;
+  return std::vector<DataRef>(outs->begin(), outs->end());
 }
 
-Result<DeviceRef> Runtime::device_copy(const BufferRef& host) {
-  if (backend_->shares_host_memory()) return backend_->to_device(host);
-  auto it = resident_.find(host.get());
-  if (it != resident_.end() && !it->second.host.expired()) return it->second.device;
-  Result<DeviceRef> d = backend_->to_device(host);
-  if (!d.is_ok()) return d;
-  metrics_->add(counters::kBytesToDevice, static_cast<int64_t>(host->nbytes()));
-  resident_.insert_or_assign(host.get(), Resident{host, *d});
-  if (resident_.size() > 2 * resident_pruned_size_ + 64) prune_resident();
+Result<DeviceRef> Runtime::device_copy(const DataRef& data, bool keep_mirror) {
+  const HostData* host = backend_->shares_host_memory() ? nullptr : as_host_data(*data);
+  if (host) {
+    if (const DataRef& mirror = host->mirror(mirror_token_)) {
+      DeviceRef d = std::static_pointer_cast<const DeviceBuffer>(mirror);
+      if (!keep_mirror) host->drop_mirror();
+      return d;
+    }
+  }
+  Result<DeviceRef> d = backend_->to_device(data);
+  if (!d.is_ok() || d->get() == data.get()) return d;
+  if (!backend_->shares_host_memory()) {
+    metrics_->add(counters::kBytesToDevice, static_cast<int64_t>(data->nbytes()));
+  }
+  if (host && keep_mirror) {
+    host->set_mirror(mirror_token_, *d);
+    mirrored_.push_back(data);
+    if (mirrored_.size() > 2 * mirrored_pruned_size_ + 64) {
+      std::erase_if(mirrored_, [](const std::weak_ptr<const DeviceData>& w) { return w.expired(); });
+      mirrored_pruned_size_ = mirrored_.size();
+    }
+  }
   return d;
 }
 
-void Runtime::prune_resident() {
-  std::erase_if(resident_, [](const auto& kv) { return kv.second.host.expired(); });
-  resident_pruned_size_ = resident_.size();
+void Runtime::drop_mirrors() {
+  for (const std::weak_ptr<const DeviceData>& w : mirrored_) {
+    if (DataRef data = w.lock()) static_cast<const HostData&>(*data).drop_mirror();
+  }
+  mirrored_.clear();
+  mirrored_pruned_size_ = 0;
 }
 
-Result<std::vector<BufferRef>> Runtime::run_or_fall_back(const Executable& exe,
-                                                         std::span<const BufferRef> params) {
-  Result<std::vector<BufferRef>> outs = run_prepared(exe, params);
+Result<std::vector<DataRef>> Runtime::run_or_fall_back(const Executable& exe, std::vector<DataRef>& params) {
+  Result<std::vector<DataRef>> outs = run_prepared(exe, params);
   if (outs.is_ok() || outs.status().code() != StatusCode::kResourceExhausted) return outs;
   event(store::EventKind::kFallback, exe.graph_key, "run failed", 0, outs.status().message());
   warn(fmt::format("backend '{}' failed ({}); this step ran on the reference evaluator",
                    backend_->name(), outs.status().message()));
-  return evaluate_reference(exe.graph, params);
+  return evaluate_reference(exe.graph, std::span<const DataRef>(params));
 }
 
-Result<std::vector<BufferRef>> Runtime::execute(const CanonicalGraph& cg,
-                                                std::span<const BufferRef> params) {
+Result<std::vector<DataRef>> Runtime::execute(const CanonicalGraph& cg, std::vector<DataRef> params) {
   // Anything a backend throws (e.g. bad_alloc) costs this step its speed, not its result.
   try {
     Result<std::shared_ptr<const Executable>> exe = prepare(cg);
     if (!exe.is_ok()) return run_reference(cg, params, exe.status().message());
-    Result<std::vector<BufferRef>> outs = run_prepared(**exe, params);
+    Result<std::vector<DataRef>> outs = run_prepared(**exe, params);
     if (!outs.is_ok()) {
       event(store::EventKind::kFallback, cg.key, "run failed", 0, outs.status().message());
       return run_reference(cg, params, outs.status().message());

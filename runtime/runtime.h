@@ -59,8 +59,10 @@ class Runtime final : public GraphExecutor {
   Runtime(const Runtime&) = delete;
   Runtime& operator=(const Runtime&) = delete;
 
-  Result<std::vector<BufferRef>> execute(const CanonicalGraph& graph,
-                                         std::span<const BufferRef> params) override;
+  // Outputs are the backend's device buffers, left on the device: nothing is copied to the host
+  // and nothing waits for the device (a value read does, DeviceData::read()).
+  Result<std::vector<DataRef>> execute(const CanonicalGraph& graph,
+                                       std::vector<DataRef> params) override;
 
   // The two halves of execute(), for callers that keep executables (compiled functions):
   // prepare() finds or compiles the executable for `graph` (with all cache events); run_prepared()
@@ -70,15 +72,18 @@ class Runtime final : public GraphExecutor {
   // then disk, then the stored canonical graph is compiled. kNotFound if the cache has neither.
   Result<std::shared_ptr<const Executable>> prepare_by_key(const GraphKey& key);
   store::CacheDb* db() { return db_; }
-  Result<std::vector<BufferRef>> run_prepared(const Executable& exe,
-                                              std::span<const BufferRef> params);
+  // Parameters on the backend's device are used as they are; host data is copied there once
+  // and the copy kept with it (HostData's mirror) while it lives. A parameter the graph donates
+  // whose only handle is in `params` is given up: its handle is dropped (left null) so the
+  // backend may write the output in place; if the run fails it is put back (as its device copy:
+  // the same value).
+  Result<std::vector<DataRef>> run_prepared(const Executable& exe, std::vector<DataRef>& params);
 
   // run_prepared(), except that when the backend runs out of resources (kResourceExhausted, e.g.
   // the sim device's memory) the graph runs on the reference evaluator instead, with a
   // `fallback` event and a warning (invariant 6: the results are never lost). Other failures
   // are returned.
-  Result<std::vector<BufferRef>> run_or_fall_back(const Executable& exe,
-                                                  std::span<const BufferRef> params);
+  Result<std::vector<DataRef>> run_or_fall_back(const Executable& exe, std::vector<DataRef>& params);
 
   // Records an event about a compiled function (recompile, fallback) in the audit log.
   void function_event(store::EventKind kind, const std::string& function, std::string detail);
@@ -135,9 +140,9 @@ class Runtime final : public GraphExecutor {
   void warn(std::string message);
   // Writes unwritten_ (decision events) unless holding them for an executable's transaction.
   void write_decisions();
-  Result<std::vector<BufferRef>> run_reference(const CanonicalGraph& graph,
-                                               std::span<const BufferRef> params,
-                                               const std::string& why);
+  Result<std::vector<DataRef>> run_reference(const CanonicalGraph& graph,
+                                             std::span<const DataRef> params,
+                                             const std::string& why);
 
   Backend* backend_;
   store::CacheDb* db_;
@@ -158,19 +163,17 @@ class Runtime final : public GraphExecutor {
   std::vector<std::string> warnings_;
   int64_t pid_;
 
-  // Device copies of host buffers, on a backend with its own memory (sim): a host buffer is
-  // immutable, so while it lives its device copy stays valid and is reused: weights are copied
-  // to the device once, not every step (docs/architecture.md: tensors on a device are device data). An
-  // entry whose host buffer died is dropped (pruned as the map grows, and all at once when the
-  // device runs out of memory).
-  struct Resident {
-    std::weak_ptr<const HostBuffer> host;
-    DeviceRef device;
-  };
-  std::unordered_map<const HostBuffer*, Resident> resident_;
-  size_t resident_pruned_size_ = 0;
-  Result<DeviceRef> device_copy(const BufferRef& host);
-  void prune_resident();
+  // Host data copied to a backend with its own memory (sim) keeps its device copy as its mirror
+  // (HostData::mirror, under this runtime's token): weights are copied to the device once, not
+  // every step, and the copy dies with the host data (docs/architecture.md: tensors on a device
+  // are device data). `mirrored_` lists the host data holding a mirror (pruned as it grows) so
+  // that all mirrors can be freed when the device runs out of memory.
+  uint64_t mirror_token_;
+  std::vector<std::weak_ptr<const DeviceData>> mirrored_;
+  size_t mirrored_pruned_size_ = 0;
+  // `data` on the backend's device; host data keeps the copy as its mirror if `keep_mirror`.
+  Result<DeviceRef> device_copy(const DataRef& data, bool keep_mirror);
+  void drop_mirrors();
 };
 
 }  // namespace tracecache

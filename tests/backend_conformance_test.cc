@@ -86,7 +86,7 @@ std::vector<BufferRef> run_on(Backend& backend, const Graph& g, std::span<const 
   Executable exe =
       std::move(backend.compile(g, hash_graph(g), backend.compiler_version())).value_or_throw();
   std::vector<DeviceRef> dev;
-  for (const BufferRef& p : params) dev.push_back(std::move(backend.to_device(p)).value_or_throw());
+  for (const BufferRef& p : params) dev.push_back(std::move(backend.to_device(host_data(p))).value_or_throw());
   std::vector<DeviceRef> outs = std::move(backend.run(exe, dev)).value_or_throw();
   std::vector<BufferRef> host;
   for (const DeviceRef& d : outs) host.push_back(std::move(backend.to_host(d)).value_or_throw());
@@ -342,7 +342,7 @@ class NoExpBackend final : public Backend {
   std::string serialize(const Executable& exe) override { return cpu_.serialize(exe); }
   Result<Executable> load(std::string_view bytes) override { return parse_executable(bytes); }
   bool shares_host_memory() const override { return true; }
-  Result<DeviceRef> to_device(BufferRef host) override { return cpu_.to_device(std::move(host)); }
+  Result<DeviceRef> to_device(const DataRef& data) override { return cpu_.to_device(data); }
   Result<BufferRef> to_host(const DeviceRef& device) override { return cpu_.to_host(device); }
   Result<std::vector<DeviceRef>> run(const Executable& exe, std::span<const DeviceRef> params) override {
     return cpu_.run(exe, params);
@@ -367,9 +367,9 @@ TEST(BackendSupports, ADeclinedOpFallsBackToTheReferenceWithAnEvent) {
   CanonicalGraph cg;
   cg.graph = declined;
   cg.key = hash_graph(declined);
-  std::vector<BufferRef> got = std::move(runtime.execute(cg, {&x, 1})).value_or_throw();
+  std::vector<DataRef> got = std::move(runtime.execute(cg, {host_data(x)})).value_or_throw();
   std::vector<BufferRef> want = std::move(evaluate_reference(declined, {&x, 1})).value_or_throw();
-  EXPECT_TRUE(same_bits(*got[0], *want[0]));
+  EXPECT_TRUE(same_bits(*std::move(got[0]->read()).value_or_throw(), *want[0]));
   EXPECT_EQ(backend.compiles, 0) << "a declined graph is never compiled";
   ASSERT_FALSE(runtime.events().empty());
   const store::Event& last = runtime.events().back();
@@ -384,7 +384,7 @@ TEST(BackendSupports, ADeclinedOpFallsBackToTheReferenceWithAnEvent) {
   CanonicalGraph ok;
   ok.graph = accepted;
   ok.key = hash_graph(accepted);
-  got = std::move(runtime.execute(ok, {&x, 1})).value_or_throw();
+  got = std::move(runtime.execute(ok, {host_data(x)})).value_or_throw();
   EXPECT_EQ(backend.compiles, 1) << "the ops it supports still compile";
   EXPECT_EQ(runtime.events().back().kind, store::EventKind::kCompile);
 }

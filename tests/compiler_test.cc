@@ -141,14 +141,14 @@ TEST(Executable, RandomByteFlipsNeverPassAsSomethingElse) {
     for (int64_t i = 0; i < b.numel(); ++i) {
       dispatch_dtype(n.dtype, [&]<typename T>() { b.data<T>()[i] = static_cast<T>((i % 7) * 0.25); });
     }
-    params.push_back(*cpu.to_device(std::make_shared<const HostBuffer>(std::move(b))));
+    params.push_back(*cpu.to_device(host_data(std::move(b))));
   }
   auto checksums = [&](const Executable& e) {
     std::vector<std::string> sums;
     Result<std::vector<DeviceRef>> outs = cpu.run(e, params);
     EXPECT_TRUE(outs.is_ok());
     if (outs.is_ok()) {
-      for (const DeviceRef& d : *outs) sums.push_back(d->storage->checksum());
+      for (const DeviceRef& d : *outs) sums.push_back(d->storage()->checksum());
     }
     return sums;
   };

@@ -21,7 +21,7 @@ namespace {
 // Fails every call: an eager context must never reach its executor.
 class NoExecutor final : public GraphExecutor {
  public:
-  Result<std::vector<BufferRef>> execute(const CanonicalGraph&, std::span<const BufferRef>) override {
+  Result<std::vector<DataRef>> execute(const CanonicalGraph&, std::vector<DataRef>) override {
     ++calls;
     return internal_error("an eager context called its executor");
   }

@@ -271,7 +271,7 @@ class BrokenBackend final : public Backend {
   std::string serialize(const Executable& e) override { return serialize_executable(e); }
   Result<Executable> load(std::string_view b) override { return parse_executable(b); }
   bool shares_host_memory() const override { return true; }
-  Result<DeviceRef> to_device(BufferRef) override { return internal_error("unused"); }
+  Result<DeviceRef> to_device(const DataRef&) override { return internal_error("unused"); }
   Result<BufferRef> to_host(const DeviceRef&) override { return internal_error("unused"); }
   Result<std::vector<DeviceRef>> run(const Executable&, std::span<const DeviceRef>) override {
     return internal_error("unused");

@@ -87,7 +87,7 @@ BufferRef filled(DType dtype, const Shape& shape, uint64_t seed) {
 std::vector<BufferRef> run_on(Backend& backend, const Graph& g, std::span<const BufferRef> params) {
   Executable exe = std::move(backend.compile(g, hash_graph(g), kCompilerVersion)).value_or_throw();
   std::vector<DeviceRef> dev;
-  for (const BufferRef& p : params) dev.push_back(std::move(backend.to_device(p)).value_or_throw());
+  for (const BufferRef& p : params) dev.push_back(std::move(backend.to_device(host_data(p))).value_or_throw());
   std::vector<DeviceRef> outs = std::move(backend.run(exe, dev)).value_or_throw();
   std::vector<BufferRef> host;
   for (const DeviceRef& d : outs) host.push_back(std::move(backend.to_host(d)).value_or_throw());
@@ -273,7 +273,7 @@ TEST(SimBackend, OutOfMemoryIsAnErrorNamingKeyAndBytes) {
   const GraphKey key = hash_graph(g);
   Executable exe = std::move(sim.compile(g, key, kCompilerVersion)).value_or_throw();
   std::vector<DeviceRef> dev;
-  for (uint64_t seed : {1, 2}) dev.push_back(std::move(sim.to_device(filled(DType::kF32, {64, 64}, seed))).value_or_throw());
+  for (uint64_t seed : {1, 2}) dev.push_back(std::move(sim.to_device(host_data(filled(DType::kF32, {64, 64}, seed)))).value_or_throw());
   EXPECT_EQ(sim.memory_in_use(), 32768u);
   Result<std::vector<DeviceRef>> r = sim.run(exe, dev);
   ASSERT_FALSE(r.is_ok());
@@ -284,7 +284,7 @@ TEST(SimBackend, OutOfMemoryIsAnErrorNamingKeyAndBytes) {
   EXPECT_NE(msg.find("16384 bytes requested"), std::string::npos) << msg;
   EXPECT_NE(msg.find("7232 bytes free of 40000"), std::string::npos) << msg;
   // A parameter that does not fit: named by type.
-  Result<DeviceRef> big = sim.to_device(filled(DType::kF32, {64, 64}, 3));
+  Result<DeviceRef> big = sim.to_device(host_data(filled(DType::kF32, {64, 64}, 3)));
   ASSERT_FALSE(big.is_ok());
   EXPECT_NE(big.status().message().find("f32[64, 64]"), std::string::npos) << big.status().message();
   dev.clear();

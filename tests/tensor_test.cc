@@ -10,11 +10,10 @@ namespace {
 
 class CountingExecutor final : public GraphExecutor {
  public:
-  Result<std::vector<BufferRef>> execute(const CanonicalGraph& g,
-                                         std::span<const BufferRef> params) override {
+  Result<std::vector<DataRef>> execute(const CanonicalGraph& g, std::vector<DataRef> params) override {
     ++runs;
     outputs_per_run.push_back(g.graph.outputs().size());
-    return evaluate_reference(g.graph, params);
+    return evaluate_reference(g.graph, std::span<const DataRef>(params));
   }
   int runs = 0;
   std::vector<size_t> outputs_per_run;

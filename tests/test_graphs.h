@@ -17,13 +17,12 @@ namespace tracecache::testing {
 class RecordingExecutor final : public GraphExecutor {
  public:
   explicit RecordingExecutor(bool compute = true) : compute_(compute) {}
-  Result<std::vector<BufferRef>> execute(const CanonicalGraph& g,
-                                         std::span<const BufferRef> params) override {
+  Result<std::vector<DataRef>> execute(const CanonicalGraph& g, std::vector<DataRef> params) override {
     graphs.push_back(g);
-    if (compute_) return evaluate_reference(g.graph, params);
-    std::vector<BufferRef> outs;
+    if (compute_) return evaluate_reference(g.graph, std::span<const DataRef>(params));
+    std::vector<DataRef> outs;
     for (NodeId o : g.graph.outputs()) {
-      outs.push_back(std::make_shared<const HostBuffer>(g.graph.node(o).dtype, g.graph.node(o).shape));
+      outs.push_back(host_data(HostBuffer(g.graph.node(o).dtype, g.graph.node(o).shape)));
     }
     return outs;
   }

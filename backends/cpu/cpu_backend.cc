@@ -54,15 +54,14 @@ Result<Executable> CpuBackend::load(std::string_view bytes) {
   return exe;
 }
 
-Result<DeviceRef> CpuBackend::to_device(BufferRef host) {
-  auto d = std::make_shared<DeviceBuffer>();
-  d->dtype = host->dtype();
-  d->shape = host->shape();
-  d->storage = std::move(host);
-  return DeviceRef(std::move(d));
+Result<DeviceRef> CpuBackend::to_device(const DataRef& data) {
+  if (auto d = std::dynamic_pointer_cast<const DeviceBuffer>(data); d && d->in_host_memory()) return d;
+  Result<BufferRef> host = data->read();
+  if (!host.is_ok()) return host.status();
+  return std::make_shared<const DeviceBuffer>(std::move(host).value(), 0);
 }
 
-Result<BufferRef> CpuBackend::to_host(const DeviceRef& device) { return device->storage; }
+Result<BufferRef> CpuBackend::to_host(const DeviceRef& device) { return device->read(); }
 
 Result<std::vector<DeviceRef>> CpuBackend::run(const Executable& exe,
                                                std::span<const DeviceRef> params) {
@@ -75,32 +74,43 @@ Result<std::vector<DeviceRef>> CpuBackend::run(const Executable& exe,
   }
   for (size_t p = 0; p < params.size(); ++p) {
     const Node& n = g.node(g.params()[p]);
-    if (params[p]->dtype != n.dtype || !(params[p]->shape == n.shape)) {
+    if (params[p]->dtype() != n.dtype || !(params[p]->shape() == n.shape)) {
       return invalid_argument(fmt::format("parameter {} must be {}, got {}", p,
                                           type_to_string(n.type()),
-                                          type_to_string({params[p]->dtype, params[p]->shape})));
+                                          type_to_string({params[p]->dtype(), params[p]->shape()})));
     }
   }
 
   // Every materialized node gets a HostBuffer: the caller's parameter, a view into the arena,
-  // or a fresh output buffer.
+  // a fresh output buffer, or a donated parameter's own storage (written in place).
   HostBuffer arena(DType::kBool, Shape{static_cast<int64_t>(plan->arena_bytes)});
   std::vector<HostBuffer> views(g.size());
   std::vector<const HostBuffer*> value(g.size(), nullptr);
-  std::vector<std::shared_ptr<HostBuffer>> outputs(g.outputs().size());
+  std::vector<BufferRef> outputs(g.outputs().size());
   for (NodeId id = 0; id < g.size(); ++id) {
     const Node& n = g.node(id);
     const Slot& s = plan->slots[id];
     switch (s.kind) {
-      case Slot::Kind::kParam: value[id] = params[s.index]->storage.get(); break;
+      case Slot::Kind::kParam: value[id] = params[s.index]->storage().get(); break;
       case Slot::Kind::kArena:
         views[id] = HostBuffer::view(n.dtype, n.shape, arena.bytes() + s.offset);
         value[id] = &views[id];
         break;
-      case Slot::Kind::kOutput:
-        outputs[s.index] = std::make_shared<HostBuffer>(n.dtype, n.shape);
-        value[id] = outputs[s.index].get();
+      case Slot::Kind::kDonated: {
+        const DeviceRef& donor = params[static_cast<size_t>(g.donated_param(s.index))];
+        if (DeviceBuffer::sole_owner(donor)) {
+          outputs[s.index] = donor->storage();
+          value[id] = outputs[s.index].get();
+          break;
+        }
+        [[fallthrough]];
+      }
+      case Slot::Kind::kOutput: {
+        auto fresh = std::make_shared<const HostBuffer>(n.dtype, n.shape);
+        value[id] = fresh.get();
+        outputs[s.index] = std::move(fresh);
         break;
+      }
       case Slot::Kind::kFused: break;
     }
   }
@@ -122,12 +132,13 @@ Result<std::vector<DeviceRef>> CpuBackend::run(const Executable& exe,
   for (size_t o = 0; o < g.outputs().size(); ++o) {
     NodeId id = g.outputs()[o];
     const Slot& s = plan->slots[id];
-    auto d = std::make_shared<DeviceBuffer>();
-    d->dtype = g.node(id).dtype;
-    d->shape = g.node(id).shape;
-    d->storage = s.kind == Slot::Kind::kParam ? params[s.index]->storage
-                                              : BufferRef(outputs[s.index]);
-    result.push_back(std::move(d));
+    if (s.kind == Slot::Kind::kParam) {
+      result.push_back(params[s.index]);
+    } else if (o == s.index) {
+      result.push_back(std::make_shared<const DeviceBuffer>(std::move(outputs[s.index]), 0));
+    } else {
+      result.push_back(result[s.index]);  // the same node returned twice: one handle
+    }
   }
   return result;
 }

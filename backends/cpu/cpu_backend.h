@@ -1,6 +1,7 @@
 // The `cpu` backend: runs executables on the host with the kernels of backends/cpu/cpu_kernels.h
-// (fused elementwise chains, BLAS GEMM, reductions). Device buffers are host memory, so the
-// copies share buffers instead of copying. Results equal the reference evaluator bitwise except
+// (fused elementwise chains, BLAS GEMM, reductions). Device buffers are host memory (device
+// token 0), so the copies share buffers instead of copying, and a donated output whose
+// parameter the caller gave up is written into that parameter's buffer (no second buffer). Results equal the reference evaluator bitwise except
 // where cpu_kernels.h documents a tolerance (GEMM's summation order).
 // Thread-safety: one thread at a time (run() allocates its own scratch arena per call).
 #pragma once
@@ -38,7 +39,7 @@ class CpuBackend final : public Backend {
   std::string serialize(const Executable& exe) override;
   Result<Executable> load(std::string_view bytes) override;
   bool shares_host_memory() const override { return true; }
-  Result<DeviceRef> to_device(BufferRef host) override;
+  Result<DeviceRef> to_device(const DataRef& data) override;
   Result<BufferRef> to_host(const DeviceRef& device) override;
   Result<std::vector<DeviceRef>> run(const Executable& exe, std::span<const DeviceRef> params) override;
   void synchronize() override {}

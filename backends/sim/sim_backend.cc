@@ -4,6 +4,7 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <atomic>
 #include <map>
 
 #include "compile/compiler.h"
@@ -11,11 +12,13 @@
 
 namespace tracecache {
 
-// Device memory accounting, shared with every live device buffer.
+// Device memory accounting, shared with every live device buffer. `backend` is null once the
+// backend is gone (its buffers may outlive it; reading one then accounts nothing).
 struct SimBackend::Memory {
   uint64_t capacity = 0;
   uint64_t used = 0;
   uint64_t peak = 0;
+  SimBackend* backend = nullptr;
 
   uint64_t free() const { return capacity - used; }
   bool fits(uint64_t bytes) const { return bytes <= free(); }
@@ -25,7 +28,33 @@ struct SimBackend::Memory {
   }
 };
 
+// Bytes of device memory held until the last buffer using them drops (a donated output in
+// place shares its parameter's allocation).
+struct SimBackend::Allocation {
+  std::shared_ptr<Memory> memory;
+  uint64_t bytes = 0;
+  ~Allocation() { memory->used -= bytes; }
+};
+
+// A sim device buffer: reading it is a device-to-host copy, accounted at every read (a tensor
+// keeps what it read: Tensor::buffer()).
+class SimBackend::Buffer final : public DeviceBuffer {
+ public:
+  Buffer(BufferRef storage, uint64_t device, std::shared_ptr<Allocation> allocation)
+      : DeviceBuffer(std::move(storage), device), allocation_(std::move(allocation)) {}
+  Result<BufferRef> read() const override {
+    if (SimBackend* backend = allocation_->memory->backend) backend->copy_to_host(static_cast<int64_t>(nbytes()));
+    return storage();
+  }
+  const std::shared_ptr<Allocation>& allocation() const { return allocation_; }
+
+ private:
+  std::shared_ptr<Allocation> allocation_;
+};
+
 namespace {
+
+std::atomic<uint64_t> next_device_token{1};
 
 double us(int64_t ps) { return static_cast<double>(ps) / 1e6; }
 
@@ -48,13 +77,14 @@ SimInterval sim_interval(const SimSnapshot& before, const SimSnapshot& after) {
 }
 
 SimBackend::SimBackend(DeviceSpec spec)
-    : spec_(std::move(spec)), memory_(std::make_shared<Memory>()) {
+    : spec_(std::move(spec)), device_(next_device_token++), memory_(std::make_shared<Memory>()) {
+  memory_->backend = this;
   std::string text = fmt::format("sim backend v{}; fuse=1; device {}", kBackendInterfaceVersion, spec_.digest());
   digest_ = hex64(XXH3_64bits(text.data(), text.size()));
   memory_->capacity = spec_.memory_capacity;
 }
 
-SimBackend::~SimBackend() = default;
+SimBackend::~SimBackend() { memory_->backend = nullptr; }
 
 Result<Executable> SimBackend::compile(const Graph& graph, const GraphKey& key,
                                        uint32_t compiler_version) {
@@ -76,17 +106,23 @@ Result<Executable> SimBackend::load(std::string_view bytes) {
 uint64_t SimBackend::memory_in_use() const { return memory_->used; }
 uint64_t SimBackend::memory_peak() const { return memory_->peak; }
 
-// A device buffer holding `bytes` of device memory (already taken) until its last handle drops.
-DeviceRef SimBackend::wrap(BufferRef storage, uint64_t bytes) {
-  auto* d = new DeviceBuffer{storage->dtype(), storage->shape(), std::move(storage)};
-  std::shared_ptr<Memory> memory = memory_;
-  return DeviceRef(d, [memory, bytes](const DeviceBuffer* b) {
-    memory->used -= bytes;
-    delete b;
-  });
+std::shared_ptr<SimBackend::Allocation> SimBackend::allocate(uint64_t bytes) {
+  memory_->take(bytes);
+  auto a = std::make_shared<Allocation>();
+  a->memory = memory_;
+  a->bytes = bytes;
+  return a;
 }
 
-Result<DeviceRef> SimBackend::to_device(BufferRef host) {
+DeviceRef SimBackend::wrap(BufferRef storage, std::shared_ptr<Allocation> allocation) {
+  return std::make_shared<const Buffer>(std::move(storage), device_, std::move(allocation));
+}
+
+Result<DeviceRef> SimBackend::to_device(const DataRef& data) {
+  if (auto d = std::dynamic_pointer_cast<const DeviceBuffer>(data); d && d->device() == device_) return d;
+  Result<BufferRef> read = data->read();
+  if (!read.is_ok()) return read.status();
+  const BufferRef& host = *read;
   const int64_t start = timeline_.host_now_ps();
   const uint64_t bytes = host->nbytes();
   if (!memory_->fits(bytes)) {
@@ -96,11 +132,10 @@ Result<DeviceRef> SimBackend::to_device(BufferRef host) {
         spec_.name, type_to_string({host->dtype(), host->shape()}), bytes, memory_->free(),
         memory_->capacity));
   }
-  memory_->take(bytes);
-  // The device gets its own copy, as a real device would. Wrapping `host` itself would make the
-  // device buffer own the host buffer, so the runtime's cache of resident copies (keyed by a
-  // weak reference to the host buffer) could never see it expire: every step's inputs stayed
-  // on the device and in memory. The copy is device work the CPU does: not host time.
+  std::shared_ptr<Allocation> allocation = allocate(bytes);
+  // The device gets its own copy, as a real device would: the host data may be written into
+  // its own storage by a later donation, and the device copy by this one's. The copy is device
+  // work the CPU does: not host time.
   const SimTimeline::Clock::time_point copy_start = SimTimeline::Clock::now();
   BufferRef storage = std::make_shared<const HostBuffer>(host->clone());
   timeline_.exclude(copy_start, SimTimeline::Clock::now());
@@ -111,14 +146,13 @@ Result<DeviceRef> SimBackend::to_device(BufferRef host) {
   copy.duration_ps = transfer_time_ps(spec_, static_cast<int64_t>(bytes));
   copy.bytes = static_cast<int64_t>(bytes);
   timeline_.enqueue(std::move(copy));
-  DeviceRef d = wrap(std::move(storage), bytes);
+  DeviceRef d = wrap(std::move(storage), std::move(allocation));
   timeline_.record_host("to_device", "sim", start, timeline_.host_now_ps());
   return d;
 }
 
-Result<BufferRef> SimBackend::to_host(const DeviceRef& device) {
+void SimBackend::copy_to_host(int64_t bytes) {
   const int64_t start = timeline_.host_now_ps();
-  const int64_t bytes = static_cast<int64_t>(device->storage->nbytes());
   bytes_to_host_ += bytes;
   TimelineEvent copy;
   copy.name = "copy to host";
@@ -128,8 +162,9 @@ Result<BufferRef> SimBackend::to_host(const DeviceRef& device) {
   timeline_.enqueue(std::move(copy));
   timeline_.record_host("to_host", "sim", start, timeline_.host_now_ps());
   timeline_.wait_for_device();
-  return device->storage;
 }
+
+Result<BufferRef> SimBackend::to_host(const DeviceRef& device) { return device->read(); }
 
 void SimBackend::synchronize() { timeline_.wait_for_device(); }
 
@@ -143,10 +178,16 @@ Result<std::vector<DeviceRef>> SimBackend::run(const Executable& exe,
 
   // Device memory for this run: the scratch arena (freed when the run's kernels are done) and
   // one buffer per distinct output slot (held by the returned device buffers).
+  // A donated output whose parameter the caller gave up is written in place (the cpu kernels
+  // decide the same way, DeviceBuffer::sole_owner) and needs no memory of its own.
   std::map<uint32_t, uint64_t> output_bytes;
   for (NodeId id : g.outputs()) {
     const Slot& s = plan->slots[id];
-    if (s.kind == Slot::Kind::kOutput) output_bytes[s.index] = s.nbytes;
+    const bool in_place = s.kind == Slot::Kind::kDonated &&
+                          DeviceBuffer::sole_owner(params[static_cast<size_t>(g.donated_param(s.index))]);
+    if (s.kind == Slot::Kind::kOutput || (s.kind == Slot::Kind::kDonated && !in_place)) {
+      output_bytes[s.index] = s.nbytes;
+    }
   }
   uint64_t needed = plan->arena_bytes;
   for (const auto& [index, bytes] : output_bytes) needed += bytes;
@@ -188,8 +229,15 @@ Result<std::vector<DeviceRef>> SimBackend::run(const Executable& exe,
     }
     auto it = made.find(s.index);
     if (it == made.end()) {
-      memory_->take(output_bytes[s.index]);
-      it = made.emplace(s.index, wrap((*computed)[o]->storage, output_bytes[s.index])).first;
+      const BufferRef& storage = (*computed)[o]->storage();
+      std::shared_ptr<Allocation> allocation;
+      if (s.kind == Slot::Kind::kDonated) {
+        const DeviceRef& donor = params[static_cast<size_t>(g.donated_param(s.index))];
+        auto* own = dynamic_cast<const Buffer*>(donor.get());
+        if (own && donor->storage() == storage) allocation = own->allocation();
+      }
+      if (!allocation) allocation = allocate(storage == nullptr ? 0 : storage->nbytes());
+      it = made.emplace(s.index, wrap(storage, std::move(allocation))).first;
     }
     result.push_back(it->second);
   }

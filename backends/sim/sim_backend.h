@@ -6,11 +6,15 @@
 //    or the parameter (in to_device), the bytes requested and the bytes free; the Runtime then
 //    falls back (runtime/runtime.h) and the step's results stay correct;
 //  - explicit host<->device copies (shares_host_memory() is false, so the Runtime counts the
-//    bytes) costed at bytes / link bandwidth + latency;
+//    bytes) costed at bytes / link bandwidth + latency. Outputs stay on the device: run() takes
+//    this device's buffers as they are, so a value one run produced feeds the next with no copy;
 //  - one asynchronous in-order stream: to_device() and run() enqueue work and return; the device
-//    clock advances per kernel by the roofline of backends/sim/cost_model.h; to_host() enqueues the
-//    copy and waits for it (the host clock jumps to the device clock if it is behind);
-//    synchronize() waits for everything. The clocks are in backends/sim/sim_timeline.h.
+//    clock advances per kernel by the roofline of backends/sim/cost_model.h; reading a device
+//    buffer (DeviceData::read(), to_host()) enqueues the copy and waits for it (the host clock
+//    jumps to the device clock if it is behind); synchronize() waits for
+//    everything. The clocks are in backends/sim/sim_timeline.h;
+//  - donation: a donated output written in place (Slot::Kind::kDonated) takes over its
+//    parameter's device memory instead of allocating its own.
 // What is not: the numbers. They are computed at once on the host by the `cpu` backend's
 // kernels (CpuBackend::run on the same Executable), so sim outputs are BITWISE EQUAL to cpu
 // outputs (invariant 4); the bytes are not duplicated either (device buffers share the
@@ -65,7 +69,7 @@ class SimBackend final : public Backend {
   std::string serialize(const Executable& exe) override;
   Result<Executable> load(std::string_view bytes) override;
   bool shares_host_memory() const override { return false; }
-  Result<DeviceRef> to_device(BufferRef host) override;
+  Result<DeviceRef> to_device(const DataRef& data) override;
   Result<BufferRef> to_host(const DeviceRef& device) override;
   Result<std::vector<DeviceRef>> run(const Executable& exe, std::span<const DeviceRef> params) override;
   void synchronize() override;
@@ -79,10 +83,16 @@ class SimBackend final : public Backend {
 
  private:
   struct Memory;
-  DeviceRef wrap(BufferRef storage, uint64_t bytes);
+  struct Allocation;
+  class Buffer;
+  DeviceRef wrap(BufferRef storage, std::shared_ptr<Allocation> allocation);
+  std::shared_ptr<Allocation> allocate(uint64_t bytes);
+  // Accounts a device-to-host copy of `bytes` and waits for it (a value read).
+  void copy_to_host(int64_t bytes);
 
   DeviceSpec spec_;
   std::string digest_;
+  uint64_t device_;  // this device's token (DeviceBuffer::device)
   CpuBackend cpu_;
   std::shared_ptr<Memory> memory_;
   SimTimeline timeline_;

@@ -2,6 +2,7 @@
 
 #include <xxhash.h>
 
+#include <algorithm>
 #include <limits>
 #include <unordered_map>
 
@@ -19,11 +20,12 @@ class Canonicalizer {
   Canonicalizer(const Graph& trace, const CanonicalizeOptions& options)
       : trace_(trace), options_(options), canon_of_(trace.size(), kUnvisited) {}
 
-  CanonicalGraph run(std::span<const NodeId> roots) {
+  CanonicalGraph run(std::span<const NodeId> roots, std::span<const TraceDonation> donations) {
     std::vector<NodeId> outputs;
     outputs.reserve(roots.size());
     for (NodeId r : roots) outputs.push_back(visit(r));
     out_.graph.set_outputs(std::move(outputs));
+    for (const TraceDonation& d : donations) add_donation(roots, d);
     out_.key = hash_graph(out_.graph);
     return std::move(out_);
   }
@@ -73,6 +75,26 @@ class Canonicalizer {
     inputs_.clear();
     for (NodeId in : trace_.inputs(n)) inputs_.push_back(canon_of_[in]);
     return add_unique(n.op, inputs_, attrs, n.type());
+  }
+
+  void add_donation(std::span<const NodeId> roots, const TraceDonation& d) {
+    const Graph& g = out_.graph;
+    auto root = std::find(roots.begin(), roots.end(), d.node);
+    if (root == roots.end()) return;
+    const uint32_t output = static_cast<uint32_t>(root - roots.begin());
+    for (uint32_t p = 0; p < out_.sources.size(); ++p) {
+      const ParamSource& src = out_.sources[p];
+      if (src.kind != ParamSource::Kind::kTraceParam || src.trace_param != d.trace_param) continue;
+      const Node& out = g.node(g.outputs()[output]);
+      const Node& param = g.node(g.params()[p]);
+      const bool taken = std::any_of(g.donations().begin(), g.donations().end(), [&](const Donation& x) {
+        return x.output == output || x.param == p;
+      });
+      if (!taken && out.op != OpKind::kParameter && out.type() == param.type()) {
+        out_.graph.add_donation({output, p});
+      }
+      return;
+    }
   }
 
   NodeId add_param(const TensorType& type, const ParamSource& src) {
@@ -134,8 +156,9 @@ class Canonicalizer {
 }  // namespace
 
 CanonicalGraph canonicalize(const Graph& trace, std::span<const NodeId> roots,
-                            const CanonicalizeOptions& options) {
-  return Canonicalizer(trace, options).run(roots);
+                            const CanonicalizeOptions& options,
+                            std::span<const TraceDonation> donations) {
+  return Canonicalizer(trace, options).run(roots, donations);
 }
 
 HostBuffer scalar_buffer(const ParamSource& source) {

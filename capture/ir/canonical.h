@@ -9,6 +9,8 @@
 //   4. merges common subexpressions (same op, attributes, type and inputs);
 //   5. numbers parameters by first use. Two roots that read the same tensor data share one
 //      parameter, so the aliasing pattern is part of the key;
+//   6. keeps the requested donations (TraceDonation) whose node is a root and whose parameter
+//      the graph reads, as Graph donations: like aliasing, part of the key;
 // and hashes the result (hash.h). Attributes arrive normalized by each op's inference rule.
 // Thread-safe: pure function of its arguments.
 #pragma once
@@ -45,9 +47,19 @@ struct CanonicalGraph {
   GraphKey key;
 };
 
-// REQUIRES: every root < trace.size().
+// A donation requested in a trace (LazyContext::assign): the value of trace node `node` may be
+// written into the storage of the traced graph's parameter `trace_param`.
+struct TraceDonation {
+  NodeId node = 0;
+  uint32_t trace_param = 0;
+};
+
+// REQUIRES: every root < trace.size(). A donation that does not apply (its node is not a root or
+// is a parameter, its parameter is not read, the types differ, or the output or parameter is
+// already donated) is dropped: the graph then copies, with the same values.
 CanonicalGraph canonicalize(const Graph& trace, std::span<const NodeId> roots,
-                            const CanonicalizeOptions& options = {});
+                            const CanonicalizeOptions& options = {},
+                            std::span<const TraceDonation> donations = {});
 
 // The rank-0 host value a kScalar source stands for.
 HostBuffer scalar_buffer(const ParamSource& source);

@@ -38,6 +38,7 @@ void Graph::clear() {
   attr_pool_.clear();
   params_.clear();
   outputs_.clear();
+  donations_.clear();
 }
 
 const AttrValue& Graph::attr(const Node& n, std::string_view name) const {
@@ -67,7 +68,37 @@ std::string Graph::to_text() const {
   std::vector<std::string> outs;
   for (NodeId o : outputs_) outs.push_back(fmt::format("%{}", o));
   out += fmt::format("outputs: {}\n", fmt::join(outs, ", "));
+  for (const Donation& d : donations_) out += fmt::format("donates: output {} -> param {}\n", d.output, d.param);
   return out;
+}
+
+int64_t Graph::donated_param(uint32_t output) const {
+  for (const Donation& d : donations_) {
+    if (d.output == output) return d.param;
+  }
+  return -1;
+}
+
+bool Graph::check_donations(std::string* why) const {
+  std::vector<bool> output_taken(outputs_.size(), false), param_taken(params_.size(), false);
+  for (const Donation& d : donations_) {
+    if (d.output >= outputs_.size() || d.param >= params_.size()) {
+      *why = fmt::format("donation output {} -> param {} is out of range", d.output, d.param);
+      return false;
+    }
+    const Node& out = nodes_[outputs_[d.output]];
+    const Node& param = nodes_[params_[d.param]];
+    if (out.op == OpKind::kParameter || out.dtype != param.dtype || !(out.shape == param.shape)) {
+      *why = fmt::format("output {} cannot be donated to param {}", d.output, d.param);
+      return false;
+    }
+    if (output_taken[d.output] || param_taken[d.param]) {
+      *why = fmt::format("output {} or param {} is donated twice", d.output, d.param);
+      return false;
+    }
+    output_taken[d.output] = param_taken[d.param] = true;
+  }
+  return true;
 }
 
 }  // namespace tracecache

@@ -98,6 +98,15 @@ std::string encode_graph(const Graph& graph) {
   }
   e.u32(static_cast<uint32_t>(graph.outputs().size()));
   for (NodeId o : graph.outputs()) e.u32(o);
+  // Written only when present, so a graph without donations keeps its bytes and key.
+  if (!graph.donations().empty()) {
+    e.str("donations");
+    e.u32(static_cast<uint32_t>(graph.donations().size()));
+    for (const Donation& d : graph.donations()) {
+      e.u32(d.output);
+      e.u32(d.param);
+    }
+  }
   return out;
 }
 

@@ -42,7 +42,8 @@ struct GraphKeyHasher {
   size_t operator()(const GraphKey& k) const { return static_cast<size_t>(k.low ^ (k.high * 31)); }
 };
 
-// The canonical encoding the key is computed over (exposed for tests and docs).
+// The canonical encoding the key is computed over (exposed for tests and docs). Donations
+// (graph.h) are appended only when the graph has some, so graphs without them keep their keys.
 std::string encode_graph(const Graph& graph);
 // XXH3-128 of encode_graph(graph). REQUIRES: `graph` is canonical for the key to be meaningful.
 GraphKey hash_graph(const Graph& graph);

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "capture/core/buffer.h"
+#include "capture/core/device_data.h"
 #include "capture/ir/graph.h"
 #include "capture/core/status.h"
 
@@ -55,8 +56,8 @@ struct TraceTemplate {
   std::vector<ShapeObservation> observed;
   std::vector<NodeId> roots;       // the barrier's roots, in order
   // Capture only (not part of a stored template):
-  std::vector<BufferRef> param_data;  // parameter p's data
-  std::vector<std::pair<const HostBuffer*, Shape>> observed_data;
+  std::vector<DataRef> param_data;  // parameter p's data
+  std::vector<std::pair<const void*, Shape>> observed_data;  // DeviceData::identity()
   int barriers = 0;
   bool usable = true;
   std::string unusable_reason;

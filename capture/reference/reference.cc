@@ -48,6 +48,26 @@ Result<std::vector<BufferRef>> evaluate_reference(const Graph& graph,
   return outputs;
 }
 
+Result<std::vector<DataRef>> evaluate_reference(const Graph& graph, std::span<const DataRef> params) {
+  std::vector<BufferRef> host;
+  host.reserve(params.size());
+  for (const DataRef& p : params) {
+    if (!p) {
+      host.push_back(nullptr);
+      continue;
+    }
+    Result<BufferRef> b = p->read();
+    if (!b.is_ok()) return b.status();
+    host.push_back(std::move(b).value());
+  }
+  Result<std::vector<BufferRef>> outs = evaluate_reference(graph, std::span<const BufferRef>(host));
+  if (!outs.is_ok()) return outs.status();
+  std::vector<DataRef> data;
+  data.reserve(outs->size());
+  for (BufferRef& b : *outs) data.push_back(host_data(std::move(b)));
+  return data;
+}
+
 Result<BufferRef> ReferenceOpRunner::run_op(OpKind op, std::span<const BufferRef> inputs,
                                             std::span<const AttrValue> attrs,
                                             const TensorType& out) {

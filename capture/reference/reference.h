@@ -20,11 +20,15 @@ namespace tracecache {
 // parameter's dtype or shape differs from the graph's.
 Result<std::vector<BufferRef>> evaluate_reference(const Graph& graph,
                                                   std::span<const BufferRef> params);
+// The same on data handles: reads each parameter (a value read for device data) and returns
+// host data (HostData). Donations are ignored: the values are the same. Fails with the read's
+// Status if a parameter cannot be read.
+Result<std::vector<DataRef>> evaluate_reference(const Graph& graph, std::span<const DataRef> params);
 
 class ReferenceExecutor final : public GraphExecutor {
  public:
-  Result<std::vector<BufferRef>> execute(const CanonicalGraph& graph,
-                                         std::span<const BufferRef> params) override {
+  Result<std::vector<DataRef>> execute(const CanonicalGraph& graph,
+                                       std::vector<DataRef> params) override {
     return evaluate_reference(graph.graph, params);
   }
 };

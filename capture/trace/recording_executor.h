@@ -26,16 +26,16 @@ struct RecordingOptions {
 
 struct RecordedGraph {
   CanonicalGraph graph;
-  std::vector<BufferRef> params;   // keep_buffers only
-  std::vector<BufferRef> outputs;  // keep_buffers only: the zero-filled buffers returned
+  std::vector<DataRef> params;   // keep_buffers only
+  std::vector<DataRef> outputs;  // keep_buffers only: the zero-filled host data returned
 };
 
 class RecordingExecutor final : public GraphExecutor {
  public:
   explicit RecordingExecutor(RecordingOptions options = {}) : options_(options) {}
 
-  Result<std::vector<BufferRef>> execute(const CanonicalGraph& graph,
-                                         std::span<const BufferRef> params) override;
+  Result<std::vector<DataRef>> execute(const CanonicalGraph& graph,
+                                       std::vector<DataRef> params) override;
 
   // Every graph executed so far, in order.
   const std::vector<RecordedGraph>& graphs() const { return graphs_; }

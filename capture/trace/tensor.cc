@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
 #include <cassert>
 #include <limits>
@@ -45,7 +46,7 @@ const Shape& Tensor::shape() const {
   return impl_->type.shape;
 }
 
-BufferRef Tensor::buffer() const {
+const DataRef& Tensor::data() const {
   assert(defined());
   if (impl_->pending()) {
     TensorImpl* root = impl_;
@@ -54,6 +55,21 @@ BufferRef Tensor::buffer() const {
   return impl_->data;
 }
 
+BufferRef Tensor::buffer() const {
+  const DataRef& d = data();
+  if (!impl_->host) {
+    Result<BufferRef> host = d->read();
+    if (!host.is_ok()) throw Error(host.status());
+    if (Metrics* m = impl_->ctx->options_.metrics; m && !d->in_host_memory()) {
+      m->add(counters::kBytesToHost, static_cast<int64_t>(d->nbytes()));
+    }
+    impl_->host = std::move(host).value();
+  }
+  return impl_->host;
+}
+
+
+void Tensor::assign(const Tensor& value) { context().assign(*this, value); }
 
 double Tensor::item() const {
   if (numel() != 1) {
@@ -77,13 +93,15 @@ LazyContext::~LazyContext() {
   }
 }
 
-Tensor LazyContext::from_buffer(BufferRef data) {
+Tensor LazyContext::from_data(DataRef data) {
   auto* impl = new TensorImpl;
   impl->ctx = this;
   impl->type = {data->dtype(), data->shape()};
   impl->data = std::move(data);
   return Tensor(impl);
 }
+
+Tensor LazyContext::from_buffer(BufferRef data) { return from_data(host_data(std::move(data))); }
 
 Tensor LazyContext::from_buffer(HostBuffer data) {
   return from_buffer(std::make_shared<const HostBuffer>(std::move(data)));
@@ -92,7 +110,7 @@ Tensor LazyContext::from_buffer(HostBuffer data) {
 NodeId LazyContext::node_for(TensorImpl* t) {
   if (t->pending()) return t->node;
   // Device data enters the graph as a parameter; one parameter per distinct buffer.
-  auto [it, inserted] = param_of_data_.try_emplace(t->data.get(), 0);
+  auto [it, inserted] = param_of_data_.try_emplace(t->data->identity(), 0);
   if (inserted) {
     it->second = trace_.add_parameter(t->type);
     trace_params_.push_back(t->data);
@@ -113,7 +131,7 @@ void LazyContext::observe(const TensorImpl* t) {
   TraceTemplate* c = options_.capture;
   if (!c) return;
   if (!t->pending()) {
-    c->observed_data.emplace_back(t->data.get(), t->type.shape);
+    c->observed_data.emplace_back(t->data->identity(), t->type.shape);
   } else if (c->barriers == 0) {
     if (c->observed.empty() || c->observed.back().node != t->node) {
       c->observed.push_back({t->node, t->type.shape});
@@ -212,7 +230,9 @@ Tensor LazyContext::run_eager(OpKind op, std::span<const Tensor> inputs,
   Scratch<BufferRef> data(inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) {
     assert(!inputs[i].impl_->pending());
-    data[i] = inputs[i].impl_->data;
+    Result<BufferRef> host = inputs[i].impl_->data->read();
+    if (!host.is_ok()) throw Error(host.status());
+    data[i] = std::move(host).value();
   }
   Result<BufferRef> out = options_.eager->run_op(op, data.span(), attrs, type);
   if (!out.is_ok()) throw Error(out.status());
@@ -223,6 +243,38 @@ Tensor LazyContext::run_eager(OpKind op, std::span<const Tensor> inputs,
                                            type_to_string(type))));
   }
   return from_buffer(std::move(out).value());
+}
+
+void LazyContext::assign(Tensor& target, const Tensor& value) {
+  TensorImpl* t = target.impl_;
+  const TensorImpl* v = value.impl_;
+  if (!t || !v || t->ctx != this || v->ctx != this || t->type != v->type) {
+    throw Error(invalid_argument(fmt::format(
+        "assign: the target and the value must be tensors of this context with the same type, got {} and {}",
+        t ? type_to_string(t->type) : "nothing", v ? type_to_string(v->type) : "nothing")));
+  }
+  if (t == v) return;
+  if (!v->pending()) {  // a known value: nothing to compute, nothing to donate
+    if (t->pending()) forget_pending(t);
+    t->node = kNoNode;
+    t->data = v->data;
+    t->host = v->host;
+    return;
+  }
+  if (TraceTemplate* c = capturing()) c->mark_unusable("the traced code assigned a tensor in place");
+  if (t->pending()) {
+    pending_[t->pending_slot] = nullptr;
+    --live_pending_;
+  } else {
+    const NodeId param = node_for(t);
+    donations_.push_back({v->node, static_cast<uint32_t>(trace_.attrs(trace_.node(param))[0].i)});
+    t->data.reset();
+    t->host.reset();
+  }
+  t->node = v->node;
+  t->pending_slot = static_cast<uint32_t>(pending_.size());
+  pending_.push_back(t);
+  ++live_pending_;
 }
 
 void LazyContext::forget_pending(TensorImpl* t) {
@@ -239,6 +291,7 @@ void LazyContext::reset_trace_if_idle() {
   trace_.clear();
   trace_params_.clear();
   param_of_data_.clear();
+  donations_.clear();
   pending_.clear();
 }
 
@@ -270,23 +323,30 @@ void LazyContext::materialize(std::span<TensorImpl* const> roots) {
     options_.metrics->record_span(timers::kTrace, trace_started_, std::chrono::steady_clock::now());
   }
   ScopedTimer timer(options_.metrics, timers::kCanonicalizeHash);
-  CanonicalGraph cg = canonicalize(trace_, root_nodes, options_.canonicalize);
+  CanonicalGraph cg = canonicalize(trace_, root_nodes, options_.canonicalize, donations_);
   timer.stop();
   if (options_.metrics) {
     options_.metrics->add(counters::kTraces);
     options_.metrics->add(counters::kNodesTraced, static_cast<int64_t>(cg.graph.size()));
   }
 
-  std::vector<BufferRef> params;
+  // When this barrier ends the trace (every live pending tensor is a root), the trace gives up
+  // the data of donated parameters, so the executor may hold their only handle.
+  const bool ends_trace = roots.size() == live_pending_;
+  std::vector<DataRef> params;
   params.reserve(cg.sources.size());
-  for (const ParamSource& s : cg.sources) {
-    if (s.kind == ParamSource::Kind::kTraceParam) {
-      params.push_back(trace_params_[s.trace_param]);
+  for (uint32_t p = 0; p < cg.sources.size(); ++p) {
+    const ParamSource& s = cg.sources[p];
+    if (s.kind != ParamSource::Kind::kTraceParam) {
+      params.push_back(host_data(scalar_buffer(s)));
+    } else if (ends_trace && std::any_of(cg.graph.donations().begin(), cg.graph.donations().end(),
+                                         [p](const Donation& d) { return d.param == p; })) {
+      params.push_back(std::move(trace_params_[s.trace_param]));
     } else {
-      params.push_back(std::make_shared<const HostBuffer>(scalar_buffer(s)));
+      params.push_back(trace_params_[s.trace_param]);
     }
   }
-  Result<std::vector<BufferRef>> outputs = executor_->execute(cg, params);
+  Result<std::vector<DataRef>> outputs = executor_->execute(cg, std::move(params));
   if (!outputs.is_ok()) throw Error(outputs.status());
   if (outputs->size() != roots.size()) {
     throw Error(internal_error(fmt::format("executor returned {} outputs for {} roots",
@@ -296,6 +356,7 @@ void LazyContext::materialize(std::span<TensorImpl* const> roots) {
   for (size_t i = 0; i < roots.size(); ++i) {
     TensorImpl* t = roots[i];
     t->data = std::move((*outputs)[i]);
+    t->host.reset();
     t->node = kNoNode;
     pending_[t->pending_slot] = nullptr;
     --live_pending_;

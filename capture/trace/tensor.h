@@ -3,12 +3,15 @@
 // A LazyContext is a tracer: every op on its tensors appends a node to its pending graph and
 // returns at once; nothing is computed until a barrier. `mark_step()` is the barrier: all live
 // pending tensors become the roots of one graph, which is canonicalized, hashed and handed to
-// the GraphExecutor; the executor's results become the tensors' data. A value read
-// (`item()`, `to_vector()`, `buffer()`) materializes just that tensor the same way.
+// the GraphExecutor; the executor's results become the tensors' data: DeviceData handles
+// (capture/core/device_data.h) that stay where the executor left them (a device), so a
+// barrier copies nothing back and waits for nothing. A value read (`item()`, `to_vector()`,
+// `buffer()`) materializes just that tensor the same way and then reads its host bytes.
 //
 // Tensors are handles: copies share one value. A tensor whose value is known (created from
 // data, or materialized) enters later graphs as a parameter ("device data"), so a new step's
-// graph never embeds the previous step's values.
+// graph never embeds the previous step's values. `assign()` updates a tensor in place at the
+// next barrier (donation, capture/ir/graph.h): its old storage may hold the new value.
 //
 // Eager mode: with LazyOptions::eager set, the context traces nothing; each op runs at once on
 // that OpRunner (capture/trace/eager.h) and returns a materialized tensor, and mark_step() is a no-op.
@@ -30,6 +33,7 @@
 #include <vector>
 
 #include "capture/core/buffer.h"
+#include "capture/core/device_data.h"
 #include "capture/ir/canonical.h"
 #include "capture/trace/eager.h"
 #include "capture/ir/graph.h"
@@ -52,7 +56,8 @@ struct TensorImpl {
   TensorType type;
   NodeId node = kNoNode;
   uint32_t pending_slot = 0;
-  BufferRef data;
+  DataRef data;
+  BufferRef host;  // data's host bytes, once a value read produced them
 
   bool pending() const { return node != kNoNode; }
 };
@@ -62,9 +67,11 @@ struct TensorImpl {
 class GraphExecutor {
  public:
   virtual ~GraphExecutor() = default;
-  // Returns one buffer per graph output, in order. `params` holds one buffer per parameter.
-  virtual Result<std::vector<BufferRef>> execute(const CanonicalGraph& graph,
-                                                 std::span<const BufferRef> params) = 0;
+  // Returns one value per graph output, in order. `params` holds one value per parameter; the
+  // executor owns these handles for the call, so a parameter the graph donates whose handle
+  // nobody else holds may have its storage reused for the output (graph.h, Donation).
+  virtual Result<std::vector<DataRef>> execute(const CanonicalGraph& graph,
+                                               std::vector<DataRef> params) = 0;
 };
 
 class Tensor {
@@ -94,11 +101,17 @@ class Tensor {
   // True once the value is known (no pending computation).
   bool is_materialized() const { return !impl_->pending(); }
 
-  // Value reads: materialize (a barrier for this tensor) and return the data.
+  // Value reads: materialize (a barrier for this tensor) and return the data in host memory
+  // (for device data: waits for the device and copies, once per tensor). Throws Error if the
+  // device cannot be read.
   BufferRef buffer() const;
+  // The data handle: materializes (a barrier for this tensor) but reads nothing.
+  const DataRef& data() const;
   // The data of a materialized tensor without taking a reference (no atomic operations).
   // REQUIRES: is_materialized(). The pointer lives as long as this tensor's value.
-  const HostBuffer* data_ptr() const { return impl_->data.get(); }
+  const DeviceData* data_ptr() const { return impl_->data.get(); }
+  // In-place update at the next barrier: context().assign(*this, value) (see LazyContext).
+  void assign(const Tensor& value);
   // The single element converted to double. Throws Error unless numel() == 1.
   double item() const;
   // Elements converted to T, row-major.
@@ -150,8 +163,18 @@ class LazyContext {
   LazyContext& operator=(const LazyContext&) = delete;
 
   // A materialized tensor holding `data` (device data).
+  Tensor from_data(DataRef data);
+  // The same for host data (HostData).
   Tensor from_buffer(BufferRef data);
   Tensor from_buffer(HostBuffer data);
+
+  // In-place update: at the next barrier `target` takes the value of `value`, and the graph
+  // donates `target`'s old storage to it (capture/ir/graph.h), as an optimizer's
+  // `param.copy_(param - lr * grad)`: with donation the update needs no second buffer. Every
+  // handle of `target` sees the new value; `value` stays a separate tensor. Throws Error
+  // (kInvalidArgument) unless both belong to this context and have the same type. In eager
+  // mode the target simply takes the value.
+  void assign(Tensor& target, const Tensor& value);
 
   // Records `op` on `inputs` with `attrs` given positionally, one per declared attribute
   // (see op_info(op).attrs). Normalizes the attributes and infers the output type; throws
@@ -192,8 +215,9 @@ class LazyContext {
   GraphExecutor* executor_;
   LazyOptions options_;
   Graph trace_;
-  std::vector<BufferRef> trace_params_;  // data of trace_'s parameters, by parameter index
-  std::unordered_map<const HostBuffer*, NodeId> param_of_data_;  // identity map, this trace
+  std::vector<DataRef> trace_params_;  // data of trace_'s parameters, by parameter index
+  std::unordered_map<const void*, NodeId> param_of_data_;  // DeviceData::identity(), this trace
+  std::vector<TraceDonation> donations_;  // requested by assign(), this trace
   std::vector<TensorImpl*> pending_;  // pending tensors by creation; nullptr once gone
   size_t live_pending_ = 0;
   std::vector<GraphKey> executed_keys_;

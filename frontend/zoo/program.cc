@@ -97,7 +97,7 @@ Result<Program> model_program(const ModelSpec& spec, const ProgramOptions& optio
   lazy.canonicalize.bake_scalars = true;  // constants stay ops, written as `full(...)` lines
   LazyContext ctx(&executor, lazy);
   // Which declaration each tensor's data stands for: inputs first, then the spec's tensors.
-  std::map<const HostBuffer*, size_t> decl_of_data;
+  std::map<const void*, size_t> decl_of_data;  // DeviceData::identity()
   std::vector<Tensor> inputs, weights;
   Program program;
   program.file_name = options.file_name.empty() ? spec.name + ".trace" : options.file_name;
@@ -167,7 +167,7 @@ Result<Program> model_program(const ModelSpec& spec, const ProgramOptions& optio
   std::vector<std::string> node_names(g.size());
   std::vector<std::string> output_names;
   for (size_t k = 0; k < outputs.size(); ++k) {
-    const HostBuffer* data = outputs[k].data_ptr();
+    const DeviceData* data = outputs[k].data_ptr();
     size_t slot = 0;
     while (slot < captured.outputs.size() && captured.outputs[slot].get() != data) ++slot;
     if (slot == captured.outputs.size()) {
@@ -184,7 +184,7 @@ Result<Program> model_program(const ModelSpec& spec, const ProgramOptions& optio
     if (src.kind != ParamSource::Kind::kTraceParam) {
       return internal_error(fmt::format("{}: a lifted scalar in a baked trace", spec.name));
     }
-    auto it = decl_of_data.find(captured.params[i].get());
+    auto it = decl_of_data.find(captured.params[i]->identity());
     if (it == decl_of_data.end()) {
       return internal_error(fmt::format("{}: graph parameter {} is no model tensor", spec.name, i));
     }

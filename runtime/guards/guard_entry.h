@@ -29,7 +29,7 @@ struct ValueSource {
   Kind kind = Kind::kInput;
   uint32_t a = 0;      // input / scalar / segment index
   uint32_t b = 0;      // segment output index
-  BufferRef constant;  // kConstant: a lifted scalar, made once
+  DataRef constant;  // kConstant: a lifted scalar, made once
 };
 
 // A segment: one graph executed between two value reads of the traced function.

@@ -22,7 +22,7 @@ void source_to_proto(const ValueSource& v, proto::ValueSource* out) {
   out->set_b(v.b);
   if (v.kind == ValueSource::Kind::kConstant) {
     out->set_constant_dtype(static_cast<uint32_t>(v.constant->dtype()));
-    out->set_constant_bits(std::bit_cast<uint64_t>(v.constant->element_as_double(0)));
+    out->set_constant_bits(std::bit_cast<uint64_t>(as_host_data(*v.constant)->buffer()->element_as_double(0)));
   }
 }
 
@@ -38,7 +38,7 @@ std::optional<ValueSource> source_from_proto(const proto::ValueSource& in) {
     ps.kind = ParamSource::Kind::kScalar;
     ps.dtype = static_cast<DType>(in.constant_dtype());
     ps.value = std::bit_cast<double>(in.constant_bits());
-    v.constant = std::make_shared<const HostBuffer>(scalar_buffer(ps));
+    v.constant = host_data(scalar_buffer(ps));
   }
   return v;
 }

@@ -11,11 +11,11 @@ namespace tracecache {
 
 namespace {
 
-const std::byte* data(const CallArgs& args, uint32_t i) { return args.tensors[i].data_ptr()->bytes(); }
+const void* data(const CallArgs& args, uint32_t i) { return args.tensors[i].data_ptr()->identity(); }
 
 // The first tensor argument that shares data with argument j (j itself if none).
 uint64_t first_alias(const CallArgs& args, uint32_t j) {
-  const std::byte* p = data(args, j);
+  const void* p = data(args, j);
   for (uint32_t i = 0; i < j; ++i) {
     if (data(args, i) == p) return i;
   }

@@ -58,8 +58,8 @@ std::string make_dynamic(GuardEntry& entry, TraceTemplate& tmpl, TraceRecord& tr
     return "dims stay static: the traced code read a value (more than one graph)";
   }
   auto d = std::make_shared<DynamicPlan>();
-  for (const BufferRef& b : tmpl.param_data) {
-    auto it = trace.origin.find(b.get());
+  for (const DataRef& b : tmpl.param_data) {
+    auto it = trace.origin.find(b->identity());
     if (it == trace.origin.end() || (it->second.kind != ValueSource::Kind::kInput &&
                                      it->second.kind != ValueSource::Kind::kDynamicScalar)) {
       return "dims stay static: the graph reads data that is not an argument";
@@ -120,7 +120,7 @@ Result<Specialized> specialize(DynamicPlan& plan, const CallArgs& args, Runtime&
     } else {
       ValueSource v;
       v.kind = ValueSource::Kind::kConstant;
-      v.constant = std::make_shared<const HostBuffer>(scalar_buffer(ps));
+      v.constant = host_data(scalar_buffer(ps));
       sp.segment.params.push_back(std::move(v));
     }
   }

@@ -45,7 +45,7 @@ std::vector<DynamicDim> dims_to_make_dynamic(const CallArgs& args, std::span<con
 
 // A trace, as seen by make_dynamic: where each buffer it touched came from, and its segments.
 struct TraceRecord {
-  std::unordered_map<const HostBuffer*, ValueSource> origin;  // identity map, this trace only
+  std::unordered_map<const void*, ValueSource> origin;  // DeviceData::identity(), this trace only
   std::vector<Segment> segments;
   size_t segments_inside_fn = 0;  // segments that ended while the function ran (value reads)
 };

@@ -87,6 +87,11 @@ void graph_to_proto(const Graph& graph, proto::Graph* out) {
     for (const AttrValue& a : graph.attrs(n)) attr_to_proto(a, pn->add_attrs());
   }
   for (NodeId o : graph.outputs()) out->add_outputs(o);
+  for (const Donation& d : graph.donations()) {
+    proto::Donation* pd = out->add_donations();
+    pd->set_output(d.output);
+    pd->set_param(d.param);
+  }
 }
 
 Result<Graph> graph_from_proto(const proto::Graph& in, AttrForm form) {
@@ -159,6 +164,8 @@ Result<Graph> graph_from_proto(const proto::Graph& in, AttrForm form) {
     outputs.push_back(o);
   }
   g.set_outputs(std::move(outputs));
+  for (const proto::Donation& pd : in.donations()) g.add_donation({pd.output(), pd.param()});
+  if (std::string why; !g.check_donations(&why)) return corruption("stored graph: " + why);
   return g;
 }
 

@@ -435,13 +435,14 @@ struct CompiledFunction::Impl {
 
   // ---- persistence ---------------------------------------------------------------------------
 
-  store::CacheDb* db() const {
-    store::CacheDb* d = options.persist ? runtime->db() : nullptr;
+  // The store guard entries are written to: none if not persisting or read-only.
+  store::GuardEntryStore* writable_store() const {
+    store::GuardEntryStore* d = options.persist ? runtime->guard_entries() : nullptr;
     return d && !d->read_only() ? d : nullptr;
   }
 
   void save(GuardEntry& e) {
-    store::CacheDb* d = db();
+    store::GuardEntryStore* d = writable_store();
     if (!d) return;
     e.db_index = next_db_index++;
     Status st = d->put_function_entry(key, e.db_index, encode_guard_entry(e));
@@ -452,7 +453,7 @@ struct CompiledFunction::Impl {
   }
 
   void load() {
-    store::CacheDb* d = options.persist ? runtime->db() : nullptr;
+    store::GuardEntryStore* d = options.persist ? runtime->guard_entries() : nullptr;
     if (!d) return;
     Result<std::vector<store::StoredFunctionEntry>> rows = d->function_entries(key);
     if (!rows.is_ok()) {
@@ -486,16 +487,16 @@ struct CompiledFunction::Impl {
     runtime->function_event(store::EventKind::kMiss, key.name,
                             fmt::format("entry {} could not be used ({}); the call traces{}", e.db_index,
                                         why.message(), permanent ? "" : ", the stored entry is kept"));
-    if (store::CacheDb* d = db(); d && permanent && e.db_index >= 0) (void)d->remove_function_entry(key, e.db_index);
+    if (store::GuardEntryStore* d = writable_store(); d && permanent && e.db_index >= 0) (void)d->remove_function_entry(key, e.db_index);
   }
 
   void drop_stored(int64_t db_index, const std::string& why) {
     runtime->function_event(store::EventKind::kCorrupt, key.name, fmt::format("entry {}: {}", db_index, why));
-    if (store::CacheDb* d = db()) (void)d->remove_function_entry(key, db_index);
+    if (store::GuardEntryStore* d = writable_store()) (void)d->remove_function_entry(key, db_index);
   }
 
   void flush_hits() {
-    store::CacheDb* d = db();
+    store::GuardEntryStore* d = writable_store();
     for (GuardEntry& e : entries) {
       if (e.unflushed_hits == 0 || e.db_index < 0) continue;
       if (d && d->add_function_hits(key, e.db_index, e.unflushed_hits).is_ok()) e.unflushed_hits = 0;

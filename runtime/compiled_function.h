@@ -73,11 +73,12 @@ class TraceArgs {
 
 using TracedFn = std::function<std::vector<Tensor>(LazyContext& ctx, const TraceArgs& args)>;
 
-// Guard entries persist in the runtime's cache database, keyed by function name + user version
-// + the toolkit version (kToolkitVersion, runtime/toolkit_version.h), so a new process with a
-// warm cache runs its first call with zero traces and zero compiles. The user version must
-// change whenever `fn`'s code does: entries are only as sound as that promise (tracecache cannot
-// see `fn`'s code).
+// Guard entries persist in the runtime's guard entry store (Runtime::guard_entries(): the cache
+// database, or any store::GuardEntryStore), keyed by function name + user version + the toolkit
+// version (kToolkitVersion, runtime/toolkit_version.h), so a new process with a warm cache runs
+// its first call with zero traces and zero compiles. The user version must change whenever
+// `fn`'s code does: entries are only as sound as that promise (tracecache cannot see `fn`'s
+// code).
 // Stored entries are untrusted (invariant 5 in docs/architecture.md): each is checked on load
 // (bounds, a complete guard set, routes, recorded output types), against each executable when it
 // is fetched, and its replayed outputs against its recorded types (and against
@@ -89,7 +90,7 @@ using TracedFn = std::function<std::vector<Tensor>(LazyContext& ctx, const Trace
 
 struct CompiledFunctionOptions {
   std::string user_version;  // identifies fn's code; part of the persistent key
-  bool persist = true;       // store and load guard entries (needs a runtime with a database)
+  bool persist = true;       // store and load guard entries (needs a runtime with a guard entry store)
   std::vector<size_t> dynamic_scalars;  // scalar argument indices fed as graph inputs
   int recompile_limit = 8;
   // Dims that are dynamic from the first trace on (see the header comment).

@@ -27,21 +27,31 @@ constexpr std::string_view kHitCounters[] = {counters::kHitsMemory, counters::kH
 }  // namespace
 
 Runtime::Runtime(Backend* backend, store::CacheDb* db, Metrics* metrics, RuntimeOptions options)
+    : Runtime(backend, db, db, db, metrics, options) {}
+
+Runtime::Runtime(Backend* backend, store::AuditLog* audit, store::GuardEntryStore* guard_entries,
+                 Metrics* metrics, RuntimeOptions options)
+    : Runtime(backend, nullptr, audit, guard_entries, metrics, options) {}
+
+Runtime::Runtime(Backend* backend, store::CacheDb* disk, store::AuditLog* audit,
+                 store::GuardEntryStore* guard_entries, Metrics* metrics, RuntimeOptions options)
     : backend_(backend),
-      db_(db),
+      disk_db_(disk),
+      audit_(audit),
+      guard_entries_(guard_entries),
       metrics_(metrics ? metrics : &own_metrics_),
       options_(options),
       compiler_version_(options.compiler_version.value_or(backend->compiler_version())),
       codec_(backend),
       memory_(options.memory_cache_bytes),
-      disk_(db ? std::optional<store::SqliteTier<Executable>>(std::in_place, db, &codec_) : std::nullopt),
+      disk_(disk ? std::optional<store::SqliteTier<Executable>>(std::in_place, disk, &codec_) : std::nullopt),
       tiers_(disk_ ? std::vector<store::ExecutableStore<Executable>*>{&memory_, &*disk_}
                    : std::vector<store::ExecutableStore<Executable>*>{&memory_}),
       pid_(static_cast<int64_t>(::getpid())),
       mirror_token_(next_mirror_token++) {
-  if (db_ && db_->read_only()) {
+  if (audit_ && audit_->read_only()) {
     warn(fmt::format("cache database '{}' is read-only: results are correct, but nothing new is "
-                     "cached or audited", db_->path()));
+                     "cached or audited", audit_->location()));
   }
 }
 
@@ -102,17 +112,17 @@ void Runtime::hit(const GraphKey& graph, size_t tier) {
 
 void Runtime::write_decisions() {
   if (hold_decisions_ || unwritten_.empty()) return;
-  if (!db_ || db_->read_only()) {
+  if (!audit_ || audit_->read_only()) {
     unwritten_.clear();
     return;
   }
-  Status st = db_->append_events(unwritten_);
+  Status st = audit_->append_events(unwritten_);
   if (st.is_ok()) {
     unwritten_.clear();
     return;
   }
   metrics_->add(counters::kStoreFailures);
-  warn(fmt::format("could not write the audit log to '{}': {}", db_->path(), st.message()));
+  warn(fmt::format("could not write the audit log to '{}': {}", audit_->location(), st.message()));
   // Kept for the next write (the disk may recover), within the in-memory bound.
   if (unwritten_.size() > options_.max_events_in_memory) {
     size_t extra = unwritten_.size() - options_.max_events_in_memory;
@@ -125,14 +135,14 @@ void Runtime::flush() {
   write_decisions();
   pending_hits_ = 0;
   if (hits_.empty()) return;
-  if (!db_ || db_->read_only()) {
+  if (!audit_ || audit_->read_only()) {
     hits_.clear();
     return;
   }
-  Status st = db_->add_hits(hits_);
+  Status st = audit_->add_hits(hits_);
   if (!st.is_ok()) {  // kept (one row per key and tier) for the next flush, within the bound
     metrics_->add(counters::kStoreFailures);
-    warn(fmt::format("could not write the audit log to '{}': {}", db_->path(), st.message()));
+    warn(fmt::format("could not write the audit log to '{}': {}", audit_->location(), st.message()));
     if (hits_.size() <= options_.max_events_in_memory) return;
     dropped_events_ += static_cast<int64_t>(hits_.size());
   }
@@ -160,7 +170,7 @@ std::optional<store::MissReason> Runtime::note_lookup(const store::ExecutableKey
       metrics_->add(counters::kCorrupt);
       event(store::EventKind::kCorrupt, key.graph, {}, 0, p.status.message());
       // A read-only database keeps its bad entry; it fails verification again next time.
-      if (!p.removal.is_ok() && !(db_ && db_->read_only())) {
+      if (!p.removal.is_ok() && !(disk_db_ && disk_db_->read_only())) {
         warn(fmt::format("could not remove a corrupt cache entry: {}", p.removal.message()));
       }
       reason = store::MissReason::kCorrupt;
@@ -192,10 +202,10 @@ void Runtime::store_compiled(const store::ExecutableKey& key, const std::shared_
                              const Graph& graph, double compile_ms) {
   // The executable and the decisions that describe it (miss, compile, store) in one transaction.
   store::Event stored = make_event(store::EventKind::kStore, key.graph);
-  if (db_) unwritten_.push_back(stored);
+  if (disk_) unwritten_.push_back(stored);
   std::vector<Tiers::Put> puts = tiers_.put(key, exe, {compile_ms, &graph, unwritten_});
   hold_decisions_ = false;
-  if (db_) {
+  if (disk_) {
     const Status& st = puts.at(kDiskTierIndex).status;
     if (st.is_ok()) {
       keep(stored);
@@ -204,7 +214,7 @@ void Runtime::store_compiled(const store::ExecutableKey& key, const std::shared_
       unwritten_.pop_back();
       metrics_->add(counters::kStoreFailures);
       event(store::EventKind::kStoreFailed, key.graph, {}, 0, st.message());
-      if (!db_->read_only()) warn(fmt::format("could not store a compiled graph: {}", st.message()));
+      if (!disk_db_->read_only()) warn(fmt::format("could not store a compiled graph: {}", st.message()));
     }
   }
   write_decisions();
@@ -217,8 +227,8 @@ Result<std::shared_ptr<const Executable>> Runtime::prepare(const CanonicalGraph&
   Tiers::Lookup found = tiers_.get(key);
   std::optional<store::MissReason> reason = note_lookup(key, found);
   if (found.exe) return std::move(found.exe);
-  if (db_ && !reason) {
-    Result<store::MissReason> r = db_->classify_miss(key);
+  if (audit_ && !reason) {
+    Result<store::MissReason> r = audit_->classify_miss(key);
     reason = r.is_ok() ? *r : store::MissReason::kUnreadable;
   }
   lookup.stop();
@@ -232,7 +242,7 @@ Result<std::shared_ptr<const Executable>> Runtime::prepare(const CanonicalGraph&
       runtime->write_decisions();
     }
   } write_on_exit{this};
-  hold_decisions_ = db_ != nullptr;
+  hold_decisions_ = disk_.has_value();
   event(store::EventKind::kMiss, cg.key,
         std::string(store::miss_reason_name(reason.value_or(store::MissReason::kNewGraph))));
 
@@ -265,8 +275,8 @@ Result<std::shared_ptr<const Executable>> Runtime::prepare_by_key(const GraphKey
   Tiers::Lookup found = tiers_.get(exe_key);
   (void)note_lookup(exe_key, found);
   if (found.exe) return std::move(found.exe);
-  if (!db_) return not_found(fmt::format("graph {} is not cached (no cache database)", key.to_hex()));
-  Result<std::optional<std::string>> blob = db_->get_graph(key);
+  if (!disk_db_) return not_found(fmt::format("graph {} is not cached (no cache database)", key.to_hex()));
+  Result<std::optional<std::string>> blob = disk_db_->get_graph(key);
   if (!blob.is_ok()) return blob.status();
   if (!blob->has_value()) return not_found(fmt::format("graph {} is not in the cache", key.to_hex()));
   Result<Graph> graph = store::parse_graph(**blob);

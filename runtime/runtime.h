@@ -17,10 +17,18 @@
 // Decision events (miss, compile, store, recompile, evict, corrupt, fallback, store_failed) are
 // written at once; a compiled executable's miss, compile and store events are written in the same
 // transaction as the executable, so a stored executable never lacks its events. Hits are counted
-// per executable key and tier and added to the database's hit counts every `event_batch` hits and
+// per executable key and tier and added to the audit log's hit counts every `event_batch` hits and
 // at flush() (and on destruction): the log grows with decisions, not with steps.
-// Thread-safety: one thread at a time. Ownership: backend, db (nullable: no disk cache) and
-// metrics (nullable) are not owned and must outlive the runtime.
+//
+// Stores (store/core): decisions and hit counts go to a store::AuditLog, compiled functions' guard
+// entries to a store::GuardEntryStore (guard_entries()), executables through the tiers. A
+// store::CacheDb is all of these: the runtime over one has the SQLite disk tier, and its
+// executables' decision events share the disk's transaction. The runtime over an audit log and a
+// guard entry store alone (another implementation, e.g. a remote one) keeps executables in memory
+// only and writes each decision to the log at once.
+// Thread-safety: one thread at a time. Ownership: backend, db / audit log / guard entry store
+// (nullable: not cached, not audited, not persisted) and metrics (nullable) are not owned and must
+// outlive the runtime.
 #pragma once
 
 #include <cstdint>
@@ -35,6 +43,8 @@
 #include "capture/trace/tensor.h"
 #include "backends/backend.h"
 #include "compile/compiler.h"
+#include "store/core/audit_log.h"
+#include "store/core/guard_entry_store.h"
 #include "store/sqlite/cache_db.h"
 #include "store/tiers/executable_store.h"
 #include "store/tiers/memory_tier.h"
@@ -48,13 +58,17 @@ struct RuntimeOptions {
   // backend's.
   std::optional<uint32_t> compiler_version;
   uint64_t memory_cache_bytes = uint64_t{64} << 20;
-  size_t event_batch = 256;  // add hit counts to the database after this many hits
+  size_t event_batch = 256;  // add hit counts to the audit log after this many hits
   size_t max_events_in_memory = 10000;  // events() keeps the first this many; later ones are counted
 };
 
 class Runtime final : public GraphExecutor {
  public:
+  // Over a SQLite cache: its disk tier, audit log and guard entry store (db may be null).
   Runtime(Backend* backend, store::CacheDb* db, Metrics* metrics, RuntimeOptions options = {});
+  // Over an audit log and a guard entry store (each may be null), with no disk tier.
+  Runtime(Backend* backend, store::AuditLog* audit, store::GuardEntryStore* guard_entries,
+          Metrics* metrics, RuntimeOptions options = {});
   ~Runtime() override;
   Runtime(const Runtime&) = delete;
   Runtime& operator=(const Runtime&) = delete;
@@ -71,7 +85,8 @@ class Runtime final : public GraphExecutor {
   // prepare() for a graph known only by its key (a guard entry loaded from the cache): memory,
   // then disk, then the stored canonical graph is compiled. kNotFound if the cache has neither.
   Result<std::shared_ptr<const Executable>> prepare_by_key(const GraphKey& key);
-  store::CacheDb* db() { return db_; }
+  // Where compiled functions persist their guard entries; null: they are not persisted.
+  store::GuardEntryStore* guard_entries() { return guard_entries_; }
   // Parameters on the backend's device are used as they are; host data is copied there once
   // and the copy kept with it (HostData's mirror) while it lives. A parameter the graph donates
   // whose only handle is in `params` is given up: its handle is dropped (left null) so the
@@ -92,7 +107,7 @@ class Runtime final : public GraphExecutor {
   Metrics& metrics() { return *metrics_; }
   void add_warning(std::string message) { warn(std::move(message)); }
 
-  // Adds the counted hits to the database and retries decision events a failed write left
+  // Adds the counted hits to the audit log and retries decision events a failed write left
   // unwritten. A failure becomes a warning (and a store failure in the metrics); events stay in
   // events().
   void flush();
@@ -144,21 +159,28 @@ class Runtime final : public GraphExecutor {
                                              std::span<const DataRef> params,
                                              const std::string& why);
 
+  Runtime(Backend* backend, store::CacheDb* disk, store::AuditLog* audit,
+          store::GuardEntryStore* guard_entries, Metrics* metrics, RuntimeOptions options);
+
   Backend* backend_;
-  store::CacheDb* db_;
+  // The disk tier's database: its executables and the canonical graphs they were compiled from
+  // (prepare_by_key); null without a disk tier.
+  store::CacheDb* disk_db_;
+  store::AuditLog* audit_;
+  store::GuardEntryStore* guard_entries_;
   Metrics* metrics_;
   Metrics own_metrics_;  // used when metrics_ is null
   RuntimeOptions options_;
   uint32_t compiler_version_;  // options_.compiler_version, else the backend's
   BackendCodec codec_;
   store::MemoryTier<Executable> memory_;
-  std::optional<store::SqliteTier<Executable>> disk_;  // when db_
+  std::optional<store::SqliteTier<Executable>> disk_;  // when disk_db_
   Tiers tiers_;                                         // memory_, then disk_
   std::vector<store::Event> events_;
   int64_t dropped_events_ = 0;
-  std::vector<store::Event> unwritten_;  // decision events not yet in the database
+  std::vector<store::Event> unwritten_;  // decision events not yet in the audit log
   bool hold_decisions_ = false;          // between a miss and its executable's store
-  std::vector<store::HitCount> hits_;    // hit counts not yet added to the database
+  std::vector<store::HitCount> hits_;    // hit counts not yet added to the audit log
   size_t pending_hits_ = 0;
   std::vector<std::string> warnings_;
   int64_t pid_;

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <span>
+#include <string_view>
 #include <vector>
 
 #include "capture/core/status.h"
@@ -21,6 +22,12 @@ namespace tracecache::store {
 class AuditLog {
  public:
   virtual ~AuditLog() = default;
+
+  // True when the log accepts no writes (a read-only file, a replica): every write then fails
+  // with kIOError, so callers skip writing and say so once instead of failing on each decision.
+  virtual bool read_only() const = 0;
+  // Where the log lives, for messages only (a file path, a URL); never parsed.
+  virtual std::string_view location() const = 0;
 
   // Appends in one transaction; ids and nothing else are assigned by the log.
   virtual Status append_events(std::span<const Event> events) = 0;

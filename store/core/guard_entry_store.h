@@ -35,6 +35,10 @@ class GuardEntryStore {
  public:
   virtual ~GuardEntryStore() = default;
 
+  // True when the store accepts no writes (a read-only file, a replica): entries can still be
+  // read, every write fails with kIOError, so callers skip writing.
+  virtual bool read_only() const = 0;
+
   // Inserts or replaces entry number `entry` of the function.
   virtual Status put_function_entry(const FunctionKey& key, int64_t entry, std::string_view blob) = 0;
   // In entry order; a row whose checksum fails comes back with corrupt = true.

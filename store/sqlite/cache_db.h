@@ -138,8 +138,10 @@ class CacheDb final : public AuditLog, public GuardEntryStore {
 
   const std::string& path() const;
   // True when the file could only be opened for reading (read-only file or directory); all
-  // writes then fail with kIOError.
-  bool read_only() const;
+  // writes then fail with kIOError. The audit log's and the guard entry store's read_only().
+  bool read_only() const override;
+  // The audit log's location(): path().
+  std::string_view location() const override { return path(); }
 
   // ---- graphs (cache_db_executables.cc) ----
   // Stores a canonical graph's serialized form. Idempotent: an existing identical row is kept

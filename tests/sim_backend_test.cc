@@ -148,11 +148,7 @@ std::vector<OpCase> find_cases(const OpInfo& op, size_t limit) {
   std::vector<OpCase> found;
   const int max_inputs = op.max_inputs == kVariadic ? std::max(op.min_inputs, 2) : op.max_inputs;
   auto accepts = [&](const std::vector<TensorType>& in, std::vector<AttrValue> attrs) {
-    try {
-      (void)infer_op(op.kind, in, attrs);
-    } catch (const Error&) {
-      return false;
-    }
+    if (!infer_op(op.kind, in, attrs).is_ok()) return false;
     found.push_back({in, std::move(attrs)});
     return true;
   };
@@ -195,7 +191,7 @@ TEST_P(SimOp, BitwiseEqualToCpu) {
       params.push_back(filled(t.dtype, t.shape, seed++));
     }
     std::vector<AttrValue> attrs = c.attrs;
-    const TensorType type = infer_op(op->kind, c.inputs, attrs);
+    const TensorType type = infer_op(op->kind, c.inputs, attrs).value_or_throw();
     g.add_output(g.add_node(op->kind, ids, attrs, type));
     std::vector<BufferRef> want = run_on(cpu, g, params);
     std::vector<BufferRef> got = run_on(sim, g, params);
@@ -263,7 +259,7 @@ Graph matmul_graph(DType dtype, int64_t m, int64_t k, int64_t n) {
   std::vector<AttrValue> none;
   const NodeId ids[] = {a, b};
   const std::vector<TensorType> in = {{dtype, {m, k}}, {dtype, {k, n}}};
-  TensorType t = infer_op(OpKind::kMatmul, in, none);
+  TensorType t = infer_op(OpKind::kMatmul, in, none).value_or_throw();
   g.add_output(g.add_node(OpKind::kMatmul, ids, none, t));
   return g;
 }
@@ -325,10 +321,10 @@ TEST(CostModel, ReductionAndLayout) {
   NodeId x = g.add_parameter(in);
   std::vector<AttrValue> sum_attrs = {AttrValue::of_ints({1}), AttrValue::of_bool(false)};
   const std::vector<TensorType> ins = {in};
-  TensorType st = infer_op(OpKind::kSum, ins, sum_attrs);
+  TensorType st = infer_op(OpKind::kSum, ins, sum_attrs).value_or_throw();
   NodeId s = g.add_node(OpKind::kSum, std::vector<NodeId>{x}, sum_attrs, st);
   std::vector<AttrValue> perm = {AttrValue::of_ints({1, 0})};
-  TensorType pt = infer_op(OpKind::kPermute, ins, perm);
+  TensorType pt = infer_op(OpKind::kPermute, ins, perm).value_or_throw();
   NodeId p = g.add_node(OpKind::kPermute, std::vector<NodeId>{x}, perm, pt);
   EXPECT_EQ(op_flops(g, s), 1000);  // one per input element
   EXPECT_EQ(op_flops(g, p), 0);     // layout: memory only

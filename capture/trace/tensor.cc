@@ -174,7 +174,8 @@ Tensor LazyContext::record(OpKind op, std::span<const Tensor> inputs,
     }
   }
   std::span<AttrValue> normalized(attr_buf.data(), attrs.size());
-  TensorType type = infer_op(op, types.span(), normalized);
+  TensorType type;
+  throw_if_error(infer_op(op, types.span(), normalized, &type));
   if (options_.eager) return run_eager(op, inputs, normalized, type);
   if (options_.metrics && trace_.empty()) trace_started_ = std::chrono::steady_clock::now();
 

@@ -23,9 +23,8 @@ namespace {
   return invalid_argument(fmt::format("op '{}': {}", op, msg));
 }
 
-// The outcome of a shared check: nullopt if it passed, else its error. Not a Status: the record
-// hot path runs several checks per op, and even an ok Status builds and frees a string.
-using Check = std::optional<Status>;
+// The outcome of a shared check or an inference rule: nullopt if it passed, else its error.
+using Check = InferError;
 
 // Returns the error of a failed Check from the enclosing rule or check.
 #define RETURN_IF_ERROR(expr)                             \
@@ -107,9 +106,11 @@ const AttrSpec kDropoutAttrs[] = {{"p", AttrKind::kFloat, true, AttrValue::of_fl
 const AttrSpec kIndexAxisAttrs[] = {{"axis", AttrKind::kInt, true, AttrValue::of_int(0)}};
 
 // ---- shared checks ------------------------------------------------------------------------
+// The small ones the record hot path runs on every op are forced inline (with `fail` cold, the
+// passing path is a compare and a flag).
 
 // Makes `axis` non-negative for a tensor of rank `rank`, in place; fails if out of range.
-Check normalize_axis(std::string_view op, int64_t& axis, int rank) {
+[[gnu::always_inline]] inline Check normalize_axis(std::string_view op, int64_t& axis, int rank) {
   if (axis < -rank || axis >= rank) {
     return fail(op, fmt::format("axis {} is out of range for a tensor of rank {}", axis, rank));
   }
@@ -119,7 +120,8 @@ Check normalize_axis(std::string_view op, int64_t& axis, int rank) {
 
 // Sets `*product` to the product of `dims`, failing if it exceeds kMaxElements (so no later
 // size arithmetic can overflow): the same check as every shape from outside (shape.h).
-Check checked_product(std::string_view op, const IntList& dims, int64_t* product = nullptr) {
+[[gnu::always_inline]] inline Check checked_product(std::string_view op, const IntList& dims,
+                                                    int64_t* product = nullptr) {
   Result<int64_t> n = checked_numel(dims.span());
   if (!n.is_ok()) return fail(op, n.status().message());
   if (product) *product = *n;
@@ -133,14 +135,15 @@ Check check_shape_attr(std::string_view op, const IntList& shape) {
   return checked_product(op, shape);
 }
 
-Check broadcast2(std::string_view op, const TensorType& a, const TensorType& b, Shape* out) {
+[[gnu::always_inline]] inline Check broadcast2(std::string_view op, const TensorType& a,
+                                               const TensorType& b, Shape* out) {
   if (!broadcast_shapes(a.shape, b.shape, out)) {
     return fail(op, fmt::format("shapes {} and {} are not broadcastable", describe(a), describe(b)));
   }
   return std::nullopt;
 }
 
-Check reject_bool(std::string_view op, const TensorType& t) {
+[[gnu::always_inline]] inline Check reject_bool(std::string_view op, const TensorType& t) {
   if (t.dtype == DType::kBool) {
     return fail(op, fmt::format("operand {} is bool; cast it to a numeric dtype first", describe(t)));
   }
@@ -149,25 +152,25 @@ Check reject_bool(std::string_view op, const TensorType& t) {
 
 // ---- inference rules ----------------------------------------------------------------------
 
-Status infer_parameter(std::span<const TensorType>, std::span<AttrValue>, TensorType*) {
+Check infer_parameter(std::span<const TensorType>, std::span<AttrValue>, TensorType*) {
   // Parameters are created with their type directly (Graph::add_parameter); never inferred.
   return fail("parameter", "a parameter cannot be recorded as an op");
 }
 
 template <OpKind K>
-Status infer_unary_same(std::span<const TensorType> in, std::span<AttrValue>, TensorType* result) {
+Check infer_unary_same(std::span<const TensorType> in, std::span<AttrValue>, TensorType* result) {
   RETURN_IF_ERROR(reject_bool(op_info(K).name, in[0]));
   *result = in[0];
-  return Status::ok();
+  return std::nullopt;
 }
 
-Status infer_unary_float(std::span<const TensorType> in, std::span<AttrValue>, TensorType* result) {
+Check infer_unary_float(std::span<const TensorType> in, std::span<AttrValue>, TensorType* result) {
   *result = TensorType{DType::kF32, in[0].shape};
-  return Status::ok();
+  return std::nullopt;
 }
 
 template <OpKind K>
-Status infer_arith(std::span<const TensorType> in, std::span<AttrValue>, TensorType* result) {
+Check infer_arith(std::span<const TensorType> in, std::span<AttrValue>, TensorType* result) {
   std::string_view name = op_info(K).name;
   Shape s;
   RETURN_IF_ERROR(broadcast2(name, in[0], in[1], &s));
@@ -175,26 +178,26 @@ Status infer_arith(std::span<const TensorType> in, std::span<AttrValue>, TensorT
   if (t == DType::kBool) return fail(name, "both operands are bool; cast them to a numeric dtype first");
   if (K == OpKind::kDiv) t = DType::kF32;  // true division, as in PyTorch
   *result = TensorType{t, s};
-  return Status::ok();
+  return std::nullopt;
 }
 
 template <OpKind K>
-Status infer_minmax(std::span<const TensorType> in, std::span<AttrValue>, TensorType* result) {
+Check infer_minmax(std::span<const TensorType> in, std::span<AttrValue>, TensorType* result) {
   Shape s;
   RETURN_IF_ERROR(broadcast2(op_info(K).name, in[0], in[1], &s));
   *result = TensorType{promote(in[0].dtype, in[1].dtype), s};
-  return Status::ok();
+  return std::nullopt;
 }
 
 template <OpKind K>
-Status infer_compare(std::span<const TensorType> in, std::span<AttrValue>, TensorType* result) {
+Check infer_compare(std::span<const TensorType> in, std::span<AttrValue>, TensorType* result) {
   Shape s;
   RETURN_IF_ERROR(broadcast2(op_info(K).name, in[0], in[1], &s));
   *result = TensorType{DType::kBool, s};
-  return Status::ok();
+  return std::nullopt;
 }
 
-Status infer_where(std::span<const TensorType> in, std::span<AttrValue>, TensorType* result) {
+Check infer_where(std::span<const TensorType> in, std::span<AttrValue>, TensorType* result) {
   if (in[0].dtype != DType::kBool) {
     return fail("where", fmt::format("condition {} must be bool", describe(in[0])));
   }
@@ -206,15 +209,15 @@ Status infer_where(std::span<const TensorType> in, std::span<AttrValue>, TensorT
                                      describe(in[0]), describe(in[1]), describe(in[2])));
   }
   *result = TensorType{promote(in[1].dtype, in[2].dtype), s};
-  return Status::ok();
+  return std::nullopt;
 }
 
-Status infer_cast(std::span<const TensorType> in, std::span<AttrValue> attrs, TensorType* result) {
+Check infer_cast(std::span<const TensorType> in, std::span<AttrValue> attrs, TensorType* result) {
   *result = TensorType{CastAttrs(attrs).dtype(), in[0].shape};
-  return Status::ok();
+  return std::nullopt;
 }
 
-Status infer_matmul(std::span<const TensorType> in, std::span<AttrValue>, TensorType* result) {
+Check infer_matmul(std::span<const TensorType> in, std::span<AttrValue>, TensorType* result) {
   const TensorType& a = in[0];
   const TensorType& b = in[1];
   RETURN_IF_ERROR(reject_bool("matmul", a));
@@ -242,7 +245,7 @@ Status infer_matmul(std::span<const TensorType> in, std::span<AttrValue>, Tensor
   if (a.shape.rank() > 1) out.push_back(sa[sa.rank() - 2]);
   if (b.shape.rank() > 1) out.push_back(sb[sb.rank() - 1]);
   *result = TensorType{promote(a.dtype, b.dtype), out};
-  return Status::ok();
+  return std::nullopt;
 }
 
 // Normalizes a reduction's `axes` (empty = all; sorted; no repeats) and sets `*out` to the
@@ -264,23 +267,23 @@ Check reduce_shape(std::string_view op, const Shape& in, IntList& axes, bool kee
   return std::nullopt;
 }
 
-Status infer_sum(std::span<const TensorType> in, std::span<AttrValue> attrs, TensorType* result) {
+Check infer_sum(std::span<const TensorType> in, std::span<AttrValue> attrs, TensorType* result) {
   ReduceAttrs a(attrs);
   Shape s;
   RETURN_IF_ERROR(reduce_shape("sum", in[0].shape, a.axes(), a.keepdim(), &s));
   *result = TensorType{is_floating(in[0].dtype) ? in[0].dtype : DType::kI64, s};
-  return Status::ok();
+  return std::nullopt;
 }
 
-Status infer_mean(std::span<const TensorType> in, std::span<AttrValue> attrs, TensorType* result) {
+Check infer_mean(std::span<const TensorType> in, std::span<AttrValue> attrs, TensorType* result) {
   ReduceAttrs a(attrs);
   Shape s;
   RETURN_IF_ERROR(reduce_shape("mean", in[0].shape, a.axes(), a.keepdim(), &s));
   *result = TensorType{DType::kF32, s};
-  return Status::ok();
+  return std::nullopt;
 }
 
-Status infer_max(std::span<const TensorType> in, std::span<AttrValue> attrs, TensorType* result) {
+Check infer_max(std::span<const TensorType> in, std::span<AttrValue> attrs, TensorType* result) {
   ReduceAttrs a(attrs);
   Shape s;
   RETURN_IF_ERROR(reduce_shape("max", in[0].shape, a.axes(), a.keepdim(), &s));
@@ -290,10 +293,10 @@ Status infer_max(std::span<const TensorType> in, std::span<AttrValue> attrs, Ten
     }
   }
   *result = TensorType{in[0].dtype, s};
-  return Status::ok();
+  return std::nullopt;
 }
 
-Status infer_argmax(std::span<const TensorType> in, std::span<AttrValue> attrs, TensorType* result) {
+Check infer_argmax(std::span<const TensorType> in, std::span<AttrValue> attrs, TensorType* result) {
   ArgmaxAttrs a(attrs);
   int rank = in[0].shape.rank();
   RETURN_IF_ERROR(normalize_axis("argmax", a.axis(), rank));
@@ -307,10 +310,10 @@ Status infer_argmax(std::span<const TensorType> in, std::span<AttrValue> attrs, 
     else if (a.keepdim()) out.push_back(1);
   }
   *result = TensorType{DType::kI64, out};
-  return Status::ok();
+  return std::nullopt;
 }
 
-Status infer_reshape(std::span<const TensorType> in, std::span<AttrValue> attrs, TensorType* result) {
+Check infer_reshape(std::span<const TensorType> in, std::span<AttrValue> attrs, TensorType* result) {
   IntList& shape = ShapeAttrs(attrs).shape();
   int infer_at = -1;
   for (int i = 0; i < shape.size(); ++i) {
@@ -338,10 +341,10 @@ Status infer_reshape(std::span<const TensorType> in, std::span<AttrValue> attrs,
                                        describe(in[0]), n, shape.to_string(), known));
   }
   *result = TensorType{in[0].dtype, Shape(shape)};
-  return Status::ok();
+  return std::nullopt;
 }
 
-Status infer_permute(std::span<const TensorType> in, std::span<AttrValue> attrs, TensorType* result) {
+Check infer_permute(std::span<const TensorType> in, std::span<AttrValue> attrs, TensorType* result) {
   IntList& perm = PermuteAttrs(attrs).perm();
   int rank = in[0].shape.rank();
   if (perm.size() != rank) {
@@ -360,10 +363,10 @@ Status infer_permute(std::span<const TensorType> in, std::span<AttrValue> attrs,
     out.push_back(in[0].shape[static_cast<int>(p)]);
   }
   *result = TensorType{in[0].dtype, out};
-  return Status::ok();
+  return std::nullopt;
 }
 
-Status infer_transpose(std::span<const TensorType> in, std::span<AttrValue> attrs, TensorType* result) {
+Check infer_transpose(std::span<const TensorType> in, std::span<AttrValue> attrs, TensorType* result) {
   int rank = in[0].shape.rank();
   TransposeAttrs a(attrs);
   int64_t d0 = a.dim0(), d1 = a.dim1();
@@ -374,10 +377,10 @@ Status infer_transpose(std::span<const TensorType> in, std::span<AttrValue> attr
   Shape out = in[0].shape;
   std::swap(out[static_cast<int>(d0)], out[static_cast<int>(d1)]);
   *result = TensorType{in[0].dtype, out};
-  return Status::ok();
+  return std::nullopt;
 }
 
-Status infer_broadcast_to(std::span<const TensorType> in, std::span<AttrValue> attrs, TensorType* result) {
+Check infer_broadcast_to(std::span<const TensorType> in, std::span<AttrValue> attrs, TensorType* result) {
   const IntList& shape = ShapeAttrs(attrs).shape();
   const Shape target(shape);
   RETURN_IF_ERROR(check_shape_attr("broadcast_to", target));
@@ -386,10 +389,10 @@ Status infer_broadcast_to(std::span<const TensorType> in, std::span<AttrValue> a
     return fail("broadcast_to", fmt::format("cannot broadcast {} to {}", describe(in[0]), target.to_string()));
   }
   *result = TensorType{in[0].dtype, target};
-  return Status::ok();
+  return std::nullopt;
 }
 
-Status infer_concat(std::span<const TensorType> in, std::span<AttrValue> attrs, TensorType* result) {
+Check infer_concat(std::span<const TensorType> in, std::span<AttrValue> attrs, TensorType* result) {
   const TensorType& first = in[0];
   int rank = first.shape.rank();
   if (rank == 0) return fail("concat", "cannot concatenate scalars (rank 0)");
@@ -411,10 +414,10 @@ Status infer_concat(std::span<const TensorType> in, std::span<AttrValue> attrs, 
     out[static_cast<int>(axis)] += t.shape[static_cast<int>(axis)];
   }
   *result = TensorType{first.dtype, out};
-  return Status::ok();
+  return std::nullopt;
 }
 
-Status infer_slice(std::span<const TensorType> in, std::span<AttrValue> attrs, TensorType* result) {
+Check infer_slice(std::span<const TensorType> in, std::span<AttrValue> attrs, TensorType* result) {
   SliceAttrs a(attrs);
   int rank = in[0].shape.rank();
   int64_t axis = a.axis();
@@ -436,7 +439,7 @@ Status infer_slice(std::span<const TensorType> in, std::span<AttrValue> attrs, T
   Shape out = in[0].shape;
   out[static_cast<int>(axis)] = len;
   *result = TensorType{in[0].dtype, out};
-  return Status::ok();
+  return std::nullopt;
 }
 
 // ---- nn layers (capture/trace/nn.h) -------------------------------------------------------------
@@ -460,7 +463,8 @@ Check normalize_pair(std::string_view op, std::string_view name, IntList& v, int
   return std::nullopt;
 }
 
-Check require_f32(std::string_view op, std::string_view what, const TensorType& t) {
+[[gnu::always_inline]] inline Check require_f32(std::string_view op, std::string_view what,
+                                                const TensorType& t) {
   if (t.dtype != DType::kF32) return fail(op, fmt::format("{} {} must be f32; cast it first", what, describe(t)));
   return std::nullopt;
 }
@@ -485,7 +489,7 @@ int64_t floor_div(int64_t num, int64_t den) {
   return num >= 0 ? num / den : -((-num + den - 1) / den);
 }
 
-Status infer_conv2d(std::span<const TensorType> in, std::span<AttrValue> attrs, TensorType* result) {
+Check infer_conv2d(std::span<const TensorType> in, std::span<AttrValue> attrs, TensorType* result) {
   const TensorType& x = in[0];
   const TensorType& w = in[1];
   RETURN_IF_ERROR(require_nchw("conv2d", x));
@@ -539,7 +543,7 @@ Status infer_conv2d(std::span<const TensorType> in, std::span<AttrValue> attrs, 
     out[2 + d] = (padded - extent) / stride[d] + 1;
   }
   *result = TensorType{DType::kF32, out};
-  return Status::ok();
+  return std::nullopt;
 }
 
 // The pools' shared checks and PyTorch's output size (pooling_output_shape): floor or ceil of
@@ -577,25 +581,25 @@ Check pool_shape(std::string_view op, const TensorType& x, IntList& kernel, IntL
   return std::nullopt;
 }
 
-Status infer_max_pool2d(std::span<const TensorType> in, std::span<AttrValue> attrs, TensorType* result) {
+Check infer_max_pool2d(std::span<const TensorType> in, std::span<AttrValue> attrs, TensorType* result) {
   MaxPool2dAttrs a(attrs);
   Shape out;
   RETURN_IF_ERROR(pool_shape("max_pool2d", in[0], a.kernel(), a.stride(), a.padding(),
                              &a.dilation(), a.ceil_mode(), &out));
   *result = TensorType{DType::kF32, out};
-  return Status::ok();
+  return std::nullopt;
 }
 
-Status infer_avg_pool2d(std::span<const TensorType> in, std::span<AttrValue> attrs, TensorType* result) {
+Check infer_avg_pool2d(std::span<const TensorType> in, std::span<AttrValue> attrs, TensorType* result) {
   AvgPool2dAttrs a(attrs);
   Shape out;
   RETURN_IF_ERROR(pool_shape("avg_pool2d", in[0], a.kernel(), a.stride(), a.padding(), nullptr,
                              a.ceil_mode(), &out));
   *result = TensorType{DType::kF32, out};
-  return Status::ok();
+  return std::nullopt;
 }
 
-Status infer_adaptive_avg_pool2d(std::span<const TensorType> in, std::span<AttrValue> attrs, TensorType* result) {
+Check infer_adaptive_avg_pool2d(std::span<const TensorType> in, std::span<AttrValue> attrs, TensorType* result) {
   const TensorType& x = in[0];
   RETURN_IF_ERROR(require_nchw("adaptive_avg_pool2d", x));
   IntList& size = AdaptiveAvgPool2dAttrs(attrs).output_size();
@@ -609,10 +613,10 @@ Status infer_adaptive_avg_pool2d(std::span<const TensorType> in, std::span<AttrV
                                                    size.to_string(), describe(x)));
   }
   *result = TensorType{DType::kF32, Shape{x.shape[0], x.shape[1], size[0], size[1]}};
-  return Status::ok();
+  return std::nullopt;
 }
 
-Status infer_linear(std::span<const TensorType> in, std::span<AttrValue>, TensorType* result) {
+Check infer_linear(std::span<const TensorType> in, std::span<AttrValue>, TensorType* result) {
   const TensorType& x = in[0];
   const TensorType& w = in[1];
   RETURN_IF_ERROR(require_f32("linear", "input", x));
@@ -636,10 +640,10 @@ Status infer_linear(std::span<const TensorType> in, std::span<AttrValue>, Tensor
   Shape out = x.shape;
   out[out.rank() - 1] = w.shape[0];
   *result = TensorType{DType::kF32, out};
-  return Status::ok();
+  return std::nullopt;
 }
 
-Status infer_flatten(std::span<const TensorType> in, std::span<AttrValue> attrs, TensorType* result) {
+Check infer_flatten(std::span<const TensorType> in, std::span<AttrValue> attrs, TensorType* result) {
   const Shape& s = in[0].shape;
   // As torch.flatten, a scalar flattens to [1] and takes dims as if it had rank 1.
   const int rank = std::max(s.rank(), 1);
@@ -665,10 +669,10 @@ Status infer_flatten(std::span<const TensorType> in, std::span<AttrValue> attrs,
   }
   if (s.rank() == 0) out.push_back(1);
   *result = TensorType{in[0].dtype, out};
-  return Status::ok();
+  return std::nullopt;
 }
 
-Status infer_pad(std::span<const TensorType> in, std::span<AttrValue> attrs, TensorType* result) {
+Check infer_pad(std::span<const TensorType> in, std::span<AttrValue> attrs, TensorType* result) {
   const Shape& s = in[0].shape;
   IntList& pads = PadAttrs(attrs).pads();
   if (pads.size() % 2 != 0 || pads.size() > 2 * s.rank()) {
@@ -696,19 +700,19 @@ Status infer_pad(std::span<const TensorType> in, std::span<AttrValue> attrs, Ten
     }
   }
   *result = TensorType{in[0].dtype, out};
-  return Status::ok();
+  return std::nullopt;
 }
 
-Status infer_dropout(std::span<const TensorType> in, std::span<AttrValue> attrs, TensorType* result) {
+Check infer_dropout(std::span<const TensorType> in, std::span<AttrValue> attrs, TensorType* result) {
   const double p = DropoutAttrs(attrs).p();
   if (!(p >= 0 && p <= 1)) {
     return fail("dropout", fmt::format("p must be in [0, 1], got {}", p));
   }
   *result = in[0];
-  return Status::ok();
+  return std::nullopt;
 }
 
-Status infer_embedding(std::span<const TensorType> in, std::span<AttrValue>, TensorType* result) {
+Check infer_embedding(std::span<const TensorType> in, std::span<AttrValue>, TensorType* result) {
   const TensorType& w = in[0];
   const TensorType& idx = in[1];
   if (w.shape.rank() != 2) {
@@ -725,10 +729,10 @@ Status infer_embedding(std::span<const TensorType> in, std::span<AttrValue>, Ten
   Shape out = idx.shape;
   out.push_back(w.shape[1]);
   *result = TensorType{w.dtype, out};
-  return Status::ok();
+  return std::nullopt;
 }
 
-Status infer_gather(std::span<const TensorType> in, std::span<AttrValue> attrs, TensorType* result) {
+Check infer_gather(std::span<const TensorType> in, std::span<AttrValue> attrs, TensorType* result) {
   const TensorType& x = in[0];
   const TensorType& idx = in[1];
   const int rank = x.shape.rank();
@@ -745,10 +749,10 @@ Status infer_gather(std::span<const TensorType> in, std::span<AttrValue> attrs, 
     return fail("gather", fmt::format("input {} is empty along axis {}", describe(x), axis));
   }
   *result = TensorType{x.dtype, idx.shape};
-  return Status::ok();
+  return std::nullopt;
 }
 
-Status infer_index_select(std::span<const TensorType> in, std::span<AttrValue> attrs, TensorType* result) {
+Check infer_index_select(std::span<const TensorType> in, std::span<AttrValue> attrs, TensorType* result) {
   const TensorType& x = in[0];
   const TensorType& idx = in[1];
   int64_t& axis = AxisAttrs(attrs).axis();
@@ -763,17 +767,17 @@ Status infer_index_select(std::span<const TensorType> in, std::span<AttrValue> a
   Shape out = x.shape;
   out[static_cast<int>(axis)] = idx.shape[0];
   *result = TensorType{x.dtype, out};
-  return Status::ok();
+  return std::nullopt;
 }
 
-Status infer_full(std::span<const TensorType>, std::span<AttrValue> attrs, TensorType* result) {
+Check infer_full(std::span<const TensorType>, std::span<AttrValue> attrs, TensorType* result) {
   FullAttrs a(attrs);
   RETURN_IF_ERROR(check_shape_attr("full", a.shape()));
   *result = TensorType{a.dtype(), Shape(a.shape())};
-  return Status::ok();
+  return std::nullopt;
 }
 
-Status infer_arange(std::span<const TensorType>, std::span<AttrValue> attrs, TensorType* result) {
+Check infer_arange(std::span<const TensorType>, std::span<AttrValue> attrs, TensorType* result) {
   ArangeAttrs a(attrs);
   double start = a.start(), end = a.end(), step = a.step();
   if (step == 0 || !std::isfinite(start) || !std::isfinite(end) || !std::isfinite(step)) {
@@ -784,10 +788,10 @@ Status infer_arange(std::span<const TensorType>, std::span<AttrValue> attrs, Ten
   Shape s;
   s.push_back(n > 0 ? static_cast<int64_t>(n) : 0);
   *result = TensorType{a.dtype(), s};
-  return Status::ok();
+  return std::nullopt;
 }
 
-Status infer_uniform(std::span<const TensorType>, std::span<AttrValue> attrs, TensorType* result) {
+Check infer_uniform(std::span<const TensorType>, std::span<AttrValue> attrs, TensorType* result) {
   UniformAttrs a(attrs);
   RETURN_IF_ERROR(check_shape_attr("uniform", a.shape()));
   if (!std::isfinite(a.low()) || !std::isfinite(a.high()) || !(a.low() <= a.high())) {
@@ -796,10 +800,10 @@ Status infer_uniform(std::span<const TensorType>, std::span<AttrValue> attrs, Te
   }
   if (a.dtype() == DType::kBool) return fail("uniform", "dtype bool is not supported");
   *result = TensorType{a.dtype(), Shape(a.shape())};
-  return Status::ok();
+  return std::nullopt;
 }
 
-Status infer_normal(std::span<const TensorType>, std::span<AttrValue> attrs, TensorType* result) {
+Check infer_normal(std::span<const TensorType>, std::span<AttrValue> attrs, TensorType* result) {
   NormalAttrs a(attrs);
   RETURN_IF_ERROR(check_shape_attr("normal", a.shape()));
   if (!(a.stddev() >= 0)) return fail("normal", fmt::format("std must be >= 0, got {}", a.stddev()));
@@ -807,12 +811,12 @@ Status infer_normal(std::span<const TensorType>, std::span<AttrValue> attrs, Ten
     return fail("normal", fmt::format("dtype {} is not floating", dtype_name(a.dtype())));
   }
   *result = TensorType{a.dtype(), Shape(a.shape())};
-  return Status::ok();
+  return std::nullopt;
 }
 
 // ---- nn ops (capture/trace/nn.h) -----------------------------------------------------------------
 
-Status infer_clamp(std::span<const TensorType> in, std::span<AttrValue> attrs, TensorType* result) {
+Check infer_clamp(std::span<const TensorType> in, std::span<AttrValue> attrs, TensorType* result) {
   RETURN_IF_ERROR(reject_bool("clamp", in[0]));
   ClampAttrs a(attrs);
   const double lo = a.min(), hi = a.max();
@@ -825,7 +829,7 @@ Status infer_clamp(std::span<const TensorType> in, std::span<AttrValue> attrs, T
                                      dtype_name(in[0].dtype), describe(in[0])));
   }
   *result = in[0];
-  return Status::ok();
+  return std::nullopt;
 }
 
 Check check_eps(std::string_view op, double eps) {
@@ -835,7 +839,7 @@ Check check_eps(std::string_view op, double eps) {
   return std::nullopt;
 }
 
-Status infer_batch_norm(std::span<const TensorType> in, std::span<AttrValue> attrs, TensorType* result) {
+Check infer_batch_norm(std::span<const TensorType> in, std::span<AttrValue> attrs, TensorType* result) {
   const TensorType& x = in[0];
   RETURN_IF_ERROR(require_f32("batch_norm", "input", x));
   if (x.shape.rank() < 2) {
@@ -852,10 +856,10 @@ Status infer_batch_norm(std::span<const TensorType> in, std::span<AttrValue> att
   }
   RETURN_IF_ERROR(check_eps("batch_norm", BatchNormAttrs(attrs).eps()));
   *result = x;
-  return Status::ok();
+  return std::nullopt;
 }
 
-Status infer_layer_norm(std::span<const TensorType> in, std::span<AttrValue> attrs, TensorType* result) {
+Check infer_layer_norm(std::span<const TensorType> in, std::span<AttrValue> attrs, TensorType* result) {
   const TensorType& x = in[0];
   RETURN_IF_ERROR(require_f32("layer_norm", "input", x));
   LayerNormAttrs a(attrs);
@@ -877,20 +881,20 @@ Status infer_layer_norm(std::span<const TensorType> in, std::span<AttrValue> att
   }
   RETURN_IF_ERROR(check_eps("layer_norm", a.eps()));
   *result = x;
-  return Status::ok();
+  return std::nullopt;
 }
 
 template <OpKind K>
-Status infer_softmax(std::span<const TensorType> in, std::span<AttrValue> attrs, TensorType* result) {
+Check infer_softmax(std::span<const TensorType> in, std::span<AttrValue> attrs, TensorType* result) {
   std::string_view name = op_info(K).name;
   RETURN_IF_ERROR(require_f32(name, "input", in[0]));
   if (in[0].shape.rank() == 0) return fail(name, fmt::format("input {} must have rank >= 1", describe(in[0])));
   RETURN_IF_ERROR(normalize_axis(name, AxisAttrs(attrs).axis(), in[0].shape.rank()));
   *result = in[0];
-  return Status::ok();
+  return std::nullopt;
 }
 
-Status infer_attention(std::span<const TensorType> in, std::span<AttrValue> attrs, TensorType* result) {
+Check infer_attention(std::span<const TensorType> in, std::span<AttrValue> attrs, TensorType* result) {
   constexpr std::string_view kOp = "scaled_dot_product_attention";
   const TensorType &q = in[0], &k = in[1], &v = in[2];
   RETURN_IF_ERROR(require_f32(kOp, "query", q));
@@ -937,7 +941,7 @@ Status infer_attention(std::span<const TensorType> in, std::span<AttrValue> attr
     return fail(kOp, fmt::format("scale must be finite (0 means 1/sqrt(E)), got {}", scale));
   }
   *result = TensorType{DType::kF32, out};
-  return Status::ok();
+  return std::nullopt;
 }
 
 // ---- costs (see OpCost in ops.h) ------------------------------------------------------------
@@ -1106,8 +1110,8 @@ const OpInfo* find_op(std::string_view name) {
 
 std::span<const OpInfo> all_ops() { return kOps; }
 
-Status infer_op(OpKind kind, std::span<const TensorType> in, std::span<AttrValue> attrs,
-                TensorType* out) {
+InferError infer_op(OpKind kind, std::span<const TensorType> in, std::span<AttrValue> attrs,
+                    TensorType* out) {
   const OpInfo& info = op_info(kind);
   int n = static_cast<int>(in.size());
   if (n < info.min_inputs || (info.max_inputs != kVariadic && n > info.max_inputs)) {
@@ -1127,17 +1131,17 @@ Status infer_op(OpKind kind, std::span<const TensorType> in, std::span<AttrValue
                                          attr_kind_name(info.attrs[i].kind), attr_kind_name(attrs[i].kind)));
     }
   }
-  if (Status s = info.infer(in, attrs, out); !s.is_ok()) return s;
+  if (Check error = info.infer(in, attrs, out)) return std::move(*error);
   // e.g. broadcasting [2^30, 1] with [1, 2^30]
   if (Result<int64_t> numel = checked_numel(out->shape.span()); !numel.is_ok()) {
     return fail(info.name, numel.status().message());
   }
-  return Status::ok();
+  return std::nullopt;
 }
 
 Result<TensorType> infer_op(OpKind kind, std::span<const TensorType> in, std::span<AttrValue> attrs) {
   TensorType out;
-  if (Status s = infer_op(kind, in, attrs, &out); !s.is_ok()) return s;
+  if (InferError error = infer_op(kind, in, attrs, &out)) return std::move(*error);
   return out;
 }
 

@@ -98,10 +98,13 @@ std::string type_to_string(const TensorType& t);
 
 // Inference rule. Checks `in` and `attrs` (already filled with defaults), rewrites `attrs` into
 // normal form (negative axes made positive, axis lists sorted, -1 in reshape resolved...) and
-// sets `*out` to the output type, or returns a kInvalidArgument status whose message names the
-// op and the offending shapes or attribute (`attrs` and `*out` may then be partly rewritten).
-// Never throws.
-using InferFn = Status (*)(std::span<const TensorType> in, std::span<AttrValue> attrs, TensorType* out);
+// sets `*out` to the output type and returns nullopt, or returns a kInvalidArgument status whose
+// message names the op and the offending shapes or attribute (`attrs` and `*out` may then be
+// partly rewritten). Never throws. Not a Status: the record hot path runs one rule and several
+// checks per op, and even an ok Status builds and frees a string.
+using InferError = std::optional<Status>;
+using InferFn = InferError (*)(std::span<const TensorType> in, std::span<AttrValue> attrs,
+                               TensorType* out);
 
 // Reference kernel. `out` is allocated with the inferred dtype and shape; `attrs` are normalized.
 // REQUIRES: inputs match what the inference rule accepted.
@@ -177,13 +180,14 @@ const OpInfo* find_op(std::string_view name);
 std::span<const OpInfo> all_ops();
 
 // Runs `kind`'s inference rule on `in` and `attrs` (which must hold one value per declared
-// attribute), normalizing `attrs` in place, and sets `*out` to the output type. Also checks the
-// input count, the attribute count and kinds, and the output's element count (kMaxElements).
-// Every mismatch is a kInvalidArgument status whose message starts "op 'NAME': " (`*out` is then
-// unspecified). Never throws: the Tensor API turns the status into an Error; decoders of
-// untrusted bytes return it. This is the record hot path's form (no Result to build and move).
-Status infer_op(OpKind kind, std::span<const TensorType> in, std::span<AttrValue> attrs,
-                TensorType* out);
+// attribute), normalizing `attrs` in place, sets `*out` to the output type and returns nullopt.
+// Also checks the input count, the attribute count and kinds, and the output's element count
+// (kMaxElements). Every mismatch is returned as a kInvalidArgument status whose message starts
+// "op 'NAME': " (`*out` is then unspecified). Never throws: the Tensor API turns the status into
+// an Error; decoders of untrusted bytes return it. This is the record hot path's form (no Result
+// or ok Status to build).
+InferError infer_op(OpKind kind, std::span<const TensorType> in, std::span<AttrValue> attrs,
+                    TensorType* out);
 // The same, returning the output type as a value.
 Result<TensorType> infer_op(OpKind kind, std::span<const TensorType> in, std::span<AttrValue> attrs);
 

@@ -16,10 +16,11 @@
 //     row count; op_info() asserts the order): name, OpClass (kUnary/kBinary/kCompare/kWhere/
 //     kCast ops are fused by the compiler, so the cpu backend's fused-chain interpreter must
 //     handle them), min/max inputs, AttrSpec table, inference rule, reference kernel, cost.
-//       - The inference rule returns Result<TensorType>; its errors are fail(op, ...) so they
-//         read "op 'NAME': ..." and are kInvalidArgument. It rewrites attributes into one
-//         normal form (negative axes made positive...): normalized attributes are what the
-//         graph hash encodes, so two spellings of one op must normalize to the same values.
+//       - The inference rule (InferFn) writes the output type and returns nullopt, or returns
+//         its error, built with fail(op, ...) so it reads "op 'NAME': ..." and is
+//         kInvalidArgument; it never throws. It rewrites attributes into one normal form
+//         (negative axes made positive...): normalized attributes are what the graph hash
+//         encodes, so two spellings of one op must normalize to the same values.
 //       - Attributes: at most kMaxOpAttrs. If the op has any, add (or reuse) a typed view in
 //         attr_views.h and list it in tests/op_registry_test.cc (it fails for an op with
 //         attributes and no view); never index attrs[N].

@@ -23,7 +23,7 @@ HostBuffer uniform_buffer(DType dtype, const Shape& shape, uint64_t seed) {
 NodeId add(Graph& g, OpKind op, std::vector<NodeId> inputs, std::vector<AttrValue> attrs = {}) {
   std::vector<TensorType> types;
   for (NodeId id : inputs) types.push_back(g.node(id).type());
-  const TensorType t = infer_op(op, types, attrs);
+  const TensorType t = infer_op(op, types, attrs).value_or_throw();
   return g.add_node(op, inputs, attrs, t);
 }
 

@@ -37,7 +37,7 @@ struct Layer {
       fill_uniform(values.back(), ids.size(), -1.0, 1.0);
     }
     for (const HostBuffer& v : values) in.push_back(&v);
-    const TensorType t = infer_op(op, types, attrs);
+    const TensorType t = infer_op(op, types, attrs).value_or_throw();
     node = g.add_node(op, ids, attrs, t);
     out = HostBuffer(t.dtype, t.shape);
   }

@@ -23,7 +23,7 @@ struct Chain {
 NodeId member(Chain& c, OpKind op, std::vector<NodeId> inputs, std::vector<AttrValue> attrs = {}) {
   std::vector<TensorType> types;
   for (NodeId id : inputs) types.push_back(c.graph.node(id).type());
-  const TensorType t = infer_op(op, types, attrs);
+  const TensorType t = infer_op(op, types, attrs).value_or_throw();
   const NodeId id = c.graph.add_node(op, inputs, attrs, t);
   c.members.push_back(id);
   return id;

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "capture/core/buffer.h"
+#include "capture/ops/attr_views.h"
 #include "capture/ops/elementwise.h"
 #include "capture/ir/graph.h"
 #include "capture/trace/nn.h"
@@ -89,7 +90,7 @@ Evaluated reference(OpKind kind, const std::vector<const HostBuffer*>& in,
   std::vector<AttrValue> attrs = attrs_for(op, named);
   std::vector<TensorType> types;
   for (const HostBuffer* b : in) types.push_back({b->dtype(), b->shape()});
-  const TensorType type = infer_op(kind, types, attrs);
+  const TensorType type = infer_op(kind, types, attrs).value_or_throw();
   HostBuffer out(type.dtype, type.shape);
   op.reference(in, attrs, out);
   return {type, std::move(out)};
@@ -307,36 +308,45 @@ TEST(NnReference, IndexSelectPicksSlices) {
 std::vector<AttrValue> normalized(OpKind kind, const std::vector<TensorType>& in,
                                   const NamedAttrs& named) {
   std::vector<AttrValue> attrs = attrs_for(op_info(kind), named);
-  infer_op(kind, in, attrs);
+  EXPECT_TRUE(infer_op(kind, in, attrs).is_ok());
   return attrs;
 }
 
 TEST(NnInference, NormalizesAttributes) {
   const TensorType image{DType::kF32, {1, 2, 9, 9}};
   // Empty stride = kernel; one entry = both axes.
-  std::vector<AttrValue> pool = normalized(OpKind::kMaxPool2d, {image}, {{"kernel", ints({3})}});
-  EXPECT_EQ(pool[0].ints, (IntList{3, 3}));
-  EXPECT_EQ(pool[1].ints, (IntList{3, 3}));
-  EXPECT_EQ(pool[2].ints, (IntList{0, 0}));
-  std::vector<AttrValue> conv = normalized(OpKind::kConv2d, {image, {DType::kF32, {4, 2, 3, 3}}},
-                                           {{"stride", ints({2})}, {"padding", ints({1, 0})}});
-  EXPECT_EQ(conv[0].ints, (IntList{2, 2}));
-  EXPECT_EQ(conv[1].ints, (IntList{1, 0}));
-  std::vector<AttrValue> flat = normalized(OpKind::kFlatten, {image}, {{"start_dim", num(-3)}});
-  EXPECT_EQ(flat[0].i, 1);
-  EXPECT_EQ(flat[1].i, 3);
+  const std::vector<AttrValue> pool = normalized(OpKind::kMaxPool2d, {image}, {{"kernel", ints({3})}});
+  const MaxPool2dAttrs pool_attrs{std::span(pool)};
+  EXPECT_EQ(pool_attrs.kernel(), (IntList{3, 3}));
+  EXPECT_EQ(pool_attrs.stride(), (IntList{3, 3}));
+  EXPECT_EQ(pool_attrs.padding(), (IntList{0, 0}));
+  const std::vector<AttrValue> conv = normalized(OpKind::kConv2d, {image, {DType::kF32, {4, 2, 3, 3}}},
+                                                 {{"stride", ints({2})}, {"padding", ints({1, 0})}});
+  EXPECT_EQ(Conv2dAttrs{std::span(conv)}.stride(), (IntList{2, 2}));
+  EXPECT_EQ(Conv2dAttrs{std::span(conv)}.padding(), (IntList{1, 0}));
+  const std::vector<AttrValue> flat = normalized(OpKind::kFlatten, {image}, {{"start_dim", num(-3)}});
+  EXPECT_EQ(FlattenAttrs{std::span(flat)}.start_dim(), 1);
+  EXPECT_EQ(FlattenAttrs{std::span(flat)}.end_dim(), 3);
+  auto pads = [&](const IntList& p) {
+    const std::vector<AttrValue> a = normalized(OpKind::kPad, {image}, {{"pads", ints(p)}});
+    return PadAttrs{std::span(a)}.pads();
+  };
   // Trailing (0, 0) pairs pad nothing and are dropped.
-  EXPECT_EQ(normalized(OpKind::kPad, {image}, {{"pads", ints({1, 1, 0, 0})}})[0].ints, (IntList{1, 1}));
-  EXPECT_EQ(normalized(OpKind::kPad, {image}, {{"pads", ints({0, 0, 0, 0})}})[0].ints, (IntList{}));
+  EXPECT_EQ(pads({1, 1, 0, 0}), (IntList{1, 1}));
+  EXPECT_EQ(pads({0, 0, 0, 0}), (IntList{}));
+  auto axis = [](OpKind kind, const std::vector<TensorType>& in, int64_t written) {
+    const std::vector<AttrValue> a = normalized(kind, in, {{"axis", num(written)}});
+    return AxisAttrs{std::span(a)}.axis();
+  };
   const TensorType index{DType::kI64, {1, 2, 9, 9}};
-  EXPECT_EQ(normalized(OpKind::kGather, {image, index}, {{"axis", num(-1)}})[0].i, 3);
-  EXPECT_EQ(normalized(OpKind::kIndexSelect, {image, {DType::kI32, {4}}}, {{"axis", num(-4)}})[0].i, 0);
+  EXPECT_EQ(axis(OpKind::kGather, {image, index}, -1), 3);
+  EXPECT_EQ(axis(OpKind::kIndexSelect, {image, {DType::kI32, {4}}}, -4), 0);
 }
 
 TEST(NnInference, OutputShapesFollowPyTorch) {
   auto shape_of = [](OpKind kind, std::vector<TensorType> in, const NamedAttrs& named) {
     std::vector<AttrValue> attrs = attrs_for(op_info(kind), named);
-    return infer_op(kind, in, attrs).shape;
+    return infer_op(kind, in, attrs).value_or_throw().shape;
   };
   const TensorType image{DType::kF32, {2, 3, 224, 224}};
   // resnet stem: 7x7 stride 2 padding 3, then max pool 3x3 stride 2 padding 1.
@@ -362,19 +372,21 @@ TEST(NnInference, OutputShapesFollowPyTorch) {
   EXPECT_EQ(shape_of(OpKind::kPad, {{DType::kI64, {2, 3}}}, {{"pads", ints({-1, -2})}}), (Shape{2, 0}));
 }
 
-// Expects `kind` on `in` with `named` to throw an Error whose message contains each of `parts`.
+// Expects `kind` on `in` with `named` to be rejected with a status whose message contains each
+// of `parts`.
 void expect_error(OpKind kind, const std::vector<TensorType>& in, const NamedAttrs& named,
                   const std::vector<std::string>& parts) {
   std::vector<AttrValue> attrs = attrs_for(op_info(kind), named);
-  try {
-    infer_op(kind, in, attrs);
+  const Result<TensorType> inferred = infer_op(kind, in, attrs);
+  if (inferred.is_ok()) {
     ADD_FAILURE() << op_info(kind).name << ": no error";
-  } catch (const Error& e) {
-    const std::string msg = e.status().message();
-    EXPECT_NE(msg.find(fmt::format("op '{}'", op_info(kind).name)), std::string::npos) << msg;
-    for (const std::string& p : parts)
-      EXPECT_NE(msg.find(p), std::string::npos) << msg << "\nmissing: " << p;
+    return;
   }
+  EXPECT_EQ(inferred.status().code(), StatusCode::kInvalidArgument);
+  const std::string& msg = inferred.status().message();
+  EXPECT_NE(msg.find(fmt::format("op '{}'", op_info(kind).name)), std::string::npos) << msg;
+  for (const std::string& p : parts)
+    EXPECT_NE(msg.find(p), std::string::npos) << msg << "\nmissing: " << p;
 }
 
 TEST(NnInference, BadOperandsAndAttributesNameTheOp) {
@@ -551,10 +563,10 @@ void check_layer(OpKind kind, const LayerCase& c) {
   std::vector<TensorType> types;
   for (const HostBuffer& b : c.inputs) types.push_back({b.dtype(), b.shape()});
   TensorType type;
-  try {
-    type = infer_op(kind, types, attrs);
-  } catch (const Error& e) {
-    ADD_FAILURE() << describe(op, c) << " rejected: " << e.status().message();
+  if (Result<TensorType> inferred = infer_op(kind, types, attrs); inferred.is_ok()) {
+    type = *inferred;
+  } else {
+    ADD_FAILURE() << describe(op, c) << " rejected: " << inferred.status().message();
     return;
   }
   Graph g;

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "capture/trace/nn.h"
+#include "capture/ops/attr_views.h"
 #include "capture/ops/ops.h"
 #include "frontend/program/program.h"
 #include "frontend/program/program_runner.h"
@@ -62,7 +63,7 @@ std::vector<AttrValue> attrs_of(OpKind kind, const NamedAttrs& named) {
 
 TensorType infer(OpKind kind, const std::vector<TensorType>& in, const NamedAttrs& named = {}) {
   std::vector<AttrValue> attrs = attrs_of(kind, named);
-  return infer_op(kind, in, attrs);
+  return infer_op(kind, in, attrs).value_or_throw();
 }
 
 // Runs `kind`'s reference kernel as the tracer would (attributes normalized by infer_op); the
@@ -71,7 +72,7 @@ HostBuffer run(OpKind kind, std::vector<const HostBuffer*> in, const NamedAttrs&
   std::vector<AttrValue> attrs = attrs_of(kind, named);
   std::vector<TensorType> types;
   for (const HostBuffer* b : in) types.push_back({b->dtype(), b->shape()});
-  const TensorType t = infer_op(kind, types, attrs);
+  const TensorType t = infer_op(kind, types, attrs).value_or_throw();
   HostBuffer out(t.dtype, t.shape);
   if (t.dtype != DType::kBool) std::memset(out.bytes(), 0xA5, out.nbytes());
   op_info(kind).reference(in, attrs, out);
@@ -325,8 +326,8 @@ TEST(NnInference, ShapesAndNormalization) {
   EXPECT_EQ(infer(OpKind::kClamp, {{DType::kI32, {5}}}, {{"min", real(0)}, {"max", real(6)}}),
             (TensorType{DType::kI32, {5}}));
   std::vector<AttrValue> attrs = attrs_of(OpKind::kSoftmax, {{"axis", num(-2)}});
-  EXPECT_EQ(infer_op(OpKind::kSoftmax, std::vector<TensorType>{x}, attrs), x);
-  EXPECT_EQ(attrs[0].i, 1) << "negative axis normalized";
+  EXPECT_EQ(infer_op(OpKind::kSoftmax, std::vector<TensorType>{x}, attrs).value_or_throw(), x);
+  EXPECT_EQ(AxisAttrs(std::span<const AttrValue>(attrs)).axis(), 1) << "negative axis normalized";
   EXPECT_EQ(infer(OpKind::kScaledDotProductAttention,
                   {{DType::kF32, {2, 5, 8}}, {DType::kF32, {2, 7, 8}}, {DType::kF32, {2, 7, 3}}}),
             (TensorType{DType::kF32, {2, 5, 3}}));
@@ -426,7 +427,7 @@ void expect_cpu_matches(OpKind kind, const std::vector<const HostBuffer*>& in, c
   std::vector<AttrValue> attrs = attrs_of(kind, named);
   std::vector<TensorType> types;
   for (const HostBuffer* b : in) types.push_back({b->dtype(), b->shape()});
-  const TensorType t = infer_op(kind, types, attrs);
+  const TensorType t = infer_op(kind, types, attrs).value_or_throw();
   Graph g;
   std::vector<NodeId> ids;
   for (const TensorType& type : types) ids.push_back(g.add_parameter(type));
@@ -437,7 +438,8 @@ void expect_cpu_matches(OpKind kind, const std::vector<const HostBuffer*>& in, c
   cpu::run_op(g, node, in, got);
   if (kind == OpKind::kScaledDotProductAttention) {
     EXPECT_TRUE(testing::within_attention_bound(got, want, *in[0], *in[1], *in[2], in.size() > 3 ? in[3] : nullptr,
-                                                attrs[0].as_bool(), attrs[1].f))
+                                                AttentionAttrs{std::span(attrs)}.causal(),
+                                                AttentionAttrs{std::span(attrs)}.scale()))
         << what;
     return;
   }

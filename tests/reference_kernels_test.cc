@@ -43,7 +43,7 @@ HostBuffer run(OpKind kind, std::vector<const HostBuffer*> in, const NamedAttrs&
   }
   std::vector<TensorType> types;
   for (const HostBuffer* b : in) types.push_back({b->dtype(), b->shape()});
-  TensorType t = infer_op(kind, types, attrs);
+  TensorType t = infer_op(kind, types, attrs).value_or_throw();
   HostBuffer out(t.dtype, t.shape);
   if (t.dtype != DType::kBool) std::memset(out.bytes(), 0xA5, out.nbytes());
   info.reference(in, attrs, out);

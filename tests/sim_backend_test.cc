@@ -142,7 +142,7 @@ Graph matmul_graph(DType dtype, int64_t m, int64_t k, int64_t n) {
   std::vector<AttrValue> none;
   const NodeId ids[] = {a, b};
   const std::vector<TensorType> in = {{dtype, {m, k}}, {dtype, {k, n}}};
-  TensorType t = infer_op(OpKind::kMatmul, in, none);
+  TensorType t = infer_op(OpKind::kMatmul, in, none).value_or_throw();
   g.add_output(g.add_node(OpKind::kMatmul, ids, none, t));
   return g;
 }
@@ -204,10 +204,10 @@ TEST(CostModel, ReductionAndLayout) {
   NodeId x = g.add_parameter(in);
   std::vector<AttrValue> sum_attrs = {AttrValue::of_ints({1}), AttrValue::of_bool(false)};
   const std::vector<TensorType> ins = {in};
-  TensorType st = infer_op(OpKind::kSum, ins, sum_attrs);
+  TensorType st = infer_op(OpKind::kSum, ins, sum_attrs).value_or_throw();
   NodeId s = g.add_node(OpKind::kSum, std::vector<NodeId>{x}, sum_attrs, st);
   std::vector<AttrValue> perm = {AttrValue::of_ints({1, 0})};
-  TensorType pt = infer_op(OpKind::kPermute, ins, perm);
+  TensorType pt = infer_op(OpKind::kPermute, ins, perm).value_or_throw();
   NodeId p = g.add_node(OpKind::kPermute, std::vector<NodeId>{x}, perm, pt);
   EXPECT_EQ(op_flops(g, s), 1000);  // one per input element
   EXPECT_EQ(op_flops(g, p), 0);     // layout: memory only

@@ -30,6 +30,7 @@
 #include <vector>
 
 
+#include "capture/ops/attr_views.h"
 #include "capture/ops/elementwise.h"
 #include "backends/cpu/cpu_nn_ops.h"
 #include "backends/cpu/cpu_nn_layers.h"
@@ -433,6 +434,11 @@ TileFn convert_fn(DType from, DType to) {
   });
 }
 
+// A fused chain has no reference fallback, so every elementwise op (OpInfo::elementwise()) needs a
+// case in op_fn; other ops fall back to their reference kernel in run_op when they have no fast
+// kernel here or in cpu_nn_*.cc. A new op: decide, then update the count.
+static_assert(kOpCount == 59, "a new op: give it a cpu kernel (required here if elementwise)");
+
 // nullptr if the inference rules never let `op` compute in `c`. The two ops with attributes:
 // gelu's tile function comes from gelu_fn(), and a clamp instruction also carries its bounds in
 // Instr::params (FusedProgram sets both).
@@ -526,10 +532,11 @@ class FusedProgram {
         const DType c = compute_dtype(n.op, std::span(types.data(), ins.size()), n.dtype);
         const uint32_t a = as(ins[0], c);
         if (n.op == OpKind::kGelu) {
-          emit(gelu_fn(g.attrs(n)[0].as_bool()), dst, {a});
+          emit(gelu_fn(GeluAttrs(g.attrs(n)).tanh()), dst, {a});
         } else if (n.op == OpKind::kClamp) {
           emit(op_fn(n.op, c), dst, {a});
-          instrs_.back().params = {g.attrs(n)[0].f, g.attrs(n)[1].f};
+          const ClampAttrs clamp(g.attrs(n));
+          instrs_.back().params = {clamp.min(), clamp.max()};
         } else if (ins.size() == 1) {
           emit(op_fn(n.op, c), dst, {a});
         } else {
@@ -1010,10 +1017,10 @@ void run_op(const Graph& g, NodeId node, std::span<const HostBuffer* const> inpu
     case OpKind::kSum:
     case OpKind::kMean:
     case OpKind::kMax:
-      if (reduce_fast(n.op, *inputs[0], attrs[0].ints, out)) return;
+      if (reduce_fast(n.op, *inputs[0], ReduceAttrs(attrs).axes(), out)) return;
       break;
     case OpKind::kArgmax:
-      argmax(*inputs[0], static_cast<int>(attrs[0].i), out);
+      argmax(*inputs[0], static_cast<int>(ArgmaxAttrs(attrs).axis()), out);
       return;
     case OpKind::kReshape:
       std::memcpy(out.bytes(), inputs[0]->bytes(), out.nbytes());
@@ -1021,13 +1028,14 @@ void run_op(const Graph& g, NodeId node, std::span<const HostBuffer* const> inpu
     case OpKind::kPermute: {
       const IntList in_strides = contiguous_strides(inputs[0]->shape());
       IntList strides;
-      for (int64_t p : attrs[0].ints) strides.push_back(in_strides[static_cast<int>(p)]);
+      for (int64_t p : PermuteAttrs(attrs).perm()) strides.push_back(in_strides[static_cast<int>(p)]);
       strided_gather(*inputs[0], strides, 0, out);
       return;
     }
     case OpKind::kTranspose: {
       IntList strides = contiguous_strides(inputs[0]->shape());
-      std::swap(strides[static_cast<int>(attrs[0].i)], strides[static_cast<int>(attrs[1].i)]);
+      const TransposeAttrs a(attrs);
+      std::swap(strides[static_cast<int>(a.dim0())], strides[static_cast<int>(a.dim1())]);
       strided_gather(*inputs[0], strides, 0, out);
       return;
     }
@@ -1036,15 +1044,16 @@ void run_op(const Graph& g, NodeId node, std::span<const HostBuffer* const> inpu
       return;
     case OpKind::kSlice: {
       // attrs are normalized: axis >= 0, 0 <= start <= end <= dim, step >= 1.
-      const int axis = static_cast<int>(attrs[0].i);
+      const SliceAttrs a(attrs);
+      const int axis = static_cast<int>(a.axis());
       IntList strides = contiguous_strides(inputs[0]->shape());
-      const int64_t base = attrs[1].i * strides[axis];
-      strides[axis] *= attrs[3].i;
+      const int64_t base = a.start() * strides[axis];
+      strides[axis] *= a.step();
       strided_gather(*inputs[0], strides, base, out);
       return;
     }
     case OpKind::kConcat:
-      concat(inputs, static_cast<int>(attrs[0].i), out);
+      concat(inputs, static_cast<int>(AxisAttrs(attrs).axis()), out);
       return;
     default:
       break;

@@ -19,6 +19,7 @@
 #include <memory>
 #include <vector>
 
+#include "capture/ops/attr_views.h"
 #include "capture/ops/elementwise.h"
 #include "backends/cpu/cpu_kernels.h"
 
@@ -76,6 +77,7 @@ ConvShape conv_shape(const HostBuffer& x, const HostBuffer& w, std::span<const A
                      const HostBuffer& out) {
   const Shape& xs = x.shape();
   const Shape& ws = w.shape();
+  const Conv2dAttrs a(attrs);
   return {xs[0],
           xs[1],
           xs[2],
@@ -86,13 +88,13 @@ ConvShape conv_shape(const HostBuffer& x, const HostBuffer& w, std::span<const A
           ws[3],
           out.shape()[2],
           out.shape()[3],
-          attrs[0].ints[0],
-          attrs[0].ints[1],
-          attrs[1].ints[0],
-          attrs[1].ints[1],
-          attrs[2].ints[0],
-          attrs[2].ints[1],
-          attrs[3].i};
+          a.stride()[0],
+          a.stride()[1],
+          a.padding()[0],
+          a.padding()[1],
+          a.dilation()[0],
+          a.dilation()[1],
+          a.groups()};
 }
 
 // Rows (c, i, j) of the im2col matrix for output positions [q0, q1) of one image and group:
@@ -256,10 +258,11 @@ bool linear(std::span<const HostBuffer* const> in, HostBuffer& out) {
 // the output columns it reaches. Each output still meets its taps in the reference's order,
 // and the inner loop (strided load, compare, select) vectorizes.
 void max_pool2d(const HostBuffer& x, std::span<const AttrValue> attrs, HostBuffer& out) {
-  const IntList& kernel = attrs[0].ints;
-  const IntList& stride = attrs[1].ints;
-  const IntList& padding = attrs[2].ints;
-  const IntList& dilation = attrs[3].ints;
+  const MaxPool2dAttrs a(attrs);
+  const IntList& kernel = a.kernel();
+  const IntList& stride = a.stride();
+  const IntList& padding = a.padding();
+  const IntList& dilation = a.dilation();
   const int64_t planes = x.shape()[0] * x.shape()[1], h = x.shape()[2], w = x.shape()[3];
   const int64_t oh = out.shape()[2], ow = out.shape()[3];
   const int64_t sw = stride[1];
@@ -306,10 +309,11 @@ AvgWindow avg_window(int64_t out_pos, int64_t kernel, int64_t stride, int64_t pa
 // As max_pool2d: taps outermost, each output summing its cells in the reference's order, in
 // a row of double accumulators.
 void avg_pool2d(const HostBuffer& x, std::span<const AttrValue> attrs, HostBuffer& out) {
-  const IntList& kernel = attrs[0].ints;
-  const IntList& stride = attrs[1].ints;
-  const IntList& padding = attrs[2].ints;
-  const bool count_include_pad = attrs[4].as_bool();
+  const AvgPool2dAttrs a(attrs);
+  const IntList& kernel = a.kernel();
+  const IntList& stride = a.stride();
+  const IntList& padding = a.padding();
+  const bool count_include_pad = a.count_include_pad();
   const int64_t planes = x.shape()[0] * x.shape()[1], h = x.shape()[2], w = x.shape()[3];
   const int64_t oh = out.shape()[2], ow = out.shape()[3];
   const int64_t sw = stride[1];
@@ -380,11 +384,12 @@ void adaptive_avg_pool2d(const HostBuffer& x, HostBuffer& out) {
 // ---- layout and lookups -------------------------------------------------------------------------
 
 void pad(const HostBuffer& x, std::span<const AttrValue> attrs, HostBuffer& out) {
-  const IntList& pads = attrs[0].ints;
+  const PadAttrs a(attrs);
+  const IntList& pads = a.pads();
   const Shape& s = x.shape();
   const int rank = s.rank();
   dispatch_dtype(out.dtype(),
-                 [&]<typename T>() { std::fill_n(out.data<T>(), out.numel(), convert<T>(attrs[1].f)); });
+                 [&]<typename T>() { std::fill_n(out.data<T>(), out.numel(), convert<T>(a.value())); });
   if (out.numel() == 0 || x.numel() == 0) return;
   if (rank == 0) {
     std::memcpy(out.bytes(), x.bytes(), out.nbytes());
@@ -507,10 +512,10 @@ bool run_nn_layer(OpKind op, std::span<const HostBuffer* const> in, std::span<co
       embedding(*in[0], *in[1], out);
       return true;
     case OpKind::kGather:
-      gather(*in[0], *in[1], static_cast<int>(attrs[0].i), out);
+      gather(*in[0], *in[1], static_cast<int>(AxisAttrs(attrs).axis()), out);
       return true;
     case OpKind::kIndexSelect:
-      index_select(*in[0], *in[1], static_cast<int>(attrs[0].i), out);
+      index_select(*in[0], *in[1], static_cast<int>(AxisAttrs(attrs).axis()), out);
       return true;
     default:
       return false;

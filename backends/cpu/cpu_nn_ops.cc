@@ -11,6 +11,7 @@
 #include <limits>
 #include <vector>
 
+#include "capture/ops/attr_views.h"
 #include "capture/ops/nn_numerics.h"
 #include "backends/cpu/cpu_kernels.h"
 
@@ -51,13 +52,14 @@ void batch_norm(std::span<const HostBuffer* const> in, double eps, HostBuffer& o
 void layer_norm(std::span<const HostBuffer* const> in, std::span<const AttrValue> attrs,
                 HostBuffer& out) {
   const Shape& s = in[0]->shape();
+  const LayerNormAttrs a(attrs);
   int64_t n = 1;
-  for (int d = s.rank() - static_cast<int>(attrs[0].i); d < s.rank(); ++d) n *= s[d];
+  for (int d = s.rank() - static_cast<int>(a.normalized_dims()); d < s.rank(); ++d) n *= s[d];
   if (n == 0) return;
   const int64_t rows = out.numel() / n;
   const float* weight = in.size() > 1 ? in[1]->data<float>() : nullptr;
   const float* bias = in.size() > 2 ? in[2]->data<float>() : nullptr;
-  const double eps = attrs[1].f;
+  const double eps = a.eps();
   const float* x = in[0]->data<float>();
   float* o = out.data<float>();
   parallel_for(rows, out.numel(), [&](int64_t begin, int64_t end) {
@@ -164,8 +166,9 @@ bool attention(std::span<const HostBuffer* const> in, std::span<const AttrValue>
   }
   int64_t batches = 1;
   for (int d = 0; d < rank - 2; ++d) batches *= qs[d];
-  const bool causal = attrs[0].as_bool();
-  const float scale = static_cast<float>(nn::attention_scale(attrs[1].f, e));
+  const AttentionAttrs a(attrs);
+  const bool causal = a.causal();
+  const float scale = static_cast<float>(nn::attention_scale(a.scale(), e));
   Shape scores_shape = qs;
   scores_shape[rank - 1] = lk;
   const HostBuffer* mask = in.size() > 3 ? in[3] : nullptr;
@@ -227,14 +230,14 @@ bool run_nn_op(OpKind op, std::span<const HostBuffer* const> inputs,
                std::span<const AttrValue> attrs, HostBuffer& out) {
   switch (op) {
     case OpKind::kBatchNorm:
-      batch_norm(inputs, attrs[0].f, out);
+      batch_norm(inputs, BatchNormAttrs(attrs).eps(), out);
       return true;
     case OpKind::kLayerNorm:
       layer_norm(inputs, attrs, out);
       return true;
     case OpKind::kSoftmax:
     case OpKind::kLogSoftmax:
-      softmax(*inputs[0], static_cast<int>(attrs[0].i), op == OpKind::kLogSoftmax, out);
+      softmax(*inputs[0], static_cast<int>(AxisAttrs(attrs).axis()), op == OpKind::kLogSoftmax, out);
       return true;
     case OpKind::kScaledDotProductAttention:
       return attention(inputs, attrs, out);

@@ -6,6 +6,7 @@
 #include <limits>
 #include <unordered_map>
 
+#include "capture/ops/attr_views.h"
 #include "capture/ops/elementwise.h"
 
 namespace tracecache {
@@ -55,7 +56,7 @@ class Canonicalizer {
     if (n.op == OpKind::kParameter) {
       ParamSource src;
       src.kind = ParamSource::Kind::kTraceParam;
-      src.trace_param = static_cast<uint32_t>(trace_.attrs(n)[0].i);
+      src.trace_param = static_cast<uint32_t>(ParameterAttrs(trace_.attrs(n)).index());
       return add_param(n.type(), src);
     }
     auto attrs = trace_.attrs(n);
@@ -65,7 +66,7 @@ class Canonicalizer {
       ParamSource src;
       src.kind = ParamSource::Kind::kScalar;
       src.dtype = n.dtype;
-      src.value = attrs[1].f;
+      src.value = FullAttrs(attrs).value();
       NodeId p = add_param({n.dtype, Shape{}}, src);
       if (n.shape.rank() == 0) return p;
       AttrValue shape = AttrValue::of_ints(n.shape);

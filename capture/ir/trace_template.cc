@@ -39,14 +39,12 @@ Result<Graph> instantiate(const TraceTemplate& tmpl, std::span<const TensorType>
     in_types.clear();
     for (NodeId in : t.inputs(n)) in_types.push_back(g.node(in).type());
     std::span<AttrValue> normalized(attrs.data(), raw.size());
-    TensorType type;
-    try {
-      type = infer_op(n.op, in_types, normalized);
-    } catch (const Error& e) {
-      return invalid_argument(fmt::format("at the new sizes, {}", e.what()));
+    Result<TensorType> type = infer_op(n.op, in_types, normalized);
+    if (!type.is_ok()) {
+      return invalid_argument(fmt::format("at the new sizes, {}", type.status().message()));
     }
     std::vector<NodeId> inputs(t.inputs(n).begin(), t.inputs(n).end());
-    g.add_node(n.op, inputs, normalized, type);
+    g.add_node(n.op, inputs, normalized, *type);
   }
   for (const ShapeObservation& o : tmpl.observed) {
     if (!(g.node(o.node).shape == o.shape)) {

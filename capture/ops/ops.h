@@ -1,13 +1,48 @@
 // The op registry: every op tracecache knows is one row of one table.
 //
 // A row holds the op's name (its spelling in trace programs and in the graph hash), how many
-// tensor inputs it takes, its attributes (positional, with defaults), its inference rule (checks
-// inputs and attributes, normalizes the attributes, computes the output dtype and shape) and its
-// reference kernel (the naive, obviously-correct implementation every backend is tested
-// against). Adding an op = one OpKind, one row, one reference kernel, its tests, and a section
-// in docs/ops.md; `static_assert`s keep the enum and the table in step.
+// tensor inputs it takes, its attributes (positional, with defaults; read them through the
+// typed views of attr_views.h), its inference rule (checks inputs and attributes, normalizes the
+// attributes, computes the output dtype and shape, or returns the error), its reference kernel
+// (the naive, obviously-correct implementation every backend is tested against) and its cost
+// (flops and whether it is matrix-unit work, for cost models such as backends/sim).
 //
 // The table is immutable and built at compile time; everything here is thread-safe.
+//
+// Adding an op, everything the code requires:
+//  1. OpKind: a new enumerator before kCount (any position: the enum order is the table order,
+//     and enum numbers never enter a hash or a file).
+//  2. Its row in kOps (ops.cc), at the same position as its enumerator (`static_assert` on the
+//     row count; op_info() asserts the order): name, OpClass (kUnary/kBinary/kCompare/kWhere/
+//     kCast ops are fused by the compiler, so the cpu backend's fused-chain interpreter must
+//     handle them), min/max inputs, AttrSpec table, inference rule, reference kernel, cost.
+//       - The inference rule (InferFn) writes the output type and returns nullopt, or returns
+//         its error, built with fail(op, ...) so it reads "op 'NAME': ..." and is
+//         kInvalidArgument; it never throws. It rewrites attributes into one normal form
+//         (negative axes made positive...): normalized attributes are what the graph hash
+//         encodes, so two spellings of one op must normalize to the same values.
+//       - Attributes: at most kMaxOpAttrs. If the op has any, add (or reuse) a typed view in
+//         attr_views.h and list it in tests/op_registry_test.cc (it fails for an op with
+//         attributes and no view); never index attrs[N].
+//       - Reference kernel: declare it in reference_kernels.h (TRACECACHE_REF_KERNEL) and
+//         define it in reference_kernels.cc, reference_nn_layers.cc or reference_nn_ops.cc.
+//       - Cost: one of the cost functions in ops.cc or a new one (see OpCost).
+//  3. The cpu kernel (backends/cpu): an elementwise op (OpInfo::elementwise()) must have a case
+//     in cpu_kernels.cc op_fn (fused chains have no fallback); any other op runs its reference
+//     kernel unless it gets a fast one in cpu_kernels.cc run_op, cpu_nn_layers.cc or
+//     cpu_nn_ops.cc. `static_assert(kOpCount == N)` beside op_fn makes you decide. The sim
+//     backend runs the cpu kernels and costs them with the row's cost: nothing to add there.
+//  4. Tests: cases in tests/reference_kernels_test.cc (EveryOpButParameterHasAKernel) and in
+//     cpu_kernels_test.cc cases_for() (EveryOpButParameterIsTested pins kOpCount: update it),
+//     or nn_layers_test.cc / nn_ops_test.cc for kNn ops; the Tensor method or nn function that
+//     records it (capture/trace/tensor.h, nn.h).
+//  5. docs/ops.md: a section with its inputs, attributes, dtype and shape rules and errors.
+//  6. Hash and IR format: the op's *name* and its normalized attributes, in declaration order,
+//     enter the canonical encoding (capture/ir/hash.cc) and the stored graph (store/codec):
+//     a new op changes no existing key. Renaming an op, or adding, removing, reordering or
+//     re-normalizing an existing op's attributes, changes keys and stored graphs: bump
+//     kIrFormatVersion (capture/ir/hash.h) and update the golden keys in
+//     tests/golden_hash_test.cc and tests/canonical_test.cc.
 #pragma once
 
 #include <cstdint>
@@ -16,10 +51,11 @@
 #include <string>
 #include <string_view>
 
-#include "capture/ops/attrs.h"
 #include "capture/core/buffer.h"
 #include "capture/core/dtype.h"
 #include "capture/core/shape.h"
+#include "capture/core/status.h"
+#include "capture/ops/attrs.h"
 
 namespace tracecache {
 
@@ -63,14 +99,49 @@ std::string type_to_string(const TensorType& t);
 
 // Inference rule. Checks `in` and `attrs` (already filled with defaults), rewrites `attrs` into
 // normal form (negative axes made positive, axis lists sorted, -1 in reshape resolved...) and
-// returns the output type. Throws Error(kInvalidArgument) whose message names the op and the
-// offending shapes or attribute.
-using InferFn = TensorType (*)(std::span<const TensorType> in, std::span<AttrValue> attrs);
+// sets `*out` to the output type and returns nullopt, or returns a kInvalidArgument status whose
+// message names the op and the offending shapes or attribute (`attrs` and `*out` may then be
+// partly rewritten). Never throws. Not a Status: the record hot path runs one rule and several
+// checks per op, and even an ok Status builds and frees a string.
+using InferError = std::optional<Status>;
+using InferFn = InferError (*)(std::span<const TensorType> in, std::span<AttrValue> attrs,
+                               TensorType* out);
 
 // Reference kernel. `out` is allocated with the inferred dtype and shape; `attrs` are normalized.
 // REQUIRES: inputs match what the inference rule accepted.
 using ReferenceKernel = void (*)(std::span<const HostBuffer* const> in,
                                  std::span<const AttrValue> attrs, HostBuffer& out);
+
+// Flops of one transcendental (exp, log, sqrt, tanh, erf, pow, ...) per element: the ratio of
+// FP32 FMA lanes to special-function lanes on NVIDIA SMs, 64 : 16.
+inline constexpr int64_t kTranscendentalFlops = 4;
+
+// The work of one op node, for cost models:
+//   flops   arithmetic operations. Elementwise ops, comparisons, where, cast, and the sources
+//           full/arange/uniform: 1 per output element; exp log sqrt rsqrt tanh sigmoid pow
+//           gelu silu erf and normal: kTranscendentalFlops per output element. Layout ops
+//           and parameters: 0 (memory only). matmul, linear: 2 * out * K (K = the left
+//           operand's last dim). conv2d: 2 * out * (C/groups) * kh * kw. Attention:
+//           2 * B*Lq*Lk * (E + Ev) + (kTranscendentalFlops + 3) * B*Lq*Lk. sum mean max argmax
+//           adaptive_avg_pool2d: 1 per input element. max/avg_pool2d: out * kh * kw.
+//           batch_norm: 2 per output element; layer_norm: 8 per input element; softmax and
+//           log_softmax: kTranscendentalFlops + 3 per input element. The nn layers not named
+//           (flatten, pad, dropout, embedding, gather, index_select) and hardswish,
+//           hardsigmoid, clamp: 1 per output element.
+//   matrix  the work is a contraction a matrix unit can run (matmul, linear, conv2d,
+//           attention). Whether it does (e.g. only for f32) is the device's business.
+// Memory traffic is not an op fact: it depends on which nodes a kernel fuses and which inputs
+// are the same node, so cost models compute it from the graph.
+struct OpCost {
+  int64_t flops = 0;
+  bool matrix = false;
+  friend bool operator==(const OpCost&, const OpCost&) = default;
+};
+
+// Cost of a node with input types `in`, output type `out` and normalized `attrs`.
+// REQUIRES: the inference rule accepted `in` and `attrs` and computed `out`.
+using CostFn = OpCost (*)(std::span<const TensorType> in, const TensorType& out,
+                          std::span<const AttrValue> attrs);
 
 inline constexpr int kVariadic = -1;
 // No op declares more attributes than this (checked by a test over the table).
@@ -93,6 +164,7 @@ struct OpInfo {
   std::span<const AttrSpec> attrs;
   InferFn infer;
   ReferenceKernel reference;
+  CostFn cost;
 
   bool elementwise() const {
     return op_class == OpClass::kUnary || op_class == OpClass::kBinary ||
@@ -109,8 +181,15 @@ const OpInfo* find_op(std::string_view name);
 std::span<const OpInfo> all_ops();
 
 // Runs `kind`'s inference rule on `in` and `attrs` (which must hold one value per declared
-// attribute), normalizing `attrs` in place. Also checks the input count and attribute kinds.
-// Throws Error naming the op on any mismatch.
-TensorType infer_op(OpKind kind, std::span<const TensorType> in, std::span<AttrValue> attrs);
+// attribute), normalizing `attrs` in place, sets `*out` to the output type and returns nullopt.
+// Also checks the input count, the attribute count and kinds, and the output's element count
+// (kMaxElements). Every mismatch is returned as a kInvalidArgument status whose message starts
+// "op 'NAME': " (`*out` is then unspecified). Never throws: the Tensor API turns the status into
+// an Error; decoders of untrusted bytes return it. This is the record hot path's form (no Result
+// or ok Status to build).
+InferError infer_op(OpKind kind, std::span<const TensorType> in, std::span<AttrValue> attrs,
+                    TensorType* out);
+// The same, returning the output type as a value.
+Result<TensorType> infer_op(OpKind kind, std::span<const TensorType> in, std::span<AttrValue> attrs);
 
 }  // namespace tracecache

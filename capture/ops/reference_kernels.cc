@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "capture/ops/attr_views.h"
 #include "capture/ops/elementwise.h"
 #include "capture/ops/random.h"
 
@@ -349,7 +350,7 @@ void matmul(std::span<const HostBuffer* const> in, std::span<const AttrValue>, H
 
 void sum(std::span<const HostBuffer* const> in, std::span<const AttrValue> attrs, HostBuffer& out) {
   const HostBuffer& x = *in[0];
-  const IntList& axes = attrs[0].ints;
+  const IntList& axes = ReduceAttrs(attrs).axes();
   if (out.dtype() == DType::kF32) {
     // Sequential sum in double, in row-major order of the input, rounded once.
     std::vector<double> acc(static_cast<size_t>(out.numel()), 0.0);
@@ -371,7 +372,7 @@ void sum(std::span<const HostBuffer* const> in, std::span<const AttrValue> attrs
 
 void mean(std::span<const HostBuffer* const> in, std::span<const AttrValue> attrs, HostBuffer& out) {
   const HostBuffer& x = *in[0];
-  const IntList& axes = attrs[0].ints;
+  const IntList& axes = ReduceAttrs(attrs).axes();
   std::vector<double> acc(static_cast<size_t>(out.numel()), 0.0);
   dispatch_dtype(x.dtype(), [&]<typename T>() {
     const T* p = x.data<T>();
@@ -397,7 +398,7 @@ void max(std::span<const HostBuffer* const> in, std::span<const AttrValue> attrs
     T* o = out.data<T>();
     for (int64_t j = 0; j < out.numel(); ++j) o[j] = init;
     const T* p = x.data<T>();
-    for_each_reduced(x.shape(), attrs[0].ints, [&](int64_t i, int64_t j) {
+    for_each_reduced(x.shape(), ReduceAttrs(attrs).axes(), [&](int64_t i, int64_t j) {
       T v = p[i];
       // Once o[j] is NaN it stays NaN: every comparison with NaN is false.
       if constexpr (std::is_floating_point_v<T>) {
@@ -410,7 +411,7 @@ void max(std::span<const HostBuffer* const> in, std::span<const AttrValue> attrs
 
 void argmax(std::span<const HostBuffer* const> in, std::span<const AttrValue> attrs, HostBuffer& out) {
   const HostBuffer& x = *in[0];
-  const int axis = static_cast<int>(attrs[0].i);
+  const int axis = static_cast<int>(ArgmaxAttrs(attrs).axis());
   const AxisSplit split = split_at_axis(x.shape(), axis);
   const int64_t outer = split.outer, len = split.len, inner = split.inner;
   int64_t* o = out.data<int64_t>();
@@ -443,7 +444,7 @@ void reshape(std::span<const HostBuffer* const> in, std::span<const AttrValue>, 
 
 void permute(std::span<const HostBuffer* const> in, std::span<const AttrValue> attrs, HostBuffer& out) {
   // Output dim d is input dim perm[d].
-  const IntList& perm = attrs[0].ints;
+  const IntList& perm = PermuteAttrs(attrs).perm();
   IntList in_strides = contiguous_strides(in[0]->shape());
   IntList strides;
   for (int64_t p : perm) strides.push_back(in_strides[static_cast<int>(p)]);
@@ -452,7 +453,8 @@ void permute(std::span<const HostBuffer* const> in, std::span<const AttrValue> a
 
 void transpose(std::span<const HostBuffer* const> in, std::span<const AttrValue> attrs, HostBuffer& out) {
   IntList strides = contiguous_strides(in[0]->shape());
-  std::swap(strides[static_cast<int>(attrs[0].i)], strides[static_cast<int>(attrs[1].i)]);
+  const TransposeAttrs a(attrs);
+  std::swap(strides[static_cast<int>(a.dim0())], strides[static_cast<int>(a.dim1())]);
   gather(*in[0], strides, 0, out);
 }
 
@@ -462,7 +464,7 @@ void broadcast_to(std::span<const HostBuffer* const> in, std::span<const AttrVal
 
 void concat(std::span<const HostBuffer* const> in, std::span<const AttrValue> attrs, HostBuffer& out) {
   // Each input is copied into the block of the output that starts at its offset along `axis`.
-  const int axis = static_cast<int>(attrs[0].i);
+  const int axis = static_cast<int>(AxisAttrs(attrs).axis());
   const size_t elem = dtype_size(out.dtype());
   const IntList out_strides = contiguous_strides(out.shape());
   int64_t start = 0;
@@ -478,8 +480,9 @@ void concat(std::span<const HostBuffer* const> in, std::span<const AttrValue> at
 
 void slice(std::span<const HostBuffer* const> in, std::span<const AttrValue> attrs, HostBuffer& out) {
   // attrs are normalized: axis >= 0, 0 <= start <= end <= dim, step >= 1.
-  const int axis = static_cast<int>(attrs[0].i);
-  const int64_t start = attrs[1].i, step = attrs[3].i;
+  const SliceAttrs a(attrs);
+  const int axis = static_cast<int>(a.axis());
+  const int64_t start = a.start(), step = a.step();
   IntList strides = contiguous_strides(in[0]->shape());
   const int64_t base = start * strides[axis];
   strides[axis] *= step;
@@ -490,14 +493,15 @@ void slice(std::span<const HostBuffer* const> in, std::span<const AttrValue> att
 
 void full(std::span<const HostBuffer* const>, std::span<const AttrValue> attrs, HostBuffer& out) {
   dispatch_dtype(out.dtype(), [&]<typename T>() {
-    const T v = convert<T>(attrs[1].f);
+    const T v = convert<T>(FullAttrs(attrs).value());
     T* o = out.data<T>();
     for (int64_t i = 0; i < out.numel(); ++i) o[i] = v;
   });
 }
 
 void arange(std::span<const HostBuffer* const>, std::span<const AttrValue> attrs, HostBuffer& out) {
-  const double start = attrs[0].f, step = attrs[2].f;
+  const ArangeAttrs a(attrs);
+  const double start = a.start(), step = a.step();
   dispatch_dtype(out.dtype(), [&]<typename T>() {
     T* o = out.data<T>();
     for (int64_t i = 0; i < out.numel(); ++i) o[i] = convert<T>(start + static_cast<double>(i) * step);
@@ -505,17 +509,19 @@ void arange(std::span<const HostBuffer* const>, std::span<const AttrValue> attrs
 }
 
 void uniform(std::span<const HostBuffer* const>, std::span<const AttrValue> attrs, HostBuffer& out) {
-  fill_uniform(out, static_cast<uint64_t>(attrs[3].i), attrs[1].f, attrs[2].f);
+  const UniformAttrs a(attrs);
+  fill_uniform(out, static_cast<uint64_t>(a.seed()), a.low(), a.high());
 }
 
 void normal(std::span<const HostBuffer* const>, std::span<const AttrValue> attrs, HostBuffer& out) {
-  fill_normal(out, static_cast<uint64_t>(attrs[3].i), attrs[1].f, attrs[2].f);
+  const NormalAttrs a(attrs);
+  fill_normal(out, static_cast<uint64_t>(a.seed()), a.mean(), a.stddev());
 }
 
 // ---- nn activations (capture/trace/nn.h) ----------------------------------------------------------
 
 void gelu(std::span<const HostBuffer* const> in, std::span<const AttrValue> attrs, HostBuffer& out) {
-  if (attrs[0].as_bool()) unary_float(in, out, ew::GeluTanh{});
+  if (GeluAttrs(attrs).tanh()) unary_float(in, out, ew::GeluTanh{});
   else unary_float(in, out, ew::GeluErf{});
 }
 
@@ -537,7 +543,8 @@ void erf(std::span<const HostBuffer* const> in, std::span<const AttrValue>, Host
 
 void clamp(std::span<const HostBuffer* const> in, std::span<const AttrValue> attrs, HostBuffer& out) {
   dispatch_numeric(out.dtype(), [&]<typename T>() {
-    unary<T, T>(in, out, ew::Clamp<T>::make(attrs[0].f, attrs[1].f));
+    const ClampAttrs a(attrs);
+    unary<T, T>(in, out, ew::Clamp<T>::make(a.min(), a.max()));
   });
 }
 

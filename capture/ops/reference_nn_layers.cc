@@ -11,6 +11,7 @@
 #include <cstring>
 #include <limits>
 
+#include "capture/ops/attr_views.h"
 #include "capture/ops/elementwise.h"
 #include "capture/ops/reference_kernels.h"
 
@@ -48,10 +49,11 @@ void conv2d(std::span<const HostBuffer* const> in, std::span<const AttrValue> at
   const HostBuffer& x = *in[0];
   const HostBuffer& w = *in[1];
   const float* bias = in.size() == 3 ? in[2]->data<float>() : nullptr;
-  const IntList& stride = attrs[0].ints;
-  const IntList& padding = attrs[1].ints;
-  const IntList& dilation = attrs[2].ints;
-  const int64_t groups = attrs[3].i;
+  const Conv2dAttrs a(attrs);
+  const IntList& stride = a.stride();
+  const IntList& padding = a.padding();
+  const IntList& dilation = a.dilation();
+  const int64_t groups = a.groups();
   const int64_t n_batch = x.shape()[0], c_in = x.shape()[1], h = x.shape()[2], wd = x.shape()[3];
   const int64_t c_out = w.shape()[0], c_group = w.shape()[1], kh = w.shape()[2], kw = w.shape()[3];
   const int64_t oh = out.shape()[2], ow = out.shape()[3];
@@ -88,10 +90,11 @@ void conv2d(std::span<const HostBuffer* const> in, std::span<const AttrValue> at
 void max_pool2d(std::span<const HostBuffer* const> in, std::span<const AttrValue> attrs,
                 HostBuffer& out) {
   const HostBuffer& x = *in[0];
-  const IntList& kernel = attrs[0].ints;
-  const IntList& stride = attrs[1].ints;
-  const IntList& padding = attrs[2].ints;
-  const IntList& dilation = attrs[3].ints;
+  const MaxPool2dAttrs a(attrs);
+  const IntList& kernel = a.kernel();
+  const IntList& stride = a.stride();
+  const IntList& padding = a.padding();
+  const IntList& dilation = a.dilation();
   const int64_t planes = x.shape()[0] * x.shape()[1], h = x.shape()[2], w = x.shape()[3];
   const int64_t oh = out.shape()[2], ow = out.shape()[3];
   for (int64_t p = 0; p < planes; ++p) {
@@ -119,10 +122,11 @@ void max_pool2d(std::span<const HostBuffer* const> in, std::span<const AttrValue
 void avg_pool2d(std::span<const HostBuffer* const> in, std::span<const AttrValue> attrs,
                 HostBuffer& out) {
   const HostBuffer& x = *in[0];
-  const IntList& kernel = attrs[0].ints;
-  const IntList& stride = attrs[1].ints;
-  const IntList& padding = attrs[2].ints;
-  const bool count_include_pad = attrs[4].as_bool();
+  const AvgPool2dAttrs a(attrs);
+  const IntList& kernel = a.kernel();
+  const IntList& stride = a.stride();
+  const IntList& padding = a.padding();
+  const bool count_include_pad = a.count_include_pad();
   const int64_t planes = x.shape()[0] * x.shape()[1], h = x.shape()[2], w = x.shape()[3];
   const int64_t oh = out.shape()[2], ow = out.shape()[3];
   for (int64_t p = 0; p < planes; ++p) {
@@ -201,7 +205,8 @@ void flatten(std::span<const HostBuffer* const> in, std::span<const AttrValue>, 
 
 void pad(std::span<const HostBuffer* const> in, std::span<const AttrValue> attrs, HostBuffer& out) {
   const HostBuffer& x = *in[0];
-  const IntList& pads = attrs[0].ints;
+  const PadAttrs a(attrs);
+  const IntList& pads = a.pads();
   const Shape& s = x.shape();
   // before[d]: how far dim d's input starts into the output (negative: cropped).
   IntList before = s;
@@ -210,7 +215,7 @@ void pad(std::span<const HostBuffer* const> in, std::span<const AttrValue> attrs
   const IntList in_strides = contiguous_strides(s);
   const size_t elem = dtype_size(x.dtype());
   dispatch_dtype(out.dtype(), [&]<typename T>() {
-    const T fill = convert<T>(attrs[1].f);
+    const T fill = convert<T>(a.value());
     for (int64_t i = 0; i < out.numel(); ++i) {
       const IntList index = unravel(i, out.shape());
       int64_t src = 0;
@@ -255,7 +260,7 @@ void take_along_axis(std::span<const HostBuffer* const> in, std::span<const Attr
                      HostBuffer& out, bool index_per_element) {
   const HostBuffer& x = *in[0];
   const HostBuffer& index = *in[1];
-  const int axis = static_cast<int>(attrs[0].i);
+  const int axis = static_cast<int>(AxisAttrs(attrs).axis());
   const IntList strides = contiguous_strides(x.shape());
   const size_t elem = dtype_size(x.dtype());
   for (int64_t i = 0; i < out.numel(); ++i) {

@@ -5,6 +5,7 @@
 #include <limits>
 #include <vector>
 
+#include "capture/ops/attr_views.h"
 #include "capture/ops/nn_numerics.h"
 #include "capture/ops/reference_kernels.h"
 
@@ -20,7 +21,8 @@ void batch_norm(std::span<const HostBuffer* const> in, std::span<const AttrValue
   for (int64_t c = 0; c < channels; ++c) {
     const nn::BatchNormChannel ch =
         nn::batch_norm_channel(in[1]->data<float>()[c], in[2]->data<float>()[c],
-                               in[3]->data<float>()[c], in[4]->data<float>()[c], attrs[0].f);
+                               in[3]->data<float>()[c], in[4]->data<float>()[c],
+                               BatchNormAttrs(attrs).eps());
     for (int64_t n = 0; n < batch; ++n) {
       for (int64_t i = 0; i < inner; ++i) {
         const int64_t at = (n * channels + c) * inner + i;
@@ -33,15 +35,16 @@ void batch_norm(std::span<const HostBuffer* const> in, std::span<const AttrValue
 void layer_norm(std::span<const HostBuffer* const> in, std::span<const AttrValue> attrs, HostBuffer& out) {
   const HostBuffer& x = *in[0];
   const int rank = x.shape().rank();
+  const LayerNormAttrs a(attrs);
   int64_t n = 1;
-  for (int d = rank - static_cast<int>(attrs[0].i); d < rank; ++d) n *= x.shape()[d];
+  for (int d = rank - static_cast<int>(a.normalized_dims()); d < rank; ++d) n *= x.shape()[d];
   if (n == 0) return;  // no elements at all
   const int64_t rows = x.numel() / n;
   const float* weight = in.size() > 1 ? in[1]->data<float>() : nullptr;
   const float* bias = in.size() > 2 ? in[2]->data<float>() : nullptr;
   for (int64_t r = 0; r < rows; ++r) {
     const float* row = x.data<float>() + r * n;
-    const nn::RowStats stats = nn::layer_norm_row_stats(row, n, attrs[1].f);
+    const nn::RowStats stats = nn::layer_norm_row_stats(row, n, a.eps());
     float* o = out.data<float>() + r * n;
     for (int64_t i = 0; i < n; ++i) o[i] = nn::layer_norm_apply(row[i], stats, weight, bias, i);
   }
@@ -76,7 +79,7 @@ double line_exp_sum(const float* row, int64_t stride, int64_t len, float m) {
 }  // namespace
 
 void softmax(std::span<const HostBuffer* const> in, std::span<const AttrValue> attrs, HostBuffer& out) {
-  for_each_line(*in[0], static_cast<int>(attrs[0].i), out,
+  for_each_line(*in[0], static_cast<int>(AxisAttrs(attrs).axis()), out,
                 [](const float* row, float* o, int64_t stride, int64_t len) {
                   const float m = line_max(row, stride, len);
                   const double sum = line_exp_sum(row, stride, len, m);
@@ -87,7 +90,7 @@ void softmax(std::span<const HostBuffer* const> in, std::span<const AttrValue> a
 }
 
 void log_softmax(std::span<const HostBuffer* const> in, std::span<const AttrValue> attrs, HostBuffer& out) {
-  for_each_line(*in[0], static_cast<int>(attrs[0].i), out,
+  for_each_line(*in[0], static_cast<int>(AxisAttrs(attrs).axis()), out,
                 [](const float* row, float* o, int64_t stride, int64_t len) {
                   const float m = line_max(row, stride, len);
                   const double log_sum = std::log(line_exp_sum(row, stride, len, m));
@@ -105,8 +108,9 @@ void scaled_dot_product_attention(std::span<const HostBuffer* const> in,
   const int64_t lk = in[1]->shape()[rank - 2], ev = in[2]->shape()[rank - 1];
   int64_t batches = 1;
   for (int d = 0; d < rank - 2; ++d) batches *= qs[d];
-  const bool causal = attrs[0].as_bool();
-  const double scale = nn::attention_scale(attrs[1].f, e);
+  const AttentionAttrs a(attrs);
+  const bool causal = a.causal();
+  const double scale = nn::attention_scale(a.scale(), e);
   // The mask read as if broadcast to the scores' shape [..., Lq, Lk].
   Shape scores_shape = qs;
   scores_shape[rank - 1] = lk;

@@ -192,7 +192,8 @@ Tensor LazyContext::record(OpKind op, std::span<const Tensor> inputs,
     }
   }
   std::span<AttrValue> normalized(attr_buf.data(), attrs.size());
-  TensorType type = infer_op(op, types.span(), normalized);
+  TensorType type;
+  if (InferError error = infer_op(op, types.span(), normalized, &type)) throw Error(std::move(*error));
   if (options_.eager) return run_eager(op, inputs, normalized, type);
   if (options_.metrics && trace_.empty()) trace_started_ = std::chrono::steady_clock::now();
 

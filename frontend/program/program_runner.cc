@@ -127,7 +127,7 @@ struct TypeOps {
   DType dtype_of(const TensorType& t) const { return t.dtype; }
   TensorType scalar(double, DType t) const { return {t, Shape{}}; }
   TensorType apply(const OpStmt& op, std::span<const TensorType> in, std::vector<AttrValue>& attrs) const {
-    return infer_op(op.op, in, attrs);
+    return infer_op(op.op, in, attrs).value_or_throw();
   }
 };
 

@@ -4,10 +4,12 @@
 #include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 
+#include <algorithm>
 #include <bit>
 
 #include "capture/ir/hash.h"
 #include "capture/core/shape.h"
+#include "capture/ops/attr_views.h"
 #include "store/codec/proto/tracecache.pb.h"
 
 namespace tracecache::store {
@@ -131,8 +133,12 @@ Result<Graph> graph_from_proto(const proto::Graph& in, AttrForm form) {
     }
     TensorType stored{*dtype, shape};
     if (info->kind == OpKind::kParameter) {
-      if (!inputs.empty() || attrs[0].kind != AttrKind::kInt ||
-          attrs[0].i != static_cast<int64_t>(g.params().size())) {
+      const bool kinds_match =
+          std::equal(attrs.begin(), attrs.end(), info->attrs.begin(), info->attrs.end(),
+                     [](const AttrValue& a, const AttrSpec& spec) { return a.kind == spec.kind; });
+      if (!inputs.empty() || !kinds_match ||
+          ParameterAttrs(std::span<const AttrValue>(attrs)).index() !=
+              static_cast<int64_t>(g.params().size())) {
         return bad(id, "parameter out of order");
       }
       // The same bound every recorded shape obeys (capture/core/shape.h), so no size arithmetic
@@ -142,15 +148,11 @@ Result<Graph> graph_from_proto(const proto::Graph& in, AttrForm form) {
       continue;
     }
     std::vector<AttrValue> normalized = attrs;
-    TensorType inferred;
-    try {
-      inferred = infer_op(info->kind, types, normalized);
-    } catch (const Error& e) {
-      return bad(id, e.what());
-    }
-    if (!(inferred == stored)) {
+    Result<TensorType> inferred = infer_op(info->kind, types, normalized);
+    if (!inferred.is_ok()) return bad(id, inferred.status().message());
+    if (!(*inferred == stored)) {
       return bad(id, fmt::format("stored type {} but its op computes {}", type_to_string(stored),
-                                 type_to_string(inferred)));
+                                 type_to_string(*inferred)));
     }
     if (form == AttrForm::kNormalized &&
         !std::equal(attrs.begin(), attrs.end(), normalized.begin(), normalized.end())) {

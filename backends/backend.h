@@ -2,7 +2,7 @@
 // a name and an options digest (both part of every executable key), the ops it compiles
 // (supports) and its compiler version (also part of every key), compile, serialize/load, device
 // buffers and host<->device copies, run, synchronize. Backends are made by name through
-// backends/registry.h.
+// backends/registry/registry.h.
 //
 // Device buffers are DeviceBuffer handles, a kind of DeviceData (capture/core/device_data.h):
 // outputs stay where run() put them until someone reads a value, and feed the next run as they

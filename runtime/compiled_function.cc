@@ -260,7 +260,9 @@ struct CompiledFunction::Impl {
   // this call's sizes (empty with `why` set when its template does not apply).
   Result<std::span<Segment>> segments_for(GuardEntry& e, const CallArgs& args, std::string* why) {
     if (!e.dynamic) return std::span<Segment>(e.segments);
-    Result<Specialized> s = specialize(*e.dynamic, args, *runtime, options.canonicalize);
+    Result<Specialized> s = specialize(
+        *e.dynamic, args, [this](const CanonicalGraph& cg) { return runtime->prepare(cg); }, runtime->metrics(),
+        options.canonicalize);
     if (!s.is_ok()) return s.status();
     if (s->made) {
       ++stats.specializations;

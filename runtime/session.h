@@ -1,5 +1,5 @@
 // Session: the generic half of running a program in one execution mode: a backend made by name
-// through the registry (backends/registry.h), the Runtime over it with the disk cache, and the
+// through the registry (backends/registry/registry.h), the Runtime over it with the disk cache, and the
 // LazyContext that records ops. Program-specific drivers (runtime/program_session.h for trace
 // programs; later the Python package) build on it and add what their steps are.
 //
@@ -23,7 +23,7 @@
 #include <string_view>
 #include <vector>
 
-#include "backends/registry.h"
+#include "backends/registry/registry.h"
 #include "backends/sim/sim_backend.h"
 #include "capture/core/metrics.h"
 #include "capture/trace/tensor.h"

@@ -16,12 +16,10 @@
 #include "capture/ir/hash.h"
 #include "capture/core/version.h"
 #include "compile/compiler.h"
+#include "runtime/guards/guard_entry_codec.h"
 #include "store/sqlite/cache_db.h"
 
 namespace tracecache {
-
-// The format of a serialized guard entry (runtime/compiled_function.cc).
-inline constexpr uint32_t kGuardEntryFormat = 3;  // 3: output types recorded
 
 namespace detail {
 

@@ -8,7 +8,6 @@
 #include <optional>
 
 #include "runtime/guards/shape_specialization.h"
-#include "runtime/toolkit_version.h"
 #include "store/codec/graph_codec.h"
 #include "store/codec/proto/tracecache.pb.h"
 

@@ -1,6 +1,6 @@
 // The guard-entry codec: a GuardEntry (guard_entry.h) as the bytes of a row of the cache's
 // functions table (protobuf proto::GuardEntry, store/codec/proto/tracecache.proto; format
-// kGuardEntryFormat, runtime/toolkit_version.h), and back.
+// kGuardEntryFormat below, part of the toolkit version, runtime/toolkit_version.h), and back.
 //
 // Stored bytes are untrusted (docs/architecture.md invariant 5). decode_guard_entry proves,
 // before returning an entry, that evaluating its guards and routing its values can never index
@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include "capture/core/status.h"
@@ -21,6 +22,9 @@
 #include "runtime/guards/guard_entry.h"
 
 namespace tracecache {
+
+// The format of a serialized guard entry; a change to what encode_guard_entry writes bumps it.
+inline constexpr uint32_t kGuardEntryFormat = 3;  // 3: output types recorded
 
 // Deterministic bytes of `e` (its guards, segments, routes, output types and dynamic plan; not
 // its executables or per-process counters).

@@ -94,8 +94,8 @@ std::string make_dynamic(GuardEntry& entry, TraceTemplate& tmpl, TraceRecord& tr
   return "dynamic: " + made + note;
 }
 
-Result<Specialized> specialize(DynamicPlan& plan, const CallArgs& args, Runtime& runtime,
-                               const CanonicalizeOptions& canonicalize_options) {
+Result<Specialized> specialize(DynamicPlan& plan, const CallArgs& args, const PrepareExecutable& prepare,
+                               Metrics& metrics, const CanonicalizeOptions& canonicalize_options) {
   for (Specialization& sp : plan.specs) {
     bool same = true;
     for (size_t k = 0; k < plan.dims.size() && same; ++k) {
@@ -108,7 +108,7 @@ Result<Specialized> specialize(DynamicPlan& plan, const CallArgs& args, Runtime&
   for (const ValueSource& v : plan.params) types.push_back(type_of(v, args));
   Result<Graph> g = instantiate(plan.tmpl, types);
   if (!g.is_ok()) return Specialized{nullptr, false, g.status().message()};
-  ScopedTimer timer(&runtime.metrics(), timers::kCanonicalizeHash);
+  ScopedTimer timer(&metrics, timers::kCanonicalizeHash);
   CanonicalGraph cg = canonicalize(*g, g->outputs(), canonicalize_options);
   timer.stop();
   Specialization sp;
@@ -124,7 +124,7 @@ Result<Specialized> specialize(DynamicPlan& plan, const CallArgs& args, Runtime&
       sp.segment.params.push_back(std::move(v));
     }
   }
-  Result<std::shared_ptr<const Executable>> exe = runtime.prepare(cg);
+  Result<std::shared_ptr<const Executable>> exe = prepare(cg);
   if (!exe.is_ok()) return exe.status();
   sp.segment.exe = *exe;
   if (plan.specs.size() >= kMaxSpecializations) plan.specs.erase(plan.specs.begin());

@@ -2,21 +2,27 @@
 // which dims a new entry makes dynamic (marked ones, and with automatic_dynamic those whose
 // size alone failed the closest entry), how a trace becomes a shape-polymorphic plan (its trace
 // template, capture/ir/trace_template.h), and how a plan is instantiated at a call's sizes
-// without calling the traced function, compiled through the Runtime and kept per size.
-// Thread-compatible (a plan is mutated by specialize). Errors: Status from the Runtime's
-// compile; a template that does not apply at the new sizes is a value (`why`), not an error.
+// without calling the traced function, compiled through a caller-given PrepareExecutable (the
+// Runtime's prepare, passed by runtime/compiled_function.cc) and kept per size.
+// Thread-compatible (a plan is mutated by specialize). Errors: Status from that prepare; a
+// template that does not apply at the new sizes is a value (`why`), not an error.
 // Ownership: a plan owns its template and specializations; executables are shared.
 #pragma once
 
 #include <cstddef>
+#include <functional>
+#include <memory>
 #include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
+#include "capture/core/metrics.h"
+#include "capture/core/status.h"
+#include "capture/ir/canonical.h"
 #include "capture/ir/trace_template.h"
+#include "compile/executable.h"
 #include "runtime/guards/guard_entry.h"
-#include "runtime/runtime.h"
 
 namespace tracecache {
 
@@ -65,11 +71,15 @@ struct Specialized {
   std::string why;
 };
 
+// The executable of a canonical graph, compiled or served by the graph cache (the Runtime's
+// prepare); its error is specialize's error.
+using PrepareExecutable = std::function<Result<std::shared_ptr<const Executable>>(const CanonicalGraph&)>;
+
 // The segment of `plan` for this call's sizes: kept from before, or instantiated from the
-// template now (no trace), canonicalized with `canonicalize`, compiled through `runtime` (so
-// the graph cache serves it when it can) and kept (the oldest dropped past
-// kMaxSpecializations). REQUIRES: the entry's guards hold for `args`.
-Result<Specialized> specialize(DynamicPlan& plan, const CallArgs& args, Runtime& runtime,
-                               const CanonicalizeOptions& canonicalize);
+// template now (no trace), canonicalized with `canonicalize` (timed into `metrics`), made
+// executable by `prepare` and kept (the oldest dropped past kMaxSpecializations). REQUIRES: the
+// entry's guards hold for `args`.
+Result<Specialized> specialize(DynamicPlan& plan, const CallArgs& args, const PrepareExecutable& prepare,
+                               Metrics& metrics, const CanonicalizeOptions& canonicalize);
 
 }  // namespace tracecache

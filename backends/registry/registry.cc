@@ -1,4 +1,4 @@
-#include "backends/registry.h"
+#include "backends/registry/registry.h"
 
 #include <fmt/format.h>
 

@@ -101,6 +101,11 @@ class Backend {
   // asynchronous; synchronize() waits. A donated output (Slot::Kind::kDonated) is written into
   // its parameter's storage when `params` holds that parameter's only handle
   // (DeviceBuffer::sole_owner), else into a new buffer: the values are the same either way.
+  // Failures: run() returns a failed status only before its first donated write. It checks
+  // its inputs and allocates every output (and its scratch) before its first kernel, and
+  // returns no failure after that, so a caller may run the step again elsewhere (the reference
+  // evaluator) on the same parameters. An exception (e.g. std::bad_alloc inside a kernel) may
+  // come after a donated write: the Runtime then returns the error and does not fall back.
   virtual Result<std::vector<DeviceRef>> run(const Executable& exe,
                                              std::span<const DeviceRef> params) = 0;
   virtual void synchronize() = 0;

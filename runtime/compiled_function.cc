@@ -56,7 +56,12 @@ class Recorder final : public GraphExecutor {
       v.kind = ValueSource::Kind::kSegmentOutput;
       v.a = k;
       v.b = o;
-      trace.origin.try_emplace((*outs)[o]->identity(), v);  // an output that is an input keeps its origin
+      // An output that is an input keeps its origin. A donated output written in place would
+      // have its donor's identity and wrongly keep the donor's origin; it cannot happen here:
+      // every parameter of a traced graph is still held elsewhere while it runs (an argument
+      // by the caller's CallArgs and the trace's proxy, an earlier segment's output by
+      // last_outputs), so the runtime never gives one up and the backend writes a new buffer.
+      trace.origin.try_emplace((*outs)[o]->identity(), v);
     }
     trace.segments.push_back(std::move(seg));
     last_outputs.push_back(*outs);
@@ -110,7 +115,9 @@ struct CompiledFunction::Impl {
   store::FunctionKey key;  // key.name: the function's name
   std::vector<bool> dynamic_scalar;
   std::vector<GuardEntry> entries;
-  std::vector<DataRef> scratch;  // per-call parameter list, reused
+  // A segment's parameter list during replay(): its capacity is reused, its handles are
+  // dropped after each run (so a call's arguments do not outlive the call).
+  std::vector<DataRef> scratch;
 
   // A value guard's read of a segment output: its host bytes, counted as Tensor::buffer() counts.
   BufferRef read_value(const DataRef& d) const {
@@ -299,6 +306,10 @@ struct CompiledFunction::Impl {
     auto routed = [&](const ValueSource& v) {
       return v.kind != ValueSource::Kind::kSegmentOutput || v.b < seg_out[v.a].size();
     };
+    struct ClearScratch {
+      std::vector<DataRef>& scratch;
+      ~ClearScratch() { scratch.clear(); }
+    } clear_scratch{scratch};
     for (size_t k = 0; k < segments.size(); ++k) {
       Segment& seg = segments[k];
       if (!seg.exe) {  // an entry loaded from the cache: fetch its executable by key
@@ -313,6 +324,7 @@ struct CompiledFunction::Impl {
         scratch.push_back(value_of(v));
       }
       Result<std::vector<DataRef>> outs = run_executable(*runtime, *seg.exe, scratch);
+      scratch.clear();
       if (!outs.is_ok()) return corruption("guard entry does not fit its executable: " + outs.status().message());
       seg_out[k] = std::move(*outs);
       for (const auto& [o, expected] : seg.value_guards) {
@@ -393,6 +405,7 @@ struct CompiledFunction::Impl {
       }
       try {
         outputs = fn(tctx, targs);
+        if (Status st = check_no_argument_assigned(args, targs); !st.is_ok()) return st;
         rec.trace.segments_inside_fn = rec.trace.segments.size();
         tctx.mark_step();
       } catch (const Error& e) {
@@ -433,6 +446,22 @@ struct CompiledFunction::Impl {
       entries.push_back(std::move(entry));
     }
     return result;
+  }
+
+  // An argument assigned in place inside fn (Tensor::assign) would update only the trace's
+  // proxy, never the caller's tensor, so once mode would differ from eager: refused until guard
+  // entries can record argument updates. The proxy of an argument still holds the caller's data
+  // unless it was assigned.
+  Status check_no_argument_assigned(const CallArgs& args, const TraceArgs& targs) const {
+    for (size_t i = 0; i < args.tensors.size(); ++i) {
+      const Tensor& proxy = targs.tensors_[i];
+      if (proxy.is_materialized() && proxy.data_ptr() == args.tensors[i].data_ptr()) continue;
+      return invalid_argument(fmt::format(
+          "{}: assign to argument {} inside a compiled function is not supported yet ({}): the "
+          "caller's tensor would not be updated; return the new value and assign it outside",
+          key.name, i, env().input_name(static_cast<uint32_t>(i))));
+    }
+    return Status::ok();
   }
 
   // ---- persistence ---------------------------------------------------------------------------

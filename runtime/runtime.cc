@@ -20,9 +20,25 @@ double now_seconds() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-// The runtime's tiers, fastest first, and the counter each one's hits add to.
+// The disk tier's position among the runtime's tiers (memory first).
 constexpr size_t kDiskTierIndex = 1;
-constexpr std::string_view kHitCounters[] = {counters::kHitsMemory, counters::kHitsDisk};
+
+// The counter a tier's hits add to: "cache_hits_" and the tier's name (counters::kHitsMemory,
+// counters::kHitsDisk for today's tiers).
+std::string hit_counter(std::string_view tier) { return fmt::format("cache_hits_{}", tier); }
+
+// Puts back the donated parameters run_on_backend() gave up, unless the run succeeded: on a
+// failed status (the backend wrote nothing: backend.h) and on an exception alike.
+struct RestoreGivenUp {
+  std::vector<DataRef>& params;
+  const std::vector<DeviceRef>& device_params;
+  const std::vector<size_t>& given_up;
+  bool succeeded = false;
+  ~RestoreGivenUp() {
+    if (succeeded) return;
+    for (size_t i : given_up) params[i] = device_params[i];  // the same value, on the device
+  }
+};
 
 }  // namespace
 
@@ -95,9 +111,12 @@ void Runtime::event(store::EventKind kind, const GraphKey& graph, std::string re
 }
 
 void Runtime::hit(const GraphKey& graph, size_t tier) {
-  metrics_->add(kHitCounters[tier]);
+  const std::string_view tier_name = tiers_.tier(tier).name();
+  if (tier >= hit_counters_.size()) hit_counters_.resize(tier + 1);
+  if (hit_counters_[tier].empty()) hit_counters_[tier] = hit_counter(tier_name);
+  metrics_->add(hit_counters_[tier]);
   store::Event e = make_event(store::EventKind::kHit, graph);
-  e.tier = std::string(tiers_.tier(tier).name());
+  e.tier = std::string(tier_name);
   keep(e);
   auto it = std::find_if(hits_.begin(), hits_.end(),
                          [&](const store::HitCount& h) { return h.graph == graph && h.tier == e.tier; });
@@ -288,15 +307,20 @@ Result<std::shared_ptr<const Executable>> Runtime::prepare_by_key(const GraphKey
   return prepare(cg);
 }
 
-Result<std::vector<DataRef>> Runtime::run_reference(const CanonicalGraph& cg,
-                                                    std::span<const DataRef> params,
+Result<std::vector<DataRef>> Runtime::run_reference(const Graph& graph, std::span<const DataRef> params,
                                                     const std::string& why) {
   warn(fmt::format("backend '{}' failed ({}); this step ran on the reference evaluator",
                    backend_->name(), why));
-  return evaluate_reference(cg.graph, params);
+  return evaluate_reference(graph, params);
 }
 
 Result<std::vector<DataRef>> Runtime::run_prepared(const Executable& exe, std::vector<DataRef>& params) {
+  bool began = false;
+  return run_on_backend(exe, params, began);
+}
+
+Result<std::vector<DataRef>> Runtime::run_on_backend(const Executable& exe, std::vector<DataRef>& params,
+                                                     bool& donated_run_began) {
   ScopedTimer run_timer(metrics_, timers::kRun);
   // A donated parameter is given up when `params` holds its only handle: then it keeps no
   // device mirror and its handle is dropped before the run, so the backend may write in place.
@@ -319,7 +343,13 @@ Result<std::vector<DataRef>> Runtime::run_prepared(const Executable& exe, std::v
     }
     device_params.push_back(std::move(*d));
   }
+  // Everything that could fail is done before a parameter is given up; from there on, every way
+  // out but success puts the given-up parameters back.
   std::vector<size_t> given_up;
+  given_up.reserve(donations.size());
+  std::vector<DataRef> result;
+  result.reserve(exe.graph.outputs().size());
+  RestoreGivenUp restore{params, device_params, given_up};
   for (const Donation& d : donations) {
     const size_t i = d.param;
     const bool alone = params[i].get() == device_params[i].get() ? params[i].use_count() == 2
@@ -329,13 +359,13 @@ Result<std::vector<DataRef>> Runtime::run_prepared(const Executable& exe, std::v
       given_up.push_back(i);
     }
   }
+  donated_run_began = !given_up.empty();
   Result<std::vector<DeviceRef>> outs = backend_->run(exe, device_params);
-  if (!outs.is_ok()) {
-    for (size_t i : given_up) params[i] = device_params[i];  // the same value, on the device
-    return outs.status();
-  }
+  if (!outs.is_ok()) return outs.status();
+  result.assign(outs->begin(), outs->end());
   metrics_->add(counters::kExecutions);
-  return std::vector<DataRef>(outs->begin(), outs->end());
+  restore.succeeded = true;
+  return result;
 }
 
 Result<DeviceRef> Runtime::device_copy(const DataRef& data, bool keep_mirror) {
@@ -371,29 +401,45 @@ void Runtime::drop_mirrors() {
   mirrored_pruned_size_ = 0;
 }
 
+Status Runtime::donated_run_failed(const GraphKey& graph, const std::string& why) {
+  return internal_error(fmt::format(
+      "graph {}: backend '{}' failed ({}) after it was given a donated parameter to overwrite in "
+      "place; the step is not run again on the reference evaluator (it could read a partly "
+      "updated value)",
+      graph.to_hex(), backend_->name(), why));
+}
+
 Result<std::vector<DataRef>> Runtime::run_or_fall_back(const Executable& exe, std::vector<DataRef>& params) {
-  Result<std::vector<DataRef>> outs = run_prepared(exe, params);
-  if (outs.is_ok() || outs.status().code() != StatusCode::kResourceExhausted) return outs;
-  event(store::EventKind::kFallback, exe.graph_key, "run failed", 0, outs.status().message());
-  warn(fmt::format("backend '{}' failed ({}); this step ran on the reference evaluator",
-                   backend_->name(), outs.status().message()));
-  return evaluate_reference(exe.graph, std::span<const DataRef>(params));
+  bool began = false;
+  try {
+    Result<std::vector<DataRef>> outs = run_on_backend(exe, params, began);
+    if (outs.is_ok() || outs.status().code() != StatusCode::kResourceExhausted) return outs;
+    event(store::EventKind::kFallback, exe.graph_key, "run failed", 0, outs.status().message());
+    return run_reference(exe.graph, params, outs.status().message());
+  } catch (const std::exception& e) {
+    if (began) return donated_run_failed(exe.graph_key, e.what());
+    event(store::EventKind::kFallback, exe.graph_key, "exception", 0, e.what());
+    return run_reference(exe.graph, params, e.what());
+  }
 }
 
 Result<std::vector<DataRef>> Runtime::execute(const CanonicalGraph& cg, std::vector<DataRef> params) {
-  // Anything a backend throws (e.g. bad_alloc) costs this step its speed, not its result.
+  // Anything a backend throws (e.g. bad_alloc) costs this step its speed, not its result; unless
+  // it came after the backend was given a donated parameter to overwrite.
+  bool began = false;
   try {
     Result<std::shared_ptr<const Executable>> exe = prepare(cg);
-    if (!exe.is_ok()) return run_reference(cg, params, exe.status().message());
-    Result<std::vector<DataRef>> outs = run_prepared(**exe, params);
-    if (!outs.is_ok()) {
+    if (!exe.is_ok()) return run_reference(cg.graph, params, exe.status().message());
+    Result<std::vector<DataRef>> outs = run_on_backend(**exe, params, began);
+    if (!outs.is_ok()) {  // a failed status: nothing was written (backend.h), params are whole
       event(store::EventKind::kFallback, cg.key, "run failed", 0, outs.status().message());
-      return run_reference(cg, params, outs.status().message());
+      return run_reference(cg.graph, params, outs.status().message());
     }
     return outs;
   } catch (const std::exception& e) {
+    if (began) return donated_run_failed(cg.key, e.what());
     event(store::EventKind::kFallback, cg.key, "exception", 0, e.what());
-    return run_reference(cg, params, e.what());
+    return run_reference(cg.graph, params, e.what());
   }
 }
 

@@ -12,7 +12,9 @@
 // read-only or full only costs caching: the step still returns correct outputs, the failure is
 // a `store_failed` event and a warning. If compiling or running on the backend fails, the step
 // falls back to the reference evaluator and says so in a warning; so does a graph with an op the
-// backend declines (Backend::supports), which is never compiled.
+// backend declines (Backend::supports), which is never compiled. One exception to the fallback:
+// a run that failed by throwing after the backend was given a donated parameter to overwrite in
+// place is an error (kInternal), never a reference run over a value it may have half updated.
 //
 // Decision events (miss, compile, store, recompile, evict, corrupt, fallback, store_failed) are
 // written at once; a compiled executable's miss, compile and store events are written in the same
@@ -90,14 +92,17 @@ class Runtime final : public GraphExecutor {
   // Parameters on the backend's device are used as they are; host data is copied there once
   // and the copy kept with it (HostData's mirror) while it lives. A parameter the graph donates
   // whose only handle is in `params` is given up: its handle is dropped (left null) so the
-  // backend may write the output in place; if the run fails it is put back (as its device copy:
-  // the same value).
+  // backend may write the output in place. Unless the run succeeds it is put back, as its device
+  // copy, on every way out (a failed status or an exception): after a failed status that is the
+  // same value (a backend fails only before its first donated write, backend.h); after an
+  // exception thrown by the backend it may be partly overwritten.
   Result<std::vector<DataRef>> run_prepared(const Executable& exe, std::vector<DataRef>& params);
 
   // run_prepared(), except that when the backend runs out of resources (kResourceExhausted, e.g.
-  // the sim device's memory) the graph runs on the reference evaluator instead, with a
-  // `fallback` event and a warning (invariant 6: the results are never lost). Other failures
-  // are returned.
+  // the sim device's memory) or throws, the graph runs on the reference evaluator instead, with
+  // a `fallback` event and a warning (invariant 6: the results are never lost). Other failures
+  // are returned, and so is an exception thrown after a donated parameter was given up (kInternal:
+  // the reference would read a value the backend may have begun to overwrite).
   Result<std::vector<DataRef>> run_or_fall_back(const Executable& exe, std::vector<DataRef>& params);
 
   // Records an event about a compiled function (recompile, fallback) in the audit log.
@@ -155,9 +160,15 @@ class Runtime final : public GraphExecutor {
   void warn(std::string message);
   // Writes unwritten_ (decision events) unless holding them for an executable's transaction.
   void write_decisions();
-  Result<std::vector<DataRef>> run_reference(const CanonicalGraph& graph,
-                                             std::span<const DataRef> params,
+  // The one fallback to the reference evaluator: a warning saying why, then the evaluation.
+  Result<std::vector<DataRef>> run_reference(const Graph& graph, std::span<const DataRef> params,
                                              const std::string& why);
+  // run_prepared(); `donated_run_began` is set once a donated parameter was given up to the
+  // backend, after which an exception must not fall back to the reference (donated_run_failed).
+  Result<std::vector<DataRef>> run_on_backend(const Executable& exe, std::vector<DataRef>& params,
+                                              bool& donated_run_began);
+  // The error of a step whose backend threw after it was given a donated parameter.
+  Status donated_run_failed(const GraphKey& graph, const std::string& why);
 
   Runtime(Backend* backend, store::CacheDb* disk, store::AuditLog* audit,
           store::GuardEntryStore* guard_entries, Metrics* metrics, RuntimeOptions options);
@@ -176,6 +187,9 @@ class Runtime final : public GraphExecutor {
   store::MemoryTier<Executable> memory_;
   std::optional<store::SqliteTier<Executable>> disk_;  // when disk_db_
   Tiers tiers_;                                         // memory_, then disk_
+  // The counter each tier's hits add to ("cache_hits_" + the tier's name), by tier position,
+  // made at the tier's first hit.
+  std::vector<std::string> hit_counters_;
   std::vector<store::Event> events_;
   int64_t dropped_events_ = 0;
   std::vector<store::Event> unwritten_;  // decision events not yet in the audit log

@@ -5,6 +5,7 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <new>
 
 #include "backends/cpu/cpu_kernels.h"
 
@@ -83,39 +84,68 @@ Result<std::vector<DeviceRef>> CpuBackend::run(const Executable& exe,
 
   // Every materialized node gets a HostBuffer: the caller's parameter, a view into the arena,
   // a fresh output buffer, or a donated parameter's own storage (written in place).
-  HostBuffer arena(DType::kBool, Shape{static_cast<int64_t>(plan->arena_bytes)});
-  std::vector<HostBuffer> views(g.size());
-  std::vector<const HostBuffer*> value(g.size(), nullptr);
-  std::vector<BufferRef> outputs(g.outputs().size());
-  for (NodeId id = 0; id < g.size(); ++id) {
-    const Node& n = g.node(id);
-    const Slot& s = plan->slots[id];
-    switch (s.kind) {
-      case Slot::Kind::kParam: value[id] = params[s.index]->storage().get(); break;
-      case Slot::Kind::kArena:
-        views[id] = HostBuffer::view(n.dtype, n.shape, arena.bytes() + s.offset);
-        value[id] = &views[id];
-        break;
-      case Slot::Kind::kDonated: {
-        const DeviceRef& donor = params[static_cast<size_t>(g.donated_param(s.index))];
-        if (DeviceBuffer::sole_owner(donor)) {
-          outputs[s.index] = donor->storage();
-          value[id] = outputs[s.index].get();
+  // All of it is allocated before the first kernel, and running out of memory on the way is a
+  // failed status: a failed run never wrote a donated parameter (Backend::run).
+  HostBuffer arena;
+  std::vector<HostBuffer> views;
+  std::vector<const HostBuffer*> value;
+  std::vector<BufferRef> outputs;
+  std::vector<DeviceRef> result;
+  std::vector<const HostBuffer*> ins;
+  try {
+    arena = HostBuffer(DType::kBool, Shape{static_cast<int64_t>(plan->arena_bytes)});
+    views.resize(g.size());
+    value.assign(g.size(), nullptr);
+    outputs.resize(g.outputs().size());
+    for (NodeId id = 0; id < g.size(); ++id) {
+      const Node& n = g.node(id);
+      const Slot& s = plan->slots[id];
+      switch (s.kind) {
+        case Slot::Kind::kParam: value[id] = params[s.index]->storage().get(); break;
+        case Slot::Kind::kArena:
+          views[id] = HostBuffer::view(n.dtype, n.shape, arena.bytes() + s.offset);
+          value[id] = &views[id];
+          break;
+        case Slot::Kind::kDonated: {
+          const DeviceRef& donor = params[static_cast<size_t>(g.donated_param(s.index))];
+          if (DeviceBuffer::sole_owner(donor)) {
+            outputs[s.index] = donor->storage();
+            value[id] = outputs[s.index].get();
+            break;
+          }
+          [[fallthrough]];
+        }
+        case Slot::Kind::kOutput: {
+          auto fresh = std::make_shared<const HostBuffer>(n.dtype, n.shape);
+          value[id] = fresh.get();
+          outputs[s.index] = std::move(fresh);
           break;
         }
-        [[fallthrough]];
+        case Slot::Kind::kFused: break;
       }
-      case Slot::Kind::kOutput: {
-        auto fresh = std::make_shared<const HostBuffer>(n.dtype, n.shape);
-        value[id] = fresh.get();
-        outputs[s.index] = std::move(fresh);
-        break;
-      }
-      case Slot::Kind::kFused: break;
     }
+
+    result.reserve(g.outputs().size());
+    for (size_t o = 0; o < g.outputs().size(); ++o) {
+      NodeId id = g.outputs()[o];
+      const Slot& s = plan->slots[id];
+      if (s.kind == Slot::Kind::kParam) {
+        result.push_back(params[s.index]);
+      } else if (o == s.index) {
+        result.push_back(std::make_shared<const DeviceBuffer>(std::move(outputs[s.index]), 0));
+      } else {
+        result.push_back(result[s.index]);  // the same node returned twice: one handle
+      }
+    }
+    size_t most_inputs = 0;
+    for (const Kernel& k : plan->kernels) most_inputs = std::max(most_inputs, g.inputs(g.node(k.root)).size());
+    ins.reserve(most_inputs);
+  } catch (const std::bad_alloc&) {
+    return resource_exhausted(fmt::format("the cpu backend is out of memory allocating the outputs of graph {}",
+                                          exe.graph_key.to_hex()));
   }
 
-  std::vector<const HostBuffer*> ins;
+  // The kernels run last; nothing below returns a failure.
   for (const Kernel& k : plan->kernels) {
     auto* out = const_cast<HostBuffer*>(value[k.root]);
     if (k.kind == Kernel::Kind::kFused) {
@@ -124,20 +154,6 @@ Result<std::vector<DeviceRef>> CpuBackend::run(const Executable& exe,
       ins.clear();
       for (NodeId in : g.inputs(g.node(k.root))) ins.push_back(value[in]);
       cpu::run_op(g, k.root, ins, *out);
-    }
-  }
-
-  std::vector<DeviceRef> result;
-  result.reserve(g.outputs().size());
-  for (size_t o = 0; o < g.outputs().size(); ++o) {
-    NodeId id = g.outputs()[o];
-    const Slot& s = plan->slots[id];
-    if (s.kind == Slot::Kind::kParam) {
-      result.push_back(params[s.index]);
-    } else if (o == s.index) {
-      result.push_back(std::make_shared<const DeviceBuffer>(std::move(outputs[s.index]), 0));
-    } else {
-      result.push_back(result[s.index]);  // the same node returned twice: one handle
     }
   }
   return result;

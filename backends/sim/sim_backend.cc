@@ -199,6 +199,14 @@ Result<std::vector<DeviceRef>> SimBackend::run(const Executable& exe,
         memory_->free(), memory_->capacity));
   }
 
+  // The outputs' device memory is taken before the kernels write anything (Backend::run: a
+  // failed run never wrote a donated parameter); nothing after them returns a failure.
+  std::map<uint32_t, std::shared_ptr<Allocation>> allocations;
+  for (const auto& [index, bytes] : output_bytes) allocations.emplace(index, allocate(bytes));
+  std::vector<DeviceRef> result;
+  result.reserve(g.outputs().size());
+  std::map<uint32_t, DeviceRef> made;
+
   // The numbers: the cpu backend's kernels, now; their host time is device work, not host work.
   const Clock::time_point compute_start = Clock::now();
   Result<std::vector<DeviceRef>> computed = cpu_.run(exe, params);
@@ -218,9 +226,6 @@ Result<std::vector<DeviceRef>> SimBackend::run(const Executable& exe,
     ++kernels_;
   }
 
-  std::vector<DeviceRef> result;
-  result.reserve(g.outputs().size());
-  std::map<uint32_t, DeviceRef> made;
   for (size_t o = 0; o < g.outputs().size(); ++o) {
     const Slot& s = plan->slots[g.outputs()[o]];
     if (s.kind == Slot::Kind::kParam) {
@@ -231,7 +236,9 @@ Result<std::vector<DeviceRef>> SimBackend::run(const Executable& exe,
     if (it == made.end()) {
       const BufferRef& storage = (*computed)[o]->storage();
       std::shared_ptr<Allocation> allocation;
-      if (s.kind == Slot::Kind::kDonated) {
+      if (auto a = allocations.find(s.index); a != allocations.end()) {
+        allocation = std::move(a->second);
+      } else if (s.kind == Slot::Kind::kDonated) {  // written in place
         const DeviceRef& donor = params[static_cast<size_t>(g.donated_param(s.index))];
         auto* own = dynamic_cast<const Buffer*>(donor.get());
         if (own && donor->storage() == storage) allocation = own->allocation();

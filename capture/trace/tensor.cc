@@ -291,6 +291,7 @@ void LazyContext::reset_trace_if_idle() {
   }
   trace_.clear();
   trace_params_.clear();
+  lost_step_.reset();
   param_of_data_.clear();
   donations_.clear();
   pending_.clear();
@@ -334,21 +335,49 @@ void LazyContext::materialize(std::span<TensorImpl* const> roots) {
   // When this barrier ends the trace (every live pending tensor is a root), the trace gives up
   // the data of donated parameters, so the executor may hold their only handle.
   const bool ends_trace = roots.size() == live_pending_;
+  bool gave_up = false;
   std::vector<DataRef> params;
   params.reserve(cg.sources.size());
   for (uint32_t p = 0; p < cg.sources.size(); ++p) {
     const ParamSource& s = cg.sources[p];
     if (s.kind != ParamSource::Kind::kTraceParam) {
       params.push_back(host_data(scalar_buffer(s)));
-    } else if (ends_trace && std::any_of(cg.graph.donations().begin(), cg.graph.donations().end(),
-                                         [p](const Donation& d) { return d.param == p; })) {
+      continue;
+    }
+    if (!trace_params_[s.trace_param]) throw Error(*lost_step_);
+    if (ends_trace && std::any_of(cg.graph.donations().begin(), cg.graph.donations().end(),
+                                  [p](const Donation& d) { return d.param == p; })) {
       params.push_back(std::move(trace_params_[s.trace_param]));
+      gave_up = true;
     } else {
       params.push_back(trace_params_[s.trace_param]);
     }
   }
-  Result<std::vector<DataRef>> outputs = executor_->execute(cg, std::move(params));
-  if (!outputs.is_ok()) throw Error(outputs.status());
+  // A failed step that was given donated data lost it with the executor's copy of `params`:
+  // the pending tensors cannot be computed again, and every later barrier over them says why.
+  auto lose = [&](const Status& why) {
+    if (!gave_up) return;
+    lost_step_ = Status(why.code(), fmt::format(
+        "a previous step failed after it was given a tensor's data to update in place, and the "
+        "data is gone: the tensors that step computes cannot be computed again (it failed with: {})",
+        why.message()));
+  };
+  if (gave_up) lose(internal_error("the step did not finish"));  // until it says more
+  Result<std::vector<DataRef>> outputs = [&]() -> Result<std::vector<DataRef>> {
+    try {
+      return executor_->execute(cg, std::move(params));
+    } catch (const Error& e) {
+      lose(e.status());
+      throw;
+    } catch (const std::exception& e) {
+      lose(internal_error(e.what()));
+      throw;
+    }
+  }();
+  if (!outputs.is_ok()) {
+    lose(outputs.status());
+    throw Error(outputs.status());
+  }
   if (outputs->size() != roots.size()) {
     throw Error(internal_error(fmt::format("executor returned {} outputs for {} roots",
                                            outputs->size(), roots.size())));

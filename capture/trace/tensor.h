@@ -18,7 +18,10 @@
 //
 // Errors: ops on incompatible tensors throw Error at record time, naming the op and both
 // operand types; an executor failure throws Error from the barrier (an op runner failure, from
-// the op).
+// the op). The pending tensors stay pending and a later barrier tries again, except when the
+// failed step was given donated data (assign()): that data is gone, and every later barrier
+// that needs it throws Error (with the first failure's code and message) until the trace
+// is reset (when no pending tensor is left).
 // Thread-safety: a context and its tensors belong to one thread at a time (reference counts
 // are not atomic). Different contexts are independent.
 // Ownership: the context must outlive its tensors; the executor must outlive the context.
@@ -28,6 +31,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <limits>
+#include <optional>
 #include <span>
 #include <unordered_map>
 #include <vector>
@@ -215,7 +219,10 @@ class LazyContext {
   GraphExecutor* executor_;
   LazyOptions options_;
   Graph trace_;
-  std::vector<DataRef> trace_params_;  // data of trace_'s parameters, by parameter index
+  // Data of trace_'s parameters, by parameter index. An entry is null once a barrier gave it up
+  // to a step that failed (lost_step_ then says why); the trace keeps it until it is reset.
+  std::vector<DataRef> trace_params_;
+  std::optional<Status> lost_step_;
   std::unordered_map<const void*, NodeId> param_of_data_;  // DeviceData::identity(), this trace
   std::vector<TraceDonation> donations_;  // requested by assign(), this trace
   std::vector<TensorImpl*> pending_;  // pending tensors by creation; nullptr once gone

@@ -1,0 +1,262 @@
+// Failures around donation (LazyContext::assign, Slot::Kind::kDonated): a step that fails never
+// loses or silently corrupts the tensor it was updating in place. A backend that fails before
+// its first donated write costs the step its speed (it falls back to the reference evaluator);
+// one that throws after it is an error, never a reference run over a half-updated value; a
+// barrier whose donated data died with the failed step says so at every later barrier.
+#include <gtest/gtest.h>
+
+#include <new>
+
+#include "backends/cpu/cpu_backend.h"
+#include "capture/reference/reference.h"
+#include "capture/trace/tensor.h"
+#include "runtime/compiled_function.h"
+#include "runtime/runtime.h"
+
+namespace tracecache {
+namespace {
+
+// The cpu backend, with a failure injected into run() on request.
+class FailingBackend final : public Backend {
+ public:
+  enum class Fail {
+    kNone,
+    kStatusBeforeRun,  // a failed status (allowed only before the first donated write)
+    kThrowBeforeRun,   // std::bad_alloc before any kernel
+    kThrowAfterRun,    // std::bad_alloc after the kernels wrote (in place, if donated)
+  };
+  Fail fail = Fail::kNone;
+
+  std::string_view name() const override { return cpu_.name(); }
+  std::string options_digest() const override { return cpu_.options_digest(); }
+  Result<Executable> compile(const Graph& graph, const GraphKey& key, uint32_t version) override {
+    return cpu_.compile(graph, key, version);
+  }
+  std::string serialize(const Executable& exe) override { return cpu_.serialize(exe); }
+  Result<Executable> load(std::string_view bytes) override { return cpu_.load(bytes); }
+  bool shares_host_memory() const override { return true; }
+  Result<DeviceRef> to_device(const DataRef& data) override { return cpu_.to_device(data); }
+  Result<BufferRef> to_host(const DeviceRef& device) override { return cpu_.to_host(device); }
+  Result<std::vector<DeviceRef>> run(const Executable& exe, std::span<const DeviceRef> params) override {
+    if (fail == Fail::kStatusBeforeRun) return resource_exhausted("injected: no room for the outputs");
+    if (fail == Fail::kThrowBeforeRun) throw std::bad_alloc();
+    Result<std::vector<DeviceRef>> outs = cpu_.run(exe, params);
+    if (fail == Fail::kThrowAfterRun) throw std::bad_alloc();
+    return outs;
+  }
+  void synchronize() override { cpu_.synchronize(); }
+
+ private:
+  CpuBackend cpu_;
+};
+
+// The executor compiled functions use: prepare, then Runtime::run_or_fall_back.
+class RunOrFallBack final : public GraphExecutor {
+ public:
+  explicit RunOrFallBack(Runtime* runtime) : runtime_(runtime) {}
+  Result<std::vector<DataRef>> execute(const CanonicalGraph& cg, std::vector<DataRef> params) override {
+    Result<std::shared_ptr<const Executable>> exe = runtime_->prepare(cg);
+    if (!exe.is_ok()) return exe.status();
+    return runtime_->run_or_fall_back(**exe, params);
+  }
+
+ private:
+  Runtime* runtime_;
+};
+
+BufferRef ramp(int64_t n) {
+  auto b = std::make_shared<HostBuffer>(DType::kF32, Shape{n});
+  for (int64_t i = 0; i < n; ++i) b->data<float>()[i] = static_cast<float>(i);
+  return b;
+}
+
+// w <- w * 0.5 + 1, in place.
+void update(Tensor& w) { w.assign(add(mul(w, 0.5), 1.0)); }
+
+std::vector<float> updated_ramp(int64_t n) {
+  std::vector<float> want(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) want[static_cast<size_t>(i)] = static_cast<float>(i) * 0.5f + 1.0f;
+  return want;
+}
+
+// Runs one in-place update of a weight nobody else holds (so it is donated), with `fail`
+// injected, through Runtime::execute (lazy mode) or Runtime::run_or_fall_back.
+struct Step {
+  explicit Step(FailingBackend::Fail fail, bool through_run_or_fall_back)
+      : runtime(&backend, nullptr, nullptr),
+        fall_back(&runtime),
+        ctx(through_run_or_fall_back ? static_cast<GraphExecutor*>(&fall_back) : &runtime) {
+    backend.fail = fail;
+    w = ctx.from_buffer(ramp(kSize));
+    update(w);
+  }
+  static constexpr int64_t kSize = 64;
+  FailingBackend backend;
+  Runtime runtime;
+  RunOrFallBack fall_back;
+  LazyContext ctx;
+  Tensor w;
+};
+
+class DonationFailure : public testing::TestWithParam<bool> {};
+
+TEST_P(DonationFailure, AFailedStatusBeforeTheRunFallsBackWithTheWeightWhole) {
+  Step s(FailingBackend::Fail::kStatusBeforeRun, GetParam());
+  s.ctx.mark_step();
+  EXPECT_EQ(s.w.to_vector<float>(), updated_ramp(Step::kSize));
+  ASSERT_FALSE(s.runtime.warnings().empty());
+  EXPECT_NE(s.runtime.warnings().back().find("reference evaluator"), std::string::npos);
+}
+
+// The runtime cannot tell how far a throwing backend got: after a parameter was given up, an
+// exception is an error, never a reference run over a value that may be half updated.
+TEST_P(DonationFailure, AThrowAfterTheWeightWasGivenUpIsAnErrorNotAReferenceRun) {
+  for (FailingBackend::Fail fail : {FailingBackend::Fail::kThrowBeforeRun, FailingBackend::Fail::kThrowAfterRun}) {
+  SCOPED_TRACE(fail == FailingBackend::Fail::kThrowBeforeRun ? "throw before the kernels" : "throw after them");
+  Step s(fail, GetParam());
+  try {
+    s.ctx.mark_step();
+    ADD_FAILURE() << "the step succeeded; w = " << s.w.to_vector<float>()[2];
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status().code(), StatusCode::kInternal);
+    EXPECT_NE(e.status().message().find("donated parameter"), std::string::npos) << e.status().message();
+  }
+  EXPECT_TRUE(s.runtime.warnings().empty()) << s.runtime.warnings().front();
+  // The weight is gone with the step; later barriers say so instead of running without it.
+  s.backend.fail = FailingBackend::Fail::kNone;
+  try {
+    s.ctx.mark_step();
+    ADD_FAILURE() << "a barrier ran without the lost weight";
+  } catch (const Error& e) {
+    EXPECT_NE(e.status().message().find("a previous step failed"), std::string::npos) << e.status().message();
+  }
+  }
+}
+
+// A throw before any parameter is given up (none is donated here) costs the step its speed.
+TEST_P(DonationFailure, AThrowWithoutDonationFallsBack) {
+  FailingBackend backend;
+  Runtime runtime(&backend, nullptr, nullptr);
+  RunOrFallBack fall_back(&runtime);
+  LazyContext ctx(GetParam() ? static_cast<GraphExecutor*>(&fall_back) : &runtime);
+  backend.fail = FailingBackend::Fail::kThrowBeforeRun;
+  Tensor w = ctx.from_buffer(ramp(Step::kSize));
+  Tensor y = add(mul(w, 0.5), 1.0);
+  EXPECT_EQ(y.to_vector<float>(), updated_ramp(Step::kSize));
+  ASSERT_FALSE(runtime.warnings().empty());
+  EXPECT_NE(runtime.warnings().back().find("reference evaluator"), std::string::npos);
+}
+
+INSTANTIATE_TEST_SUITE_P(ExecuteAndRunOrFallBack, DonationFailure, testing::Bool(),
+                         [](const testing::TestParamInfo<bool>& param) {
+                           return param.param ? "RunOrFallBack" : "Execute";
+                         });
+
+// An executor that fails its first `failures` calls, then evaluates on the reference; it notes
+// any parameter it was handed without data.
+class FlakyExecutor final : public GraphExecutor {
+ public:
+  explicit FlakyExecutor(int failures) : failures_(failures) {}
+  Result<std::vector<DataRef>> execute(const CanonicalGraph& cg, std::vector<DataRef> params) override {
+    ++calls;
+    for (const DataRef& p : params) null_params += p == nullptr;
+    if (failures_-- > 0) return internal_error("injected executor failure");
+    return evaluate_reference(cg.graph, params);
+  }
+  int calls = 0;
+  int null_params = 0;
+
+ private:
+  int failures_;
+};
+
+TEST(FailedBarrier, WithoutDonationLeavesTheTensorsPendingForTheNextBarrier) {
+  FlakyExecutor executor(1);
+  LazyContext ctx(&executor);
+  Tensor w = ctx.from_buffer(ramp(8));
+  Tensor y = add(mul(w, 0.5), 1.0);
+  EXPECT_THROW(ctx.mark_step(), Error);
+  EXPECT_FALSE(y.is_materialized());
+  ctx.mark_step();
+  EXPECT_EQ(y.to_vector<float>(), updated_ramp(8));
+  EXPECT_EQ(executor.null_params, 0);
+}
+
+TEST(FailedBarrier, ThatHadDonatedDataFailsEveryLaterBarrierWithWhy) {
+  FlakyExecutor executor(1);
+  LazyContext ctx(&executor);
+  Tensor w = ctx.from_buffer(ramp(8));
+  update(w);
+  EXPECT_THROW(ctx.mark_step(), Error);
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    try {
+      (void)w.to_vector<float>();
+      ADD_FAILURE() << "attempt " << attempt << ": read a value computed without its donated data";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.status().code(), StatusCode::kInternal);
+      EXPECT_NE(e.status().message().find("a previous step failed"), std::string::npos) << e.status().message();
+      EXPECT_NE(e.status().message().find("injected executor failure"), std::string::npos) << e.status().message();
+    }
+  }
+  EXPECT_EQ(executor.calls, 1);
+  EXPECT_EQ(executor.null_params, 0);
+  // Once the lost tensors are gone the trace starts over and works.
+  w = Tensor();
+  Tensor v = ctx.from_buffer(ramp(8));
+  Tensor y = add(mul(v, 0.5), 1.0);
+  EXPECT_EQ(y.to_vector<float>(), updated_ramp(8));
+}
+
+TEST(CompiledFunctionAssign, ToAnArgumentIsRefusedUntilEntriesCanRecordIt) {
+  CpuBackend cpu;
+  Runtime runtime(&cpu, nullptr, nullptr);
+  LazyContext ctx(&runtime);
+  CompiledFunction step("sgd_step", [](LazyContext&, const TraceArgs& a) {
+    Tensor w = a.tensor(0);
+    w.assign(sub(w, mul(a.tensor(1), 0.1)));
+    return std::vector<Tensor>{sum(w)};
+  }, &runtime);
+  Tensor w = ctx.from_buffer(ramp(4));
+  Tensor g = ctx.from_buffer(ramp(4));
+  Result<std::vector<Tensor>> out = step(ctx, {{w, g}, {}});
+  ASSERT_FALSE(out.is_ok()) << "eager would update w; once mode would leave it as it was";
+  EXPECT_EQ(out.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(out.status().message().find("assign to argument 0 inside a compiled function is not supported yet"),
+            std::string::npos)
+      << out.status().message();
+  EXPECT_EQ(step.num_entries(), 0u);
+  EXPECT_EQ(w.to_vector<float>(), (std::vector<float>{0, 1, 2, 3}));
+
+  // Assigning to a value the function computed is fine.
+  CompiledFunction local("local", [](LazyContext&, const TraceArgs& a) {
+    Tensor h = add(a.tensor(0), 1.0);
+    h.assign(mul(h, 2.0));
+    return std::vector<Tensor>{h};
+  }, &runtime);
+  Result<std::vector<Tensor>> ok = local(ctx, {{w}, {}});
+  ASSERT_TRUE(ok.is_ok()) << ok.status().to_string();
+  EXPECT_EQ((*ok)[0].to_vector<float>(), (std::vector<float>{2, 4, 6, 8}));
+}
+
+TEST(CompiledFunctionReplay, KeepsNoArgumentAliveAfterTheCall) {
+  CpuBackend cpu;
+  Runtime runtime(&cpu, nullptr, nullptr);
+  LazyContext ctx(&runtime);
+  CompiledFunction f("inc", [](LazyContext&, const TraceArgs& a) {
+    return std::vector<Tensor>{add(a.tensor(0), 1.0)};
+  }, &runtime);
+  ASSERT_TRUE(f(ctx, {{ctx.from_buffer(ramp(4))}, {}}).is_ok());  // traces
+  std::weak_ptr<const DeviceData> arg;
+  {
+    Tensor x = ctx.from_buffer(ramp(4));
+    arg = x.data();
+    Result<std::vector<Tensor>> out = f(ctx, {{x}, {}});  // replays
+    ASSERT_TRUE(out.is_ok()) << out.status().to_string();
+    EXPECT_EQ(f.stats().traces, 1);
+    EXPECT_EQ((*out)[0].to_vector<float>(), (std::vector<float>{1, 2, 3, 4}));
+  }
+  EXPECT_TRUE(arg.expired());
+}
+
+}  // namespace
+}  // namespace tracecache

@@ -335,7 +335,7 @@ Result<std::vector<DataRef>> Runtime::run_prepared(const Executable& exe, std::v
     return outs.status();
   }
   metrics_->add(counters::kExecutions);
-  return std::vector<DataRef>(outs->begin(), outs->end());
+  return std::vector<DataRef>(std::make_move_iterator(outs->begin()), std::make_move_iterator(outs->end()));
 }
 
 Result<DeviceRef> Runtime::device_copy(const DataRef& data, bool keep_mirror) {

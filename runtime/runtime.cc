@@ -362,7 +362,7 @@ Result<std::vector<DataRef>> Runtime::run_on_backend(const Executable& exe, std:
   donated_run_began = !given_up.empty();
   Result<std::vector<DeviceRef>> outs = backend_->run(exe, device_params);
   if (!outs.is_ok()) return outs.status();
-  result.assign(outs->begin(), outs->end());
+  result.assign(std::make_move_iterator(outs->begin()), std::make_move_iterator(outs->end()));
   metrics_->add(counters::kExecutions);
   restore.succeeded = true;
   return result;

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <new>
+#include <typeinfo>
 
 #include "backends/cpu/cpu_kernels.h"
 
@@ -55,8 +56,34 @@ Result<Executable> CpuBackend::load(std::string_view bytes) {
   return exe;
 }
 
+namespace {
+
+// The device token under which to_device() keeps its handle for a HostData (HostData::mirror).
+// A cpu device buffer is the host bytes themselves, so one handle serves every CpuBackend; the
+// runtime's tokens count up from 1 and never reach this one.
+constexpr uint64_t kCpuHandleToken = ~uint64_t{0};
+
+}  // namespace
+
 Result<DeviceRef> CpuBackend::to_device(const DataRef& data) {
-  if (auto d = std::dynamic_pointer_cast<const DeviceBuffer>(data); d && d->in_host_memory()) return d;
+  // The two handles a run is fed are recognized by their exact type (both final in effect: HostData
+  // is final, and a plain DeviceBuffer is what run() returns), which is cheaper than a dynamic cast
+  // on every parameter of every step. Host data gets its handle once and keeps it as its mirror,
+  // so data fed every step (weights, inputs) is not wrapped again per run; the handle shares the
+  // host bytes and dies with the host data.
+  const std::type_info& type = typeid(*data);
+  if (type == typeid(HostData)) {
+    const auto& host = static_cast<const HostData&>(*data);
+    if (const DataRef& kept = host.mirror(kCpuHandleToken)) return std::static_pointer_cast<const DeviceBuffer>(kept);
+    auto d = std::make_shared<const DeviceBuffer>(host.buffer(), 0);
+    host.set_mirror(kCpuHandleToken, d);
+    return DeviceRef(std::move(d));
+  }
+  if (type == typeid(DeviceBuffer)) {
+    if (data->in_host_memory()) return std::static_pointer_cast<const DeviceBuffer>(data);
+  } else if (auto d = std::dynamic_pointer_cast<const DeviceBuffer>(data); d && d->in_host_memory()) {
+    return d;
+  }
   Result<BufferRef> host = data->read();
   if (!host.is_ok()) return host.status();
   return std::make_shared<const DeviceBuffer>(std::move(host).value(), 0);

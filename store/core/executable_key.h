@@ -11,7 +11,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <functional>
 #include <string>
 
 #include "capture/ir/hash.h"
@@ -26,13 +25,13 @@ struct ExecutableKey {
   friend bool operator==(const ExecutableKey&, const ExecutableKey&) = default;
 };
 
+// Hashes the graph key and compiler version only: the graph key already is a 128-bit digest, and
+// the backend and options rarely differ within one process, so hashing their strings on every
+// lookup would cost more than the rare shared bucket (equality still compares all four parts).
 struct ExecutableKeyHasher {
   size_t operator()(const ExecutableKey& k) const {
     size_t h = GraphKeyHasher{}(k.graph);
-    auto mix = [&h](size_t v) { h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2); };
-    mix(std::hash<std::string>{}(k.backend));
-    mix(std::hash<std::string>{}(k.options_digest));
-    mix(k.compiler_version);
+    h ^= k.compiler_version + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
     return h;
   }
 };

@@ -30,6 +30,9 @@
 // types re-inferred, graph hash, slot bounds and sizes, schedule order, members elementwise and
 // single-use, donated slots safe to write in place (above), and that no two arena slots that
 // are live at the same time overlap. An executable that passes cannot read or write out of bounds nor compute anything but its graph.
+// Errors: Executable::validate(), KernelPlan::validate() and parse_executable() return
+// kCorruption naming the first failed check; serialize_executable() and footprint_bytes()
+// cannot fail. Compiling is compile/compiler.h's.
 // Thread-safety: immutable after construction; share freely as shared_ptr<const Executable>.
 #pragma once
 
@@ -95,9 +98,9 @@ struct Executable : ExecutableHeader {
   uint64_t footprint_bytes() const;
 };
 
-// Deterministic protobuf encoding (store/proto/executable.proto) of an executable whose payload
-// is a KernelPlan: equal executables give equal bytes. parse_executable() validates before
-// returning; any failure is kCorruption.
+// Deterministic protobuf encoding (store/codec/proto/tracecache.proto) of an executable whose
+// payload is a KernelPlan: equal executables give equal bytes. parse_executable() validates
+// before returning; any failure is kCorruption.
 std::string serialize_executable(const Executable& exe);
 Result<Executable> parse_executable(std::string_view bytes);
 

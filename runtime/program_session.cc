@@ -2,9 +2,29 @@
 
 #include <xxhash.h>
 
+#include <cstddef>
+#include <cstdint>
 #include <filesystem>
+#include <vector>
 
 namespace tracecache {
+
+namespace {
+
+// The value of every program dim for one call: the size of the argument it is read from, or else
+// the next static scalar. `tensor(i)` and `scalar(i)` read the call's arguments.
+template <typename TensorAt, typename ScalarAt>
+std::vector<int64_t> dim_values(const std::vector<DimSource>& sources, TensorAt tensor, ScalarAt scalar) {
+  std::vector<int64_t> dims;
+  size_t next_scalar = 0;
+  for (const DimSource& src : sources) {
+    dims.push_back(src.tensor >= 0 ? tensor(static_cast<size_t>(src.tensor)).peek_shape()[src.axis]
+                                   : static_cast<int64_t>(scalar(next_scalar++)));
+  }
+  return dims;
+}
+
+}  // namespace
 
 ProgramSession::ProgramSession(const Program& program, std::unique_ptr<Session> session)
     : program_(program), session_(std::move(session)) {}
@@ -34,13 +54,9 @@ Result<std::unique_ptr<ProgramSession>> ProgramSession::create(const Program& pr
     // batch size needs no retrace once the dim is dynamic. Other dims are guarded scalars.
     s->dim_sources_ = dim_sources(program);
     TracedFn fn = [&program, sources = s->dim_sources_](LazyContext& ctx, const TraceArgs& args) {
-      std::vector<int64_t> dims;
-      size_t scalar = 0;
-      for (const DimSource& src : sources) {
-        dims.push_back(src.tensor >= 0
-                           ? args.tensor(static_cast<size_t>(src.tensor)).peek_shape()[src.axis]
-                           : static_cast<int64_t>(args.scalar(scalar++)));
-      }
+      const std::vector<int64_t> dims = dim_values(
+          sources, [&](size_t i) -> const Tensor& { return args.tensor(i); },
+          [&](size_t i) { return args.scalar(i); });
       std::vector<Tensor> tensors;
       for (size_t i = 0; i < args.num_tensors(); ++i) tensors.push_back(args.tensor(i));
       return record_step(program, ctx, dims, tensors, sources).value_or_throw();
@@ -48,12 +64,9 @@ Result<std::unique_ptr<ProgramSession>> ProgramSession::create(const Program& pr
     // What the step returns for these arguments, by the inference rules alone: a stored entry
     // is checked against it before its outputs are trusted.
     fo.output_types = [&program, sources = s->dim_sources_](const CallArgs& args) {
-      std::vector<int64_t> dims;
-      size_t scalar = 0;
-      for (const DimSource& src : sources) {
-        dims.push_back(src.tensor >= 0 ? args.tensors.at(static_cast<size_t>(src.tensor)).peek_shape()[src.axis]
-                                       : static_cast<int64_t>(args.scalars.at(scalar++)));
-      }
+      const std::vector<int64_t> dims = dim_values(
+          sources, [&](size_t i) -> const Tensor& { return args.tensors.at(i); },
+          [&](size_t i) { return args.scalars.at(i); });
       return infer_output_types_at(program, dims);
     };
     s->function_ = std::make_unique<CompiledFunction>(std::move(name), std::move(fn),

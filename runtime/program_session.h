@@ -14,6 +14,11 @@
 // A step is split in two so callers can time the second half alone: prepare() makes the step's
 // arguments (input generation), run() records or checks guards, executes and materializes the
 // outputs.
+// Errors: every method returns them as a Status (none is thrown): create() those of
+// Session::create; prepare() a bad dim reference or an npy file that cannot be read or does not
+// match its declaration (StepArguments::make); run() shape and attribute errors
+// ("FILE:LINE:COL: ...") and execution failures ("FILE: step N: ...", caught from the context or
+// returned by the compiled function).
 // Thread-safety: one thread. Ownership: the program, the database (nullable) and the session's
 // metrics registry belong to the caller and must outlive the session.
 #pragma once

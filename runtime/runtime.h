@@ -19,8 +19,9 @@
 // Decision events (miss, compile, store, recompile, evict, corrupt, fallback, store_failed) are
 // written at once; a compiled executable's miss, compile and store events are written in the same
 // transaction as the executable, so a stored executable never lacks its events. Hits are counted
-// per executable key and tier and added to the audit log's hit counts every `event_batch` hits and
-// at flush() (and on destruction): the log grows with decisions, not with steps.
+// per graph and tier (with this runtime's backend and options; no compiler version) and added to
+// the audit log's hit counts every `event_batch` hits and at flush() (and on destruction): the
+// log grows with decisions, not with steps.
 //
 // Stores (store/core): decisions and hit counts go to a store::AuditLog, compiled functions' guard
 // entries to a store::GuardEntryStore (guard_entries()), executables through the tiers. A

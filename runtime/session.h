@@ -13,6 +13,12 @@
 // "reference" is the session's own pseudo-backend, not a registered one: the reference
 // evaluator (eager: its op runner; lazy: its graph executor), the oracle the backends are
 // compared with.
+// Errors: create() returns them as a Status: kInvalidArgument for a backend or mode that cannot
+// be used (an unknown backend, once on "reference", eager on a backend without an op runner),
+// and the backend's own errors when making it. After that nothing returns a Status: the
+// context throws Error (capture/trace/tensor.h) for an op on incompatible tensors and for an
+// execution failure, at mark_step (eager: at the op). A cache that cannot be read or written only costs caching
+// (the Runtime records it and warns, invariant 6); it never reaches the driver as an error.
 // Thread-safety: one thread. Ownership: the database (nullable), the metrics registry and the
 // backend registry belong to the caller and must outlive the session.
 #pragma once

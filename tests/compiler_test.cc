@@ -6,17 +6,16 @@
 
 #include "compile/compiler.h"
 #include "backends/cpu/cpu_backend.h"
+#include "capture/trace/recording_executor.h"
 #include "compile/executable.h"
 #include "tests/test_graphs.h"
 
 namespace tracecache {
 namespace {
 
-using testing::RecordingExecutor;
-
 template <typename Fn>
 CanonicalGraph graph_of(Fn build) {
-  RecordingExecutor exec(/*compute=*/false);
+  RecordingExecutor exec;
   LazyContext ctx(&exec);
   Tensor x = ctx.from_buffer(HostBuffer(DType::kF32, {16, 32}));
   Tensor w = ctx.from_buffer(HostBuffer(DType::kF32, {32, 32}));
@@ -24,7 +23,7 @@ CanonicalGraph graph_of(Fn build) {
     std::vector<Tensor> keep = build(x, w);
     ctx.mark_step();
   }
-  return exec.graphs.at(0);
+  return exec.graphs().at(0).graph;
 }
 
 Executable compile(const CanonicalGraph& g, CompileOptions o = {}) {

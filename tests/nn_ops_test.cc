@@ -568,7 +568,7 @@ template <typename Fn>
 void expect_runtime_matches_reference(Fn build, size_t want_kernels, size_t want_members,
                                       const std::vector<HostBuffer>& inputs,
                                       const std::vector<double>& tolerance = {}) {
-  testing::RecordingExecutor recorder;
+  testing::ComputingRecorder recorder;
   LazyContext ctx(&recorder);
   std::vector<Tensor> xs;
   for (const HostBuffer& b : inputs) xs.push_back(ctx.from_buffer(b.clone()));

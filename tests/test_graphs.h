@@ -1,35 +1,30 @@
-// Test helpers: executors that record the canonical graphs a LazyContext hands them, and the
-// graphs of the fixture programs.
+// Test helpers: an executor that records the canonical graphs a LazyContext hands it and
+// computes them, and the graphs of the fixture programs.
 #pragma once
 
+#include <span>
 #include <string>
 #include <vector>
 
+#include "capture/reference/reference.h"
+#include "capture/trace/recording_executor.h"
+#include "capture/trace/tensor.h"
 #include "frontend/program/program.h"
 #include "frontend/program/program_runner.h"
-#include "capture/reference/reference.h"
-#include "capture/trace/tensor.h"
 
 namespace tracecache::testing {
 
-// Records every canonical graph; runs it on the reference evaluator, or (compute = false)
-// returns zero-filled outputs of the right types without computing anything.
-class RecordingExecutor final : public GraphExecutor {
+// Records every canonical graph like RecordingExecutor (capture/trace/recording_executor.h), but
+// computes: each graph runs on the reference evaluator, so a test can read the step's values
+// (RecordingExecutor returns zeros; it cannot compute, capture/trace sits below
+// capture/reference). Use RecordingExecutor where the values are not read.
+class ComputingRecorder final : public GraphExecutor {
  public:
-  explicit RecordingExecutor(bool compute = true) : compute_(compute) {}
   Result<std::vector<DataRef>> execute(const CanonicalGraph& g, std::vector<DataRef> params) override {
     graphs.push_back(g);
-    if (compute_) return evaluate_reference(g.graph, std::span<const DataRef>(params));
-    std::vector<DataRef> outs;
-    for (NodeId o : g.graph.outputs()) {
-      outs.push_back(host_data(HostBuffer(g.graph.node(o).dtype, g.graph.node(o).shape)));
-    }
-    return outs;
+    return evaluate_reference(g.graph, std::span<const DataRef>(params));
   }
   std::vector<CanonicalGraph> graphs;
-
- private:
-  bool compute_;
 };
 
 inline std::string fixture_path(const std::string& name) {
@@ -45,11 +40,13 @@ inline std::vector<std::string> all_fixture_programs() {
 inline std::vector<CanonicalGraph> fixture_graphs(const std::string& name, int steps = -1) {
   Result<Program> p = load_program(fixture_path(name));
   if (!p.is_ok()) throw Error(p.status());
-  RecordingExecutor exec(/*compute=*/false);
+  RecordingExecutor exec;
   LazyContext ctx(&exec);
   Result<std::vector<StepResult>> r = run_program(*p, ctx, steps);
   if (!r.is_ok()) throw Error(r.status());
-  return exec.graphs;
+  std::vector<CanonicalGraph> graphs;
+  for (const RecordedGraph& g : exec.graphs()) graphs.push_back(g.graph);
+  return graphs;
 }
 
 }  // namespace tracecache::testing

@@ -9,6 +9,11 @@
 // Errors: execute() returns kInternal once `max_graphs` graphs are recorded (a capture that
 // expects one graph learns at once that the program ran more).
 // Thread-safety: one thread at a time.
+// Ownership: the recorder owns copies of the graphs. With keep_buffers it also holds a handle
+// (a shared DataRef) on every parameter and output of every graph, so their data lives as long
+// as the recorder: a parameter the graph donates, whose only handle the context gave up
+// (GraphExecutor::execute), is kept, never reused for an output, so recording blocks donation.
+// Without keep_buffers the parameter handles are dropped when execute() returns.
 #pragma once
 
 #include <cstddef>

@@ -4,6 +4,8 @@
 // comes from at replay time, and the outputs' recorded types. Entries persist through
 // guard_entry_codec.h; an entry decoded from stored bytes is untrusted until that codec's
 // checks passed.
+// Errors: none here: an entry is plain data and value_hash cannot fail. Checking one read from
+// the cache is the codec's (kCorruption, guard_entry_codec.h).
 // Thread-compatible plain data. Ownership: executables and constants are shared with the
 // runtime's caches (shared_ptr), so eviction never frees one in use.
 #pragma once

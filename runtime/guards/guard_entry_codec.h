@@ -11,6 +11,9 @@
 // template's root type (dynamic), or to a constant's type. What depends on the executables (the
 // routes into segment outputs) is proven by check_segment when each one is fetched.
 // Thread-safety: all functions are pure (thread-safe). Errors: kCorruption naming what failed.
+// Ownership: nothing is kept from the arguments. A decoded entry owns what it holds (its
+// constants and dynamic plan are made anew, its segments' executables are null until fetched);
+// check_segment only reads the executable.
 #pragma once
 
 #include <cstddef>

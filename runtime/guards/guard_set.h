@@ -12,6 +12,10 @@
 // Checks run in order: the counts come first and each tensor's rank before its dims, so a
 // check never reads a tensor or dim that an earlier passing check did not establish. A set that
 // does not keep that order (a stored one) must be validated first (guard_entry_codec.h).
+// Errors: none reported as a Status: a failed check is an expected outcome, `false` from holds()
+// and a GuardFailure from explain(). Breaking a REQUIRES (an unvalidated stored set, a tensor not
+// materialized) is a programmer error, undefined behaviour (an out-of-range index, a null data
+// pointer), not checked on the hot path.
 // Thread-safety: const methods are safe to call concurrently. Ownership: a value type; it keeps
 // nothing of the arguments it checks.
 #pragma once

@@ -1,11 +1,16 @@
 // AuditLog: where cache decisions are recorded (docs/architecture.md invariant 8): decision
-// events one row each, hits as counts per executable key and tier, and the history a miss is
-// classified by. Implemented by store::CacheDb (store/sqlite/cache_db.h).
+// events one row each, hits as counts per graph, backend, options digest and tier (HitCount: not
+// the whole ExecutableKey, the compiler version is not part of it, so hits served by executables
+// of two compiler versions for one graph add up), and the history a miss is classified by.
+// Implemented by store::CacheDb (store/sqlite/cache_db.h).
 //
 // Errors: every method returns Status/Result; a log that is locked, read-only or full fails with
 // kIOError and the caller decides (the runtime keeps going: invariant 6). Reading skips malformed
 // rows (unknown kind, damaged key) and counts them, never failing because of one.
 // Thread-safety: as the implementation says (CacheDb: one thread at a time).
+// Ownership: arguments are read during the call and nothing of them is kept; results are
+// returned by value. Users do not own the log: its maker (who opened the CacheDb) does, and it
+// must outlive them.
 #pragma once
 
 #include <cstdint>

@@ -6,7 +6,8 @@
 //
 // ExecutableKeyHasher is an identity hash for in-process maps (the memory tier); it is never
 // persisted. Persistent tiers store the four parts as they are.
-// Thread-safety: plain values.
+// Errors: none; plain values. Thread-safety: plain values (a const key may be read from any
+// thread). Ownership: a key owns its strings; nothing refers elsewhere.
 #pragma once
 
 #include <cstddef>

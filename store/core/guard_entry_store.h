@@ -6,6 +6,9 @@
 // back marked corrupt (blob empty) instead of failing the whole read.
 // Errors: Status/Result; a store that is locked, read-only or full fails with kIOError.
 // Thread-safety: as the implementation says (CacheDb: one thread at a time).
+// Ownership: keys and blobs are copied into the store during the call, entries come back by value
+// (the caller owns their blobs). Users do not own the store: its maker (who opened the CacheDb)
+// does, and it must outlive them.
 #pragma once
 
 #include <cstdint>

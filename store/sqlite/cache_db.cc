@@ -70,8 +70,8 @@ CREATE TABLE IF NOT EXISTS functions (
 );
 )sql";
 
-// Added in schema version 3: hits counted per executable key and tier (invariant 8: the log stays
-// bounded however many steps run).
+// Added in schema version 3: hits counted per graph, backend, options digest and tier (not per
+// compiler version; invariant 8: the log stays bounded however many steps run).
 constexpr const char* kHitCountsTable = R"sql(
 CREATE TABLE IF NOT EXISTS hit_counts (
   graph_key TEXT NOT NULL,

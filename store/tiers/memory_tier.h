@@ -1,7 +1,14 @@
 // MemoryTier: the in-process executable tier, an LruCache (store/memory/lru.h) keyed by the full
 // ExecutableKey, with a byte budget counted in footprint_bytes(). Holds parsed executables, so a
-// hit costs one hash lookup; get() never fails.
+// hit costs one hash lookup.
+//
+// put() evicts least recently used entries until the tier is within its budget, never the entry
+// it puts: an entry larger than the whole budget is kept, alone (every other entry is evicted),
+// and the tier stays over budget until the next put of another entry evicts it.
+// Errors: none; get(), put() and remove() always succeed (a miss is a null executable).
 // Thread-safety: not thread-safe; one owner (the runtime) uses it from one thread.
+// Ownership: the tier shares its executables (shared_ptr<const Exe>) with the callers of get(),
+// so evicting one that is being run does not free it.
 #pragma once
 
 #include <cstdint>

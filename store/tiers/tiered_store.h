@@ -9,6 +9,10 @@
 // evicted, so the caller can record each (events, warnings); the store itself records nothing.
 // put() writes through to every tier (a compiled executable).
 //
+// Errors: neither get() nor put() returns a Status, and neither fails as a whole. get() reports
+// problems in its Lookup (`problems`: a tier that could not answer or held a corrupt entry, with
+// how removing it went; `promotions`: each faster tier's put); put() returns one Put per tier,
+// each with its status. A miss is a Lookup with a null executable.
 // Thread-safety: as the tiers (here: one thread at a time). Ownership: tiers are not owned and
 // must outlive the store.
 #pragma once

@@ -38,7 +38,9 @@ class DeviceBuffer : public DeviceData {
  public:
   // REQUIRES: storage != nullptr.
   DeviceBuffer(BufferRef storage, uint64_t device)
-      : DeviceData(storage->dtype(), storage->shape(), storage.get()), storage_(std::move(storage)), device_(device) {}
+      : DeviceData(storage->dtype(), storage->shape(), storage.get()), storage_(std::move(storage)), device_(device) {
+    if (device_ == 0) set_host_buffer(&storage_);
+  }
   const BufferRef& storage() const { return storage_; }
   uint64_t device() const { return device_; }
   Result<BufferRef> read() const override { return storage_; }

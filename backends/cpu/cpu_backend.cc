@@ -71,7 +71,8 @@ Result<DeviceRef> CpuBackend::to_device(const DataRef& data) {
   // on every parameter of every step. Host data gets its handle once and keeps it as its mirror,
   // so data fed every step (weights, inputs) is not wrapped again per run; the handle shares the
   // host bytes and dies with the host data.
-  const std::type_info& type = typeid(*data);
+  const DeviceData& value = *data;
+  const std::type_info& type = typeid(value);
   if (type == typeid(HostData)) {
     const auto& host = static_cast<const HostData&>(*data);
     if (const DataRef& kept = host.mirror(kCpuHandleToken)) return std::static_pointer_cast<const DeviceBuffer>(kept);

@@ -52,11 +52,20 @@ class DeviceData {
   // parameter: aliasing). An identity for in-process maps, never persisted; not virtual, as
   // guard checks and op recording read it.
   const void* identity() const { return identity_; }
+  // The host buffer holding the value when it is host memory (in_host_memory()), else null: the
+  // value read without a virtual call or a Result, for the hot path of Tensor::buffer(). Not
+  // virtual for the same reason as identity().
+  const BufferRef* host_buffer() const { return host_buffer_; }
+
+ protected:
+  // For implementations whose value is host memory: `buffer` must live as long as this handle.
+  void set_host_buffer(const BufferRef* buffer) { host_buffer_ = buffer; }
 
  private:
   DType dtype_;
   Shape shape_;
   const void* identity_;
+  const BufferRef* host_buffer_ = nullptr;
 };
 
 // A value in host memory. It may carry a mirror: the copy of itself on one device, made by
@@ -67,7 +76,9 @@ class HostData final : public DeviceData {
  public:
   // REQUIRES: buffer != nullptr.
   explicit HostData(BufferRef buffer)
-      : DeviceData(buffer->dtype(), buffer->shape(), buffer.get()), buffer_(std::move(buffer)) {}
+      : DeviceData(buffer->dtype(), buffer->shape(), buffer.get()), buffer_(std::move(buffer)) {
+    set_host_buffer(&buffer_);
+  }
 
   Result<BufferRef> read() const override { return buffer_; }
   bool in_host_memory() const override { return true; }

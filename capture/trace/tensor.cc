@@ -57,6 +57,7 @@ const DataRef& Tensor::data() const {
 
 BufferRef Tensor::buffer() const {
   const DataRef& d = data();
+  if (const BufferRef* host = d->host_buffer()) return *host;  // host memory: no copy, no wait
   if (!impl_->host) {
     Result<BufferRef> host = d->read();
     if (!host.is_ok()) throw Error(host.status());

@@ -61,7 +61,7 @@ struct TensorImpl {
   NodeId node = kNoNode;
   uint32_t pending_slot = 0;
   DataRef data;
-  BufferRef host;  // data's host bytes, once a value read produced them
+  BufferRef host;  // data's host bytes once a value read copied them (device memory only)
 
   bool pending() const { return node != kNoNode; }
 };

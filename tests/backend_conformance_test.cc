@@ -27,72 +27,15 @@
 #include "capture/reference/reference.h"
 #include "runtime/runtime.h"
 #include "tests/attention_bound.h"
+#include "tests/backend_compare.h"
 
 namespace tracecache {
 namespace {
 
-BufferRef filled(DType dtype, const Shape& shape, uint64_t seed) {
-  auto b = std::make_shared<HostBuffer>(dtype, shape);
-  std::mt19937_64 gen(seed);
-  for (int64_t i = 0; i < b->numel(); ++i) {
-    switch (dtype) {
-      case DType::kF32:
-        b->data<float>()[i] = static_cast<float>(static_cast<double>(gen() >> 11) * 0x1.0p-53 * 4.0 - 2.0);
-        break;
-      case DType::kBool: b->data<bool>()[i] = (gen() & 1) != 0; break;
-      // Zero is a valid index for every gather-like op and a handled divisor for div.
-      case DType::kI32: b->data<int32_t>()[i] = 0; break;
-      case DType::kI64: b->data<int64_t>()[i] = 0; break;
-    }
-  }
-  return b;
-}
-
-// Same bits, except that any NaN matches any NaN (cpu_kernels.h).
-::testing::AssertionResult same_bits(const HostBuffer& a, const HostBuffer& b) {
-  if (a.dtype() != b.dtype() || !(a.shape() == b.shape())) {
-    return ::testing::AssertionFailure() << type_to_string({a.dtype(), a.shape()}) << " vs "
-                                         << type_to_string({b.dtype(), b.shape()});
-  }
-  const size_t elem = dtype_size(a.dtype());
-  for (int64_t i = 0; i < a.numel(); ++i) {
-    if (a.dtype() == DType::kF32 && std::isnan(a.data<float>()[i]) && std::isnan(b.data<float>()[i])) continue;
-    if (std::memcmp(a.bytes() + static_cast<size_t>(i) * elem, b.bytes() + static_cast<size_t>(i) * elem, elem) != 0) {
-      return ::testing::AssertionFailure() << "element " << i << ": " << a.element_as_double(i)
-                                           << " vs " << b.element_as_double(i);
-    }
-  }
-  return ::testing::AssertionSuccess();
-}
-
-// The GEMM bound of cpu_kernels.h and cpu_nn_layers.h: |got - ref| <= (K + 3) 2^-24 abs_ref +
-// 2^-23 |ref| + denorm_min, where abs_ref is the reference op on the inputs' absolute values.
-::testing::AssertionResult within_gemm_bound(const HostBuffer& got, const HostBuffer& want,
-                                             const HostBuffer& abs_ref, int64_t k) {
-  for (int64_t i = 0; i < got.numel(); ++i) {
-    const double g = got.data<float>()[i], w = want.data<float>()[i];
-    const double bound = static_cast<double>(k + 3) * 0x1.0p-24 * abs_ref.data<float>()[i] +
-                         std::fabs(w) * 0x1.0p-23 + std::numeric_limits<float>::denorm_min();
-    if (!(std::fabs(g - w) <= bound)) {
-      return ::testing::AssertionFailure() << "element " << i << ": backend " << g << ", reference "
-                                           << w << ", bound " << bound;
-    }
-  }
-  return ::testing::AssertionSuccess();
-}
-
-// Compiles `g` on `backend` and runs it on `params`; outputs back on the host.
-std::vector<BufferRef> run_on(Backend& backend, const Graph& g, std::span<const BufferRef> params) {
-  Executable exe =
-      std::move(backend.compile(g, hash_graph(g), backend.compiler_version())).value_or_throw();
-  std::vector<DeviceRef> dev;
-  for (const BufferRef& p : params) dev.push_back(std::move(backend.to_device(host_data(p))).value_or_throw());
-  std::vector<DeviceRef> outs = std::move(backend.run(exe, dev)).value_or_throw();
-  std::vector<BufferRef> host;
-  for (const DeviceRef& d : outs) host.push_back(std::move(backend.to_host(d)).value_or_throw());
-  backend.synchronize();
-  return host;
-}
+using testing::filled;
+using testing::run_on;
+using testing::same_bits;
+using testing::within_gemm_bound;
 
 struct OpCase {
   std::vector<TensorType> inputs;

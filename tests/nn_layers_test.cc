@@ -34,6 +34,7 @@
 #include "backends/cpu/cpu_kernels.h"
 #include "runtime/runtime.h"
 #include "store/sqlite/cache_db.h"
+#include "tests/backend_compare.h"
 #include "tests/test_graphs.h"
 #include "tests/test_support.h"
 
@@ -500,38 +501,8 @@ HostBuffer poisoned(const TensorType& t) {
   return b;
 }
 
-::testing::AssertionResult same_bits(const HostBuffer& got, const HostBuffer& want) {
-  if (!(got.shape() == want.shape()) || got.dtype() != want.dtype()) {
-    return ::testing::AssertionFailure() << "types differ";
-  }
-  const size_t elem = dtype_size(got.dtype());
-  for (int64_t i = 0; i < got.numel(); ++i) {
-    if (got.dtype() == DType::kF32 && std::isnan(got.data<float>()[i]) &&
-        std::isnan(want.data<float>()[i]))
-      continue;
-    if (std::memcmp(got.bytes() + static_cast<size_t>(i) * elem,
-                    want.bytes() + static_cast<size_t>(i) * elem, elem) != 0) {
-      return ::testing::AssertionFailure() << "element " << i << ": cpu " << got.element_as_double(i)
-                                           << ", reference " << want.element_as_double(i);
-    }
-  }
-  return ::testing::AssertionSuccess();
-}
-
-// The GEMM bound of cpu_nn_layers.h: |cpu - ref| <= (K + 3) 2^-24 (|bias| + sum |x w|) + ulp.
-::testing::AssertionResult within_gemm_bound(const HostBuffer& got, const HostBuffer& want,
-                                             const HostBuffer& abs_ref, int64_t k) {
-  for (int64_t i = 0; i < got.numel(); ++i) {
-    const double g = got.data<float>()[i], w = want.data<float>()[i];
-    const double bound = static_cast<double>(k + 3) * 0x1.0p-24 * abs_ref.data<float>()[i] +
-                         std::fabs(w) * 0x1.0p-23 + std::numeric_limits<float>::denorm_min();
-    if (!(std::fabs(g - w) <= bound)) {
-      return ::testing::AssertionFailure() << "element " << i << " of " << got.numel() << ": cpu " << g
-                                           << ", reference " << w << ", bound " << bound;
-    }
-  }
-  return ::testing::AssertionSuccess();
-}
+using testing::same_bits;
+using testing::within_gemm_bound;
 
 struct LayerCase {
   std::vector<HostBuffer> inputs;

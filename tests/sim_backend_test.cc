@@ -29,6 +29,7 @@
 #include "backends/sim/device_spec.h"
 #include "runtime/runtime.h"
 #include "backends/sim/sim_backend.h"
+#include "tests/backend_compare.h"
 #include "tests/test_graphs.h"
 
 namespace tracecache {
@@ -49,51 +50,9 @@ DeviceSpec exact_spec(uint64_t capacity = uint64_t{1} << 20) {
   return s;
 }
 
-BufferRef filled(DType dtype, const Shape& shape, uint64_t seed) {
-  auto b = std::make_shared<HostBuffer>(dtype, shape);
-  std::mt19937_64 gen(seed);
-  for (int64_t i = 0; i < b->numel(); ++i) {
-    switch (dtype) {
-      case DType::kF32:
-        b->data<float>()[i] = static_cast<float>(static_cast<double>(gen() >> 11) * 0x1.0p-53 * 4.0 - 2.0);
-        break;
-      case DType::kBool: b->data<bool>()[i] = (gen() & 1) != 0; break;
-      // Zero is a valid index for every gather-like op and a handled divisor for div.
-      case DType::kI32: b->data<int32_t>()[i] = 0; break;
-      case DType::kI64: b->data<int64_t>()[i] = 0; break;
-    }
-  }
-  return b;
-}
-
-// Same bits, except that any NaN matches any NaN (cpu_kernels.h).
-::testing::AssertionResult same_bits(const HostBuffer& a, const HostBuffer& b) {
-  if (a.dtype() != b.dtype() || !(a.shape() == b.shape())) {
-    return ::testing::AssertionFailure() << type_to_string({a.dtype(), a.shape()}) << " vs "
-                                         << type_to_string({b.dtype(), b.shape()});
-  }
-  const size_t elem = dtype_size(a.dtype());
-  for (int64_t i = 0; i < a.numel(); ++i) {
-    if (a.dtype() == DType::kF32 && std::isnan(a.data<float>()[i]) && std::isnan(b.data<float>()[i])) continue;
-    if (std::memcmp(a.bytes() + static_cast<size_t>(i) * elem, b.bytes() + static_cast<size_t>(i) * elem, elem) != 0) {
-      return ::testing::AssertionFailure() << "element " << i << ": " << a.element_as_double(i)
-                                           << " vs " << b.element_as_double(i);
-    }
-  }
-  return ::testing::AssertionSuccess();
-}
-
-// Compiles `g` on `backend` and runs it on `params`; outputs back on the host.
-std::vector<BufferRef> run_on(Backend& backend, const Graph& g, std::span<const BufferRef> params) {
-  Executable exe = std::move(backend.compile(g, hash_graph(g), kCompilerVersion)).value_or_throw();
-  std::vector<DeviceRef> dev;
-  for (const BufferRef& p : params) dev.push_back(std::move(backend.to_device(host_data(p))).value_or_throw());
-  std::vector<DeviceRef> outs = std::move(backend.run(exe, dev)).value_or_throw();
-  std::vector<BufferRef> host;
-  for (const DeviceRef& d : outs) host.push_back(std::move(backend.to_host(d)).value_or_throw());
-  backend.synchronize();
-  return host;
-}
+using testing::filled;
+using testing::run_on;
+using testing::same_bits;
 
 // ---- fixture programs: sim == cpu through the runtime -----------------------------------------
 

@@ -58,6 +58,7 @@ Runtime::Runtime(Backend* backend, store::CacheDb* disk, store::AuditLog* audit,
       metrics_(metrics ? metrics : &own_metrics_),
       options_(options),
       compiler_version_(options.compiler_version.value_or(backend->compiler_version())),
+      lookup_key_{GraphKey{}, std::string(backend->name()), backend->options_digest(), compiler_version_},
       codec_(backend),
       memory_(options.memory_cache_bytes),
       disk_(disk ? std::optional<store::SqliteTier<Executable>>(std::in_place, disk, &codec_) : std::nullopt),
@@ -86,17 +87,17 @@ store::Event Runtime::make_event(store::EventKind kind, const GraphKey& graph, s
   e.pid = pid_;
   e.kind = kind;
   e.graph = graph;
-  e.backend = std::string(backend_->name());
-  e.options_digest = backend_->options_digest();
+  e.backend = lookup_key_.backend;
+  e.options_digest = lookup_key_.options_digest;
   e.reason = std::move(reason);
   e.duration_ms = duration_ms;
   e.detail = std::move(detail);
   return e;
 }
 
-void Runtime::keep(const store::Event& e) {
+void Runtime::keep(store::Event e) {
   if (events_.size() < options_.max_events_in_memory) {
-    events_.push_back(e);
+    events_.push_back(std::move(e));
   } else {
     ++dropped_events_;
   }
@@ -117,15 +118,15 @@ void Runtime::hit(const GraphKey& graph, size_t tier) {
   metrics_->add(hit_counters_[tier]);
   store::Event e = make_event(store::EventKind::kHit, graph);
   e.tier = std::string(tier_name);
-  keep(e);
   auto it = std::find_if(hits_.begin(), hits_.end(),
-                         [&](const store::HitCount& h) { return h.graph == graph && h.tier == e.tier; });
+                         [&](const store::HitCount& h) { return h.graph == graph && h.tier == tier_name; });
   if (it == hits_.end()) {
     hits_.push_back({graph, e.backend, e.options_digest, e.tier, 0, 0});
     it = hits_.end() - 1;
   }
   ++it->hits;
   it->time = e.time;
+  keep(std::move(e));
   if (++pending_hits_ >= options_.event_batch) flush();
 }
 
@@ -177,8 +178,9 @@ Result<Executable> Runtime::BackendCodec::decode(std::string_view bytes, const s
   return exe;
 }
 
-store::ExecutableKey Runtime::executable_key(const GraphKey& graph) const {
-  return {graph, std::string(backend_->name()), backend_->options_digest(), compiler_version_};
+const store::ExecutableKey& Runtime::executable_key(const GraphKey& graph) {
+  lookup_key_.graph = graph;
+  return lookup_key_;
 }
 
 std::optional<store::MissReason> Runtime::note_lookup(const store::ExecutableKey& key,
@@ -241,7 +243,7 @@ void Runtime::store_compiled(const store::ExecutableKey& key, const std::shared_
 }
 
 Result<std::shared_ptr<const Executable>> Runtime::prepare(const CanonicalGraph& cg) {
-  store::ExecutableKey key = executable_key(cg.key);
+  const store::ExecutableKey& key = executable_key(cg.key);
   ScopedTimer lookup(metrics_, timers::kLookup);
   Tiers::Lookup found = tiers_.get(key);
   std::optional<store::MissReason> reason = note_lookup(key, found);
@@ -290,7 +292,7 @@ Result<std::shared_ptr<const Executable>> Runtime::prepare(const CanonicalGraph&
 
 Result<std::shared_ptr<const Executable>> Runtime::prepare_by_key(const GraphKey& key) {
   // The executable carries its (validated) graph: it serves even when the graph row is gone.
-  store::ExecutableKey exe_key = executable_key(key);
+  const store::ExecutableKey& exe_key = executable_key(key);
   Tiers::Lookup found = tiers_.get(exe_key);
   (void)note_lookup(exe_key, found);
   if (found.exe) return std::move(found.exe);

@@ -138,7 +138,10 @@ class Runtime final : public GraphExecutor {
     Backend* backend_;
   };
 
-  store::ExecutableKey executable_key(const GraphKey& graph) const;
+  // The key of `graph`'s executable for this runtime's backend: lookup_key_ with its graph set,
+  // so a lookup builds no strings (the backend's name and options digest are fixed for its life).
+  // Valid until the next call.
+  const store::ExecutableKey& executable_key(const GraphKey& graph);
   // Records what a lookup met: corrupt entries (`corrupt` events; the store removed them),
   // unreadable tiers (warnings), the hit and what promoting it evicted. Returns the miss reason the
   // problems imply (corrupt, cache unreadable), if any.
@@ -153,7 +156,7 @@ class Runtime final : public GraphExecutor {
   store::Event make_event(store::EventKind kind, const GraphKey& graph, std::string reason = {},
                           double duration_ms = 0, std::string detail = {}) const;
   // Adds to events(), within options.max_events_in_memory.
-  void keep(const store::Event& e);
+  void keep(store::Event e);
   void event(store::EventKind kind, const GraphKey& graph, std::string reason = {},
              double duration_ms = 0, std::string detail = {});
   // Counts a hit served by tiers_.tier(tier).
@@ -184,6 +187,9 @@ class Runtime final : public GraphExecutor {
   Metrics own_metrics_;  // used when metrics_ is null
   RuntimeOptions options_;
   uint32_t compiler_version_;  // options_.compiler_version, else the backend's
+  // The backend's name, options digest and compiler_version_, with the graph set per lookup
+  // (executable_key()); events take their backend and digest from here too.
+  store::ExecutableKey lookup_key_;
   BackendCodec codec_;
   store::MemoryTier<Executable> memory_;
   std::optional<store::SqliteTier<Executable>> disk_;  // when disk_db_

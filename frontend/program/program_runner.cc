@@ -62,6 +62,7 @@ std::vector<AttrValue> resolve_attrs(const Program& p, const OpStmt& op,
                                      std::span<const int64_t> dims) {
   const OpInfo& info = op_info(op.op);
   std::vector<AttrValue> out;
+  out.reserve(info.attrs.size());
   for (const AttrSpec& spec : info.attrs) out.push_back(spec.default_value);
   for (const NamedAttr& a : op.attrs) {
     int i = info.attr_index(a.name);
@@ -105,6 +106,7 @@ Status replay(const Program& p, std::span<const int64_t> dims, Ops& ops,
         }
       }
       std::vector<Value> in;
+      in.reserve(op.operands.size());
       for (const Literal& l : op.operands) {
         if (l.kind == Literal::Kind::kName) {
           in.push_back(lookup(l));
@@ -320,6 +322,7 @@ Result<std::vector<TensorType>> infer_output_types(const Program& program, int s
 Result<std::vector<TensorType>> infer_output_types_at(const Program& program, std::span<const int64_t> dim_values) {
   std::vector<int64_t> dims(dim_values.begin(), dim_values.end());
   std::unordered_map<std::string, TensorType> env;
+  env.reserve(program.tensors.size() + program.ops.size());
   for (const TensorDecl& d : program.tensors) {
     Result<Shape> s = bound_shape(program, d, dims);
     if (!s.is_ok()) return s.status();
@@ -407,6 +410,7 @@ Result<std::vector<Tensor>> record_step(const Program& program, LazyContext& ctx
         program.dims.size(), program.tensors.size(), dims.size(), args.size()));
   }
   std::unordered_map<std::string, Tensor> env;
+  env.reserve(program.tensors.size() + program.ops.size());
   for (size_t i = 0; i < args.size(); ++i) {
     const TensorDecl& d = program.tensors[i];
     Result<Shape> want = bound_shape(program, d, dims);

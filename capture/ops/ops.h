@@ -27,6 +27,8 @@
 //       - Reference kernel: declare it in reference_kernels.h (TRACECACHE_REF_KERNEL) and
 //         define it in reference_kernels.cc, reference_nn_layers.cc or reference_nn_ops.cc.
 //       - Cost: one of the cost functions in ops.cc or a new one (see OpCost).
+//       - Gradient rule (grad.h): a function in the family's grad_*.cc, or nullptr when the
+//         op is not differentiable. tests/grad_test.cc compares every rule with PyTorch.
 //  3. The cpu kernel (backends/cpu): an elementwise op (OpInfo::elementwise()) must have a case
 //     in cpu_kernels.cc op_fn (fused chains have no fallback); any other op runs its reference
 //     kernel unless it gets a fast one in cpu_kernels.cc run_op, cpu_nn_layers.cc or
@@ -56,6 +58,7 @@
 #include "capture/core/shape.h"
 #include "capture/core/status.h"
 #include "capture/ops/attrs.h"
+#include "capture/ops/grad.h"
 
 namespace tracecache {
 
@@ -165,6 +168,9 @@ struct OpInfo {
   InferFn infer;
   ReferenceKernel reference;
   CostFn cost;
+  // Gradient rule (grad.h), or nullptr: the op is not differentiable (its result is integer or
+  // bool, or it has no floating inputs), and asking for a gradient through it is an error.
+  GradFn grad;
 
   bool elementwise() const {
     return op_class == OpClass::kUnary || op_class == OpClass::kBinary ||

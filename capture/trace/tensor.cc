@@ -7,6 +7,8 @@
 #include <cassert>
 #include <limits>
 
+#include "capture/trace/autograd.h"
+
 namespace tracecache {
 
 // A span of n scratch values: inline for the common small case, on the heap beyond it.
@@ -71,6 +73,21 @@ BufferRef Tensor::buffer() const {
 
 
 void Tensor::assign(const Tensor& value) { context().assign(*this, value); }
+
+Tensor& Tensor::set_requires_grad(bool on) {
+  if (on && !is_floating(impl_->type.dtype)) {
+    throw Error(invalid_argument(fmt::format(
+        "set_requires_grad: {} is not differentiable (only floating tensors have gradients)",
+        type_to_string(impl_->type))));
+  }
+  if (impl_->grad_fn) {
+    throw Error(invalid_argument(fmt::format(
+        "set_requires_grad: this {} is the result of an op recorded for autodiff; only leaves "
+        "(weights, inputs) are marked", type_to_string(impl_->type))));
+  }
+  impl_->requires_grad = on;
+  return *this;
+}
 
 double Tensor::item() const {
   if (numel() != 1) {
@@ -151,6 +168,7 @@ Tensor LazyContext::record(OpKind op, std::span<const Tensor> inputs,
                            std::span<const AttrValue> attrs,
                            std::span<const AttrBinding> bindings) {
   Scratch<TensorType> types(inputs.size());
+  bool taped = false;  // some input requires a gradient
   for (size_t i = 0; i < inputs.size(); ++i) {
     const Tensor& t = inputs[i];
     if (!t.defined()) {
@@ -162,7 +180,9 @@ Tensor LazyContext::record(OpKind op, std::span<const Tensor> inputs,
           "op '{}': input {} belongs to another LazyContext", op_info(op).name, i)));
     }
     types[i] = t.impl_->type;
+    taped |= t.impl_->requires_grad;
   }
+  taped &= grad_enabled_;
   if (attrs.size() > kMaxOpAttrs) {
     throw Error(invalid_argument(fmt::format("op '{}': {} attributes given, at most {}",
                                              op_info(op).name, attrs.size(), kMaxOpAttrs)));
@@ -195,7 +215,11 @@ Tensor LazyContext::record(OpKind op, std::span<const Tensor> inputs,
   std::span<AttrValue> normalized(attr_buf.data(), attrs.size());
   TensorType type;
   if (InferError error = infer_op(op, types.span(), normalized, &type)) throw Error(std::move(*error));
-  if (options_.eager) return run_eager(op, inputs, normalized, type);
+  if (options_.eager) {
+    Tensor out = run_eager(op, inputs, normalized, type);
+    if (taped) keep_tape(out.impl_, op, inputs, normalized);
+    return out;
+  }
   if (options_.metrics && trace_.empty()) trace_started_ = std::chrono::steady_clock::now();
 
   Scratch<NodeId> ids(inputs.size());
@@ -223,7 +247,20 @@ Tensor LazyContext::record(OpKind op, std::span<const Tensor> inputs,
   impl->pending_slot = static_cast<uint32_t>(pending_.size());
   pending_.push_back(impl);
   ++live_pending_;
+  if (taped) keep_tape(impl, op, inputs, normalized);
   return Tensor(impl);
+}
+
+void LazyContext::keep_tape(TensorImpl* out, OpKind op, std::span<const Tensor> inputs,
+                            std::span<const AttrValue> attrs) {
+  if (!is_floating(out->type.dtype)) return;  // integer and bool results carry no gradient
+  auto node = std::make_unique<GradNode>();
+  node->op = op;
+  node->num_attrs = static_cast<uint8_t>(attrs.size());
+  std::copy(attrs.begin(), attrs.end(), node->attrs.begin());
+  node->inputs.assign(inputs.begin(), inputs.end());
+  out->requires_grad = true;
+  out->grad_fn = std::move(node);
 }
 
 Tensor LazyContext::run_eager(OpKind op, std::span<const Tensor> inputs,
@@ -256,6 +293,7 @@ void LazyContext::assign(Tensor& target, const Tensor& value) {
         t ? type_to_string(t->type) : "nothing", v ? type_to_string(v->type) : "nothing")));
   }
   if (t == v) return;
+  t->grad_fn.reset();  // the new value was not made by the old value's op
   if (!v->pending()) {  // a known value: nothing to compute, nothing to donate
     if (t->pending()) forget_pending(t);
     t->node = kNoNode;

@@ -31,6 +31,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <limits>
+#include <memory>
 #include <optional>
 #include <span>
 #include <unordered_map>
@@ -48,6 +49,7 @@
 namespace tracecache {
 
 class LazyContext;
+struct GradNode;
 
 inline constexpr NodeId kNoNode = std::numeric_limits<NodeId>::max();
 
@@ -62,6 +64,10 @@ struct TensorImpl {
   uint32_t pending_slot = 0;
   DataRef data;
   BufferRef host;  // data's host bytes once a value read copied them (device memory only)
+  // Autodiff (capture/trace/autograd.h): whether d loss / d this value can be asked for, and the
+  // op that made it while its tape lives (null for a leaf, or once grad() freed it).
+  bool requires_grad = false;
+  std::unique_ptr<GradNode> grad_fn;
 
   bool pending() const { return node != kNoNode; }
 };
@@ -116,6 +122,13 @@ class Tensor {
   const DeviceData* data_ptr() const { return impl_->data.get(); }
   // In-place update at the next barrier: context().assign(*this, value) (see LazyContext).
   void assign(const Tensor& value);
+  // Autodiff (capture/trace/autograd.h). Whether gradients with respect to this value can be
+  // asked for: set on leaves (weights), and true of results of ops on such values.
+  bool requires_grad() const { return impl_->requires_grad; }
+  // Marks a leaf (a tensor no recorded op produced under the tape) as requiring a gradient, or
+  // not. Throws Error (kInvalidArgument) for a non-floating tensor (integer and bool values are
+  // not differentiable) and for a result of a taped op (only leaves are set).
+  Tensor& set_requires_grad(bool on);
   // The single element converted to double. Throws Error unless numel() == 1.
   double item() const;
   // Elements converted to T, row-major.
@@ -132,6 +145,7 @@ class Tensor {
 
  private:
   friend class LazyContext;
+  friend struct AutogradAccess;
   explicit Tensor(TensorImpl* impl);  // takes one reference
   TensorImpl* impl_ = nullptr;
 };
@@ -204,6 +218,15 @@ class LazyContext {
   // Nodes in the pending graph (recorded since the last reset of the trace).
   size_t pending_nodes() const { return trace_.size(); }
 
+  // Whether ops keep an autodiff tape (capture/trace/autograd.h; default true). Returns the
+  // previous setting. NoGradGuard is the scoped form.
+  bool grad_enabled() const { return grad_enabled_; }
+  bool set_grad_enabled(bool on) {
+    const bool previous = grad_enabled_;
+    grad_enabled_ = on;
+    return previous;
+  }
+
  private:
   friend class Tensor;
   friend struct TensorImpl;
@@ -215,6 +238,8 @@ class LazyContext {
   void materialize(std::span<TensorImpl* const> roots);
   void forget_pending(TensorImpl* t);
   void reset_trace_if_idle();
+  // Keeps the tape of `out` (see autograd.h): `op` on `inputs` with normalized `attrs`.
+  void keep_tape(TensorImpl* out, OpKind op, std::span<const Tensor> inputs, std::span<const AttrValue> attrs);
 
   GraphExecutor* executor_;
   LazyOptions options_;
@@ -230,6 +255,7 @@ class LazyContext {
   std::vector<GraphKey> executed_keys_;
   // When the first op of the current trace was recorded (for the `trace` timer).
   std::chrono::steady_clock::time_point trace_started_;
+  bool grad_enabled_ = true;
 };
 
 // ---- the op API -------------------------------------------------------------------------

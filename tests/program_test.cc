@@ -263,6 +263,32 @@ TEST(ProgramParse, LiteralsRoundTrip) {
   EXPECT_EQ(print_program(again), printed);
 }
 
+// Generator arguments print integral values as ints, but an int has no negative zero: -0.0
+// must print as a float, or it reads back as +0.0 and the programs differ (found by
+// fuzz_program; fuzz/regressions/program/negative-zero-generator-argument.trace).
+TEST(ProgramParse, NegativeZeroGeneratorArgumentsKeepTheirSign) {
+  Program p = parse_ok(
+      "tracecache 1\n"
+      "input a : f32[2] = full(-0.0)\n"
+      "input b : f32[2] = normal(seed=1, mean=-0.0, std=1)\n"
+      "input c : f32[2] = uniform(seed=2, low=-0.0, high=0.1)\n"
+      "input d : f32[2] = schedule([-0.0, 0, -0])\n"
+      "output a, b, c, d\n");
+  EXPECT_TRUE(std::signbit(p.tensors[0].init.value));
+  EXPECT_TRUE(std::signbit(p.tensors[1].init.mean));
+  EXPECT_TRUE(std::signbit(p.tensors[2].init.low));
+  EXPECT_TRUE(std::signbit(p.tensors[3].init.values[0]));
+  EXPECT_FALSE(std::signbit(p.tensors[3].init.values[2]));  // the int -0 is 0
+  std::string printed = print_program(p);
+  EXPECT_NE(printed.find("full(-0.0)"), std::string::npos) << printed;
+  EXPECT_NE(printed.find("mean=-0.0,"), std::string::npos) << printed;
+  EXPECT_NE(printed.find("low=-0.0,"), std::string::npos) << printed;
+  EXPECT_NE(printed.find("schedule([-0.0, 0, 0])"), std::string::npos) << printed;
+  Program again = parse_ok(printed);
+  EXPECT_TRUE(p == again) << printed;
+  EXPECT_EQ(print_program(again), printed);
+}
+
 TEST(ProgramParse, EqualityIgnoresPositionsAndOrigin) {
   Program a = parse_ok("tracecache 1\ninput x : f32[2] = full(1)\ny = relu(x)\noutput y\n");
   Program b = parse_ok(

@@ -30,9 +30,12 @@ bool same_doubles(const std::vector<double>& a, const std::vector<double>& b) {
 std::string float_spelling(double v) { return AttrValue::of_float(v).to_string(); }
 
 // Number spelling for generator arguments, where ints and floats are interchangeable: integral
-// values print without a fraction ("0", "-3"), others as floats.
+// values print without a fraction ("0", "-3"), others as floats. -0.0 prints as a float
+// ("-0.0"): an int literal has no negative zero, and programs keep the sign of a zero (floats
+// compare by normalized_float_bits; full(-0.0) is observable, 1 / -0.0 is -inf).
 std::string number_spelling(double v) {
-  if (std::isfinite(v) && v == std::trunc(v) && std::fabs(v) < 1e15) {
+  bool negative_zero = v == 0 && std::signbit(v);
+  if (std::isfinite(v) && v == std::trunc(v) && std::fabs(v) < 1e15 && !negative_zero) {
     return fmt::format("{}", static_cast<int64_t>(v));
   }
   return float_spelling(v);

@@ -269,6 +269,24 @@ TEST(GradNnOps, AttentionGivesOnlyTheWantedGradients) {
   EXPECT_EQ(got[6], 0.0f);  // key 3 too (queries 0..2)
 }
 
+// layer_norm asked for the weight and bias alone gives the same values as asked for all three.
+TEST(GradNnOps, LayerNormGivesOnlyTheWantedGradients) {
+  auto grads_of = [](bool with_x) {
+    ReferenceExecutor reference;
+    LazyContext ctx(&reference);
+    Tensor x = ctx.from_buffer(random_f32({3, 4}, 1));
+    Tensor w = ctx.from_buffer(random_f32({4}, 2)).set_requires_grad(true);
+    Tensor b = ctx.from_buffer(random_f32({4}, 3)).set_requires_grad(true);
+    if (with_x) x.set_requires_grad(true);
+    Tensor y = layer_norm(x, 1, w, b);
+    Tensor loss = sum(mul(y, ctx.from_buffer(random_f32({3, 4}, 4))));
+    std::vector<Tensor> g = with_x ? grad(loss, {w, b, x}) : grad(loss, {w, b});
+    ctx.mark_step();
+    return std::vector<std::vector<float>>{g[0].to_vector<float>(), g[1].to_vector<float>()};
+  };
+  EXPECT_EQ(grads_of(false), grads_of(true));
+}
+
 // ---- eager == lazy on a tiny transformer block --------------------------------------------------
 
 struct Block {

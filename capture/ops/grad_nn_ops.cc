@@ -87,6 +87,9 @@ TRACECACHE_GRAD_RULE(layer_norm) {
   IntList axes;
   for (int d = rank - static_cast<int>(attrs.normalized_dims()); d < rank; ++d) axes.push_back(d);
   const bool has_weight = a.inputs.size() > 1, has_bias = a.inputs.size() > 2;
+  if (has_bias && a.wanted[2]) grads[2] = b.sum_to(a.grad, shape_of(b, a.inputs[2]));
+  const bool want_weight = has_weight && a.wanted[1];
+  if (!a.wanted[0] && !want_weight) return;
   GradValue centered = b.sub(x, reduce_keep(b, OpKind::kMean, x, axes));
   GradValue var = reduce_keep(b, OpKind::kMean, b.mul(centered, centered), axes);
   GradValue rstd = b.op(OpKind::kRsqrt, {b.add(var, b.scalar(attrs.eps()))});
@@ -97,8 +100,7 @@ TRACECACHE_GRAD_RULE(layer_norm) {
                             b.mul(xhat, reduce_keep(b, OpKind::kMean, b.mul(gw, xhat), axes)));
     grads[0] = b.mul(rstd, inner);
   }
-  if (has_weight && a.wanted[1]) grads[1] = b.sum_to(b.mul(a.grad, xhat), shape_of(b, a.inputs[1]));
-  if (has_bias && a.wanted[2]) grads[2] = b.sum_to(a.grad, shape_of(b, a.inputs[2]));
+  if (want_weight) grads[1] = b.sum_to(b.mul(a.grad, xhat), shape_of(b, a.inputs[1]));
 }
 
 // From the result y: y (g - sum(g y)) along the axis.

@@ -27,6 +27,14 @@ def _scatter_add(x, axis, index, src):
     return x.scatter_add(axis, index, src)
 
 
+def _block(tok, tgt, emb, lw, lb, wq, wk, wv, head):
+    x = torch.nn.functional.embedding(tok, emb)
+    h = torch.nn.functional.layer_norm(x, [x.shape[-1]], lw, lb)
+    a = _attention(h @ wq, h @ wk, h @ wv, causal=True)
+    logp = torch.log_softmax((x + a) @ head, -1)
+    return torch.gather(logp, 2, tgt)
+
+
 CASES = [
     # ---- embedding: duplicate rows accumulate; any index rank ----
     {"name": "embedding_dupes",
@@ -146,4 +154,23 @@ CASES = [
      "inputs": {"x": ("f32", [3, 4], "normal"), "i": ("i32", [2, 6], "int:0:4"), "s": ("f32", [2, 6], "normal")},
      "program": "y = scatter_add(x, i, s, axis=-1)",
      "torch": lambda x, i, s: _scatter_add(x, -1, i.long(), s)},
+    # ---- all of them in one tiny transformer block ----
+    {"name": "transformer_block",
+     "inputs": {"tok": ("i64", [2, 5], "int:0:7"), "tgt": ("i64", [2, 5, 1], "int:0:7"),
+                "emb": ("f32", [7, 8], "normal"), "lw": ("f32", [8], "positive"), "lb": ("f32", [8], "normal"),
+                "wq": ("f32", [8, 8], "normal"), "wk": ("f32", [8, 8], "normal"), "wv": ("f32", [8, 8], "normal"),
+                "head": ("f32", [8, 7], "normal")},
+     "program": """
+x = embedding(emb, tok)
+h = layer_norm(x, lw, lb, normalized_dims=1)
+q = matmul(h, wq)
+k = matmul(h, wk)
+v = matmul(h, wv)
+a = scaled_dot_product_attention(q, k, v, causal=true)
+r = add(x, a)
+z = matmul(r, head)
+lp = log_softmax(z, axis=-1)
+y = gather(lp, tgt, axis=2)
+""",
+     "torch": _block},
 ]

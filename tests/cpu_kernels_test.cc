@@ -19,6 +19,7 @@
 #include <random>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -359,6 +360,18 @@ std::vector<OpCase> cases_for(const OpInfo& op) {
           add({{DType::kF32, {70, 64}}, {DType::kF32, {90, 64}}, {DType::kF32, {90, 33}}}, {{"causal", flag(true)}});
           break;
         }
+        case OpKind::kScatterAdd: {
+          // Random indices: many out of range (clamped) and many duplicates.
+          const std::vector<std::tuple<Shape, Shape, int>> shapes = {
+              {{4, 3}, {6, 3}, 0}, {{4, 3}, {2, 5}, 1}, {{4, 3}, {4, 2}, -1}, {{2, 3, 4}, {2, 7, 3}, 1},
+              {{3, 0}, {3, 0}, 0}, {{5}, {9}, 0},   {{200, 33}, {500, 33}, 0}, {{2, 1, 3}, {2, 1, 0}, 2}};
+          for (DType it : {DType::kI32, DType::kI64}) {
+            for (const auto& [x, index, axis] : shapes) {
+              add({{DType::kF32, x}, {it, index}, {DType::kF32, index}}, {{"axis", num(axis)}});
+            }
+          }
+          break;
+        }
         default:
           break;
       }
@@ -516,7 +529,7 @@ TEST(CpuKernels, EveryOpButParameterIsTested) {
   // A new op joins the parameterized suite automatically; this count is a reminder to give it
   // cases in cases_for().
   EXPECT_EQ(ops_with_kernels().size(), static_cast<size_t>(kOpCount - 1 - 11));
-  EXPECT_EQ(kOpCount, 59);
+  EXPECT_EQ(kOpCount, 60);
   for (const std::string& name : ops_with_kernels()) EXPECT_FALSE(cases_for(*find_op(name)).empty()) << name;
 }
 

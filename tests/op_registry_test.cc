@@ -35,7 +35,7 @@ std::vector<ViewUse> view_uses() {
       {names_of<ShapeAttrs>(), {K::kReshape, K::kBroadcastTo}},
       {names_of<PermuteAttrs>(), {K::kPermute}},
       {names_of<TransposeAttrs>(), {K::kTranspose}},
-      {names_of<AxisAttrs>(), {K::kConcat, K::kGather, K::kIndexSelect, K::kSoftmax, K::kLogSoftmax}},
+      {names_of<AxisAttrs>(), {K::kConcat, K::kGather, K::kIndexSelect, K::kSoftmax, K::kLogSoftmax, K::kScatterAdd}},
       {names_of<SliceAttrs>(), {K::kSlice}},
       {names_of<FullAttrs>(), {K::kFull}},
       {names_of<ArangeAttrs>(), {K::kArange}},

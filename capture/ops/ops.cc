@@ -12,6 +12,7 @@
 #include "capture/core/status.h"
 #include "capture/ops/attr_views.h"
 #include "capture/ops/grad_elementwise.h"
+#include "capture/ops/grad_nn_ops.h"
 #include "capture/ops/reference_kernels.h"
 
 namespace tracecache {
@@ -945,6 +946,33 @@ Check infer_attention(std::span<const TensorType> in, std::span<AttrValue> attrs
   return std::nullopt;
 }
 
+// ---- gradients of the lookups ----------------------------------------------------------------
+
+Check infer_scatter_add(std::span<const TensorType> in, std::span<AttrValue> attrs, TensorType* result) {
+  constexpr std::string_view kOp = "scatter_add";
+  const TensorType &x = in[0], &idx = in[1], &src = in[2];
+  RETURN_IF_ERROR(require_f32(kOp, "input", x));
+  RETURN_IF_ERROR(require_index(kOp, idx));
+  RETURN_IF_ERROR(require_f32(kOp, "src", src));
+  const int rank = x.shape.rank();
+  int64_t& axis = AxisAttrs(attrs).axis();
+  RETURN_IF_ERROR(normalize_axis(kOp, axis, rank));
+  if (!(src.shape == idx.shape)) {
+    return fail(kOp, fmt::format("src {} must have the shape of index {}", describe(src), describe(idx)));
+  }
+  bool fits = idx.shape.rank() == rank;
+  for (int d = 0; fits && d < rank; ++d) fits = d == axis || idx.shape[d] <= x.shape[d];
+  if (!fits) {
+    return fail(kOp, fmt::format("index {} must have the rank of the input {} and no dim larger than "
+                                 "the input's outside axis {}", describe(idx), describe(x), axis));
+  }
+  if (x.shape[static_cast<int>(axis)] == 0 && idx.shape.numel() > 0) {
+    return fail(kOp, fmt::format("input {} is empty along axis {}", describe(x), axis));
+  }
+  *result = x;
+  return std::nullopt;
+}
+
 // ---- costs (see OpCost in ops.h) ------------------------------------------------------------
 // Inputs are as the inference rule accepted them (so arities and ranks hold) and `attrs` are
 // normalized.
@@ -1001,6 +1029,11 @@ OpCost cost_pool(std::span<const TensorType>, const TensorType& out, std::span<c
   return {out.shape.numel() * window, false};
 }
 
+// scatter_add: one add per src element.
+OpCost cost_scatter_add(std::span<const TensorType> in, const TensorType&, std::span<const AttrValue>) {
+  return {in[2].shape.numel(), false};
+}
+
 constexpr CostFn kPerOut = cost_per_out<1>;
 constexpr CostFn kTranscendental = cost_per_out<kTranscendentalFlops>;
 constexpr CostFn kPerIn = cost_per_in<1>;
@@ -1053,9 +1086,9 @@ const OpInfo kOps[] = {
     {OpKind::kFlatten, "flatten", C::kNn, 1, 1, kFlattenAttrs, infer_flatten, ref::flatten, kPerOut, nullptr},
     {OpKind::kPad, "pad", C::kNn, 1, 1, kPadAttrs, infer_pad, ref::pad, kPerOut, nullptr},
     {OpKind::kDropout, "dropout", C::kNn, 1, 1, kDropoutAttrs, infer_dropout, ref::dropout, kPerOut, nullptr},
-    {OpKind::kEmbedding, "embedding", C::kNn, 2, 2, kNoAttrs, infer_embedding, ref::embedding, kPerOut, nullptr},
-    {OpKind::kGather, "gather", C::kNn, 2, 2, kIndexAxisAttrs, infer_gather, ref::gather, kPerOut, nullptr},
-    {OpKind::kIndexSelect, "index_select", C::kNn, 2, 2, kIndexAxisAttrs, infer_index_select, ref::index_select, kPerOut, nullptr},
+    {OpKind::kEmbedding, "embedding", C::kNn, 2, 2, kNoAttrs, infer_embedding, ref::embedding, kPerOut, grad::embedding},
+    {OpKind::kGather, "gather", C::kNn, 2, 2, kIndexAxisAttrs, infer_gather, ref::gather, kPerOut, grad::gather},
+    {OpKind::kIndexSelect, "index_select", C::kNn, 2, 2, kIndexAxisAttrs, infer_index_select, ref::index_select, kPerOut, grad::index_select},
     {OpKind::kFull, "full", C::kSource, 0, 0, kFullAttrs, infer_full, ref::full, kPerOut, nullptr},
     {OpKind::kArange, "arange", C::kSource, 0, 0, kArangeAttrs, infer_arange, ref::arange, kPerOut, nullptr},
     {OpKind::kUniform, "uniform", C::kSource, 0, 0, kUniformAttrs, infer_uniform, ref::uniform, kPerOut, nullptr},
@@ -1067,11 +1100,12 @@ const OpInfo kOps[] = {
     {OpKind::kErf, "erf", C::kUnary, 1, 1, kNoAttrs, infer_unary_float, ref::erf, kTranscendental, nullptr},
     {OpKind::kClamp, "clamp", C::kUnary, 1, 1, kClampAttrs, infer_clamp, ref::clamp, kPerOut, nullptr},
     {OpKind::kBatchNorm, "batch_norm", C::kNn, 5, 5, kBatchNormAttrs, infer_batch_norm, ref::batch_norm, cost_per_out<2>, nullptr},
-    {OpKind::kLayerNorm, "layer_norm", C::kNn, 1, 3, kLayerNormAttrs, infer_layer_norm, ref::layer_norm, cost_per_in<8>, nullptr},
-    {OpKind::kSoftmax, "softmax", C::kNn, 1, 1, kSoftmaxAttrs, infer_softmax<OpKind::kSoftmax>, ref::softmax, kSoftmaxCost, nullptr},
-    {OpKind::kLogSoftmax, "log_softmax", C::kNn, 1, 1, kSoftmaxAttrs, infer_softmax<OpKind::kLogSoftmax>, ref::log_softmax, kSoftmaxCost, nullptr},
+    {OpKind::kLayerNorm, "layer_norm", C::kNn, 1, 3, kLayerNormAttrs, infer_layer_norm, ref::layer_norm, cost_per_in<8>, grad::layer_norm},
+    {OpKind::kSoftmax, "softmax", C::kNn, 1, 1, kSoftmaxAttrs, infer_softmax<OpKind::kSoftmax>, ref::softmax, kSoftmaxCost, grad::softmax},
+    {OpKind::kLogSoftmax, "log_softmax", C::kNn, 1, 1, kSoftmaxAttrs, infer_softmax<OpKind::kLogSoftmax>, ref::log_softmax, kSoftmaxCost, grad::log_softmax},
     {OpKind::kScaledDotProductAttention, "scaled_dot_product_attention", C::kNn, 3, 4, kAttentionAttrs,
-     infer_attention, ref::scaled_dot_product_attention, cost_attention, nullptr},
+     infer_attention, ref::scaled_dot_product_attention, cost_attention, grad::scaled_dot_product_attention},
+    {OpKind::kScatterAdd, "scatter_add", C::kNn, 3, 3, kIndexAxisAttrs, infer_scatter_add, ref::scatter_add, cost_scatter_add, grad::scatter_add},
 };
 static_assert(std::size(kOps) == kOpCount, "every OpKind needs exactly one registry row");
 

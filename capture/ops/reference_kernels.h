@@ -83,6 +83,10 @@ TRACECACHE_REF_KERNEL(dropout);
 TRACECACHE_REF_KERNEL(embedding);
 TRACECACHE_REF_KERNEL(gather);
 TRACECACHE_REF_KERNEL(index_select);
+// Gradients of the lookups; in capture/ops/reference_grad_nn_ops.cc. scatter_add clamps indices as
+// the lookups do and sums each output element in double (x first, then src in increasing index),
+// rounded once (docs/ops.md).
+TRACECACHE_REF_KERNEL(scatter_add);
 
 #undef TRACECACHE_REF_KERNEL
 

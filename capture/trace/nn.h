@@ -38,6 +38,10 @@ Tensor embedding(const Tensor& weight, const Tensor& indices);
 Tensor gather(const Tensor& x, int64_t axis, const Tensor& index);
 // torch.index_select: index is a rank-1 integer tensor.
 Tensor index_select(const Tensor& x, int64_t axis, const Tensor& index);
+// torch.scatter_add, out of place: x plus each src element added at its index along `axis`
+// (index and src of one shape; indices clamped as gather's; duplicates accumulate). The
+// backward of the lookups (capture/ops/grad_nn_ops.h).
+Tensor scatter_add(const Tensor& x, int64_t axis, const Tensor& index, const Tensor& src);
 
 // ---- normalization, activations, attention ------------------------------------------------
 

@@ -77,4 +77,8 @@ Tensor index_select(const Tensor& x, int64_t axis, const Tensor& index) {
   return x.context().record(OpKind::kIndexSelect, {x, index}, {AttrValue::of_int(axis)});
 }
 
+Tensor scatter_add(const Tensor& x, int64_t axis, const Tensor& index, const Tensor& src) {
+  return x.context().record(OpKind::kScatterAdd, {x, index, src}, {AttrValue::of_int(axis)});
+}
+
 }  // namespace tracecache

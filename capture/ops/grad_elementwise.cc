@@ -1,6 +1,5 @@
 #include "capture/ops/grad_elementwise.h"
 
-#include <cmath>
 #include <numbers>
 
 #include "capture/ops/attr_views.h"
@@ -190,8 +189,6 @@ TRACECACHE_GRAD_RULE(matmul) {
   Shape pa = sa, pb = sb;
   if (pa.rank() == 1) pa.insert(0, 1);
   if (pb.rank() == 1) pb.push_back(1);
-  GradValue A = b.reshape(a.inputs[0], pa);
-  GradValue B = b.reshape(a.inputs[1], pb);
   // The result's gradient with the removed dims put back.
   Shape pc = shape_of(b, a.grad);
   if (sa.rank() == 1) pc.insert(pc.rank() - (sb.rank() == 1 ? 0 : 1), 1);
@@ -201,8 +198,15 @@ TRACECACHE_GRAD_RULE(matmul) {
     const int r = b.type(v).shape.rank();
     return b.op(OpKind::kTranspose, {v}, {AttrValue::of_int(r - 2), AttrValue::of_int(r - 1)});
   };
-  if (a.wanted[0]) grads[0] = b.reshape(b.sum_to(b.op(OpKind::kMatmul, {G, t(B)}), pa), sa);
-  if (a.wanted[1]) grads[1] = b.reshape(b.sum_to(b.op(OpKind::kMatmul, {t(A), G}), pb), sb);
+  // dA needs only B and dB only A: nothing is recorded for an operand that is not wanted.
+  if (a.wanted[0]) {
+    GradValue B = b.reshape(a.inputs[1], pb);
+    grads[0] = b.reshape(b.sum_to(b.op(OpKind::kMatmul, {G, t(B)}), pa), sa);
+  }
+  if (a.wanted[1]) {
+    GradValue A = b.reshape(a.inputs[0], pa);
+    grads[1] = b.reshape(b.sum_to(b.op(OpKind::kMatmul, {t(A), G}), pb), sb);
+  }
 }
 
 TRACECACHE_GRAD_RULE(sum) {

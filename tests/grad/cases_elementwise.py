@@ -80,6 +80,9 @@ CASES = [
     {"name": "where_of_compare", "inputs": {"a": f32([2, 3]), "b": f32([2, 3])},
      "program": "b2 = mul(b, 2)\nc = gt(a, b)\ny = where(c, a, b2)",
      "torch": lambda a, b: torch.where(a > b, a, b * 2)},
+    # Through a comparison only: no gradient (zeros; PyTorch's None).
+    {"name": "compare_no_gradient", "inputs": {"a": f32([2, 3]), "b": f32([3])},
+     "program": "c = lt(a, b)\ny = cast(c, dtype=f32)", "torch": lambda a, b: (a < b).to(torch.float32)},
     {"name": "cast_f32", "inputs": {"a": f32([2, 3])},
      "program": "y = cast(a, dtype=f32)", "torch": lambda a: a.to(torch.float32)},
     {"name": "cast_from_integer", "inputs": {"a": f32([2, 3]), "i": ("i32", [2, 3], "int:-4:5")},

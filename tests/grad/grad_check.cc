@@ -24,8 +24,8 @@
 // (the f32-rounded x + eps d minus x - eps d, over 2 eps) within
 //   kFdRtol * sum |g_i d_i| + kFdRound * (sum |y+ R| + sum |y- R|) / (2 eps) + 1e-6:
 // the first term is the step's truncation error (torch_grads.py draws inputs whose float64
-// central difference at this eps is within 5e-4 of it, so no kink lies inside the step), the
-// second the f32 rounding of the forward results (16 ulp of each term of the loss).
+// central difference at this eps is within 5e-4 sum |g_i d_i| of it, so no kink lies inside
+// the step), the second the f32 rounding of the forward results (16 ulp of each loss term).
 //
 // With --require-coverage every op that has a gradient rule (OpInfo::grad) must appear in some
 // case's program; an op with a rule and no case is an error naming the op.

@@ -27,4 +27,10 @@ PY
 expect_exit 1 "$CHECK" "$TMP/cases/mul_broadcast"
 grep -q "FAIL mul_broadcast: eager-reference, grad of b: element \[0, 1\]" "$TMP/out" ||
   fail "the planted error is not reported: $(cat "$TMP/out")"
+# An op with a gradient rule and no case fails the coverage check, named (here: every op but
+# neg, with only the neg case given).
+expect_exit 1 "$CHECK" --require-coverage "$TMP/cases/neg"
+grep -q "FAIL op 'matmul' has a gradient rule and no PyTorch case" "$TMP/out" ||
+  fail "an uncovered op is not reported: $(cat "$TMP/out")"
+grep -q "op 'neg' has a gradient rule and no" "$TMP/out" && fail "neg has a case but is reported uncovered"
 echo ok

@@ -1,7 +1,7 @@
 // The autodiff tape and grad() (capture/trace/autograd.h): the same gradients in eager and lazy
 // mode, a directional finite-difference check independent of any other implementation, one
 // graph per barrier for forward + backward + update, the tape freed after grad(), and the errors.
-// Per-op gradients against PyTorch: tests/grad_ops_test.py.
+// Per-op gradients against PyTorch: tests/grad/ (cli.grad_torch).
 #include "capture/trace/autograd.h"
 
 #include <gtest/gtest.h>

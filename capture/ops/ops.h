@@ -28,7 +28,8 @@
 //         define it in reference_kernels.cc, reference_nn_layers.cc or reference_nn_ops.cc.
 //       - Cost: one of the cost functions in ops.cc or a new one (see OpCost).
 //       - Gradient rule (grad.h): a function in the family's grad_*.cc, or nullptr when the
-//         op is not differentiable. tests/grad_test.cc compares every rule with PyTorch.
+//         op is not differentiable. cli.grad_torch compares every rule with PyTorch and fails
+//         for a rule with no case: add cases to tests/grad/cases_<family>.py (torch_grads.py).
 //  3. The cpu kernel (backends/cpu): an elementwise op (OpInfo::elementwise()) must have a case
 //     in cpu_kernels.cc op_fn (fused chains have no fallback); any other op runs its reference
 //     kernel unless it gets a fast one in cpu_kernels.cc run_op, cpu_nn_layers.cc or

@@ -83,6 +83,8 @@ TRACECACHE_REF_KERNEL(dropout);
 TRACECACHE_REF_KERNEL(embedding);
 TRACECACHE_REF_KERNEL(gather);
 TRACECACHE_REF_KERNEL(index_select);
+// training ops; in capture/ops/reference_nn_layers.cc.
+TRACECACHE_REF_KERNEL(dropout_mask);
 
 #undef TRACECACHE_REF_KERNEL
 

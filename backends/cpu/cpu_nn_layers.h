@@ -1,5 +1,6 @@
 // The `cpu` backend's kernels for the nn layers of capture/trace/nn.h: convolution, pooling, linear,
-// flatten, pad, dropout, the index lookups, and the training op dropout_mask. Called from cpu::run_op (cpu_kernels.h).
+// flatten, pad, dropout, the index lookups and the training op dropout_mask. Called from
+// cpu::run_op (cpu_kernels.h).
 //
 // Numerics against the reference kernels (capture/ops/reference_kernels.h):
 //

@@ -348,6 +348,15 @@ std::vector<OpCase> cases_for(const OpInfo& op) {
             add({{DType::kF32, x}}, {{"axis", num(-1)}});
           }
           break;
+        case OpKind::kDropoutMask:
+          for (DType seed : {DType::kI64, DType::kI32}) {
+            add({{seed, {}}}, {{"shape", ints({3, 4})}, {"p", real(0.5)}});
+            add({{seed, {}}}, {{"shape", ints({1000, 70})}, {"p", real(0.1)}, {"salt", num(7)}});
+            add({{seed, {}}}, {{"shape", ints({5})}, {"p", real(0)}});
+            add({{seed, {}}}, {{"shape", ints({5})}, {"p", real(1)}});
+            add({{seed, {}}}, {{"shape", ints({0, 3})}, {"p", real(0.3)}});
+          }
+          break;
         case OpKind::kScaledDotProductAttention: {
           const TensorType q{DType::kF32, {2, 3, 5, 8}}, k{DType::kF32, {2, 3, 7, 8}}, v{DType::kF32, {2, 3, 7, 4}};
           add({q, k, v});
@@ -529,7 +538,7 @@ TEST(CpuKernels, EveryOpButParameterIsTested) {
   // A new op joins the parameterized suite automatically; this count is a reminder to give it
   // cases in cases_for().
   EXPECT_EQ(ops_with_kernels().size(), static_cast<size_t>(kOpCount - 1 - 11));
-  EXPECT_EQ(kOpCount, 60);
+  EXPECT_EQ(kOpCount, 61);
   for (const std::string& name : ops_with_kernels()) EXPECT_FALSE(cases_for(*find_op(name)).empty()) << name;
 }
 

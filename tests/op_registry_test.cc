@@ -53,6 +53,7 @@ std::vector<ViewUse> view_uses() {
       {names_of<FlattenAttrs>(), {K::kFlatten}},
       {names_of<PadAttrs>(), {K::kPad}},
       {names_of<DropoutAttrs>(), {K::kDropout}},
+      {names_of<DropoutMaskAttrs>(), {K::kDropoutMask}},
   };
 }
 

@@ -21,6 +21,7 @@
 
 #include "capture/ops/attr_views.h"
 #include "capture/ops/elementwise.h"
+#include "capture/ops/random.h"
 #include "backends/cpu/cpu_kernels.h"
 
 namespace tracecache::cpu {
@@ -485,6 +486,19 @@ void index_select(const HostBuffer& x, const HostBuffer& index, int axis, HostBu
 
 }  // namespace
 
+// The reference's element formula (capture/ops/random.h) over ranges of the mask, one per thread.
+void dropout_mask(const HostBuffer& seed, std::span<const AttrValue> attrs, HostBuffer& out) {
+  const DropoutMaskAttrs a(attrs);
+  const int64_t s = seed.dtype() == DType::kI32 ? seed.data<int32_t>()[0] : seed.data<int64_t>()[0];
+  const uint64_t stream = dropout_stream(s, a.salt());
+  float* p = out.data<float>();
+  const double drop = a.p();
+  // Two rounds of the 64-bit mixer per element: count it as a few elementwise ops.
+  parallel_for(out.numel(), 8 * out.numel(), [&](int64_t begin, int64_t end) {
+    fill_dropout_mask(p, stream, drop, begin, end);
+  });
+}
+
 bool run_nn_layer(OpKind op, std::span<const HostBuffer* const> in, std::span<const AttrValue> attrs,
                   HostBuffer& out) {
   switch (op) {
@@ -516,6 +530,9 @@ bool run_nn_layer(OpKind op, std::span<const HostBuffer* const> in, std::span<co
       return true;
     case OpKind::kIndexSelect:
       index_select(*in[0], *in[1], static_cast<int>(AxisAttrs(attrs).axis()), out);
+      return true;
+    case OpKind::kDropoutMask:
+      dropout_mask(*in[0], attrs, out);
       return true;
     default:
       return false;

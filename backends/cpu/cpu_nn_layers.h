@@ -1,5 +1,6 @@
 // The `cpu` backend's kernels for the nn layers of capture/trace/nn.h: convolution, pooling, linear,
-// flatten, pad, dropout and the index lookups. Called from cpu::run_op (cpu_kernels.h).
+// flatten, pad, dropout, the index lookups and the training op dropout_mask. Called from
+// cpu::run_op (cpu_kernels.h).
 //
 // Numerics against the reference kernels (capture/ops/reference_kernels.h):
 //
@@ -17,6 +18,8 @@
 //                          cells in the reference's order (sums in double)
 //   adaptive_avg_pool2d    the reference's loops, window bounds hoisted          bitwise
 //   flatten dropout        memcpy                                               bitwise
+//   dropout_mask           the reference's per-element formula (random.h) over  bitwise
+//                          ranges of the mask, split over parallel_for
 //   pad                    fill, then one memcpy per kept innermost row         bitwise
 //   embedding gather       row memcpy / strided element copies, indices         bitwise
 //   index_select           clamped as in the reference

@@ -301,6 +301,16 @@ struct DropoutAttrs : AttrView<A> {
   decltype(auto) p() const { return TRACECACHE_ATTR("p", f); }
 };
 
+// dropout_mask
+template <typename A>
+struct DropoutMaskAttrs : AttrView<A> {
+  static constexpr AttrNames<3> kNames{"shape", "p", "salt"};
+  using AttrView<A>::AttrView;
+  decltype(auto) shape() const { return TRACECACHE_ATTR("shape", ints); }
+  decltype(auto) p() const { return TRACECACHE_ATTR("p", f); }
+  decltype(auto) salt() const { return TRACECACHE_ATTR("salt", i); }
+};
+
 #undef TRACECACHE_ATTR
 
 // Deduction: a view over std::span<A> is a view of A (const AttrValue reads, AttrValue writes).
@@ -332,6 +342,7 @@ TRACECACHE_ATTR_VIEW_GUIDE(AdaptiveAvgPool2dAttrs)
 TRACECACHE_ATTR_VIEW_GUIDE(FlattenAttrs)
 TRACECACHE_ATTR_VIEW_GUIDE(PadAttrs)
 TRACECACHE_ATTR_VIEW_GUIDE(DropoutAttrs)
+TRACECACHE_ATTR_VIEW_GUIDE(DropoutMaskAttrs)
 #undef TRACECACHE_ATTR_VIEW_GUIDE
 
 }  // namespace tracecache

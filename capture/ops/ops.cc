@@ -13,6 +13,7 @@
 #include "capture/ops/attr_views.h"
 #include "capture/ops/grad_elementwise.h"
 #include "capture/ops/grad_nn_ops.h"
+#include "capture/ops/grad_train.h"
 #include "capture/ops/reference_kernels.h"
 
 namespace tracecache {
@@ -105,6 +106,9 @@ const AttrSpec kFlattenAttrs[] = {{"start_dim", AttrKind::kInt, false, AttrValue
 const AttrSpec kPadAttrs[] = {{"pads", AttrKind::kInts, true, none_ints()},
                               {"value", AttrKind::kFloat, false, AttrValue::of_float(0)}};
 const AttrSpec kDropoutAttrs[] = {{"p", AttrKind::kFloat, true, AttrValue::of_float(0.5)}};
+const AttrSpec kDropoutMaskAttrs[] = {{"shape", AttrKind::kInts, true, none_ints()},
+                                      {"p", AttrKind::kFloat, true, AttrValue::of_float(0.5)},
+                                      {"salt", AttrKind::kInt, false, AttrValue::of_int(0)}};
 const AttrSpec kIndexAxisAttrs[] = {{"axis", AttrKind::kInt, true, AttrValue::of_int(0)}};
 
 // ---- shared checks ------------------------------------------------------------------------
@@ -973,6 +977,20 @@ Check infer_scatter_add(std::span<const TensorType> in, std::span<AttrValue> att
   return std::nullopt;
 }
 
+// ---- training ops ----------------------------------------------------------------------------
+
+Check infer_dropout_mask(std::span<const TensorType> in, std::span<AttrValue> attrs, TensorType* result) {
+  DropoutMaskAttrs a(attrs);
+  const TensorType& seed = in[0];
+  if (seed.shape.rank() != 0 || (seed.dtype != DType::kI32 && seed.dtype != DType::kI64)) {
+    return fail("dropout_mask", fmt::format("the seed must be an i32 or i64 scalar (rank 0), got {}", describe(seed)));
+  }
+  if (!(a.p() >= 0 && a.p() <= 1)) return fail("dropout_mask", fmt::format("p must be in [0, 1], got {}", a.p()));
+  RETURN_IF_ERROR(check_shape_attr("dropout_mask", a.shape()));
+  *result = TensorType{DType::kF32, Shape(a.shape())};
+  return std::nullopt;
+}
+
 // ---- costs (see OpCost in ops.h) ------------------------------------------------------------
 // Inputs are as the inference rule accepted them (so arities and ranks hold) and `attrs` are
 // normalized.
@@ -1085,7 +1103,7 @@ const OpInfo kOps[] = {
     {OpKind::kLinear, "linear", C::kNn, 2, 3, kNoAttrs, infer_linear, ref::linear, cost_contract_last_dim, nullptr},
     {OpKind::kFlatten, "flatten", C::kNn, 1, 1, kFlattenAttrs, infer_flatten, ref::flatten, kPerOut, nullptr},
     {OpKind::kPad, "pad", C::kNn, 1, 1, kPadAttrs, infer_pad, ref::pad, kPerOut, nullptr},
-    {OpKind::kDropout, "dropout", C::kNn, 1, 1, kDropoutAttrs, infer_dropout, ref::dropout, kPerOut, nullptr},
+    {OpKind::kDropout, "dropout", C::kNn, 1, 1, kDropoutAttrs, infer_dropout, ref::dropout, kPerOut, grad::dropout},
     {OpKind::kEmbedding, "embedding", C::kNn, 2, 2, kNoAttrs, infer_embedding, ref::embedding, kPerOut, grad::embedding},
     {OpKind::kGather, "gather", C::kNn, 2, 2, kIndexAxisAttrs, infer_gather, ref::gather, kPerOut, grad::gather},
     {OpKind::kIndexSelect, "index_select", C::kNn, 2, 2, kIndexAxisAttrs, infer_index_select, ref::index_select, kPerOut, grad::index_select},
@@ -1106,6 +1124,8 @@ const OpInfo kOps[] = {
     {OpKind::kScaledDotProductAttention, "scaled_dot_product_attention", C::kNn, 3, 4, kAttentionAttrs,
      infer_attention, ref::scaled_dot_product_attention, cost_attention, grad::scaled_dot_product_attention},
     {OpKind::kScatterAdd, "scatter_add", C::kNn, 3, 3, kIndexAxisAttrs, infer_scatter_add, ref::scatter_add, cost_scatter_add, grad::scatter_add},
+    // training
+    {OpKind::kDropoutMask, "dropout_mask", C::kNn, 1, 1, kDropoutMaskAttrs, infer_dropout_mask, ref::dropout_mask, kPerOut, nullptr},
 };
 static_assert(std::size(kOps) == kOpCount, "every OpKind needs exactly one registry row");
 

@@ -90,6 +90,8 @@ enum class OpKind : uint16_t {
   kBatchNorm, kLayerNorm, kSoftmax, kLogSoftmax, kScaledDotProductAttention,
   // gradients of the lookups
   kScatterAdd,  // scatter_add(x, index, src; axis): embedding, gather and index_select backward
+  // training
+  kDropoutMask,  // the seeded per-step dropout mask (capture/trace/train_layers.h)
   kCount
 };
 inline constexpr int kOpCount = static_cast<int>(OpKind::kCount);
@@ -133,7 +135,8 @@ inline constexpr int64_t kTranscendentalFlops = 4;
 //           batch_norm: 2 per output element; layer_norm: 8 per input element; softmax and
 //           log_softmax: kTranscendentalFlops + 3 per input element. The nn layers not named
 //           (flatten, pad, dropout, embedding, gather, index_select) and hardswish,
-//           hardsigmoid, clamp: 1 per output element. scatter_add: 1 per src element.
+//           hardsigmoid, clamp, and dropout_mask (one counter-based draw): 1 per output element.
+//           scatter_add: 1 per src element.
 //   matrix  the work is a contraction a matrix unit can run (matmul, linear, conv2d,
 //           attention). Whether it does (e.g. only for f32) is the device's business.
 // Memory traffic is not an op fact: it depends on which nodes a kernel fuses and which inputs

@@ -52,4 +52,17 @@ void fill_normal(HostBuffer& out, uint64_t seed, double mean, double stddev) {
   }
 }
 
+uint64_t dropout_stream(int64_t seed, int64_t salt) {
+  // Both through the mixer, so neighbouring seeds and neighbouring salts give unrelated streams.
+  return random_bits(random_bits(static_cast<uint64_t>(salt), 0x5eedULL), static_cast<uint64_t>(seed));
+}
+
+void fill_dropout_mask(float* out, uint64_t stream, double p, int64_t begin, int64_t end) {
+  const double keep = 1.0 - p;
+  const float scale = 1.0f / static_cast<float>(keep);  // PyTorch: noise.div_(1 - p) in f32
+  for (int64_t i = begin; i < end; ++i) {
+    out[i] = uniform01(stream, static_cast<uint64_t>(i)) < keep ? scale : 0.0f;
+  }
+}
+
 }  // namespace tracecache

@@ -23,4 +23,11 @@ void fill_uniform(HostBuffer& out, uint64_t seed, double low, double high);
 // Fills `out` with N(mean, std^2). REQUIRES: out.dtype() is floating.
 void fill_normal(HostBuffer& out, uint64_t seed, double mean, double stddev);
 
+// The dropout mask (op dropout_mask, docs/ops.md): the stream of a (per-step seed, per-layer
+// salt) pair, and its elements [begin, end) written to `out` (f32): element i is
+// 1 / (1 - p) (rounded to f32) when uniform01(stream, i) < 1 - p, else 0. Any split of the
+// range gives the same bits (the cpu kernel fills ranges on several threads).
+uint64_t dropout_stream(int64_t seed, int64_t salt);
+void fill_dropout_mask(float* out, uint64_t stream, double p, int64_t begin, int64_t end);
+
 }  // namespace tracecache

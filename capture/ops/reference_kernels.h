@@ -87,6 +87,8 @@ TRACECACHE_REF_KERNEL(index_select);
 // the lookups do and sums each output element in double (x first, then src in increasing index),
 // rounded once (docs/ops.md).
 TRACECACHE_REF_KERNEL(scatter_add);
+// training ops; in capture/ops/reference_nn_layers.cc.
+TRACECACHE_REF_KERNEL(dropout_mask);
 
 #undef TRACECACHE_REF_KERNEL
 

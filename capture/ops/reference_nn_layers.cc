@@ -13,6 +13,7 @@
 
 #include "capture/ops/attr_views.h"
 #include "capture/ops/elementwise.h"
+#include "capture/ops/random.h"
 #include "capture/ops/reference_kernels.h"
 
 namespace tracecache::ref {
@@ -282,6 +283,13 @@ void gather(std::span<const HostBuffer* const> in, std::span<const AttrValue> at
 void index_select(std::span<const HostBuffer* const> in, std::span<const AttrValue> attrs,
                   HostBuffer& out) {
   take_along_axis(in, attrs, out, /*index_per_element=*/false);
+}
+
+// The seed is an i32 or i64 scalar: its value, sign-extended, selects the stream.
+void dropout_mask(std::span<const HostBuffer* const> in, std::span<const AttrValue> attrs, HostBuffer& out) {
+  const DropoutMaskAttrs a(attrs);
+  const int64_t seed = index_at(*in[0], 0);
+  fill_dropout_mask(out.data<float>(), dropout_stream(seed, a.salt()), a.p(), 0, out.numel());
 }
 
 }  // namespace tracecache::ref

@@ -87,6 +87,8 @@ enum class OpKind : uint16_t {
   // nn activations, normalization, attention (capture/trace/nn.h)
   kGelu, kSilu, kHardswish, kHardsigmoid, kErf, kClamp,
   kBatchNorm, kLayerNorm, kSoftmax, kLogSoftmax, kScaledDotProductAttention,
+  // gradients of the nn layers (capture/ops/grad_nn_layers.h)
+  kConv2dInputGrad, kConv2dWeightGrad, kMaxPool2dGrad, kAvgPool2dGrad, kAdaptiveAvgPool2dGrad,
   kCount
 };
 inline constexpr int kOpCount = static_cast<int>(OpKind::kCount);
@@ -130,9 +132,12 @@ inline constexpr int64_t kTranscendentalFlops = 4;
 //           batch_norm: 2 per output element; layer_norm: 8 per input element; softmax and
 //           log_softmax: kTranscendentalFlops + 3 per input element. The nn layers not named
 //           (flatten, pad, dropout, embedding, gather, index_select) and hardswish,
-//           hardsigmoid, clamp: 1 per output element.
-//   matrix  the work is a contraction a matrix unit can run (matmul, linear, conv2d,
-//           attention). Whether it does (e.g. only for f32) is the device's business.
+//           hardsigmoid, clamp: 1 per output element. The gradients: conv2d_input_grad and
+//           conv2d_weight_grad as conv2d, 2 * grad_out * (C/groups) * kh * kw;
+//           max/avg_pool2d_grad: grad_out * kh * kw; adaptive_avg_pool2d_grad: 1 per output
+//           element.
+//   matrix  the work is a contraction a matrix unit can run (matmul, linear, conv2d and its
+//           two gradients, attention). Whether it does (e.g. only for f32) is the device's business.
 // Memory traffic is not an op fact: it depends on which nodes a kernel fuses and which inputs
 // are the same node, so cost models compute it from the graph.
 struct OpCost {

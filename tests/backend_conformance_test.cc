@@ -8,7 +8,8 @@
 //    accepts, so an op added to the registry is covered without touching this file, and an op
 //    without a case fails;
 //  - each case is a one-op graph compiled and run by the backend: bitwise equal to the reference
-//    (any NaN matching any NaN), except the BLAS ops (f32 matmul, linear, conv2d: the GEMM bound
+//    (any NaN matching any NaN), except the BLAS ops (f32 matmul, linear, conv2d and its
+//    gradients conv2d_input_grad, conv2d_weight_grad: the GEMM bound
 //    of cpu_kernels.h / cpu_nn_layers.h; scaled_dot_product_attention: the bound of
 //    cpu_nn_ops.h), and bitwise equal between all backends (sim computes with the cpu kernels);
 //  - a backend that declines an op: the Runtime never compiles that graph and runs it on the
@@ -77,6 +78,16 @@ std::vector<std::vector<AttrValue>> attr_variants(const OpInfo& op) {
       break;
     }
   }
+  // The gradient primitives' input plane: one that conv2d and the pools map onto the candidate
+  // planes (6x6 -> 3x3 or 4x4).
+  if (const int size = op.attr_index("input_size"); size >= 0) {
+    const size_t n = variants.size();
+    for (size_t k = 0; k < n; ++k) {
+      std::vector<AttrValue> v = variants[k];
+      v[static_cast<size_t>(size)] = AttrValue::of_ints({6, 6});
+      variants.push_back(std::move(v));
+    }
+  }
   return variants;
 }
 
@@ -117,6 +128,10 @@ int64_t gemm_k(OpKind kind, const std::vector<TensorType>& in) {
   switch (kind) {
     case OpKind::kMatmul: return a[a.rank() - 1];
     case OpKind::kLinear: return w[1];
+    // conv2d's gradients: out channels (an upper bound of those per group) x kernel, and the
+    // images x output positions
+    case OpKind::kConv2dInputGrad: return w[0] * w[2] * w[3];
+    case OpKind::kConv2dWeightGrad: return a[0] * a[2] * a[3];
     default: return w[1] * w[2] * w[3];  // conv2d: in channels x kernel
   }
 }
@@ -129,7 +144,8 @@ void expect_matches_reference(const OpInfo& op, const Graph& g, std::span<const 
   ASSERT_EQ(got.size(), want.size()) << what;
   const Node& node = g.node(g.outputs()[0]);
   const bool gemm = node.dtype == DType::kF32 &&
-                    (op.kind == OpKind::kMatmul || op.kind == OpKind::kLinear || op.kind == OpKind::kConv2d);
+                    (op.kind == OpKind::kMatmul || op.kind == OpKind::kLinear || op.kind == OpKind::kConv2d ||
+                     op.kind == OpKind::kConv2dInputGrad || op.kind == OpKind::kConv2dWeightGrad);
   if (gemm) {
     std::vector<BufferRef> abs_params;
     for (const BufferRef& p : params) {

@@ -510,12 +510,17 @@ TEST_P(CpuOp, MatchesReferenceOnEveryCase) {
   EXPECT_GE(ran, 3) << op.name;
 }
 
-// The nn layers of capture/trace/nn.h, which tests/nn_layers_test.cc compares with the reference.
+// The nn layers of capture/trace/nn.h, which tests/nn_layers_test.cc compares with the reference,
+// and their gradients.
 bool nn_layer(OpKind k) {
   switch (k) {
     case OpKind::kConv2d: case OpKind::kMaxPool2d: case OpKind::kAvgPool2d:
     case OpKind::kAdaptiveAvgPool2d: case OpKind::kLinear: case OpKind::kFlatten: case OpKind::kPad:
     case OpKind::kDropout: case OpKind::kEmbedding: case OpKind::kGather: case OpKind::kIndexSelect:
+      return true;
+    // their gradients: tests/grad_nn_layers_test.cc compares them with the reference
+    case OpKind::kConv2dInputGrad: case OpKind::kConv2dWeightGrad: case OpKind::kMaxPool2dGrad:
+    case OpKind::kAvgPool2dGrad: case OpKind::kAdaptiveAvgPool2dGrad:
       return true;
     default:
       return false;
@@ -537,8 +542,8 @@ INSTANTIATE_TEST_SUITE_P(EveryOp, CpuOp, ::testing::ValuesIn(ops_with_kernels())
 TEST(CpuKernels, EveryOpButParameterIsTested) {
   // A new op joins the parameterized suite automatically; this count is a reminder to give it
   // cases in cases_for().
-  EXPECT_EQ(ops_with_kernels().size(), static_cast<size_t>(kOpCount - 1 - 11));
-  EXPECT_EQ(kOpCount, 61);
+  EXPECT_EQ(ops_with_kernels().size(), static_cast<size_t>(kOpCount - 1 - 16));
+  EXPECT_EQ(kOpCount, 66);
   for (const std::string& name : ops_with_kernels()) EXPECT_FALSE(cases_for(*find_op(name)).empty()) << name;
 }
 

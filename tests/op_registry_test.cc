@@ -47,13 +47,17 @@ std::vector<ViewUse> view_uses() {
       {names_of<LayerNormAttrs>(), {K::kLayerNorm}},
       {names_of<AttentionAttrs>(), {K::kScaledDotProductAttention}},
       {names_of<Conv2dAttrs>(), {K::kConv2d}},
-      {names_of<MaxPool2dAttrs>(), {K::kMaxPool2d}},
+      {names_of<MaxPool2dAttrs>(), {K::kMaxPool2d, K::kMaxPool2dGrad}},
       {names_of<AvgPool2dAttrs>(), {K::kAvgPool2d}},
       {names_of<AdaptiveAvgPool2dAttrs>(), {K::kAdaptiveAvgPool2d}},
       {names_of<FlattenAttrs>(), {K::kFlatten}},
       {names_of<PadAttrs>(), {K::kPad}},
       {names_of<DropoutAttrs>(), {K::kDropout}},
       {names_of<DropoutMaskAttrs>(), {K::kDropoutMask}},
+      {names_of<Conv2dInputGradAttrs>(), {K::kConv2dInputGrad}},
+      {names_of<Conv2dWeightGradAttrs>(), {K::kConv2dWeightGrad}},
+      {names_of<AvgPool2dGradAttrs>(), {K::kAvgPool2dGrad}},
+      {names_of<AdaptiveAvgPool2dGradAttrs>(), {K::kAdaptiveAvgPool2dGrad}},
   };
 }
 

@@ -35,6 +35,7 @@
 #include "backends/cpu/cpu_grad_nn_ops.h"
 #include "backends/cpu/cpu_nn_ops.h"
 #include "backends/cpu/cpu_nn_layers.h"
+#include "backends/cpu/cpu_grad_nn_layers.h"
 
 namespace tracecache::cpu {
 
@@ -438,7 +439,7 @@ TileFn convert_fn(DType from, DType to) {
 // A fused chain has no reference fallback, so every elementwise op (OpInfo::elementwise()) needs a
 // case in op_fn; other ops fall back to their reference kernel in run_op when they have no fast
 // kernel here or in cpu_nn_*.cc. A new op: decide, then update the count.
-static_assert(kOpCount == 61, "a new op: give it a cpu kernel (required here if elementwise)");
+static_assert(kOpCount == 66, "a new op: give it a cpu kernel (required here if elementwise)");
 
 // nullptr if the inference rules never let `op` compute in `c`. The two ops with attributes:
 // gelu's tile function comes from gelu_fn(), and a clamp instruction also carries its bounds in
@@ -1007,10 +1008,11 @@ void run_op(const Graph& g, NodeId node, std::span<const HostBuffer* const> inpu
     return;
   }
   // nn layers (backends/cpu/cpu_nn_layers.h); normalization, softmax, attention (backends/cpu/cpu_nn_ops.h);
-  // the gradients' scatter_add (backends/cpu/cpu_grad_nn_ops.h).
+  // the gradients' scatter_add (backends/cpu/cpu_grad_nn_ops.h) and the nn layers' gradients
+  // (backends/cpu/cpu_grad_nn_layers.h).
   if (info.op_class == OpClass::kNn &&
       (run_nn_layer(n.op, inputs, attrs, out) || run_nn_op(n.op, inputs, attrs, out) ||
-       run_grad_nn_op(n.op, inputs, attrs, out))) {
+       run_grad_nn_op(n.op, inputs, attrs, out) || run_grad_nn_layer(n.op, inputs, attrs, out))) {
     return;
   }
   switch (n.op) {

@@ -28,21 +28,6 @@ namespace tracecache::cpu {
 
 namespace {
 
-// Floats of im2col scratch per block (8 MiB): large enough that each GEMM has hundreds of
-// columns even for K in the thousands.
-constexpr int64_t kColBudget = int64_t{1} << 21;
-// Fewest output positions per im2col block (unless the image has fewer).
-constexpr int64_t kMinBlockColumns = 256;
-
-bool fits_blas(std::initializer_list<int64_t> dims) {
-  for (int64_t d : dims) {
-    if (d > INT_MAX) return false;
-  }
-  return true;
-}
-
-int blas_int(int64_t v) { return static_cast<int>(v); }
-
 // Output positions p in [0, out_size) whose input coordinate p * stride + offset lies in
 // [0, size), as [lo, hi) (lo == hi when there are none).
 struct Range {
@@ -66,13 +51,6 @@ Range valid_taps(int64_t kernel, int64_t dilation, int64_t start, int64_t size) 
 }
 
 // ---- conv2d -------------------------------------------------------------------------------------
-
-struct ConvShape {
-  int64_t n, c, h, w;     // input
-  int64_t o, cg, kh, kw;  // weight: out channels, in channels per group, kernel
-  int64_t oh, ow;         // output plane
-  int64_t sh, sw, ph, pw, dh, dw, groups;
-};
 
 ConvShape conv_shape(const HostBuffer& x, const HostBuffer& w, std::span<const AttrValue> attrs,
                      const HostBuffer& out) {
@@ -98,8 +76,8 @@ ConvShape conv_shape(const HostBuffer& x, const HostBuffer& w, std::span<const A
           a.groups()};
 }
 
-// Rows (c, i, j) of the im2col matrix for output positions [q0, q1) of one image and group:
-// col[((c * kh + i) * kw + j) * (q1 - q0) + (q - q0)]. `xg` is the group's first input plane.
+}  // namespace
+
 // Channels are split over threads (each writes its own rows).
 void im2col(const float* xg, const ConvShape& s, int64_t q0, int64_t q1, float* col) {
   const int64_t cols = q1 - q0;
@@ -139,6 +117,8 @@ void im2col(const float* xg, const ConvShape& s, int64_t q0, int64_t q1, float* 
     }
   });
 }
+
+namespace {
 
 // Fills each of the `rows` rows of `out` (`len` floats each) with bias[r], or 0 without bias.
 void fill_rows(float* out, int64_t rows, int64_t len, const float* bias) {

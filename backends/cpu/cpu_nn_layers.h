@@ -35,6 +35,9 @@
 // Thread-safety: as cpu_kernels.h (per-call scratch only).
 #pragma once
 
+#include <climits>
+#include <cstdint>
+#include <initializer_list>
 #include <span>
 
 #include "capture/ops/attrs.h"
@@ -49,5 +52,33 @@ namespace tracecache::cpu {
 // with the inferred type and does not overlap the inputs.
 bool run_nn_layer(OpKind op, std::span<const HostBuffer* const> in, std::span<const AttrValue> attrs,
                   HostBuffer& out);
+
+// ---- the GEMM lowering of conv2d, shared with its gradients (cpu_grad_nn_layers.cc) ----
+
+// Floats of im2col scratch per block (8 MiB): large enough that each GEMM has hundreds of
+// columns even for K in the thousands.
+inline constexpr int64_t kColBudget = int64_t{1} << 21;
+// Fewest output positions per im2col block (unless the image has fewer).
+inline constexpr int64_t kMinBlockColumns = 256;
+
+inline bool fits_blas(std::initializer_list<int64_t> dims) {
+  for (int64_t d : dims) {
+    if (d > INT_MAX) return false;
+  }
+  return true;
+}
+
+inline int blas_int(int64_t v) { return static_cast<int>(v); }
+
+struct ConvShape {
+  int64_t n, c, h, w;     // input
+  int64_t o, cg, kh, kw;  // weight: out channels, in channels per group, kernel
+  int64_t oh, ow;         // output plane
+  int64_t sh, sw, ph, pw, dh, dw, groups;
+};
+
+// Rows (c, i, j) of the im2col matrix for output positions [q0, q1) of one image and group:
+// col[((c * kh + i) * kw + j) * (q1 - q0) + (q - q0)]. `xg` is the group's first input plane.
+void im2col(const float* xg, const ConvShape& s, int64_t q0, int64_t q1, float* col);
 
 }  // namespace tracecache::cpu

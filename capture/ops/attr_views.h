@@ -311,6 +311,49 @@ struct DropoutMaskAttrs : AttrView<A> {
   decltype(auto) salt() const { return TRACECACHE_ATTR("salt", i); }
 };
 
+// gradients of the nn layers (capture/ops/grad_nn_layers.h). max_pool2d_grad uses
+// MaxPool2dAttrs. `input_size` is the forward input's {height, width}; `kernel` the weight's.
+template <typename A>
+struct Conv2dInputGradAttrs : AttrView<A> {
+  static constexpr AttrNames<5> kNames{"stride", "padding", "dilation", "groups", "input_size"};
+  using AttrView<A>::AttrView;
+  decltype(auto) stride() const { return TRACECACHE_ATTR("stride", ints); }
+  decltype(auto) padding() const { return TRACECACHE_ATTR("padding", ints); }
+  decltype(auto) dilation() const { return TRACECACHE_ATTR("dilation", ints); }
+  decltype(auto) groups() const { return TRACECACHE_ATTR("groups", i); }
+  decltype(auto) input_size() const { return TRACECACHE_ATTR("input_size", ints); }
+};
+
+template <typename A>
+struct Conv2dWeightGradAttrs : AttrView<A> {
+  static constexpr AttrNames<5> kNames{"stride", "padding", "dilation", "groups", "kernel"};
+  using AttrView<A>::AttrView;
+  decltype(auto) stride() const { return TRACECACHE_ATTR("stride", ints); }
+  decltype(auto) padding() const { return TRACECACHE_ATTR("padding", ints); }
+  decltype(auto) dilation() const { return TRACECACHE_ATTR("dilation", ints); }
+  decltype(auto) groups() const { return TRACECACHE_ATTR("groups", i); }
+  decltype(auto) kernel() const { return TRACECACHE_ATTR("kernel", ints); }
+};
+
+template <typename A>
+struct AvgPool2dGradAttrs : AttrView<A> {
+  static constexpr AttrNames<5> kNames{"kernel", "stride", "padding", "count_include_pad",
+                                       "input_size"};
+  using AttrView<A>::AttrView;
+  decltype(auto) kernel() const { return TRACECACHE_ATTR("kernel", ints); }
+  decltype(auto) stride() const { return TRACECACHE_ATTR("stride", ints); }
+  decltype(auto) padding() const { return TRACECACHE_ATTR("padding", ints); }
+  bool count_include_pad() const { return TRACECACHE_ATTR("count_include_pad", as_bool()); }
+  decltype(auto) input_size() const { return TRACECACHE_ATTR("input_size", ints); }
+};
+
+template <typename A>
+struct AdaptiveAvgPool2dGradAttrs : AttrView<A> {
+  static constexpr AttrNames<1> kNames{"input_size"};
+  using AttrView<A>::AttrView;
+  decltype(auto) input_size() const { return TRACECACHE_ATTR("input_size", ints); }
+};
+
 #undef TRACECACHE_ATTR
 
 // Deduction: a view over std::span<A> is a view of A (const AttrValue reads, AttrValue writes).
@@ -343,6 +386,10 @@ TRACECACHE_ATTR_VIEW_GUIDE(FlattenAttrs)
 TRACECACHE_ATTR_VIEW_GUIDE(PadAttrs)
 TRACECACHE_ATTR_VIEW_GUIDE(DropoutAttrs)
 TRACECACHE_ATTR_VIEW_GUIDE(DropoutMaskAttrs)
+TRACECACHE_ATTR_VIEW_GUIDE(Conv2dInputGradAttrs)
+TRACECACHE_ATTR_VIEW_GUIDE(Conv2dWeightGradAttrs)
+TRACECACHE_ATTR_VIEW_GUIDE(AvgPool2dGradAttrs)
+TRACECACHE_ATTR_VIEW_GUIDE(AdaptiveAvgPool2dGradAttrs)
 #undef TRACECACHE_ATTR_VIEW_GUIDE
 
 }  // namespace tracecache

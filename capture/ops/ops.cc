@@ -14,6 +14,7 @@
 #include "capture/ops/grad_elementwise.h"
 #include "capture/ops/grad_nn_ops.h"
 #include "capture/ops/grad_train.h"
+#include "capture/ops/grad_nn_layers.h"
 #include "capture/ops/reference_kernels.h"
 
 namespace tracecache {
@@ -110,6 +111,23 @@ const AttrSpec kDropoutMaskAttrs[] = {{"shape", AttrKind::kInts, true, none_ints
                                       {"p", AttrKind::kFloat, true, AttrValue::of_float(0.5)},
                                       {"salt", AttrKind::kInt, false, AttrValue::of_int(0)}};
 const AttrSpec kIndexAxisAttrs[] = {{"axis", AttrKind::kInt, true, AttrValue::of_int(0)}};
+// gradients of the nn layers: the forward op's attributes plus the size the gradient has.
+const AttrSpec kConv2dInputGradAttrs[] = {{"stride", AttrKind::kInts, false, pair_of(1)},
+                                          {"padding", AttrKind::kInts, false, pair_of(0)},
+                                          {"dilation", AttrKind::kInts, false, pair_of(1)},
+                                          {"groups", AttrKind::kInt, false, AttrValue::of_int(1)},
+                                          {"input_size", AttrKind::kInts, true, none_ints()}};
+const AttrSpec kConv2dWeightGradAttrs[] = {{"stride", AttrKind::kInts, false, pair_of(1)},
+                                           {"padding", AttrKind::kInts, false, pair_of(0)},
+                                           {"dilation", AttrKind::kInts, false, pair_of(1)},
+                                           {"groups", AttrKind::kInt, false, AttrValue::of_int(1)},
+                                           {"kernel", AttrKind::kInts, true, none_ints()}};
+const AttrSpec kAvgPool2dGradAttrs[] = {{"kernel", AttrKind::kInts, true, none_ints()},
+                                        {"stride", AttrKind::kInts, false, none_ints()},
+                                        {"padding", AttrKind::kInts, false, pair_of(0)},
+                                        {"count_include_pad", AttrKind::kBool, false, AttrValue::of_bool(true)},
+                                        {"input_size", AttrKind::kInts, true, none_ints()}};
+const AttrSpec kAdaptiveAvgPool2dGradAttrs[] = {{"input_size", AttrKind::kInts, true, none_ints()}};
 
 // ---- shared checks ------------------------------------------------------------------------
 // The small ones the record hot path runs on every op are forced inline (with `fail` cold, the
@@ -991,6 +1009,142 @@ Check infer_dropout_mask(std::span<const TensorType> in, std::span<AttrValue> at
   return std::nullopt;
 }
 
+// ---- gradients of the nn layers (capture/ops/grad_nn_layers.h) -----------------------------
+
+// grad_out of a conv2d or pool: f32 [N, C, OH, OW].
+Check require_grad_out(std::string_view op, const TensorType& g) {
+  RETURN_IF_ERROR(require_f32(op, "grad_out", g));
+  if (g.shape.rank() != 4) {
+    return fail(op, fmt::format("grad_out {} must have rank 4 (N, C, OH, OW)", describe(g)));
+  }
+  return std::nullopt;
+}
+
+// conv2d's output plane for an input plane `size` and kernel `kernel` (attributes normalized);
+// fails like conv2d when the dilated kernel does not fit, or when `grad_out`'s plane differs.
+Check check_conv_plane(std::string_view op, const IntList& size, const IntList& kernel, const IntList& stride,
+                       const IntList& padding, const IntList& dilation, const TensorType& g) {
+  for (int d = 0; d < 2; ++d) {
+    const int64_t padded = size[d] + 2 * padding[d];
+    const int64_t extent = dilation[d] * (kernel[d] - 1) + 1;
+    if (padded < extent || (padded - extent) / stride[d] + 1 != g.shape[2 + d]) {
+      return fail(op, fmt::format("grad_out {} is not conv2d's output for an input plane {}, kernel {}, "
+                                  "stride {}, padding {}, dilation {}", describe(g), size.to_string(),
+                                  kernel.to_string(), stride.to_string(), padding.to_string(),
+                                  dilation.to_string()));
+    }
+  }
+  return std::nullopt;
+}
+
+template <typename View>
+Check normalize_conv_attrs(std::string_view op, View& a) {
+  RETURN_IF_ERROR(normalize_pair(op, "stride", a.stride(), 1));
+  RETURN_IF_ERROR(normalize_pair(op, "padding", a.padding(), 0));
+  RETURN_IF_ERROR(normalize_pair(op, "dilation", a.dilation(), 1));
+  if (a.groups() < 1) return fail(op, fmt::format("groups must be >= 1, got {}", a.groups()));
+  return std::nullopt;
+}
+
+// conv2d_input_grad(grad_out [N, O, OH, OW], weight [O, C/groups, kh, kw]) -> [N, C, H, W].
+Check infer_conv2d_input_grad(std::span<const TensorType> in, std::span<AttrValue> attrs, TensorType* result) {
+  constexpr std::string_view kOp = "conv2d_input_grad";
+  const TensorType& g = in[0];
+  const TensorType& w = in[1];
+  RETURN_IF_ERROR(require_grad_out(kOp, g));
+  RETURN_IF_ERROR(require_f32(kOp, "weight", w));
+  Conv2dInputGradAttrs a(attrs);
+  RETURN_IF_ERROR(normalize_conv_attrs(kOp, a));
+  RETURN_IF_ERROR(normalize_pair(kOp, "input_size", a.input_size(), 0));
+  if (w.shape.rank() != 4 || w.shape[0] != g.shape[1] || w.shape[0] % a.groups() != 0 || w.shape[2] < 1 ||
+      w.shape[3] < 1 || w.shape[2] > kMaxWindowAttr || w.shape[3] > kMaxWindowAttr) {
+    return fail(kOp, fmt::format("weight {} must be [O, C / groups, kh, kw] with O = {} (grad_out {}) "
+                                 "divisible by groups={}", describe(w), g.shape[1], describe(g), a.groups()));
+  }
+  if (w.shape[1] > kMaxElements / a.groups()) {
+    return fail(kOp, fmt::format("weight {} with groups={} has too many input channels", describe(w), a.groups()));
+  }
+  RETURN_IF_ERROR(check_conv_plane(kOp, a.input_size(), IntList{w.shape[2], w.shape[3]}, a.stride(),
+                                   a.padding(), a.dilation(), g));
+  *result = TensorType{DType::kF32, Shape{g.shape[0], w.shape[1] * a.groups(), a.input_size()[0],
+                                          a.input_size()[1]}};
+  return std::nullopt;
+}
+
+// conv2d_weight_grad(grad_out [N, O, OH, OW], input [N, C, H, W]) -> [O, C/groups, kh, kw].
+Check infer_conv2d_weight_grad(std::span<const TensorType> in, std::span<AttrValue> attrs, TensorType* result) {
+  constexpr std::string_view kOp = "conv2d_weight_grad";
+  const TensorType& g = in[0];
+  const TensorType& x = in[1];
+  RETURN_IF_ERROR(require_grad_out(kOp, g));
+  RETURN_IF_ERROR(require_nchw(kOp, x));
+  Conv2dWeightGradAttrs a(attrs);
+  RETURN_IF_ERROR(normalize_conv_attrs(kOp, a));
+  RETURN_IF_ERROR(normalize_pair(kOp, "kernel", a.kernel(), 1));
+  const int64_t groups = a.groups();
+  if (g.shape[0] != x.shape[0] || x.shape[1] % groups != 0 || g.shape[1] % groups != 0) {
+    return fail(kOp, fmt::format("grad_out {} and input {} must have the same batch and channel counts "
+                                 "divisible by groups={}", describe(g), describe(x), groups));
+  }
+  RETURN_IF_ERROR(check_conv_plane(kOp, IntList{x.shape[2], x.shape[3]}, a.kernel(), a.stride(), a.padding(),
+                                   a.dilation(), g));
+  *result = TensorType{DType::kF32, Shape{g.shape[1], x.shape[1] / groups, a.kernel()[0], a.kernel()[1]}};
+  return std::nullopt;
+}
+
+// max_pool2d_grad(grad_out, input) -> input's type; grad_out must be max_pool2d's output type.
+Check infer_max_pool2d_grad(std::span<const TensorType> in, std::span<AttrValue> attrs, TensorType* result) {
+  constexpr std::string_view kOp = "max_pool2d_grad";
+  RETURN_IF_ERROR(require_grad_out(kOp, in[0]));
+  MaxPool2dAttrs a(attrs);
+  Shape out;
+  RETURN_IF_ERROR(pool_shape(kOp, in[1], a.kernel(), a.stride(), a.padding(), &a.dilation(), a.ceil_mode(), &out));
+  if (!(in[0].shape == out)) {
+    return fail(kOp, fmt::format("grad_out {} must have the pool's output shape {} for input {}",
+                                 describe(in[0]), out.to_string(), describe(in[1])));
+  }
+  *result = in[1];
+  return std::nullopt;
+}
+
+// avg_pool2d_grad(grad_out [N, C, OH, OW]) -> [N, C, input_size]; (OH, OW) must be avg_pool2d's
+// output plane for that input, with or without ceil_mode (which changes nothing else).
+Check infer_avg_pool2d_grad(std::span<const TensorType> in, std::span<AttrValue> attrs, TensorType* result) {
+  constexpr std::string_view kOp = "avg_pool2d_grad";
+  const TensorType& g = in[0];
+  RETURN_IF_ERROR(require_grad_out(kOp, g));
+  AvgPool2dGradAttrs a(attrs);
+  RETURN_IF_ERROR(normalize_pair(kOp, "input_size", a.input_size(), 0));
+  const TensorType x{DType::kF32, Shape{g.shape[0], g.shape[1], a.input_size()[0], a.input_size()[1]}};
+  Shape floor_out, ceil_out;
+  RETURN_IF_ERROR(pool_shape(kOp, x, a.kernel(), a.stride(), a.padding(), nullptr, false, &floor_out));
+  RETURN_IF_ERROR(pool_shape(kOp, x, a.kernel(), a.stride(), a.padding(), nullptr, true, &ceil_out));
+  if (!(g.shape == floor_out) && !(g.shape == ceil_out)) {
+    return fail(kOp, fmt::format("grad_out {} must have the pool's output shape {} (or {} with ceil_mode) "
+                                 "for input size {}", describe(g), floor_out.to_string(),
+                                 ceil_out.to_string(), a.input_size().to_string()));
+  }
+  *result = x;
+  return std::nullopt;
+}
+
+// adaptive_avg_pool2d_grad(grad_out [N, C, OH, OW]) -> [N, C, input_size].
+Check infer_adaptive_avg_pool2d_grad(std::span<const TensorType> in, std::span<AttrValue> attrs,
+                                     TensorType* result) {
+  constexpr std::string_view kOp = "adaptive_avg_pool2d_grad";
+  const TensorType& g = in[0];
+  RETURN_IF_ERROR(require_grad_out(kOp, g));
+  IntList& size = AdaptiveAvgPool2dGradAttrs(attrs).input_size();
+  RETURN_IF_ERROR(normalize_pair(kOp, "input_size", size, 1));
+  if (g.shape[2] < 1 || g.shape[3] < 1 || g.shape[2] > kMaxElements / size[0] ||
+      g.shape[3] > kMaxElements / size[1]) {
+    return fail(kOp, fmt::format("grad_out {} must have a non-empty plane no larger than the pool allows "
+                                 "for input size {}", describe(g), size.to_string()));
+  }
+  *result = TensorType{DType::kF32, Shape{g.shape[0], g.shape[1], size[0], size[1]}};
+  return std::nullopt;
+}
+
 // ---- costs (see OpCost in ops.h) ------------------------------------------------------------
 // Inputs are as the inference rule accepted them (so arities and ranks hold) and `attrs` are
 // normalized.
@@ -1052,6 +1206,25 @@ OpCost cost_scatter_add(std::span<const TensorType> in, const TensorType&, std::
   return {in[2].shape.numel(), false};
 }
 
+// The conv2d gradients: the forward's contraction again, 2 * grad_out * (C/groups) * kh * kw
+// (the weight is input 1 of conv2d_input_grad and the output of conv2d_weight_grad).
+OpCost cost_conv2d_input_grad(std::span<const TensorType> in, const TensorType&, std::span<const AttrValue>) {
+  const Shape& w = in[1].shape;
+  return {2 * in[0].shape.numel() * (w[0] == 0 ? 0 : w.numel() / w[0]), true};
+}
+OpCost cost_conv2d_weight_grad(std::span<const TensorType> in, const TensorType& out, std::span<const AttrValue>) {
+  const Shape& w = out.shape;
+  return {2 * in[0].shape.numel() * (w[0] == 0 ? 0 : w.numel() / w[0]), true};
+}
+
+// max_pool2d_grad and avg_pool2d_grad: the forward's window walk, per grad_out element.
+template <template <typename> class View>
+OpCost cost_pool_grad(std::span<const TensorType> in, const TensorType&, std::span<const AttrValue> attrs) {
+  int64_t window = 1;
+  for (int64_t k : View<const AttrValue>(attrs).kernel()) window *= k;
+  return {in[0].shape.numel() * window, false};
+}
+
 constexpr CostFn kPerOut = cost_per_out<1>;
 constexpr CostFn kTranscendental = cost_per_out<kTranscendentalFlops>;
 constexpr CostFn kPerIn = cost_per_in<1>;
@@ -1096,13 +1269,13 @@ const OpInfo kOps[] = {
     {OpKind::kBroadcastTo, "broadcast_to", C::kLayout, 1, 1, kShapeAttrs, infer_broadcast_to, ref::broadcast_to, cost_free, grad::broadcast_to},
     {OpKind::kConcat, "concat", C::kLayout, 1, kVariadic, kConcatAttrs, infer_concat, ref::concat, cost_free, grad::concat},
     {OpKind::kSlice, "slice", C::kLayout, 1, 1, kSliceAttrs, infer_slice, ref::slice, cost_free, grad::slice},
-    {OpKind::kConv2d, "conv2d", C::kNn, 2, 3, kConv2dAttrs, infer_conv2d, ref::conv2d, cost_conv2d, nullptr},
-    {OpKind::kMaxPool2d, "max_pool2d", C::kNn, 1, 1, kMaxPool2dAttrs, infer_max_pool2d, ref::max_pool2d, cost_pool<MaxPool2dAttrs>, nullptr},
-    {OpKind::kAvgPool2d, "avg_pool2d", C::kNn, 1, 1, kAvgPool2dAttrs, infer_avg_pool2d, ref::avg_pool2d, cost_pool<AvgPool2dAttrs>, nullptr},
-    {OpKind::kAdaptiveAvgPool2d, "adaptive_avg_pool2d", C::kNn, 1, 1, kAdaptiveAvgPool2dAttrs, infer_adaptive_avg_pool2d, ref::adaptive_avg_pool2d, kPerIn, nullptr},
-    {OpKind::kLinear, "linear", C::kNn, 2, 3, kNoAttrs, infer_linear, ref::linear, cost_contract_last_dim, nullptr},
-    {OpKind::kFlatten, "flatten", C::kNn, 1, 1, kFlattenAttrs, infer_flatten, ref::flatten, kPerOut, nullptr},
-    {OpKind::kPad, "pad", C::kNn, 1, 1, kPadAttrs, infer_pad, ref::pad, kPerOut, nullptr},
+    {OpKind::kConv2d, "conv2d", C::kNn, 2, 3, kConv2dAttrs, infer_conv2d, ref::conv2d, cost_conv2d, grad::conv2d},
+    {OpKind::kMaxPool2d, "max_pool2d", C::kNn, 1, 1, kMaxPool2dAttrs, infer_max_pool2d, ref::max_pool2d, cost_pool<MaxPool2dAttrs>, grad::max_pool2d},
+    {OpKind::kAvgPool2d, "avg_pool2d", C::kNn, 1, 1, kAvgPool2dAttrs, infer_avg_pool2d, ref::avg_pool2d, cost_pool<AvgPool2dAttrs>, grad::avg_pool2d},
+    {OpKind::kAdaptiveAvgPool2d, "adaptive_avg_pool2d", C::kNn, 1, 1, kAdaptiveAvgPool2dAttrs, infer_adaptive_avg_pool2d, ref::adaptive_avg_pool2d, kPerIn, grad::adaptive_avg_pool2d},
+    {OpKind::kLinear, "linear", C::kNn, 2, 3, kNoAttrs, infer_linear, ref::linear, cost_contract_last_dim, grad::linear},
+    {OpKind::kFlatten, "flatten", C::kNn, 1, 1, kFlattenAttrs, infer_flatten, ref::flatten, kPerOut, grad::flatten},
+    {OpKind::kPad, "pad", C::kNn, 1, 1, kPadAttrs, infer_pad, ref::pad, kPerOut, grad::pad},
     {OpKind::kDropout, "dropout", C::kNn, 1, 1, kDropoutAttrs, infer_dropout, ref::dropout, kPerOut, grad::dropout},
     {OpKind::kEmbedding, "embedding", C::kNn, 2, 2, kNoAttrs, infer_embedding, ref::embedding, kPerOut, grad::embedding},
     {OpKind::kGather, "gather", C::kNn, 2, 2, kIndexAxisAttrs, infer_gather, ref::gather, kPerOut, grad::gather},
@@ -1117,7 +1290,7 @@ const OpInfo kOps[] = {
     {OpKind::kHardsigmoid, "hardsigmoid", C::kUnary, 1, 1, kNoAttrs, infer_unary_float, ref::hardsigmoid, kPerOut, grad::hardsigmoid},
     {OpKind::kErf, "erf", C::kUnary, 1, 1, kNoAttrs, infer_unary_float, ref::erf, kTranscendental, grad::erf},
     {OpKind::kClamp, "clamp", C::kUnary, 1, 1, kClampAttrs, infer_clamp, ref::clamp, kPerOut, grad::clamp},
-    {OpKind::kBatchNorm, "batch_norm", C::kNn, 5, 5, kBatchNormAttrs, infer_batch_norm, ref::batch_norm, cost_per_out<2>, nullptr},
+    {OpKind::kBatchNorm, "batch_norm", C::kNn, 5, 5, kBatchNormAttrs, infer_batch_norm, ref::batch_norm, cost_per_out<2>, grad::batch_norm},
     {OpKind::kLayerNorm, "layer_norm", C::kNn, 1, 3, kLayerNormAttrs, infer_layer_norm, ref::layer_norm, cost_per_in<8>, grad::layer_norm},
     {OpKind::kSoftmax, "softmax", C::kNn, 1, 1, kSoftmaxAttrs, infer_softmax<OpKind::kSoftmax>, ref::softmax, kSoftmaxCost, grad::softmax},
     {OpKind::kLogSoftmax, "log_softmax", C::kNn, 1, 1, kSoftmaxAttrs, infer_softmax<OpKind::kLogSoftmax>, ref::log_softmax, kSoftmaxCost, grad::log_softmax},
@@ -1126,6 +1299,17 @@ const OpInfo kOps[] = {
     {OpKind::kScatterAdd, "scatter_add", C::kNn, 3, 3, kIndexAxisAttrs, infer_scatter_add, ref::scatter_add, cost_scatter_add, grad::scatter_add},
     // training
     {OpKind::kDropoutMask, "dropout_mask", C::kNn, 1, 1, kDropoutMaskAttrs, infer_dropout_mask, ref::dropout_mask, kPerOut, nullptr},
+    // gradients of the nn layers (not differentiable themselves: no higher-order gradients)
+    {OpKind::kConv2dInputGrad, "conv2d_input_grad", C::kNn, 2, 2, kConv2dInputGradAttrs, infer_conv2d_input_grad,
+     ref::conv2d_input_grad, cost_conv2d_input_grad, nullptr},
+    {OpKind::kConv2dWeightGrad, "conv2d_weight_grad", C::kNn, 2, 2, kConv2dWeightGradAttrs, infer_conv2d_weight_grad,
+     ref::conv2d_weight_grad, cost_conv2d_weight_grad, nullptr},
+    {OpKind::kMaxPool2dGrad, "max_pool2d_grad", C::kNn, 2, 2, kMaxPool2dAttrs, infer_max_pool2d_grad,
+     ref::max_pool2d_grad, cost_pool_grad<MaxPool2dAttrs>, nullptr},
+    {OpKind::kAvgPool2dGrad, "avg_pool2d_grad", C::kNn, 1, 1, kAvgPool2dGradAttrs, infer_avg_pool2d_grad,
+     ref::avg_pool2d_grad, cost_pool_grad<AvgPool2dGradAttrs>, nullptr},
+    {OpKind::kAdaptiveAvgPool2dGrad, "adaptive_avg_pool2d_grad", C::kNn, 1, 1, kAdaptiveAvgPool2dGradAttrs,
+     infer_adaptive_avg_pool2d_grad, ref::adaptive_avg_pool2d_grad, kPerOut, nullptr},
 };
 static_assert(std::size(kOps) == kOpCount, "every OpKind needs exactly one registry row");
 

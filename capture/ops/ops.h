@@ -92,6 +92,8 @@ enum class OpKind : uint16_t {
   kScatterAdd,  // scatter_add(x, index, src; axis): embedding, gather and index_select backward
   // training
   kDropoutMask,  // the seeded per-step dropout mask (capture/trace/train_layers.h)
+  // gradients of the nn layers (capture/ops/grad_nn_layers.h)
+  kConv2dInputGrad, kConv2dWeightGrad, kMaxPool2dGrad, kAvgPool2dGrad, kAdaptiveAvgPool2dGrad,
   kCount
 };
 inline constexpr int kOpCount = static_cast<int>(OpKind::kCount);
@@ -136,9 +138,12 @@ inline constexpr int64_t kTranscendentalFlops = 4;
 //           log_softmax: kTranscendentalFlops + 3 per input element. The nn layers not named
 //           (flatten, pad, dropout, embedding, gather, index_select) and hardswish,
 //           hardsigmoid, clamp, and dropout_mask (one counter-based draw): 1 per output element.
-//           scatter_add: 1 per src element.
-//   matrix  the work is a contraction a matrix unit can run (matmul, linear, conv2d,
-//           attention). Whether it does (e.g. only for f32) is the device's business.
+//           scatter_add: 1 per src element. The gradients: conv2d_input_grad and
+//           conv2d_weight_grad as conv2d, 2 * grad_out * (C/groups) * kh * kw;
+//           max/avg_pool2d_grad: grad_out * kh * kw; adaptive_avg_pool2d_grad: 1 per output
+//           element.
+//   matrix  the work is a contraction a matrix unit can run (matmul, linear, conv2d and its
+//           two gradients, attention). Whether it does (e.g. only for f32) is the device's business.
 // Memory traffic is not an op fact: it depends on which nodes a kernel fuses and which inputs
 // are the same node, so cost models compute it from the graph.
 struct OpCost {

@@ -89,6 +89,14 @@ TRACECACHE_REF_KERNEL(index_select);
 TRACECACHE_REF_KERNEL(scatter_add);
 // training ops; in capture/ops/reference_nn_layers.cc.
 TRACECACHE_REF_KERNEL(dropout_mask);
+// gradients of the nn layers; in capture/ops/reference_grad_nn_layers.cc. Every input element's
+// gradient is one sum in double over the forward outputs it reached, in row-major output order
+// (conv2d_input_grad: in (out channel, kernel row, kernel column) order), rounded once.
+TRACECACHE_REF_KERNEL(conv2d_input_grad);
+TRACECACHE_REF_KERNEL(conv2d_weight_grad);
+TRACECACHE_REF_KERNEL(max_pool2d_grad);
+TRACECACHE_REF_KERNEL(avg_pool2d_grad);
+TRACECACHE_REF_KERNEL(adaptive_avg_pool2d_grad);
 
 #undef TRACECACHE_REF_KERNEL
 

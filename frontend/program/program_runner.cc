@@ -183,6 +183,21 @@ Status replay(const Program& p, std::span<const int64_t> dims, Ops& ops,
   return Status::ok();
 }
 
+// The checks of tracecache::grad() that depend on types alone (the loss, then the tensors to
+// differentiate by), with the statement's names: the dry run and the runner say the same.
+void check_grad_types(const OpStmt& op, std::span<const TensorType> in) {
+  if (!is_floating(in[0].dtype) || in[0].shape.numel() != 1) {
+    fail(fmt::format("grad: the loss '{}' must be a floating tensor of one element, got {}",
+                     op.operands[0].name, type_to_string(in[0])));
+  }
+  for (size_t i = 1; i < in.size(); ++i) {
+    if (!is_floating(in[i].dtype)) {
+      fail(fmt::format("grad: '{}' is {}: integer and bool values are not differentiable",
+                       op.operands[i].name, type_to_string(in[i])));
+    }
+  }
+}
+
 // Checks the values of the program's updates against their params' declared types at `dims`:
 // `type(v)` gives a value's type.
 template <typename Value, typename TypeOf>
@@ -215,18 +230,8 @@ struct TypeOps {
   TensorType apply(const OpStmt& op, std::span<const TensorType> in, std::vector<AttrValue>& attrs) const {
     return infer_op(op.op, in, attrs).value_or_throw();
   }
-  // The checks of tracecache::grad that depend on types alone, with its messages.
   std::vector<TensorType> grad(const OpStmt& op, std::span<const TensorType> in, bool) const {
-    if (!is_floating(in[0].dtype) || in[0].shape.numel() != 1) {
-      fail(fmt::format("grad: the loss must be a floating tensor of one element, got {} ('{}')",
-                       type_to_string(in[0]), op.operands[0].name));
-    }
-    for (size_t i = 1; i < in.size(); ++i) {
-      if (!is_floating(in[i].dtype)) {
-        fail(fmt::format("grad: argument {} ('{}') is {}: integer and bool values are not differentiable",
-                         i - 1, op.operands[i].name, type_to_string(in[i])));
-      }
-    }
+    check_grad_types(op, in);
     return {in.begin() + 1, in.end()};
   }
   void set_taped(bool) const {}
@@ -271,7 +276,11 @@ struct TensorOps {
     }
     return ctx.record(op.op, in, attrs, bindings);
   }
-  std::vector<Tensor> grad(const OpStmt&, std::span<const Tensor> in, bool retain) const {
+  std::vector<Tensor> grad(const OpStmt& op, std::span<const Tensor> in, bool retain) const {
+    std::vector<TensorType> types;
+    types.reserve(in.size());
+    for (const Tensor& t : in) types.push_back({t.dtype(), t.peek_shape()});
+    check_grad_types(op, types);
     return tracecache::grad(in[0], in.subspan(1), {.retain_graph = retain});
   }
   void set_taped(bool on) const { ctx.set_grad_enabled(on); }

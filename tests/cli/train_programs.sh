@@ -1,0 +1,62 @@
+# Trace programs that train (issue 12): train_mlp.trace's loss falls over 20 steps; eager, lazy
+# and once give the same losses; lazy mode compiles one graph (the same key every step), once
+# mode traces once, a learning rate that changes every step (a decayed param, or a scheduled
+# input) recompiles nothing, and a second process with the same database runs with zero traces
+# and zero compiles.
+source "$(dirname "$0")/lib.sh"
+prog="$SRC/fixtures/programs/train_mlp.trace"
+
+for mode in eager lazy once; do
+  "$TC" run "$prog" --mode $mode --db "$TMP/$mode.db" --json --save-outputs "$TMP/out_$mode" > "$TMP/$mode.json"
+done
+# The same program with the learning rate as a scheduled input instead of a decayed param.
+sed -e 's/^param lr : f32\[\] = full(0.2)$/input lr : f32[] = schedule([0.2, 0.15, 0.1, 0.12, 0.08])/' \
+    -e '/^update lr = nlr$/d' "$prog" > "$TMP/train_mlp_schedule.trace"
+grep -q '^input lr' "$TMP/train_mlp_schedule.trace" || fail "the schedule variant was not made"
+for mode in lazy once; do
+  "$TC" run "$TMP/train_mlp_schedule.trace" --mode $mode --db "$TMP/sched_$mode.db" --json > "$TMP/sched_$mode.json"
+done
+# A second process on each database.
+for mode in lazy once; do
+  "$TC" run "$prog" --mode $mode --db "$TMP/$mode.db" --json --save-outputs "$TMP/again_$mode" > "$TMP/again_$mode.json"
+done
+
+/usr/bin/python3 - "$TMP" <<'PY'
+import json, sys
+import numpy as np
+tmp = sys.argv[1]
+def load(name): return json.load(open(f"{tmp}/{name}.json"))
+def losses(d): return [float(np.load(f"{tmp}/{d}/step{i}_loss.npy")) for i in range(20)]
+
+eager, lazy, once = losses("out_eager"), losses("out_lazy"), losses("out_once")
+# The loss falls: the last steps' mean is well below the first steps'.
+first, last = np.mean(eager[:5]), np.mean(eager[-5:])
+assert last < 0.6 * first, (first, last, eager)
+assert all(np.isfinite(eager)), eager
+# The three modes agree over (at least) 10 steps.
+for name, other in (("lazy", lazy), ("once", once)):
+    for s in range(10):
+        assert abs(other[s] - eager[s]) <= 1e-5 * abs(eager[s]), (name, s, other[s], eager[s])
+
+j = load("lazy")
+assert len(j["graph_hashes"]) == 20 and len(set(j["graph_hashes"])) == 1, j["graph_hashes"]
+assert j["counters"]["compiles"] == 1, j["counters"]
+j = load("once")
+c = j["counters"]
+assert c["traces"] == 1 and c["compiles"] == 1 and c["recompiles"] == 0, c
+assert c["guard_checks"] >= 19 and c["guard_failures"] == 0, c
+
+# A learning rate changing every step: no new graph, no retrace.
+j = load("sched_lazy")
+assert len(set(j["graph_hashes"])) == 1 and j["counters"]["compiles"] == 1, j
+c = load("sched_once")["counters"]
+assert c["traces"] == 1 and c["compiles"] == 1 and c["recompiles"] == 0, c
+
+# A second process with the same database: zero traces and zero compiles from the first step.
+c = load("again_once")["counters"]
+assert c["traces"] == 0 and c["compiles"] == 0 and c["recompiles"] == 0, c
+c = load("again_lazy")["counters"]
+assert c["compiles"] == 0 and c["cache_hits_disk"] >= 1, c
+assert losses("again_once") == once and losses("again_lazy") == lazy
+PY
+echo ok

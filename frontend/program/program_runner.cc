@@ -575,7 +575,11 @@ Result<std::vector<Tensor>> record_step(const Program& program, LazyContext& ctx
       const TensorDecl* d = program.find_tensor(op.operands[k].name);
       if (!d) continue;
       Tensor t = args[static_cast<size_t>(d - program.tensors.data())];
-      if (!t.requires_grad() && is_floating(t.dtype())) t.set_requires_grad(true);
+      try {
+        if (!t.requires_grad() && is_floating(t.dtype())) t.set_requires_grad(true);
+      } catch (const Error& e) {
+        return at(program, op.operands[k].pos, e.status());
+      }
     }
   }
   TensorOps ops{ctx, program, bound, args};

@@ -2,7 +2,7 @@
 # and once give the same losses; lazy mode compiles one graph (the same key every step), once
 # mode traces once, a learning rate that changes every step (a decayed param, or a scheduled
 # input) recompiles nothing, and a second process with the same database runs with zero traces
-# and zero compiles.
+# and zero compiles; PyTorch (SGD with momentum) computes the same losses and params.
 source "$(dirname "$0")/lib.sh"
 prog="$SRC/fixtures/programs/train_mlp.trace"
 
@@ -58,5 +58,35 @@ assert c["traces"] == 0 and c["compiles"] == 0 and c["recompiles"] == 0, c
 c = load("again_lazy")["counters"]
 assert c["compiles"] == 0 and c["cache_hits_disk"] >= 1, c
 assert losses("again_once") == once and losses("again_lazy") == lazy
+PY
+# PyTorch as the oracle: the same program also outputs each step's batch and the params' values
+# at the step's start (copies: an updated param cannot be an output); torch.optim.SGD with
+# momentum on F.cross_entropy, its lr decayed by 0.97 per step, must give the same losses.
+sed -e 's/^output loss$/c_w1 = add(w1, 0)\nc_b1 = add(b1, 0)\nc_w2 = add(w2, 0)\nc_b2 = add(b2, 0)\noutput loss, x, teacher, c_w1, c_b1, c_w2, c_b2/' \
+    "$prog" > "$TMP/train_mlp_oracle.trace"
+"$TC" run "$TMP/train_mlp_oracle.trace" --mode lazy --no-cache --save-outputs "$TMP/oracle" > /dev/null
+/usr/bin/python3 - "$TMP/oracle" <<'PY'
+import sys
+import numpy as np
+import torch
+d = sys.argv[1]
+def out(step, name): return torch.from_numpy(np.load(f"{d}/step{step}_{name}.npy"))
+params = [out(0, n).clone().requires_grad_(True) for n in ("c_w1", "c_b1", "c_w2", "c_b2")]
+w1, b1, w2, b2 = params
+opt = torch.optim.SGD(params, lr=0.2, momentum=0.9)
+teacher = out(0, "teacher")
+for step in range(20):
+    x = out(step, "x")
+    for p, n in zip(params, ("c_w1", "c_b1", "c_w2", "c_b2")):
+        assert torch.allclose(p.detach(), out(step, n), rtol=1e-4, atol=1e-5), (step, n)
+    labels = torch.argmax(x @ teacher, dim=1)
+    logits = torch.relu(x @ w1 + b1) @ w2 + b2
+    loss = torch.nn.functional.cross_entropy(logits, labels)
+    got = float(np.load(f"{d}/step{step}_loss.npy"))
+    assert abs(got - loss.item()) <= 1e-4 * abs(loss.item()), (step, got, loss.item())
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    for g in opt.param_groups: g["lr"] *= 0.97
 PY
 echo ok

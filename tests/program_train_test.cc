@@ -153,6 +153,38 @@ output nw
   EXPECT_EQ(values((*r)[2].outputs[0].second), (std::vector<double>{18.5, 18.5}));
 }
 
+// An update's value that is also an output: the output a step returned keeps its value after
+// later steps, in every mode (the donation of the param's storage in lazy mode never writes
+// into a buffer the caller still holds).
+TEST(ProgramTrain, AnOutputThatIsAnUpdateValueKeepsItsValue) {
+  Program p = parse_ok(R"(tracecache 1
+param w : f32[4] = full(1)
+nw = add(w, 1)
+update w = nw
+output nw
+)");
+  for (SessionMode mode : {SessionMode::kEager, SessionMode::kLazy, SessionMode::kOnce}) {
+    Metrics metrics;
+    ProgramSessionOptions options;
+    options.session.mode = mode;
+    options.session.metrics = &metrics;
+    Result<std::unique_ptr<ProgramSession>> s = ProgramSession::create(p, options);
+    ASSERT_TRUE(s.is_ok()) << s.status().to_string();
+    std::vector<BufferRef> kept;
+    for (int step = 0; step < 4; ++step) {
+      Result<ProgramSession::PreparedStep> prepared = (*s)->prepare(step);
+      ASSERT_TRUE(prepared.is_ok()) << prepared.status().to_string();
+      Result<std::vector<BufferRef>> outs = (*s)->run(*prepared);
+      ASSERT_TRUE(outs.is_ok()) << outs.status().to_string();
+      kept.push_back((*outs)[0]);
+    }
+    for (int step = 0; step < 4; ++step) {
+      EXPECT_EQ(values(kept[static_cast<size_t>(step)]), std::vector<double>(4, 2.0 + step))
+          << static_cast<int>(mode) << " step " << step;
+    }
+  }
+}
+
 // An op without a gradient rule on the way from the loss: grad()'s error, at the statement.
 TEST(ProgramTrain, GradErrorsPointAtTheStatement) {
   Program p = parse_ok(R"(tracecache 1

@@ -9,9 +9,11 @@
 //
 // parse_program() checks everything that does not depend on a step's dim values: syntax, the
 // header, names (defined once, before use), op names, operand counts, attribute names and kinds,
-// generator arguments; a call written as an operand (`relu(neg(x))`) is an error that shows the
-// two-statement form. Shapes depend on the dims and are checked per step by check_program() or
-// at run time. Every error is a Status whose message starts with "FILE:LINE:COL: " (1-based; the
+// generator arguments, the shape of grad statements (names only, one result per tensor after
+// the loss) and of updates (a param, updated once, never an output or another update's value);
+// a call written as an operand (`relu(neg(x))`) is an error that shows the
+// two-statement form. Shapes (and the types of grad statements and updates) depend on the dims
+// and are checked per step by check_program() or at run time. Every error is a Status whose message starts with "FILE:LINE:COL: " (1-based; the
 // column of the offending token).
 //
 // print_program() emits the canonical spelling: parse(print(p)) == p and print is idempotent.

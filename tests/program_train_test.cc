@@ -185,6 +185,17 @@ output nw
   }
 }
 
+// A hand-built program that breaks what the parser guarantees gets an error, not a crash.
+TEST(ProgramTrain, HandBuiltGradStatementsAreCheckedByTheRunner) {
+  Program p = parse_ok("tracecache 1\nparam w : f32[2] = full(1)\nl = sum(w)\ng = grad(l, w)\noutput g\n");
+  p.ops[1].more_results.push_back(ResultRef{"h", {}});
+  Result<std::vector<StepResult>> r = run_reference(p, 1);
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_NE(r.status().message().find("one result per tensor after the loss"), std::string::npos)
+      << r.status().message();
+  EXPECT_FALSE(check_program(p).is_ok());
+}
+
 // An op without a gradient rule on the way from the loss: grad()'s error, at the statement.
 TEST(ProgramTrain, GradErrorsPointAtTheStatement) {
   Program p = parse_ok(R"(tracecache 1

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <new>
@@ -111,6 +112,7 @@ struct GradPlan {
       const OpStmt& op = p.ops[k];
       if (op.is_grad) {
         retain[k] = k != last;
+        if (op.operands.empty()) continue;  // a hand-built statement; replay reports it
         needed.insert(op.operands[0].name);
         for (size_t i = 1; i < op.operands.size(); ++i) wrt.insert(op.operands[i].name);
         continue;
@@ -144,6 +146,12 @@ Status replay(const Program& p, std::span<const int64_t> dims, Ops& ops,
         return it->second;
       };
       if (op.is_grad) {
+        // What the parser guarantees, checked for hand-built programs.
+        if (op.operands.size() < 2 || op.operands.size() != op.more_results.size() + 2 ||
+            std::any_of(op.operands.begin(), op.operands.end(),
+                        [](const Literal& l) { return l.kind != Literal::Kind::kName; })) {
+          fail("grad(LOSS, X1, X2, ...) takes tensor names and gives one result per tensor after the loss");
+        }
         std::vector<Value> in;
         in.reserve(op.operands.size());
         for (const Literal& l : op.operands) in.push_back(lookup(l));

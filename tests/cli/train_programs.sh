@@ -59,6 +59,26 @@ c = load("again_lazy")["counters"]
 assert c["compiles"] == 0 and c["cache_hits_disk"] >= 1, c
 assert losses("again_once") == once and losses("again_lazy") == lazy
 PY
+# A varying batch: every mode still gives the same losses (once mode retraces per batch size:
+# the gradient rules read shapes).
+sed 's/^dim B = 32$/dim B = [32, 16, 24, 16]/' "$prog" > "$TMP/train_mlp_batches.trace"
+grep -q '^dim B = \[' "$TMP/train_mlp_batches.trace" || fail "the varying-batch variant was not made"
+for mode in eager lazy once; do
+  "$TC" run "$TMP/train_mlp_batches.trace" --mode $mode --no-cache --steps 6 --json --save-outputs "$TMP/batches_$mode" > "$TMP/batches_$mode.json"
+done
+/usr/bin/python3 - "$TMP" <<'PY'
+import json, sys
+import numpy as np
+tmp = sys.argv[1]
+def losses(mode): return [float(np.load(f"{tmp}/batches_{mode}/step{i}_loss.npy")) for i in range(6)]
+eager = losses("eager")
+for mode in ("lazy", "once"):
+    for s, (a, b) in enumerate(zip(losses(mode), eager)):
+        assert abs(a - b) <= 1e-5 * abs(b), (mode, s, a, b)
+c = json.load(open(f"{tmp}/batches_once.json"))["counters"]
+assert c["traces"] == 3, c  # B = 32, 16, 24
+PY
+
 # PyTorch as the oracle: the same program also outputs each step's batch and the params' values
 # at the step's start (copies: an updated param cannot be an output); torch.optim.SGD with
 # momentum on F.cross_entropy, its lr decayed by 0.97 per step, must give the same losses.

@@ -59,7 +59,7 @@ Result<std::unique_ptr<ProgramSession>> ProgramSession::create(const Program& pr
           [&](size_t i) { return args.scalar(i); });
       std::vector<Tensor> tensors;
       for (size_t i = 0; i < args.num_tensors(); ++i) tensors.push_back(args.tensor(i));
-      return record_step(program, ctx, dims, tensors, sources).value_or_throw();
+      return record_step(program, ctx, dims, tensors, sources, StepUpdates::kReturn).value_or_throw();
     };
     // What the step returns for these arguments, by the inference rules alone: a stored entry
     // is checked against it before its outputs are trusted.
@@ -67,7 +67,7 @@ Result<std::unique_ptr<ProgramSession>> ProgramSession::create(const Program& pr
       const std::vector<int64_t> dims = dim_values(
           sources, [&](size_t i) -> const Tensor& { return args.tensors.at(i); },
           [&](size_t i) { return args.scalars.at(i); });
-      return infer_output_types_at(program, dims);
+      return infer_output_types_at(program, dims, StepUpdates::kReturn);
     };
     s->function_ = std::make_unique<CompiledFunction>(std::move(name), std::move(fn),
                                                       s->session_->runtime(), std::move(fo));
@@ -95,8 +95,15 @@ Result<std::vector<BufferRef>> ProgramSession::run(const PreparedStep& p) {
   if (function_) {
     Result<std::vector<Tensor>> outs = (*function_)(session_->context(), p.call);
     if (!outs.is_ok()) return step_error(program_, p.step, outs.status());
-    values.reserve(outs->size());
-    for (const Tensor& t : *outs) values.push_back(t.buffer());
+    const size_t n = program_.outputs.size();
+    values.reserve(n);
+    for (size_t k = 0; k < n; ++k) values.push_back((*outs)[k].buffer());
+    // The updated params' new values follow the outputs: the next call's arguments.
+    for (size_t u = 0; u < program_.updates.size(); ++u) {
+      const TensorDecl* d = program_.find_tensor(program_.updates[u].param);
+      Status st = arguments_->set_param(static_cast<size_t>(d - program_.tensors.data()), (*outs)[n + u]);
+      if (!st.is_ok()) return step_error(program_, p.step, st);
+    }
     return values;
   }
   Result<std::vector<Tensor>> outs = record_step(program_, session_->context(), p.dims, p.call.tensors);

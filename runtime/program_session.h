@@ -9,7 +9,13 @@
 //                and inputs, in declaration order) and, as static scalars, the step's dim values:
 //                a step's graph can depend on dims that appear only in attributes
 //                (arange(end=N), reshape(shape=[B, -1])), so the dims must be guarded by value,
-//                not only through the shapes of the tensors.
+//                not only through the shapes of the tensors. A param that the program updates
+//                (`update w = w2`) is returned by the step after its outputs and becomes the
+//                argument of the next call (StepArguments::set_param): the compiled graph
+//                computes the new value into a fresh buffer and the old one is freed when the
+//                caller drops the step's PreparedStep. No donation: a CompiledFunction refuses
+//                to donate or assign its arguments, so the step briefly holds both copies of
+//                every updated param (in lazy mode LazyContext::assign donates the old storage).
 //
 // A step is split in two so callers can time the second half alone: prepare() makes the step's
 // arguments (input generation), run() records or checks guards, executes and materializes the

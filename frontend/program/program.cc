@@ -266,6 +266,8 @@ class Parser {
         if (seen_output) fail_at(file_, t.pos, "duplicate 'output' statement");
         seen_output = true;
         parse_output();
+      } else if (t.is_name("update") && peek(1).kind == Token::Kind::kName) {
+        parse_update();
       } else {
         parse_op();
       }
@@ -279,6 +281,7 @@ class Parser {
     if (!seen_output) {
       fail_at(file_, SourcePos{line_no, 1}, "expected an 'output' statement, found end of file");
     }
+    check_update_values();
     return std::move(program_);
   }
 
@@ -594,10 +597,20 @@ class Parser {
     const Token& result =
         expect_name("a statement (steps, dim, input, param, output or NAME = op(...))");
     op.result_pos = result.pos;
-    std::string result_name = result.text;
+    std::vector<Token> more;  // `a, b = grad(...)`: the names after the first
+    while (peek().is(',')) {
+      next();
+      more.push_back(expect_name("a result name"));
+    }
     expect_punct('=');
     const Token& op_name = expect_name("an op name");
     op.pos = op_name.pos;
+    if (op_name.text == "grad") return parse_grad(result, more, std::move(op));
+    if (!more.empty()) {
+      fail_at(file_, more.front().pos,
+              fmt::format("op '{}' has one result, but {} names are written; only grad(...) has "
+                          "several results", op_name.text, more.size() + 1));
+    }
     const OpInfo* info = find_op(op_name.text);
     if (!info || info->kind == OpKind::kParameter) {
       std::vector<std::string_view> names;
@@ -628,6 +641,119 @@ class Parser {
     op.result = define(result, "tensor");
     defined_tensors_.insert(op.result);
     program_.ops.push_back(std::move(op));
+  }
+
+  // `gw, gb = grad(loss, w, b)`: tensor names only, one result per name after the loss.
+  void parse_grad(const Token& result, const std::vector<Token>& more, OpStmt op) {
+    op.is_grad = true;
+    expect_punct('(');
+    bool first = true;
+    while (!peek().is(')')) {
+      if (!first) expect_punct(',');
+      first = false;
+      const Token& t = peek();
+      if (t.kind == Token::Kind::kName && peek(1).is('=')) {
+        fail_at(file_, t.pos, "grad takes no attributes: write grad(LOSS, X1, X2, ...)");
+      }
+      if (t.kind == Token::Kind::kName && peek(1).is('(')) nested_call(t);
+      if (t.kind != Token::Kind::kName) {
+        expected("a tensor name (grad(LOSS, X1, X2, ...) takes tensor names only)", t);
+      }
+      check_tensor_name(t);
+      Literal l;
+      l.kind = Literal::Kind::kName;
+      l.name = t.text;
+      l.pos = t.pos;
+      op.operands.push_back(std::move(l));
+      next();
+    }
+    next();
+    if (op.operands.size() < 2) {
+      fail_at(file_, op.pos,
+              "grad takes the loss and at least one tensor to differentiate it by: grad(LOSS, X1, "
+              "X2, ...)");
+    }
+    const size_t names = more.size() + 1;
+    if (names != op.operands.size() - 1) {
+      fail_at(file_, result.pos,
+              fmt::format("grad({}, ...) gives {} result{} (one per tensor after the loss), but {} "
+                          "name{} written", op.operands[0].name, op.operands.size() - 1,
+                          op.operands.size() == 2 ? "" : "s", names, names == 1 ? " is" : "s are"));
+    }
+    op.result = define(result, "tensor");
+    defined_tensors_.insert(op.result);
+    for (const Token& t : more) {
+      op.more_results.push_back(ResultRef{define(t, "tensor"), t.pos});
+      defined_tensors_.insert(t.text);
+    }
+    program_.ops.push_back(std::move(op));
+  }
+
+  // `update w = w2`: `w` a param not updated yet, `w2` any tensor defined so far.
+  void parse_update() {
+    next();
+    const Token& param = next();
+    const TensorDecl* decl = program_.find_tensor(param.text);
+    if (!decl) {
+      check_tensor_name(param);
+      fail_at(file_, param.pos,
+              fmt::format("'{}' is not a param: only params can be updated", param.text));
+    }
+    if (decl->role != TensorDecl::Role::kParam) {
+      fail_at(file_, param.pos,
+              fmt::format("'{}' is an input, made anew every step: only params can be updated",
+                          param.text));
+    }
+    for (const UpdateStmt& u : program_.updates) {
+      if (u.param == param.text) {
+        fail_at(file_, param.pos,
+                fmt::format("param '{}' is already updated at line {}; a param is updated at most "
+                            "once per step", param.text, u.pos.line));
+      }
+    }
+    UpdateStmt u;
+    u.param = param.text;
+    u.pos = param.pos;
+    expect_punct('=');
+    if (peek().kind == Token::Kind::kName && peek(1).is('(')) {
+      fail_at(file_, peek().pos,
+              fmt::format("update takes a tensor name; write 't = {}(...)' on its own line, then "
+                          "'update {} = t'", peek().text, param.text));
+    }
+    const Token& value = expect_name("the name of the param's new value");
+    check_tensor_name(value);
+    u.value = value.text;
+    u.value_pos = value.pos;
+    program_.updates.push_back(std::move(u));
+  }
+
+  // An updated param can be neither an update's value nor an output, and two params cannot take
+  // the same value: what they would see would depend on the order the updates are applied in,
+  // and differ between modes.
+  void check_update_values() const {
+    for (size_t i = 0; i < program_.updates.size(); ++i) {
+      const UpdateStmt& u = program_.updates[i];
+      for (size_t j = 0; j < program_.updates.size(); ++j) {
+        const UpdateStmt& other = program_.updates[j];
+        if (u.value == other.param) {
+          fail_at(file_, u.value_pos,
+                  fmt::format("the new value of '{}' is param '{}', which is itself updated at line "
+                              "{}; name the value through an op", u.param, u.value, other.pos.line));
+        }
+        if (j < i && u.value == other.value) {
+          fail_at(file_, u.value_pos,
+                  fmt::format("'{}' is already the new value of '{}' (line {}); each update needs "
+                              "its own value", u.value, other.param, other.pos.line));
+        }
+      }
+      for (const OutputRef& o : program_.outputs) {
+        if (o.name == u.param) {
+          fail_at(file_, o.pos,
+                  fmt::format("param '{}' is updated at line {}: output its new value '{}' instead",
+                              u.param, u.pos.line, u.value));
+        }
+      }
+    }
   }
 
   // `y = relu(neg(x))`: an operand that is itself a call. The format is SSA, one op per line;
@@ -934,7 +1060,8 @@ bool operator==(const Generator& a, const Generator& b) {
 
 bool operator==(const Program& a, const Program& b) {
   return a.version == b.version && a.steps == b.steps && a.dims == b.dims &&
-         a.tensors == b.tensors && a.ops == b.ops && a.outputs == b.outputs;
+         a.tensors == b.tensors && a.ops == b.ops && a.updates == b.updates &&
+         a.outputs == b.outputs;
 }
 
 int64_t Program::default_steps() const {
@@ -1039,8 +1166,12 @@ std::string print_program(const Program& program) {
     for (const NamedAttr& a : op.attrs) {
       args.push_back(fmt::format("{}={}", a.name, a.value.to_string()));
     }
-    out += fmt::format("{} = {}({})\n", op.result, op_info(op.op).name, fmt::join(args, ", "));
+    std::string results = op.result;
+    for (const ResultRef& r : op.more_results) results += ", " + r.name;
+    out += fmt::format("{} = {}({})\n", results, op.is_grad ? "grad" : op_info(op.op).name,
+                       fmt::join(args, ", "));
   }
+  for (const UpdateStmt& u : program.updates) out += fmt::format("update {} = {}\n", u.param, u.value);
   std::vector<std::string_view> names;
   for (const OutputRef& o : program.outputs) names.push_back(o.name);
   if (!names.empty()) out += fmt::format("output {}\n", fmt::join(names, ", "));

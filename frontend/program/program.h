@@ -1,15 +1,19 @@
 // Trace programs: the `.trace` text format (docs/trace-format.md) and its syntax tree.
 //
 // A trace program declares symbolic dims with per-step values, inputs (regenerated every step)
-// and parameters (fixed across steps) with their generators, an SSA op stream written with the
-// op registry's names and attributes, its outputs, and how many steps to run. The runner
+// and parameters (fixed across steps unless updated) with their generators, an SSA op stream
+// written with the op registry's names and attributes (and `grad` statements, the one kind of
+// line with several results), the params' updates for the next step, its outputs, and how many
+// steps to run. The runner
 // (program_runner.h) replays it through a LazyContext.
 //
 // parse_program() checks everything that does not depend on a step's dim values: syntax, the
 // header, names (defined once, before use), op names, operand counts, attribute names and kinds,
-// generator arguments; a call written as an operand (`relu(neg(x))`) is an error that shows the
-// two-statement form. Shapes depend on the dims and are checked per step by check_program() or
-// at run time. Every error is a Status whose message starts with "FILE:LINE:COL: " (1-based; the
+// generator arguments, the shape of grad statements (names only, one result per tensor after
+// the loss) and of updates (a param, updated once, never an output or another update's value);
+// a call written as an operand (`relu(neg(x))`) is an error that shows the
+// two-statement form. Shapes (and the types of grad statements and updates) depend on the dims
+// and are checked per step by check_program() or at run time. Every error is a Status whose message starts with "FILE:LINE:COL: " (1-based; the
 // column of the offending token).
 //
 // print_program() emits the canonical spelling: parse(print(p)) == p and print is idempotent.
@@ -128,8 +132,18 @@ struct NamedAttr {
   friend bool operator==(const NamedAttr&, const NamedAttr&) = default;
 };
 
+// A name written on the left of `=` after the first (`gw, gb = grad(loss, w, b)`).
+struct ResultRef {
+  std::string name;
+  SourcePos pos;
+  friend bool operator==(const ResultRef&, const ResultRef&) = default;
+};
+
 // `y = add(h, b)`: one op of the stream. Operands are kName (tensors) or numbers (scalar
 // constants); attributes are kept in registry order, only those the program wrote.
+// `gw, gb = grad(loss, w, b)` is a gradient statement (is_grad; `op` is unused): operands are the
+// loss and then the tensors to differentiate it by (names only), one result per such tensor:
+// `result` is the first, `more_results` the others.
 struct OpStmt {
   std::string result;
   OpKind op = OpKind::kAdd;
@@ -137,7 +151,19 @@ struct OpStmt {
   std::vector<NamedAttr> attrs;
   SourcePos result_pos;
   SourcePos pos;  // of the op name: where errors about this op point
+  bool is_grad = false;
+  std::vector<ResultRef> more_results;
   friend bool operator==(const OpStmt&, const OpStmt&) = default;
+};
+
+// `update w = w2`: from the next step on, param `w` takes the value `w2` has at the end of this
+// step (the types must match; each param is updated at most once per step).
+struct UpdateStmt {
+  std::string param;
+  std::string value;
+  SourcePos pos;        // of the param's name
+  SourcePos value_pos;  // of the value's name
+  friend bool operator==(const UpdateStmt&, const UpdateStmt&) = default;
 };
 
 struct OutputRef {
@@ -152,6 +178,7 @@ struct Program {
   std::vector<DimDecl> dims;
   std::vector<TensorDecl> tensors;  // inputs and params, in written order
   std::vector<OpStmt> ops;
+  std::vector<UpdateStmt> updates;  // in written order; applied after the step's ops
   std::vector<OutputRef> outputs;
 
   // Not structure (ignored by ==, not printed): where the program came from.

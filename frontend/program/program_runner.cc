@@ -2,12 +2,15 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <new>
 #include <optional>
 #include <unordered_map>
+#include <unordered_set>
 
+#include "capture/trace/autograd.h"
 #include "frontend/files/npy.h"
 #include "capture/ops/random.h"
 #include "frontend/files/safetensors.h"
@@ -84,25 +87,87 @@ bool holds_exactly(DType t, double v) {
   return false;
 }
 
+Result<Shape> bound_shape(const Program& p, const TensorDecl& decl, std::span<const int64_t> dims);
+
+// What the grad statements of a program need while its ops are recorded. Empty (and free) for a
+// program without grad statements.
+struct GradPlan {
+  // Per op: recorded with a tape, because some later grad statement's loss depends on it. The
+  // others (an optimizer's update, metrics) are recorded without one, under NoGradGuard
+  // semantics, so they hold no forward intermediates alive.
+  std::vector<bool> taped;
+  std::vector<bool> retain;  // per op: a grad statement that a later one may walk again
+  std::unordered_set<std::string> wrt;  // the names some grad statement differentiates by
+
+  explicit GradPlan(const Program& p) {
+    size_t last = p.ops.size();
+    for (size_t k = 0; k < p.ops.size(); ++k) {
+      if (p.ops[k].is_grad) last = k;
+    }
+    if (last == p.ops.size()) return;
+    taped.assign(p.ops.size(), false);
+    retain.assign(p.ops.size(), false);
+    std::unordered_set<std::string> needed;  // names some later loss depends on
+    for (size_t k = p.ops.size(); k-- > 0;) {
+      const OpStmt& op = p.ops[k];
+      if (op.is_grad) {
+        retain[k] = k != last;
+        if (op.operands.empty()) continue;  // a hand-built statement; replay reports it
+        needed.insert(op.operands[0].name);
+        for (size_t i = 1; i < op.operands.size(); ++i) wrt.insert(op.operands[i].name);
+        continue;
+      }
+      if (!needed.contains(op.result)) continue;
+      taped[k] = true;
+      for (const Literal& l : op.operands) {
+        if (l.kind == Literal::Kind::kName) needed.insert(l.name);
+      }
+    }
+  }
+  bool empty() const { return taped.empty(); }
+};
+
 // Replays the op stream with dims bound to `dims` (one value per program.dims entry). `Ops`
-// supplies Value (a tensor or a type), dtype_of(v), scalar(value, dtype) and apply(op, inputs,
-// attrs); env maps names to values and receives each op's result.
+// supplies Value (a tensor or a type), dtype_of(v), scalar(value, dtype), apply(op, inputs,
+// attrs), grad(op, inputs, retain) (one value per input after the loss), set_taped(bool) and
+// differentiable(v) (marks an intermediate a grad statement differentiates by); env maps names
+// to values and receives each op's results.
 template <typename Ops>
 Status replay(const Program& p, std::span<const int64_t> dims, Ops& ops,
               std::unordered_map<std::string, typename Ops::Value>& env) {
   using Value = typename Ops::Value;
-  for (const OpStmt& op : p.ops) {
+  const GradPlan plan(p);
+  for (size_t k = 0; k < p.ops.size(); ++k) {
+    const OpStmt& op = p.ops[k];
     try {
-      std::vector<AttrValue> attrs = resolve_attrs(p, op, dims);
       auto lookup = [&](const Literal& l) -> const Value& {
         auto it = env.find(l.name);
         if (it == env.end()) fail(fmt::format("undefined name '{}'", l.name));
         return it->second;
       };
+      if (op.is_grad) {
+        // What the parser guarantees, checked for hand-built programs.
+        if (op.operands.size() < 2 || op.operands.size() != op.more_results.size() + 2 ||
+            std::any_of(op.operands.begin(), op.operands.end(),
+                        [](const Literal& l) { return l.kind != Literal::Kind::kName; })) {
+          fail("grad(LOSS, X1, X2, ...) takes tensor names and gives one result per tensor after the loss");
+        }
+        std::vector<Value> in;
+        in.reserve(op.operands.size());
+        for (const Literal& l : op.operands) in.push_back(lookup(l));
+        std::vector<Value> grads = ops.grad(op, in, plan.retain[k]);
+        env.insert_or_assign(op.result, std::move(grads[0]));
+        for (size_t i = 0; i < op.more_results.size(); ++i) {
+          env.insert_or_assign(op.more_results[i].name, std::move(grads[i + 1]));
+        }
+        continue;
+      }
+      if (!plan.empty()) ops.set_taped(plan.taped[k]);
+      std::vector<AttrValue> attrs = resolve_attrs(p, op, dims);
       std::optional<DType> other;
-      for (size_t k = op.op == OpKind::kWhere ? 1 : 0; k < op.operands.size() && !other; ++k) {
-        if (op.operands[k].kind == Literal::Kind::kName) {
-          other = ops.dtype_of(lookup(op.operands[k]));
+      for (size_t j = op.op == OpKind::kWhere ? 1 : 0; j < op.operands.size() && !other; ++j) {
+        if (op.operands[j].kind == Literal::Kind::kName) {
+          other = ops.dtype_of(lookup(op.operands[j]));
         }
       }
       std::vector<Value> in;
@@ -116,9 +181,51 @@ Status replay(const Program& p, std::span<const int64_t> dims, Ops& ops,
           in.push_back(ops.scalar(v, t));
         }
       }
-      env.insert_or_assign(op.result, ops.apply(op, in, attrs));
+      Value result = ops.apply(op, in, attrs);
+      if (!plan.empty() && plan.wrt.contains(op.result)) ops.differentiable(result);
+      env.insert_or_assign(op.result, std::move(result));
     } catch (const Error& e) {
       return at(p, op.pos, e.status());
+    }
+  }
+  return Status::ok();
+}
+
+// The checks of tracecache::grad() that depend on types alone (the loss, then the tensors to
+// differentiate by), with the statement's names: the dry run and the runner say the same.
+void check_grad_types(const OpStmt& op, std::span<const TensorType> in) {
+  if (!is_floating(in[0].dtype) || in[0].shape.numel() != 1) {
+    fail(fmt::format("grad: the loss '{}' must be a floating tensor of one element, got {}",
+                     op.operands[0].name, type_to_string(in[0])));
+  }
+  for (size_t i = 1; i < in.size(); ++i) {
+    if (!is_floating(in[i].dtype)) {
+      fail(fmt::format("grad: '{}' is {}: integer and bool values are not differentiable",
+                       op.operands[i].name, type_to_string(in[i])));
+    }
+  }
+}
+
+// Checks the values of the program's updates against their params' declared types at `dims`:
+// `type(v)` gives a value's type.
+template <typename Value, typename TypeOf>
+Status check_updates(const Program& p, std::span<const int64_t> dims,
+                     const std::unordered_map<std::string, Value>& env, TypeOf type) {
+  for (const UpdateStmt& u : p.updates) {
+    auto it = env.find(u.value);
+    const TensorDecl* decl = p.find_tensor(u.param);
+    if (it == env.end() || !decl || decl->role != TensorDecl::Role::kParam) {
+      return at(p, u.pos, invalid_argument(fmt::format("update {} = {}: undefined param or value", u.param, u.value)));
+    }
+    Result<Shape> want = bound_shape(p, *decl, dims);
+    if (!want.is_ok()) return want.status();
+    const TensorType got = type(it->second);
+    if (got != TensorType{decl->dtype, *want}) {
+      return at(p, u.value_pos,
+                invalid_argument(fmt::format("update {} = {}: '{}' is {} but param '{}' is declared {}; the new "
+                                             "value must have the param's type",
+                                             u.param, u.value, u.value, type_to_string(got), u.param,
+                                             type_to_string({decl->dtype, *want}))));
     }
   }
   return Status::ok();
@@ -131,6 +238,12 @@ struct TypeOps {
   TensorType apply(const OpStmt& op, std::span<const TensorType> in, std::vector<AttrValue>& attrs) const {
     return infer_op(op.op, in, attrs).value_or_throw();
   }
+  std::vector<TensorType> grad(const OpStmt& op, std::span<const TensorType> in, bool) const {
+    check_grad_types(op, in);
+    return {in.begin() + 1, in.end()};
+  }
+  void set_taped(bool) const {}
+  void differentiable(const TensorType&) const {}
 };
 
 struct TensorOps {
@@ -170,6 +283,19 @@ struct TensorOps {
       }
     }
     return ctx.record(op.op, in, attrs, bindings);
+  }
+  std::vector<Tensor> grad(const OpStmt& op, std::span<const Tensor> in, bool retain) const {
+    std::vector<TensorType> types;
+    types.reserve(in.size());
+    for (const Tensor& t : in) types.push_back({t.dtype(), t.peek_shape()});
+    check_grad_types(op, types);
+    return tracecache::grad(in[0], in.subspan(1), {.retain_graph = retain});
+  }
+  void set_taped(bool on) const { ctx.set_grad_enabled(on); }
+  // An intermediate differentiated by: a leaf of the tape from here on, unless it is on it
+  // already. A non-floating one is left to grad() to report.
+  void differentiable(Tensor& t) const {
+    if (!t.requires_grad() && is_floating(t.dtype())) t.set_requires_grad(true);
   }
 };
 
@@ -319,7 +445,8 @@ Result<std::vector<TensorType>> infer_output_types(const Program& program, int s
   return infer_output_types_at(program, step_dim_values(program, step));
 }
 
-Result<std::vector<TensorType>> infer_output_types_at(const Program& program, std::span<const int64_t> dim_values) {
+Result<std::vector<TensorType>> infer_output_types_at(const Program& program, std::span<const int64_t> dim_values,
+                                                      StepUpdates updates) {
   std::vector<int64_t> dims(dim_values.begin(), dim_values.end());
   std::unordered_map<std::string, TensorType> env;
   env.reserve(program.tensors.size() + program.ops.size());
@@ -331,6 +458,8 @@ Result<std::vector<TensorType>> infer_output_types_at(const Program& program, st
   TypeOps ops;
   Status st = replay(program, dims, ops, env);
   if (!st.is_ok()) return st;
+  st = check_updates(program, dims, env, [](const TensorType& t) { return t; });
+  if (!st.is_ok()) return st;
   std::vector<TensorType> out;
   for (const OutputRef& o : program.outputs) {
     auto it = env.find(o.name);
@@ -338,6 +467,9 @@ Result<std::vector<TensorType>> infer_output_types_at(const Program& program, st
       return at(program, o.pos, invalid_argument(fmt::format("undefined name '{}'", o.name)));
     }
     out.push_back(it->second);
+  }
+  if (updates == StepUpdates::kReturn) {
+    for (const UpdateStmt& u : program.updates) out.push_back(env.at(u.value));
   }
   return out;
 }
@@ -386,6 +518,16 @@ Result<std::vector<Tensor>> StepArguments::make(int step) {
   return args;
 }
 
+Status StepArguments::set_param(size_t index, Tensor value) {
+  if (index >= program_.tensors.size() || program_.tensors[index].role != TensorDecl::Role::kParam ||
+      !value.defined() || !value.is_materialized()) {
+    return invalid_argument(fmt::format("{}: StepArguments::set_param: argument {} is not a param, or the "
+                                        "value is not a materialized tensor", program_.file_name, index));
+  }
+  params_.insert_or_assign(index, std::move(value));
+  return Status::ok();
+}
+
 std::vector<DimSource> dim_sources(const Program& program) {
   std::vector<DimSource> out(program.dims.size());
   for (size_t i = 0; i < program.tensors.size(); ++i) {
@@ -403,7 +545,7 @@ std::vector<DimSource> dim_sources(const Program& program) {
 Result<std::vector<Tensor>> record_step(const Program& program, LazyContext& ctx,
                                         std::span<const int64_t> dims,
                                         std::span<const Tensor> args,
-                                        std::span<const DimSource> bound) {
+                                        std::span<const DimSource> bound, StepUpdates updates) {
   if (dims.size() != program.dims.size() || args.size() != program.tensors.size()) {
     return invalid_argument(fmt::format(
         "{}: a step takes {} dim values and {} tensors, got {} and {}", program.file_name,
@@ -433,17 +575,51 @@ Result<std::vector<Tensor>> record_step(const Program& program, LazyContext& ctx
     return invalid_argument(fmt::format("{}: {} dim sources given for {} dims", program.file_name,
                                         bound.size(), program.dims.size()));
   }
+  // Arguments a grad statement differentiates by require a gradient before any op uses them
+  // (a non-floating one is left to grad() to report, at the statement).
+  for (const OpStmt& op : program.ops) {
+    if (!op.is_grad) continue;
+    for (size_t k = 1; k < op.operands.size(); ++k) {
+      const TensorDecl* d = program.find_tensor(op.operands[k].name);
+      if (!d) continue;
+      Tensor t = args[static_cast<size_t>(d - program.tensors.data())];
+      try {
+        if (!t.requires_grad() && is_floating(t.dtype())) t.set_requires_grad(true);
+      } catch (const Error& e) {
+        return at(program, op.operands[k].pos, e.status());
+      }
+    }
+  }
   TensorOps ops{ctx, program, bound, args};
+  const bool grad_enabled = ctx.grad_enabled();
   Status st = replay(program, dims, ops, env);
+  ctx.set_grad_enabled(grad_enabled);
+  if (!st.is_ok()) return st;
+  st = check_updates(program, dims, env, [](const Tensor& t) { return TensorType{t.dtype(), t.peek_shape()}; });
   if (!st.is_ok()) return st;
   std::vector<Tensor> outputs;
-  outputs.reserve(program.outputs.size());
+  outputs.reserve(program.outputs.size() + program.updates.size());
   for (const OutputRef& o : program.outputs) {
     auto it = env.find(o.name);
     if (it == env.end()) {
       return at(program, o.pos, invalid_argument(fmt::format("undefined name '{}'", o.name)));
     }
     outputs.push_back(it->second);
+  }
+  // The outputs are taken before any update: an updated param is never an output (the parser
+  // refuses it), so no output sees a new value.
+  for (const UpdateStmt& u : program.updates) {
+    const Tensor& value = env.at(u.value);
+    if (updates == StepUpdates::kReturn) {
+      outputs.push_back(value);
+      continue;
+    }
+    Tensor target = args[static_cast<size_t>(program.find_tensor(u.param) - program.tensors.data())];
+    try {
+      target.assign(value);
+    } catch (const Error& e) {
+      return at(program, u.pos, e.status());
+    }
   }
   return outputs;
 }

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the fuzz harnesses' seed corpora from the fixtures into OUT_DIR/<harness>/:
-#   program      fixtures/programs/*.trace, fixtures/programs/bad/*.trace and fixtures/programs/training/*.trace
+#   program      fixtures/programs/*.trace, fixtures/programs/bad/*.trace
 #   npy          fixtures/**/*.npy, plus every output of the fixture runs saved as .npy
 #   safetensors  fixtures/**/*.safetensors
 #   graph_codec, executable, guard_entry
@@ -13,7 +13,7 @@ set -euo pipefail
 tc=$1 src=$2 out=$3
 rm -rf "$out"
 mkdir -p "$out"/{program,npy,safetensors,graph_codec,executable,guard_entry}
-cp "$src"/fixtures/programs/*.trace "$src"/fixtures/programs/bad/*.trace "$src"/fixtures/programs/training/*.trace "$out/program/"
+cp "$src"/fixtures/programs/*.trace "$src"/fixtures/programs/bad/*.trace "$out/program/"
 find "$src/fixtures" -name '*.npy' -exec cp {} "$out/npy/" \;
 find "$src/fixtures" -name '*.safetensors' -exec cp {} "$out/safetensors/" \;
 

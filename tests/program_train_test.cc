@@ -199,8 +199,8 @@ TEST(ProgramTrain, HandBuiltGradStatementsAreCheckedByTheRunner) {
 // An op without a gradient rule on the way from the loss: grad()'s error, at the statement.
 TEST(ProgramTrain, GradErrorsPointAtTheStatement) {
   Program p = parse_ok(R"(tracecache 1
-param w : f32[2, 3] = full(1)
-m = max(w, axes=[1])
+param w : f32[1, 1, 2, 2] = full(1)
+m = adaptive_avg_pool2d_grad(w, input_size=[4, 4])
 loss = sum(m)
 gw = grad(loss, w)
 output gw
@@ -208,7 +208,7 @@ output gw
   ASSERT_TRUE(check_program(p).is_ok());
   Result<std::vector<StepResult>> r = run_reference(p, 1);
   ASSERT_FALSE(r.is_ok());
-  EXPECT_EQ(r.status().message().rfind("t.trace:5:6: grad: op 'max' is not differentiable", 0), 0u)
+  EXPECT_EQ(r.status().message().rfind("t.trace:5:6: grad: op 'adaptive_avg_pool2d_grad' is not differentiable", 0), 0u)
       << r.status().message();
 }
 
@@ -274,19 +274,12 @@ TEST(ProgramTrain, SessionModesAgreeAndTheLossFalls) {
   EXPECT_LT((l[kSteps - 1] + l[kSteps - 2] + l[kSteps - 3]) / 3, 0.85 * (l[0] + l[1] + l[2]) / 3);
 }
 
-// fixtures/programs/training/ holds training programs whose backward passes need gradient rules
-// that are not all in the registry yet (each file's header lists them). They must parse,
-// round-trip and type-check now; they run (and their loss must fall) once their rules exist.
-TEST(ProgramTrain, TrainingFixturesRunOnceTheirRulesExist) {
-  const fs::path dir = fs::path(TRACECACHE_SOURCE_DIR) / "fixtures/programs/training";
-  std::vector<fs::path> files;
-  for (const auto& e : fs::directory_iterator(dir)) {
-    if (e.path().extension() == ".trace") files.push_back(e.path());
-  }
-  std::sort(files.begin(), files.end());
-  ASSERT_GE(files.size(), 2u);
-  std::vector<std::string> missing;
-  for (const fs::path& f : files) {
+// The convnet (conv2d, batch statistics, max pool, Adam) and transformer (layer_norm, attention,
+// AdamW, clipping) training fixtures: they parse, round-trip, type-check, and their loss falls to
+// under half its start over 20 steps on the reference evaluator (each fits one fixed batch).
+TEST(ProgramTrain, ConvnetAndTransformerFixturesLearn) {
+  for (const char* name : {"train_convnet.trace", "train_transformer.trace"}) {
+    const fs::path f = fs::path(TRACECACHE_SOURCE_DIR) / "fixtures/programs" / name;
     SCOPED_TRACE(f.string());
     Result<Program> p = load_program(f.string());
     ASSERT_TRUE(p.is_ok()) << p.status().to_string();
@@ -296,18 +289,13 @@ TEST(ProgramTrain, TrainingFixturesRunOnceTheirRulesExist) {
     ASSERT_TRUE(again.is_ok()) << again.status().to_string();
     EXPECT_TRUE(*again == *p);
     Result<std::vector<StepResult>> r = run_reference(*p);
-    if (!r.is_ok() && r.status().message().find("(it has no gradient rule)") != std::string::npos) {
-      missing.push_back(r.status().message());
-      continue;
-    }
     ASSERT_TRUE(r.is_ok()) << r.status().to_string();
     ASSERT_EQ(r->size(), 20u);
     auto loss = [&](size_t step) { return (*r)[step].outputs[0].second->element_as_double(0); };
     const double first = (loss(0) + loss(1) + loss(2)) / 3, last = (loss(17) + loss(18) + loss(19)) / 3;
     EXPECT_TRUE(std::isfinite(last));
-    EXPECT_LT(last, 0.85 * first);
+    EXPECT_LT(last, 0.5 * first) << "first " << first << " last " << last;
   }
-  if (!missing.empty()) GTEST_SKIP() << "waiting for gradient rules: " << fmt::format("{}", fmt::join(missing, "; "));
 }
 
 }  // namespace

@@ -64,7 +64,7 @@ def labels_of(feature, teacher):
 def mlp_loss(p, x, teacher):
     labels = labels_of(x, teacher)
     logits = torch.relu(x @ p["w1"] + p["b1"]) @ p["w2"] + p["b2"]
-    return F.cross_entropy(logits, labels), {}
+    return F.cross_entropy(logits, labels)
 
 
 def convnet_loss(p, x, teacher):
@@ -73,7 +73,7 @@ def convnet_loss(p, x, teacher):
     bn = F.batch_norm(c, None, None, p["gamma"], p["beta"], training=True, eps=1e-5)
     pooled = F.max_pool2d(torch.relu(bn), 2)
     logits = pooled.flatten(1) @ p["w2"] + p["b2"]
-    return F.cross_entropy(logits, labels), {}
+    return F.cross_entropy(logits, labels)
 
 
 def transformer_loss(p, x, teacher):
@@ -88,7 +88,7 @@ def transformer_loss(p, x, teacher):
     att = torch.softmax(q @ k.transpose(-1, -2) / (d // 2) ** 0.5, dim=-1) @ v
     o = att.permute(0, 2, 1, 3).reshape(b, s, d) @ p["wo"]
     logits = (x + o).mean(1) @ p["wh"]
-    return F.cross_entropy(logits, labels), {}
+    return F.cross_entropy(logits, labels)
 
 
 class Trainer:
@@ -114,7 +114,7 @@ class Trainer:
     def step(self, x=None):
         """One step; returns the program's outputs (loss, and gnorm for the transformer)."""
         x = self.data["x"] if x is None else x
-        loss, _ = self.loss_fn(self.params, x, self.data["teacher"])
+        loss = self.loss_fn(self.params, x, self.data["teacher"])
         self.opt.zero_grad()
         loss.backward()
         out = {"loss": loss.detach()}

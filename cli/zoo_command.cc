@@ -284,7 +284,7 @@ bool is_zoo_model(std::string_view name) {
 CLI::App* add_zoo_command(CLI::App& app, ZooOptions& o, const std::string& db_help,
                           const std::string& threads_help) {
   CLI::App* zoo = app.add_subcommand(
-      "zoo", "Reference models (torchvision, BERT-base): list them, emit them as trace programs, run them.");
+      "zoo", "Reference models (torchvision, BERT-base): list them, emit them as trace programs, run them, train them.");
   zoo->require_subcommand(1);
   auto model_flags = [&o](CLI::App* c) {
     c->add_option("model", o.model, "Model name (see `tracecache zoo list`)")->required();

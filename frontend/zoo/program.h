@@ -9,6 +9,9 @@
 // `tracecache zoo emit` prints and what `tracecache zoo run` runs, so both agree with
 // `tracecache run` on the emitted file by construction.
 //
+// train_program() writes the model in training mode: the forward with training batch norm and
+// dropout, a cross-entropy loss, a `grad` statement and an optimizer's updates in ops.
+//
 // Tensor names: a state_dict key becomes a program name with every '.' replaced by '_'
 // ("layer1.0.conv1.weight" -> layer1_0_conv1_weight); op results are t1, t2, ...
 // Thread-safety: pure functions of their arguments (files aside).

@@ -133,7 +133,6 @@ Tensor dropout_layer(const Weights& w, const Tensor& x, double p) {
   TrainingState* training = w.training();
   if (!training) return dropout(x, p);
   if (p == 0) return x;
-  training->used_dropout_seed = true;
   return dropout_train(x, p, training->dropout_seed, training->dropout_layers++);
 }
 

@@ -82,7 +82,6 @@ struct TrainingState {
   // The new value of each running-statistic buffer, by state_dict name, in forward order.
   std::vector<std::pair<std::string, Tensor>> buffer_updates;
   int64_t dropout_layers = 0;  // salts handed out so far
-  bool used_dropout_seed = false;
 };
 
 // The model's tensors by name, handed to a forward function. Records which ones the forward

@@ -5,7 +5,7 @@
 # (tests/zoo_train/torch_resnet18.py) from the same weights, batch and labels, trained 20 steps
 # with SGD momentum 0.9 and with Adam, matches tracecache in eager, lazy and once mode on cpu and
 # lazy on sim:h100 (every step's loss and the final parameters and running statistics within
-# 1e-4 relative). Needs torch and torchvision under /usr/bin/python3 (scripts/setup.sh --peers).
+# 1e-4 relative); so do SGD with Nesterov momentum and weight decay, and AdamW, in lazy mode. Needs torch and torchvision under /usr/bin/python3 (scripts/setup.sh --peers).
 source "$(dirname "$0")/lib.sh"
 PY=/usr/bin/python3
 
@@ -61,4 +61,11 @@ done
   "$TMP/sgd_eager" "$TMP/sgd_lazy" "$TMP/sgd_once" "$TMP/sgd_sim_lazy" || fail "SGD differs from PyTorch"
 "$PY" "$SRC/tests/zoo_train/torch_resnet18.py" compare "$TMP" adam 0.001 20 \
   "$TMP/adam_eager" "$TMP/adam_lazy" "$TMP/adam_once" "$TMP/adam_sim_lazy" || fail "Adam differs from PyTorch"
+# Nesterov with weight decay, and AdamW (its decoupled decay), in lazy mode.
+train nesterov lazy cpu --optimizer sgd --momentum 0.9 --nesterov --weight-decay 1e-4 --lr 0.05
+"$PY" "$SRC/tests/zoo_train/torch_resnet18.py" compare "$TMP" sgd-nesterov 0.05 20 "$TMP/nesterov" ||
+  fail "SGD with Nesterov momentum and weight decay differs from PyTorch"
+train adamw lazy cpu --optimizer adamw --lr 0.001
+"$PY" "$SRC/tests/zoo_train/torch_resnet18.py" compare "$TMP" adamw 0.001 20 "$TMP/adamw" ||
+  fail "AdamW differs from PyTorch"
 echo ok

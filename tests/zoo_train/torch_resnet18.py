@@ -8,8 +8,9 @@ one fixed batch with the same optimizer, compared with what tracecache saved.
       writes DIR/weights.safetensors (the state_dict after torch.manual_seed(0)),
       DIR/image.npy (f32 [8, 3, 32, 32], N(0, 1), seed 1) and DIR/labels.npy (i64 [8], seed 2)
   torch_resnet18.py compare DIR OPTIMIZER LR STEPS RUN...
-      trains the model STEPS steps with OPTIMIZER (sgd-momentum: SGD momentum 0.9; adam:
-      Adam) at LR, and compares every RUN directory (tracecache's --save-outputs of a run with
+      trains the model STEPS steps with OPTIMIZER (sgd-momentum: SGD momentum 0.9;
+      sgd-nesterov: SGD momentum 0.9, nesterov, weight decay 1e-4; adam: Adam; adamw: AdamW,
+      weight decay 0.01) at LR, and compares every RUN directory (tracecache's --save-outputs of a run with
       --output-params) with it: each step's loss and the final parameters and running
       statistics, each within 1e-4 relative (max |a - b| / max |b| over a tensor). Prints the
       worst relative errors per run; exits 1 when one is above the tolerance.
@@ -105,8 +106,12 @@ def compare(out, optimizer, lr, steps, runs):
     labels = torch.from_numpy(np.load(os.path.join(out, "labels.npy")))
     if optimizer == "sgd-momentum":
         opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
+    elif optimizer == "sgd-nesterov":
+        opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9, nesterov=True, weight_decay=1e-4)
     elif optimizer == "adam":
         opt = torch.optim.Adam(model.parameters(), lr=lr)
+    elif optimizer == "adamw":
+        opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
     else:
         raise SystemExit(f"unknown optimizer {optimizer}")
     losses = []

@@ -156,7 +156,7 @@ Result<Program> capture_program(const ModelSpec& spec, const ProgramOptions& opt
     Generator seed;
     seed.kind = Generator::Kind::kUniform;
     seed.seed = kDropoutSeedGenerator;
-    seed.high = 2147483647;  // a fresh seed every step: the step mixes into the generator's
+    seed.high = 2147483647;  // an input's generator mixes in the step: a fresh seed every step
     state.dropout_seed = make(DType::kI64, Shape{}, seed_decl);
     decls.push_back({TensorDecl::Role::kInput, "dropout_seed", DType::kI64, {}, seed, {}});
   }
@@ -243,8 +243,8 @@ Result<Program> capture_program(const ModelSpec& spec, const ProgramOptions& opt
     node_names[g.params()[i]] = decls[it->second].name;
   }
   for (size_t d = 0; d < decls.size(); ++d) {
-    // Every input is declared (it is the model's interface); weights only if the graph reads
-    // them (num_batches_tracked never is).
+    // Every input is declared (it is the model's interface); weights and the dropout seed only
+    // if the graph reads them (num_batches_tracked never is).
     const bool interface = d < spec.inputs.size();
     if (interface || used_decls.count(d)) program.tensors.push_back(decls[d]);
     if (training && used_decls.count(d) && d > seed_decl &&
@@ -330,6 +330,7 @@ Result<Program> train_program(const ModelSpec& spec, const TrainOptions& train,
   if (train.beta1 < 0 || train.beta1 >= 1 || train.beta2 < 0 || train.beta2 >= 1) {
     return invalid_argument(fmt::format("betas must be in [0, 1), got ({}, {})", train.beta1, train.beta2));
   }
+  if (train.steps < 1) return invalid_argument(fmt::format("steps must be >= 1, got {}", train.steps));
   if (adam && (train.momentum != 0 || train.nesterov)) {
     return invalid_argument(fmt::format("{} takes no momentum or nesterov (those are sgd's)",
                                         optimizer_name(train.optimizer)));

@@ -80,7 +80,7 @@ struct TrainOptions {
 //    the input `lr` (a lifted scalar: editing it into a schedule never recompiles).
 // Output: `loss` (and the new values, with output_params). Errors: as model_program, and
 // kInvalidArgument for hyperparameters torch.optim rejects (negative or non-finite values,
-// betas outside [0, 1), nesterov without momentum, momentum for adam) or a forward that cannot
+// betas outside [0, 1), nesterov without momentum, momentum for adam, steps < 1) or a forward that cannot
 // train at this shape (batch norm over a single value per channel).
 Result<Program> train_program(const ModelSpec& spec, const TrainOptions& train,
                               const ProgramOptions& options = {});

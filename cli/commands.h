@@ -42,6 +42,9 @@ struct RunOptions {
   std::string timeline;  // sim only: write a Chrome trace-event file here ("": none)
   int threads = 0;       // cpu: CpuBackendOptions::threads (0: the CPUs this process may use)
   DbOptions db;
+  // Print the value of every one-element floating output (a loss) beside its checksum (text)
+  // or as "value" (JSON).
+  bool show_values = false;
 };
 int run_command(const RunOptions& options);
 // `run` on a program already in memory (options.program only labels it).
@@ -78,7 +81,17 @@ struct ZooOptions {
   std::string output;   // emit: the program file; empty: stdout
   std::string save_weights;  // emit: also write the initial weights here (.safetensors)
   bool json = false;    // list
-  RunOptions run;       // run: mode, backend, steps, cache, output format
+  RunOptions run;       // run, train: mode, backend, steps, cache, output format
+  // train: the optimizer (zoo::TrainOptions); weight_decay < 0: the optimizer's default (adamw
+  // 0.01, else 0).
+  std::string optimizer = "sgd";
+  double lr = 0.01;
+  double momentum = 0;
+  bool nesterov = false;
+  double weight_decay = -1;
+  int64_t train_steps = 10;
+  std::string emit;             // train: write the training program here instead of running it
+  bool output_params = false;   // train: output every new weight after the loss
 };
 // Adds the `zoo` command and its subcommands to `app`, parsing into `options`.
 CLI::App* add_zoo_command(CLI::App& app, ZooOptions& options, const std::string& db_help,

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <optional>
 
 #include <unistd.h>
 
@@ -41,6 +42,7 @@ struct OutputSummary {
   DType dtype;
   Shape shape;
   std::string checksum;
+  std::optional<double> value;  // RunOptions::show_values: a one-element floating output's value
 };
 struct StepSummary {
   std::vector<GraphKey> graph_keys;
@@ -141,6 +143,7 @@ void write_outputs_json(JsonWriter& j, const std::vector<StepSummary>& steps) {
       j.end_array();
       j.key("dtype").value(dtype_name(o.dtype));
       j.key("checksum").value(o.checksum);
+      if (o.value) j.key("value").value(*o.value);
       j.end_object();
     }
     j.end_array();
@@ -314,7 +317,10 @@ int run_loaded_program(const Program& program, const RunOptions& options) {
       }
       StepSummary r;
       for (const auto& [name, buf] : outputs) {
-        r.outputs.push_back({name, buf->dtype(), buf->shape(), buf->checksum()});
+        r.outputs.push_back({name, buf->dtype(), buf->shape(), buf->checksum(), {}});
+        if (options.show_values && buf->numel() == 1 && is_floating(buf->dtype())) {
+          r.outputs.back().value = buf->element_as_double(0);
+        }
       }
       const std::vector<GraphKey>& keys = s.executed_keys();
       r.graph_keys.assign(keys.begin() + static_cast<std::ptrdiff_t>(keys_before), keys.end());
@@ -381,8 +387,9 @@ int run_loaded_program(const Program& program, const RunOptions& options) {
       out(fmt::format("step {}\n", i));
     }
     for (const OutputSummary& o : r.outputs) {
-      out(fmt::format("  {:<12} {:<16} checksum {}\n", o.name, type_to_string({o.dtype, o.shape}),
-                      o.checksum));
+      std::string value = o.value ? fmt::format("{:.6f}  ", *o.value) : "";
+      out(fmt::format("  {:<12} {:<16} {}checksum {}\n", o.name, type_to_string({o.dtype, o.shape}),
+                      value, o.checksum));
     }
   }
   out(fmt::format("{} steps ({} mode), {} traces, {} compiles, {} memory hits, {} disk hits, {} misses\n",

@@ -1,4 +1,4 @@
-// `tracecache zoo list | emit | run`: the model zoo (frontend/zoo/) from the command line.
+// `tracecache zoo list | emit | run | train`: the model zoo (frontend/zoo/) from the command line.
 //
 // A model is run by turning it into a trace program (frontend/zoo/program.h) and handing that to the
 // same code `tracecache run` uses (run_loaded_program), so `zoo run NAME` and `run` on the
@@ -23,6 +23,9 @@ namespace tracecache::cli {
 namespace {
 
 namespace fs = std::filesystem;
+
+// `zoo train`'s batch when --batch is not given.
+constexpr int64_t kTrainBatch = 8;
 
 Result<zoo::ModelOptions> model_options(const ZooOptions& o) {
   std::optional<zoo::Preset> preset = zoo::parse_preset(o.preset);
@@ -131,6 +134,8 @@ Result<zoo::ProgramOptions> program_options(ZooOptions o, bool absolute) {
   return po;
 }
 
+int write_program_text(const ZooOptions& o, std::string_view what, const std::string& text);
+
 int emit_command(const ZooOptions& o) {
   Result<zoo::ModelSpec> spec = model_spec(o);
   if (!spec.is_ok()) return report_error(spec.status());
@@ -146,6 +151,12 @@ int emit_command(const ZooOptions& o) {
                                  spec->name, spec->description, zoo::preset_name(spec->preset),
                                  with_commas(spec->parameter_count())) +
                      print_program(*program);
+  return write_program_text(o, "zoo emit -o", text);
+}
+
+// Writes an emitted program to o.output, or stdout when it is empty. `what` names the flag in
+// errors.
+int write_program_text(const ZooOptions& o, std::string_view what, const std::string& text) {
   if (o.output.empty()) {
     out(text);
     return kExitOk;
@@ -157,10 +168,10 @@ int emit_command(const ZooOptions& o) {
     const fs::path dir = fs::absolute(o.output, ec).parent_path();
     if (!fs::is_directory(dir, ec)) {
       return report_error(invalid_argument(fmt::format(
-          "zoo emit -o {}: directory '{}' does not exist (create it first, or write elsewhere)", o.output,
+          "{} {}: directory '{}' does not exist (create it first, or write elsewhere)", what, o.output,
           dir.string())));
     }
-    return report_error(invalid_argument(fmt::format("zoo emit -o {}: cannot open for writing: {}", o.output,
+    return report_error(invalid_argument(fmt::format("{} {}: cannot open for writing: {}", what, o.output,
                                                      std::strerror(errno))));
   }
   file << text;
@@ -209,6 +220,49 @@ int run_zoo_model(const ZooOptions& o) {
   return run_loaded_program(*program, run);
 }
 
+Result<zoo::TrainOptions> train_options(const ZooOptions& o) {
+  std::optional<zoo::Optimizer> optimizer = zoo::parse_optimizer(o.optimizer);
+  if (!optimizer) {
+    return invalid_argument(
+        fmt::format("unknown optimizer '{}' (available: sgd, adam, adamw)", o.optimizer));
+  }
+  zoo::TrainOptions t;
+  t.optimizer = *optimizer;
+  t.lr = o.lr;
+  t.momentum = o.momentum;
+  t.nesterov = o.nesterov;
+  t.weight_decay = o.weight_decay >= 0 ? o.weight_decay : *optimizer == zoo::Optimizer::kAdamW ? 0.01 : 0;
+  t.steps = o.train_steps;
+  t.output_params = o.output_params;
+  return t;
+}
+
+int train_command(ZooOptions o) {
+  // The training batch: a batch norm needs more than one value per channel.
+  if (o.batch == 0) o.batch = kTrainBatch;
+  Result<zoo::ModelSpec> spec = model_spec(o);
+  if (!spec.is_ok()) return report_error(spec.status());
+  Result<zoo::TrainOptions> train = train_options(o);
+  if (!train.is_ok()) return report_error(train.status());
+  if (!o.emit.empty()) o.output = o.emit;
+  Result<zoo::ProgramOptions> po = program_options(o, /*absolute=*/o.emit.empty());
+  if (!po.is_ok()) return report_error(po.status());
+  Result<Program> program = zoo::train_program(*spec, *train, *po);
+  if (!program.is_ok()) return report_error(program.status());
+  if (Status st = check_index_inputs(*spec, *po); !st.is_ok()) return report_error(st);
+  if (!o.emit.empty()) {
+    std::string text = fmt::format(
+        "# {}: {} ({} preset) in training mode, {} parameters; {} lr {}; tracecache zoo train --emit\n",
+        spec->name, spec->description, zoo::preset_name(spec->preset),
+        with_commas(spec->parameter_count()), zoo::optimizer_name(train->optimizer), train->lr);
+    return write_program_text(o, "zoo train --emit", text + print_program(*program));
+  }
+  RunOptions run = o.run;
+  run.program = spec->name;
+  run.show_values = true;
+  return run_loaded_program(*program, run);
+}
+
 }  // namespace
 
 Result<Program> zoo_program(const std::string& model, const std::string& preset) {
@@ -230,7 +284,7 @@ bool is_zoo_model(std::string_view name) {
 CLI::App* add_zoo_command(CLI::App& app, ZooOptions& o, const std::string& db_help,
                           const std::string& threads_help) {
   CLI::App* zoo = app.add_subcommand(
-      "zoo", "Reference models (torchvision, BERT-base): list them, emit them as trace programs, run them.");
+      "zoo", "Reference models (torchvision, BERT-base): list them, emit them as trace programs, run them, train them.");
   zoo->require_subcommand(1);
   auto model_flags = [&o](CLI::App* c) {
     c->add_option("model", o.model, "Model name (see `tracecache zoo list`)")->required();
@@ -273,6 +327,36 @@ CLI::App* add_zoo_command(CLI::App& app, ZooOptions& o, const std::string& db_he
   run->add_flag("--metrics", o.run.metrics, "Print the metrics report");
   run->add_option("--save-outputs", o.run.save_outputs,
                   "Write every output of every step to DIR/step<N>_<name>.npy");
+  CLI::App* train = zoo->add_subcommand(
+      "train",
+      "Train a model on one fixed seeded batch with random labels (cross-entropy, an optimizer in "
+      "ops); print the loss of every step.");
+  model_flags(train);
+  train->add_option("--optimizer", o.optimizer, "sgd, adam or adamw (torch.optim's rules)")
+      ->check(CLI::IsMember({"sgd", "adam", "adamw"}))
+      ->capture_default_str();
+  train->add_option("--lr", o.lr, "Learning rate (the program's `lr` input)")->capture_default_str();
+  train->add_option("--momentum", o.momentum, "sgd: momentum (0: none)")->capture_default_str();
+  train->add_flag("--nesterov", o.nesterov, "sgd: Nesterov momentum (needs --momentum)");
+  train->add_option("--weight-decay", o.weight_decay,
+                    "L2 penalty (sgd, adam) or decoupled decay (adamw); default 0, adamw 0.01");
+  train->add_option("--steps", o.train_steps, "Training steps (default 10)")->check(whole_number_in(1));
+  train->add_option("--mode", o.run.mode, "eager, lazy or once (as for `tracecache run`)")
+      ->check(CLI::IsMember({"eager", "lazy", "once"}))
+      ->capture_default_str();
+  train->add_option("--backend", o.run.backend, "cpu, reference or sim:PRESET / sim:SPEC_FILE")
+      ->capture_default_str();
+  train->add_option("--threads", o.run.threads, threads_help)->check(whole_number_in(1));
+  train->add_option("--db", o.run.db.flag, db_help);
+  train->add_flag("--no-cache", o.run.no_cache, "Compile in memory only; do not open the cache database");
+  train->add_flag("--json", o.run.json, "Print one JSON object, as `tracecache run --json` (each loss as \"value\")");
+  train->add_flag("--metrics", o.run.metrics, "Print the metrics report");
+  train->add_option("--save-outputs", o.run.save_outputs,
+                    "Write every output of every step to DIR/step<N>_<name>.npy");
+  train->add_flag("--output-params", o.output_params,
+                  "Also output every parameter's and running statistic's new value (with "
+                  "--save-outputs: the weights after each step)");
+  train->add_option("--emit", o.emit, "Write the training program to this file instead of running it");
   return zoo;
 }
 
@@ -280,7 +364,8 @@ int zoo_command(const CLI::App& zoo, const ZooOptions& options) {
   if (zoo.got_subcommand("list")) return list_command(options);
   if (zoo.got_subcommand("emit")) return emit_command(options);
   if (zoo.got_subcommand("run")) return run_zoo_model(options);
-  return report_error(invalid_argument("zoo: expected list, emit or run"));
+  if (zoo.got_subcommand("train")) return train_command(options);
+  return report_error(invalid_argument("zoo: expected list, emit, run or train"));
 }
 
 }  // namespace tracecache::cli

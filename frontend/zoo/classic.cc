@@ -49,8 +49,8 @@ Tensor alexnet_forward(const Weights& w, const Tensor& image) {
     if (k.pool_after) x = max_pool2d(x, {3, 3}, {2, 2});
   }
   x = flatten(adaptive_avg_pool2d(x, {6, 6}), 1);
-  x = relu(linear_layer(w, "classifier.1", dropout(x, 0.5)));
-  x = relu(linear_layer(w, "classifier.4", dropout(x, 0.5)));
+  x = relu(linear_layer(w, "classifier.1", dropout_layer(w, x, 0.5)));
+  x = relu(linear_layer(w, "classifier.4", dropout_layer(w, x, 0.5)));
   return linear_layer(w, "classifier.6", x);
 }
 
@@ -97,8 +97,8 @@ Tensor vgg_forward(const Weights& w, const Tensor& image) {
     index += 2;
   }
   x = flatten(adaptive_avg_pool2d(x, {7, 7}), 1);
-  x = dropout(relu(linear_layer(w, "classifier.0", x)), 0.5);
-  x = dropout(relu(linear_layer(w, "classifier.3", x)), 0.5);
+  x = dropout_layer(w, relu(linear_layer(w, "classifier.0", x)), 0.5);
+  x = dropout_layer(w, relu(linear_layer(w, "classifier.3", x)), 0.5);
   return linear_layer(w, "classifier.6", x);
 }
 

@@ -4,6 +4,8 @@
 
 #include <cmath>
 
+#include "capture/trace/train_layers.h"
+
 namespace tracecache::zoo::detail {
 
 uint64_t name_seed(std::string_view name) {
@@ -99,8 +101,39 @@ Tensor conv_layer(const Weights& w, const std::string& prefix, const Tensor& x, 
 }
 
 Tensor batch_norm_layer(const Weights& w, const std::string& prefix, const Tensor& x, double eps) {
-  return batch_norm(x, w[join(prefix, "running_mean")], w[join(prefix, "running_var")],
-                    w[join(prefix, "weight")], w[join(prefix, "bias")], eps);
+  const std::string mean_name = join(prefix, "running_mean"), var_name = join(prefix, "running_var");
+  TrainingState* training = w.training();
+  if (!training) {
+    return batch_norm(x, w[mean_name], w[var_name], w[join(prefix, "weight")], w[join(prefix, "bias")],
+                      eps);
+  }
+  const Shape& s = x.shape();
+  IntList axes{0}, stat_shape;
+  for (int d = 0; d < s.rank(); ++d) stat_shape.push_back(1);
+  for (int d = 2; d < s.rank(); ++d) axes.push_back(d);
+  stat_shape[1] = s[1];
+  const int64_t n = s.numel() / s[1];
+  if (n < 2) {
+    throw Error(invalid_argument(fmt::format(
+        "{}: training batch norm needs more than 1 value per channel, got input {} (use a larger "
+        "--batch)", prefix, s.to_string())));
+  }
+  Tensor mu = mean(x, axes);
+  Tensor dev = x - reshape(mu, stat_shape);
+  Tensor var = mean(dev * dev, axes);
+  Tensor y = batch_norm(x, mu, var, w[join(prefix, "weight")], w[join(prefix, "bias")], eps);
+  const double m = training->batch_norm_momentum;
+  const double unbias = static_cast<double>(n) / static_cast<double>(n - 1);
+  training->buffer_updates.emplace_back(mean_name, w[mean_name] * (1 - m) + mu * m);
+  training->buffer_updates.emplace_back(var_name, w[var_name] * (1 - m) + var * (m * unbias));
+  return y;
+}
+
+Tensor dropout_layer(const Weights& w, const Tensor& x, double p) {
+  TrainingState* training = w.training();
+  if (!training) return dropout(x, p);
+  if (p == 0) return x;
+  return dropout_train(x, p, training->dropout_seed, training->dropout_layers++);
 }
 
 Tensor linear_layer(const Weights& w, const std::string& prefix, const Tensor& x, bool bias) {

@@ -56,8 +56,18 @@ Generator normal_init(std::string_view name, double stddev);  // N(0, stddev^2)
 // The recording twins. `prefix` names the module as in SpecBuilder.
 Tensor conv_layer(const Weights& w, const std::string& prefix, const Tensor& x, int64_t stride,
                   int64_t padding, int64_t groups, bool bias);
+// Inference: batch_norm on the running statistics. Training (w.training()): as PyTorch's
+// train-mode BatchNorm2d, normalizes with the batch mean and biased variance over every dim but
+// 1 (computed by mean/sub/mul ops, so grad() differentiates through them) and appends
+//   running_mean' = (1 - momentum) * running_mean + momentum * mean
+//   running_var'  = (1 - momentum) * running_var + momentum * var * n / (n - 1)
+// (n = values per channel; the unbiased running variance) to the training state's
+// buffer_updates. Throws Error in training mode when n < 2, as PyTorch does.
 Tensor batch_norm_layer(const Weights& w, const std::string& prefix, const Tensor& x,
                         double eps = 1e-5);
+// Inference: dropout (the identity, recorded). Training: x * dropout_mask(seed, p, salt) with the
+// training state's seed and the next salt; p = 0 is x itself, as PyTorch computes it.
+Tensor dropout_layer(const Weights& w, const Tensor& x, double p);
 Tensor linear_layer(const Weights& w, const std::string& prefix, const Tensor& x,
                     bool bias = true);
 Tensor layer_norm_layer(const Weights& w, const std::string& prefix, const Tensor& x,

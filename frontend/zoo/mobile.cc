@@ -54,7 +54,7 @@ Tensor squeezenet_forward(const SqueezeNetConfig& c, const Weights& w, const Ten
                       relu(conv_layer(w, p + ".expand3x3", s, 1, 1, 1, true))};
     x = concat(parts, 1);
   }
-  x = relu(conv_layer(w, "classifier.1", dropout(x, 0.5), 1, 0, 1, true));
+  x = relu(conv_layer(w, "classifier.1", dropout_layer(w, x, 0.5), 1, 0, 1, true));
   return flatten(adaptive_avg_pool2d(x, {1, 1}), 1);
 }
 
@@ -159,7 +159,7 @@ Tensor mobilenet_forward(const MobileNetV2Config& c, const Weights& w, const Ten
   }
   x = conv_bn_relu6(w, fmt::format("features.{}", l.blocks.size() + 1), x, 1, 1, 1);
   x = flatten(adaptive_avg_pool2d(x, {1, 1}), 1);
-  return linear_layer(w, "classifier.1", dropout(x, 0.2));
+  return linear_layer(w, "classifier.1", dropout_layer(w, x, 0.2));
 }
 
 // ---- MNASNet 1.0 ------------------------------------------------------------------------------
@@ -249,7 +249,7 @@ Tensor mnasnet_forward(const MnasNetConfig& c, const Weights& w, const Tensor& i
   }
   x = relu(batch_norm_layer(w, "layers.15", conv_layer(w, "layers.14", x, 1, 0, 1, false)));
   x = mean(x, {2, 3});
-  return linear_layer(w, "classifier.1", dropout(x, 0.2));
+  return linear_layer(w, "classifier.1", dropout_layer(w, x, 0.2));
 }
 
 }  // namespace

@@ -34,8 +34,9 @@ std::string_view preset_name(Preset preset) {
   return preset == Preset::kSmall ? "small" : "default";
 }
 
-Weights::Weights(std::span<const TensorSpec> specs, std::span<const Tensor> tensors)
-    : specs_(specs), tensors_(tensors), used_(specs.size(), false) {}
+Weights::Weights(std::span<const TensorSpec> specs, std::span<const Tensor> tensors,
+                 TrainingState* training)
+    : specs_(specs), tensors_(tensors), used_(specs.size(), false), training_(training) {}
 
 const Tensor& Weights::operator[](std::string_view name) const {
   for (size_t i = 0; i < specs_.size(); ++i) {

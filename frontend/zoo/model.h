@@ -25,6 +25,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "capture/core/dtype.h"
@@ -71,12 +72,28 @@ struct InputSpec {
   int64_t index_limit = 0;
 };
 
+// What a forward does differently in training mode (PyTorch's model.train()): batch norm
+// normalizes with the batch's statistics and yields new running statistics instead of reading
+// them, dropout draws a mask from `dropout_seed` (an i64 scalar fed every step; each dropout
+// layer mixes its own salt, its position in the forward).
+struct TrainingState {
+  Tensor dropout_seed;
+  double batch_norm_momentum = 0.1;  // torch.nn.BatchNorm2d's default
+  // The new value of each running-statistic buffer, by state_dict name, in forward order.
+  std::vector<std::pair<std::string, Tensor>> buffer_updates;
+  int64_t dropout_layers = 0;  // salts handed out so far
+};
+
 // The model's tensors by name, handed to a forward function. Records which ones the forward
 // read, so tests can check that every parameter is used.
 class Weights {
  public:
-  // REQUIRES: one tensor per spec entry, in spec order. `tensors` must outlive this.
-  Weights(std::span<const TensorSpec> specs, std::span<const Tensor> tensors);
+  // REQUIRES: one tensor per spec entry, in spec order. `tensors` (and `training`, when given)
+  // must outlive this. With `training`, the forward runs in training mode.
+  Weights(std::span<const TensorSpec> specs, std::span<const Tensor> tensors,
+          TrainingState* training = nullptr);
+  // Null in inference mode.
+  TrainingState* training() const { return training_; }
   // Throws Error(kNotFound) naming the tensor if the model has no tensor `name`.
   const Tensor& operator[](std::string_view name) const;
   // The names of the spec entries never read, in spec order.
@@ -86,6 +103,7 @@ class Weights {
   std::span<const TensorSpec> specs_;
   std::span<const Tensor> tensors_;
   mutable std::vector<bool> used_;
+  TrainingState* training_;
 };
 
 // Records the model's ops on `inputs` (one per ModelSpec::inputs entry, all of `ctx`) and

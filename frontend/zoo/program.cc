@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <map>
 #include <memory>
@@ -68,6 +69,10 @@ std::vector<DimRef> dims_of(const Shape& shape) {
   return out;
 }
 
+// The seeds of the generators a training program adds.
+constexpr uint64_t kLabelsGenerator = 2;
+constexpr uint64_t kDropoutSeedGenerator = 3;
+
 std::string spelled(const TensorSpec& t) {
   return fmt::format("{} {}", safetensors_dtype_name(t.dtype), t.shape.to_string());
 }
@@ -80,7 +85,23 @@ std::string program_name(const std::string& state_dict_key) {
   return out;
 }
 
-Result<Program> model_program(const ModelSpec& spec, const ProgramOptions& options) {
+namespace {
+
+// What a training capture adds to the forward: the names (in the program) of the model tensor
+// the loss reads and of each running statistic's new value, by the buffer's program name.
+struct TrainingCapture {
+  std::string logits;
+  Shape logits_shape;
+  std::vector<std::pair<std::string, std::string>> buffer_updates;  // (param, value)
+  std::vector<std::string> parameters;  // the trainable params the graph reads, in spec order
+};
+
+// The forward as a trace program; with `training`, in training mode: the inputs become params
+// (one fixed batch), a `dropout_seed` input feeds the dropout layers, the graph's outputs are the
+// tensor the loss reads (the last model output named "logits", else the last one) and the new
+// running statistics; `training` receives their names.
+Result<Program> capture_program(const ModelSpec& spec, const ProgramOptions& options,
+                                TrainingCapture* training) {
   size_t largest = 0;
   for (const TensorSpec& t : spec.tensors) {
     largest = std::max(largest, static_cast<size_t>(t.shape.numel()) * dtype_size(t.dtype));
@@ -117,6 +138,7 @@ Result<Program> model_program(const ModelSpec& spec, const ProgramOptions& optio
       return invalid_argument(fmt::format("{} has no input '{}' (its inputs: {})", spec.name, name, names));
     }
   }
+  const TensorDecl::Role input_role = training ? TensorDecl::Role::kParam : TensorDecl::Role::kInput;
   for (const InputSpec& in : spec.inputs) {
     inputs.push_back(make(in.dtype, in.shape, decls.size()));
     Generator init = in.init;
@@ -126,7 +148,17 @@ Result<Program> model_program(const ModelSpec& spec, const ProgramOptions& optio
       init.kind = Generator::Kind::kNpy;
       init.path = path;
     }
-    decls.push_back({TensorDecl::Role::kInput, in.name, in.dtype, dims_of(in.shape), init, {}});
+    decls.push_back({input_role, in.name, in.dtype, dims_of(in.shape), init, {}});
+  }
+  const size_t seed_decl = decls.size();
+  TrainingState state;
+  if (training) {
+    Generator seed;
+    seed.kind = Generator::Kind::kUniform;
+    seed.seed = kDropoutSeedGenerator;
+    seed.high = 2147483647;  // an input's generator mixes in the step: a fresh seed every step
+    state.dropout_seed = make(DType::kI64, Shape{}, seed_decl);
+    decls.push_back({TensorDecl::Role::kInput, "dropout_seed", DType::kI64, {}, seed, {}});
   }
   for (const TensorSpec& t : spec.tensors) {
     weights.push_back(make(t.dtype, t.shape, decls.size()));
@@ -142,12 +174,31 @@ Result<Program> model_program(const ModelSpec& spec, const ProgramOptions& optio
   }
 
   std::vector<Tensor> outputs;
+  std::vector<std::string> output_names = spec.output_names;
   try {
-    Weights w(spec.tensors, weights);
+    Weights w(spec.tensors, weights, training ? &state : nullptr);
     outputs = spec.forward(ctx, inputs, w);
     if (outputs.size() != spec.output_names.size()) {
       return internal_error(fmt::format("{}: the forward returned {} outputs, the spec names {}",
                                         spec.name, outputs.size(), spec.output_names.size()));
+    }
+    if (training) {
+      size_t chosen = outputs.size() - 1;
+      for (size_t k = 0; k < outputs.size(); ++k) {
+        if (spec.output_names[k] == "logits") chosen = k;
+      }
+      training->logits = spec.output_names[chosen];
+      training->logits_shape = outputs[chosen].shape();
+      if (training->logits_shape.rank() != 2) {
+        return internal_error(fmt::format("{}: the loss needs [N, C] logits, got {}", spec.name,
+                                          training->logits_shape.to_string()));
+      }
+      outputs = {outputs[chosen]};
+      output_names = {training->logits};
+      for (const auto& [buffer, value] : state.buffer_updates) {
+        outputs.push_back(value);
+        output_names.push_back(program_name(buffer) + "_next");
+      }
     }
     for (const Tensor& t : outputs) {
       if (t.is_materialized()) {
@@ -165,7 +216,7 @@ Result<Program> model_program(const ModelSpec& spec, const ProgramOptions& optio
 
   // Graph output k is whichever forward output received executor result k.
   std::vector<std::string> node_names(g.size());
-  std::vector<std::string> output_names;
+  std::vector<std::string> output_refs;
   for (size_t k = 0; k < outputs.size(); ++k) {
     const DeviceData* data = outputs[k].data_ptr();
     size_t slot = 0;
@@ -174,8 +225,8 @@ Result<Program> model_program(const ModelSpec& spec, const ProgramOptions& optio
       return internal_error(fmt::format("{}: output {} is not a graph output", spec.name, k));
     }
     NodeId node = g.outputs()[slot];
-    if (node_names[node].empty()) node_names[node] = spec.output_names[k];
-    output_names.push_back(node_names[node]);
+    if (node_names[node].empty()) node_names[node] = output_names[k];
+    output_refs.push_back(node_names[node]);
   }
 
   std::set<size_t> used_decls;
@@ -192,10 +243,13 @@ Result<Program> model_program(const ModelSpec& spec, const ProgramOptions& optio
     node_names[g.params()[i]] = decls[it->second].name;
   }
   for (size_t d = 0; d < decls.size(); ++d) {
-    // Every input is declared (it is the model's interface); weights only if the graph reads
-    // them (num_batches_tracked never is).
-    if (decls[d].role == TensorDecl::Role::kInput || used_decls.count(d)) {
-      program.tensors.push_back(decls[d]);
+    // Every input is declared (it is the model's interface); weights and the dropout seed only
+    // if the graph reads them (num_batches_tracked never is).
+    const bool interface = d < spec.inputs.size();
+    if (interface || used_decls.count(d)) program.tensors.push_back(decls[d]);
+    if (training && used_decls.count(d) && d > seed_decl &&
+        spec.tensors[d - seed_decl - 1].role == TensorSpec::Role::kParameter) {
+      training->parameters.push_back(decls[d].name);
     }
   }
 
@@ -231,8 +285,215 @@ Result<Program> model_program(const ModelSpec& spec, const ProgramOptions& optio
     }
     program.ops.push_back(std::move(op));
   }
-  for (const std::string& name : output_names) program.outputs.push_back({name, {}});
+  if (!training) {
+    for (const std::string& name : output_refs) program.outputs.push_back({name, {}});
+    return program;
+  }
+  training->logits = output_refs[0];
+  for (size_t k = 0; k < state.buffer_updates.size(); ++k) {
+    training->buffer_updates.emplace_back(program_name(state.buffer_updates[k].first), output_refs[k + 1]);
+  }
   return program;
+}
+
+}  // namespace
+
+Result<Program> model_program(const ModelSpec& spec, const ProgramOptions& options) {
+  return capture_program(spec, options, nullptr);
+}
+
+std::string_view optimizer_name(Optimizer optimizer) {
+  switch (optimizer) {
+    case Optimizer::kSgd: return "sgd";
+    case Optimizer::kAdam: return "adam";
+    case Optimizer::kAdamW: return "adamw";
+  }
+  return "sgd";
+}
+
+std::optional<Optimizer> parse_optimizer(std::string_view name) {
+  for (Optimizer o : {Optimizer::kSgd, Optimizer::kAdam, Optimizer::kAdamW}) {
+    if (optimizer_name(o) == name) return o;
+  }
+  return std::nullopt;
+}
+
+Result<Program> train_program(const ModelSpec& spec, const TrainOptions& train,
+                              const ProgramOptions& options) {
+  const bool adam = train.optimizer != Optimizer::kSgd;
+  auto bad = [](double v) { return !std::isfinite(v) || v < 0; };
+  if (bad(train.lr) || bad(train.momentum) || bad(train.weight_decay) || bad(train.eps)) {
+    return invalid_argument(fmt::format(
+        "lr, momentum, weight decay and eps must be finite and >= 0, got lr {}, momentum {}, "
+        "weight decay {}, eps {}", train.lr, train.momentum, train.weight_decay, train.eps));
+  }
+  if (train.beta1 < 0 || train.beta1 >= 1 || train.beta2 < 0 || train.beta2 >= 1) {
+    return invalid_argument(fmt::format("betas must be in [0, 1), got ({}, {})", train.beta1, train.beta2));
+  }
+  if (train.steps < 1) return invalid_argument(fmt::format("steps must be >= 1, got {}", train.steps));
+  if (adam && (train.momentum != 0 || train.nesterov)) {
+    return invalid_argument(fmt::format("{} takes no momentum or nesterov (those are sgd's)",
+                                        optimizer_name(train.optimizer)));
+  }
+  if (train.nesterov && train.momentum <= 0) {
+    return invalid_argument("nesterov needs a momentum > 0 (as torch.optim.SGD)");
+  }
+  ProgramOptions forward_options = options;
+  std::string labels_path;
+  std::erase_if(forward_options.input_files, [&](const auto& f) {
+    if (f.first != "labels") return false;
+    labels_path = f.second;
+    return true;
+  });
+  TrainingCapture capture;
+  Result<Program> forward = capture_program(spec, forward_options, &capture);
+  if (!forward.is_ok()) return forward.status();
+  Program& p = *forward;
+
+  std::set<std::string> taken;
+  for (const TensorDecl& d : p.tensors) taken.insert(d.name);
+  for (const OpStmt& op : p.ops) taken.insert(op.result);
+  std::string text;
+  // A fresh program name for the training tensor `base` (model tensors keep theirs).
+  auto fresh = [&](const std::string& base) {
+    std::string name = base;
+    while (!taken.insert(name).second) name += "_";
+    return name;
+  };
+  auto line = [&](const std::string& l) { text += l + "\n"; };
+  const int64_t batch = capture.logits_shape[0], classes = capture.logits_shape[1];
+
+  // One fixed batch: the inputs are params (capture_program), the labels random classes the
+  // model memorizes.
+  const std::string labels = fresh("labels");
+  if (labels_path.empty()) {
+    line(fmt::format("param {} : i64[{}] = uniform(seed={}, low=0, high={})", labels, batch,
+                     kLabelsGenerator, classes));
+  } else {
+    line(fmt::format("param {} : i64[{}] = npy(\"{}\")", labels, batch, labels_path));
+  }
+  const std::string lr = fresh("lr");
+  line(fmt::format("input {} : f32[] = full({})", lr, train.lr));
+
+  // Cross-entropy (mean over the batch) of the logits against the labels.
+  const std::string lab = fresh("labels_column"), cls = fresh("classes"), hit = fresh("label_hit"),
+                    onehot = fresh("onehot"), logp = fresh("log_probs"), picked = fresh("picked"),
+                    ll = fresh("log_likelihood"), nll = fresh("nll"), loss = fresh("loss");
+  line(fmt::format("{} = reshape({}, shape=[{}, 1])", lab, labels, batch));
+  line(fmt::format("{} = arange(end={})", cls, classes));
+  line(fmt::format("{} = eq({}, {})", hit, lab, cls));
+  line(fmt::format("{} = cast({}, dtype=f32)", onehot, hit));
+  line(fmt::format("{} = log_softmax({}, axis=1)", logp, capture.logits));
+  line(fmt::format("{} = mul({}, {})", picked, logp, onehot));
+  line(fmt::format("{} = sum({}, axes=[1])", ll, picked));
+  line(fmt::format("{} = neg({})", nll, ll));
+  line(fmt::format("{} = mean({})", loss, nll));
+
+  std::vector<std::string> grads;
+  for (const std::string& param : capture.parameters) grads.push_back(fresh("grad_" + param));
+  line(fmt::format("{} = grad({}, {})", fmt::join(grads, ", "), loss, fmt::join(capture.parameters, ", ")));
+
+  std::vector<std::pair<std::string, std::string>> updates;  // (param, value)
+  auto state = [&](const std::string& prefix, const std::string& param) {
+    const TensorDecl* decl = p.find_tensor(param);
+    std::string name = fresh(prefix + param);
+    std::vector<std::string> dims;
+    for (const DimRef& d : decl->dims) dims.push_back(std::to_string(d.value));
+    line(fmt::format("param {} : f32[{}] = full(0)", name, fmt::join(dims, ", ")));
+    return name;
+  };
+  auto op = [&](const std::string& base, const std::string& call) {
+    std::string name = fresh(base);
+    line(fmt::format("{} = {}", name, call));
+    return name;
+  };
+  std::string step_size, correction2, keep;
+  if (adam) {
+    // Bias corrections from running powers beta^t (scalar params updated every step), as
+    // torch.optim.Adam: p -= lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps).
+    const std::string pow1 = fresh("adam_beta1_power"), pow2 = fresh("adam_beta2_power");
+    line(fmt::format("param {} : f32[] = full(1)", pow1));
+    line(fmt::format("param {} : f32[] = full(1)", pow2));
+    std::string np1 = op("adam_beta1_power_next", fmt::format("mul({}, {})", pow1, train.beta1));
+    std::string np2 = op("adam_beta2_power_next", fmt::format("mul({}, {})", pow2, train.beta2));
+    updates.emplace_back(pow1, np1);
+    updates.emplace_back(pow2, np2);
+    std::string c1 = op("adam_correction1", fmt::format("sub(1, {})", np1));
+    std::string c2 = op("adam_correction2", fmt::format("sub(1, {})", np2));
+    correction2 = op("adam_correction2_sqrt", fmt::format("sqrt({})", c2));
+    step_size = op("adam_step_size", fmt::format("div({}, {})", lr, c1));
+    if (train.optimizer == Optimizer::kAdamW && train.weight_decay != 0) {
+      // AdamW decays the weight itself: p *= 1 - lr * weight_decay.
+      std::string decay = op("adamw_decay", fmt::format("mul({}, {})", lr, train.weight_decay));
+      keep = op("adamw_keep", fmt::format("sub(1, {})", decay));
+    }
+  }
+  for (size_t i = 0; i < capture.parameters.size(); ++i) {
+    const std::string& w = capture.parameters[i];
+    std::string g = grads[i];
+    if (train.weight_decay != 0 && train.optimizer != Optimizer::kAdamW) {
+      std::string decayed = op("decay_" + w, fmt::format("mul({}, {})", w, train.weight_decay));
+      g = op("decayed_grad_" + w, fmt::format("add({}, {})", g, decayed));
+    }
+    std::string next;
+    if (!adam) {
+      std::string direction = g;
+      if (train.momentum != 0) {
+        // torch.optim.SGD: buf = momentum * buf + g (buf = g on the first step: buf starts at 0).
+        std::string buf = state("momentum_", w);
+        std::string scaled = op("momentum_scaled_" + w, fmt::format("mul({}, {})", buf, train.momentum));
+        std::string nbuf = op("momentum_next_" + w, fmt::format("add({}, {})", scaled, g));
+        updates.emplace_back(buf, nbuf);
+        direction = nbuf;
+        if (train.nesterov) {
+          std::string ahead = op("nesterov_" + w, fmt::format("mul({}, {})", nbuf, train.momentum));
+          direction = op("nesterov_direction_" + w, fmt::format("add({}, {})", g, ahead));
+        }
+      }
+      std::string step = op("step_" + w, fmt::format("mul({}, {})", direction, lr));
+      next = op(w + "_next", fmt::format("sub({}, {})", w, step));
+    } else {
+      std::string m = state("exp_avg_", w), v = state("exp_avg_sq_", w);
+      std::string ma = op("exp_avg_decayed_" + w, fmt::format("mul({}, {})", m, train.beta1));
+      std::string mb = op("exp_avg_grad_" + w, fmt::format("mul({}, {})", g, 1 - train.beta1));
+      std::string nm = op("exp_avg_next_" + w, fmt::format("add({}, {})", ma, mb));
+      std::string va = op("exp_avg_sq_decayed_" + w, fmt::format("mul({}, {})", v, train.beta2));
+      std::string g2 = op("grad_squared_" + w, fmt::format("mul({}, {})", g, g));
+      std::string vb = op("exp_avg_sq_grad_" + w, fmt::format("mul({}, {})", g2, 1 - train.beta2));
+      std::string nv = op("exp_avg_sq_next_" + w, fmt::format("add({}, {})", va, vb));
+      std::string root = op("exp_avg_sq_sqrt_" + w, fmt::format("sqrt({})", nv));
+      std::string scaled = op("denominator_scaled_" + w, fmt::format("div({}, {})", root, correction2));
+      std::string den = op("denominator_" + w, fmt::format("add({}, {})", scaled, train.eps));
+      std::string dir = op("direction_" + w, fmt::format("div({}, {})", nm, den));
+      std::string step = op("step_" + w, fmt::format("mul({}, {})", dir, step_size));
+      std::string base = w;
+      if (!keep.empty()) base = op("decayed_" + w, fmt::format("mul({}, {})", w, keep));
+      next = op(w + "_next", fmt::format("sub({}, {})", base, step));
+      updates.emplace_back(m, nm);
+      updates.emplace_back(v, nv);
+    }
+    updates.emplace_back(w, next);
+  }
+  for (const auto& [buffer, value] : capture.buffer_updates) updates.emplace_back(buffer, value);
+  for (const auto& [param, value] : updates) line(fmt::format("update {} = {}", param, value));
+  std::vector<std::string> outputs{loss};
+  if (train.output_params) {
+    for (const std::string& w : capture.parameters) {
+      for (const auto& [param, value] : updates) {
+        if (param == w) outputs.push_back(value);
+      }
+    }
+    for (const auto& [buffer, value] : capture.buffer_updates) outputs.push_back(value);
+  }
+  line(fmt::format("output {}", fmt::join(outputs, ", ")));
+
+  // The forward as printed (it has no output line), then the training statements: parsed
+  // together, so the result is checked like any program file.
+  std::string program_text = print_program(p) + text;
+  Result<Program> parsed = parse_program(program_text, p.file_name);
+  if (!parsed.is_ok()) return parsed.status();
+  parsed->steps = train.steps;
+  return parsed;
 }
 
 HostBuffer initial_value(const TensorSpec& tensor) {

@@ -9,12 +9,18 @@
 // `tracecache zoo emit` prints and what `tracecache zoo run` runs, so both agree with
 // `tracecache run` on the emitted file by construction.
 //
+// train_program() writes the model in training mode: the forward with training batch norm and
+// dropout, a cross-entropy loss, a `grad` statement and an optimizer's updates in ops.
+//
 // Tensor names: a state_dict key becomes a program name with every '.' replaced by '_'
 // ("layer1.0.conv1.weight" -> layer1_0_conv1_weight); op results are t1, t2, ...
 // Thread-safety: pure functions of their arguments (files aside).
 #pragma once
 
+#include <cstdint>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -41,6 +47,43 @@ struct ProgramOptions {
 // mismatch, a missing weight: a bug in the model) as its Status; kUnsupported if the forward
 // returns a tensor that is not computed by an op (an input or a weight).
 Result<Program> model_program(const ModelSpec& spec, const ProgramOptions& options = {});
+
+enum class Optimizer : uint8_t { kSgd, kAdam, kAdamW };
+std::string_view optimizer_name(Optimizer optimizer);            // "sgd", "adam", "adamw"
+std::optional<Optimizer> parse_optimizer(std::string_view name);
+
+// A training run: torch.optim's update rules (SGD with momentum/nesterov/weight decay, Adam,
+// AdamW; amsgrad, dampening and maximize are not offered).
+struct TrainOptions {
+  Optimizer optimizer = Optimizer::kSgd;
+  double lr = 0.01;
+  double momentum = 0;        // sgd
+  bool nesterov = false;      // sgd, needs momentum
+  double weight_decay = 0;    // sgd, adam: added to the gradient; adamw: decays the weight
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;  // adam, adamw
+  int64_t steps = 10;
+  // Also output every trained param's and running statistic's new value after the loss (named
+  // `<param>_next`), so a run can save the weights each step reaches.
+  bool output_params = false;
+};
+
+// The model in training mode as a trace program of `train.steps` steps (docs/zoo.md, Training):
+//  - one fixed batch: the model's inputs are params with their generators (or --input files),
+//    `labels` an i64[N] param of random classes uniform(seed=2) in [0, C) (or the npy file of
+//    ProgramOptions::input_files entry "labels"), which the model memorizes;
+//  - the forward in training mode (Weights::training): batch norm on batch statistics with its
+//    running statistics updated (`update` lines), dropout through dropout_mask with a
+//    `dropout_seed` input drawn anew every step;
+//  - the mean cross-entropy of the logits (BERT: of the pooler output) as ops, `loss`;
+//  - one `grad` statement: d loss / d every parameter the forward reads;
+//  - the optimizer's update as ops, its state as params initialized to zeros, the learning rate
+//    the input `lr` (a lifted scalar: editing it into a schedule never recompiles).
+// Output: `loss` (and the new values, with output_params). Errors: as model_program, and
+// kInvalidArgument for hyperparameters torch.optim rejects (negative or non-finite values,
+// betas outside [0, 1), nesterov without momentum, momentum for adam, steps < 1) or a forward that cannot
+// train at this shape (batch norm over a single value per channel).
+Result<Program> train_program(const ModelSpec& spec, const TrainOptions& train,
+                              const ProgramOptions& options = {});
 
 // The program name of a state_dict key.
 std::string program_name(const std::string& state_dict_key);

@@ -83,15 +83,15 @@ Tensor vit_forward(const VitConfig& c, const Weights& w, const Tensor& image) {
   x = permute(reshape(x, {n, c.hidden, s[2] * s[3]}), {0, 2, 1});
   Tensor parts[] = {broadcast_to(w["class_token"], {n, 1, c.hidden}), x};
   x = concat(parts, 1);
-  x = dropout(x + w["encoder.pos_embedding"], 0.0);
+  x = dropout_layer(w, x + w["encoder.pos_embedding"], 0.0);
   for (int64_t i = 0; i < c.layers; ++i) {
     std::string p = vit_layer(i);
     Tensor y = layer_norm_layer(w, p + ".ln_1", x, c.eps);
-    y = dropout(self_attention(c, w, p + ".self_attention", y), 0.0);
+    y = dropout_layer(w, self_attention(c, w, p + ".self_attention", y), 0.0);
     x = x + y;
     Tensor z = layer_norm_layer(w, p + ".ln_2", x, c.eps);
-    z = dropout(gelu(linear_layer(w, p + ".mlp.0", z)), 0.0);
-    z = dropout(linear_layer(w, p + ".mlp.3", z), 0.0);
+    z = dropout_layer(w, gelu(linear_layer(w, p + ".mlp.0", z)), 0.0);
+    z = dropout_layer(w, linear_layer(w, p + ".mlp.3", z), 0.0);
     x = x + z;
   }
   x = layer_norm_layer(w, "encoder.ln", x, c.eps);
@@ -143,7 +143,7 @@ std::vector<Tensor> bert_forward(const BertConfig& c, LazyContext& ctx, std::spa
   Tensor x = embedding(w["embeddings.word_embeddings.weight"], ids) +
              embedding(w["embeddings.token_type_embeddings.weight"], token_types);
   x = x + embedding(w["embeddings.position_embeddings.weight"], positions);
-  x = dropout(layer_norm_layer(w, "embeddings.LayerNorm", x, c.eps), c.dropout);
+  x = dropout_layer(w, layer_norm_layer(w, "embeddings.LayerNorm", x, c.eps), c.dropout);
   // HuggingFace's extended mask: (1 - mask) * finfo(float32).min, broadcast over heads and
   // queries.
   Tensor additive = (cast(mask, DType::kF32) - 1.0) * 3.4028234663852886e38;
@@ -154,10 +154,10 @@ std::vector<Tensor> bert_forward(const BertConfig& c, LazyContext& ctx, std::spa
     Tensor k = split_heads(linear_layer(w, p + ".attention.self.key", x), c.heads);
     Tensor v = split_heads(linear_layer(w, p + ".attention.self.value", x), c.heads);
     Tensor context = merge_heads(scaled_dot_product_attention(q, k, v, additive));
-    Tensor a = dropout(linear_layer(w, p + ".attention.output.dense", context), c.dropout);
+    Tensor a = dropout_layer(w, linear_layer(w, p + ".attention.output.dense", context), c.dropout);
     a = layer_norm_layer(w, p + ".attention.output.LayerNorm", a + x, c.eps);
     Tensor h = gelu(linear_layer(w, p + ".intermediate.dense", a));
-    h = dropout(linear_layer(w, p + ".output.dense", h), c.dropout);
+    h = dropout_layer(w, linear_layer(w, p + ".output.dense", h), c.dropout);
     x = layer_norm_layer(w, p + ".output.LayerNorm", h + a, c.eps);
   }
   Tensor pooled = tanh(linear_layer(w, "pooler.dense", first_token(x)));

@@ -207,7 +207,7 @@ TEST(FailedBarrier, ThatHadDonatedDataFailsEveryLaterBarrierWithWhy) {
   EXPECT_EQ(y.to_vector<float>(), updated_ramp(8));
 }
 
-TEST(CompiledFunctionAssign, ToAnArgumentIsRefusedUntilEntriesCanRecordIt) {
+TEST(CompiledFunctionAssign, ToAnArgumentIsRefusedItIsNamedAsAnUpdate) {
   CpuBackend cpu;
   Runtime runtime(&cpu, nullptr, nullptr);
   LazyContext ctx(&runtime);
@@ -221,7 +221,7 @@ TEST(CompiledFunctionAssign, ToAnArgumentIsRefusedUntilEntriesCanRecordIt) {
   Result<std::vector<Tensor>> out = step(ctx, {{w, g}, {}});
   ASSERT_FALSE(out.is_ok()) << "eager would update w; once mode would leave it as it was";
   EXPECT_EQ(out.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(out.status().message().find("assign to argument 0 inside a compiled function is not supported yet"),
+  EXPECT_NE(out.status().message().find("assign to argument 0 inside a compiled function is not supported"),
             std::string::npos)
       << out.status().message();
   EXPECT_EQ(step.num_entries(), 0u);

@@ -278,7 +278,10 @@ struct CompiledFunction::Impl {
       const bool took = given && std::any_of(e.updates.begin(), e.updates.end(), [this](const ArgumentUpdate& u) {
         return !given->tensors[u.argument].defined();
       });
-      if (took) lost = Status(verified.code(), fmt::format("{}: {} (after the replay updated an argument in place, so the call is not traced again)", key.name, verified.message()));
+      if (took) {
+        lost = Status(verified.code(), fmt::format("{}: {} (found after the replay updated an argument in place, so "
+                                                   "the call is not traced again)", key.name, verified.message()));
+      }
       return verified;
     }
     e.outputs_verified = true;
@@ -410,7 +413,8 @@ struct CompiledFunction::Impl {
   }
 
   // Whether parameter `p` of a segment, argument `a` of the call, is to be given to its run to
-  // donate: the entry updates `a`, the graph donates `p`, and the caller has not shared it.
+  // donate: the entry updates `a`, the graph donates `p`, and the call still holds `a` (whether
+  // the run may overwrite it is the Runtime's rule: no other owner).
   bool takes_to_donate(const GuardEntry& e, const Executable& exe, uint32_t p, uint32_t a) const {
     const std::span<const Donation> d = exe.graph.donations();
     return std::any_of(e.updates.begin(), e.updates.end(), [a](const ArgumentUpdate& u) { return u.argument == a; }) &&

@@ -48,7 +48,9 @@
 // would not change). No donation is recorded (the values are the same, the memory is not
 // saved) for an argument passed twice (aliasing), for an argument that another output returns
 // as it is, for an output that is not computed by the graph (an argument or constant), and in
-// a shape-polymorphic entry (its template cannot carry a donation). The trace itself (the first
+// a trace that makes dims dynamic (its template cannot carry a donation; the entry records
+// none even when the template then proves unusable and the entry stays static, as for a
+// training step whose gradient rules read shapes). The trace itself (the first
 // call, a recompile, lazy fallback) never donates: the trace's proxies hold the arguments.
 //
 // `fn` must build its result only from its arguments (and constants it creates): tensor data

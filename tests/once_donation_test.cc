@@ -193,6 +193,30 @@ TEST(OnceDonation, RetracesAfterAGuardFailureStillDonateCorrectly) {
   EXPECT_EQ(f.stats().recompiles, 1);
 }
 
+// With automatic_dynamic the second size makes the dim dynamic: that entry records no donation
+// (its template cannot carry one), and every size still gets the right values.
+TEST(OnceDonation, ADynamicEntryDoesNotDonateAndStaysCorrect) {
+  Device d;
+  int calls = 0;
+  CompiledFunctionOptions o = sgd_options();
+  o.automatic_dynamic = true;
+  CompiledFunction f("sgd", sgd_fn(&calls), &d.runtime, o);
+  for (int64_t rows : {kN, kN / 2, kN / 4, kN / 2}) {
+    HostBuffer wb(DType::kF32, Shape{rows, kN}), gb(DType::kF32, Shape{rows, kN});
+    for (int64_t i = 0; i < wb.numel(); ++i) {
+      wb.data<float>()[i] = static_cast<float>((i + rows) % 11);
+      gb.data<float>()[i] = static_cast<float>(i % 5) - 2;
+    }
+    Tensor w = d.ctx.from_buffer(std::move(wb)), g = d.ctx.from_buffer(std::move(gb));
+    const std::vector<float> wv = w.to_vector<float>(), gv = g.to_vector<float>();
+    Result<std::vector<Tensor>> out = f(d.ctx, args_of(std::move(w), g));
+    ASSERT_TRUE(out.is_ok()) << out.status().to_string();
+    EXPECT_EQ((*out)[1].to_vector<float>(), sgd(wv, gv)) << rows;
+  }
+  EXPECT_EQ(calls, 2);
+  EXPECT_EQ(f.stats().specializations, 1);  // kN / 4 (kN / 2 was traced)
+}
+
 TEST(OnceDonation, UpdatesThatDoNotFitTheOutputsAreErrors) {
   Device d;
   int calls = 0;

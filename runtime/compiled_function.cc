@@ -118,6 +118,12 @@ struct CompiledFunction::Impl {
   // A segment's parameter list during replay(): its capacity is reused, its handles are
   // dropped after each run (so a call's arguments do not outlive the call).
   std::vector<DataRef> scratch;
+  // During a call that gave its arguments up (operator()(ctx, CallArgs&&)): those arguments,
+  // from which a replay takes the ones it donates; null otherwise.
+  CallArgs* given = nullptr;
+  // Set by a replay that took an argument to donate and then did not finish: the call's error
+  // (the argument is gone, so the call can neither trace nor try another entry).
+  std::optional<Status> lost;
 
   // A value guard's read of a segment output: its host bytes, counted as Tensor::buffer() counts.
   BufferRef read_value(const DataRef& d) const {
@@ -141,6 +147,11 @@ struct CompiledFunction::Impl {
     if (stats.fell_back_to_lazy) return trace(args, /*keep=*/false);
     LookupMisses misses;
     if (std::optional<std::vector<DataRef>> out = look_up_and_replay(args, misses)) return std::move(*out);
+    if (lost) {
+      Status why = std::move(*lost);
+      lost.reset();
+      return why;
+    }
     if (entries.empty()) {  // the first call (or every entry was dropped): trace, no recompile
       return trace_new_entry(args, dims_to_make_dynamic(args, options.dynamic_dims, false, {}, nullptr), "");
     }
@@ -174,6 +185,7 @@ struct CompiledFunction::Impl {
       }
       std::string why;
       Result<std::optional<std::vector<DataRef>>> r = replay_verified(entries[e], args, &why);
+      if (lost) return std::nullopt;
       if (!r.is_ok()) {
         drop_entry(entries[e], r.status());
         entries.erase(entries.begin() + static_cast<std::ptrdiff_t>(e));
@@ -255,10 +267,23 @@ struct CompiledFunction::Impl {
   // ---- replay -------------------------------------------------------------------------------
 
   // replay(), and for an entry loaded from the cache the first time, verify_outputs().
+  // The types to verify are found before the replay, which may give arguments up.
   Result<std::optional<std::vector<DataRef>>> replay_verified(GuardEntry& e, const CallArgs& args, std::string* why) {
+    if (e.outputs_verified || !options.output_types) return replay(e, args, why);
+    Result<std::vector<TensorType>> want = options.output_types(args);
+    if (!want.is_ok()) return want.status();
     Result<std::optional<std::vector<DataRef>>> r = replay(e, args, why);
-    if (!r.is_ok() || !r->has_value() || e.outputs_verified) return r;
-    if (Status verified = verify_outputs(**r, args); !verified.is_ok()) return verified;
+    if (!r.is_ok() || !r->has_value()) return r;
+    if (Status verified = verify_outputs(**r, *want); !verified.is_ok()) {
+      const bool took = given && std::any_of(e.updates.begin(), e.updates.end(), [this](const ArgumentUpdate& u) {
+        return !given->tensors[u.argument].defined();
+      });
+      if (took) {
+        lost = Status(verified.code(), fmt::format("{}: {} (found after the replay updated an argument in place, so "
+                                                   "the call is not traced again)", key.name, verified.message()));
+      }
+      return verified;
+    }
     e.outputs_verified = true;
     return r;
   }
@@ -292,7 +317,7 @@ struct CompiledFunction::Impl {
     std::vector<std::vector<DataRef>> seg_out(segments.size());
     auto value_of = [&](const ValueSource& v) -> DataRef {
       switch (v.kind) {
-        case ValueSource::Kind::kInput: return args.tensors[v.a].data();
+        case ValueSource::Kind::kInput: return args.tensors[v.a].defined() ? args.tensors[v.a].data() : nullptr;
         case ValueSource::Kind::kDynamicScalar: {
           HostBuffer b(DType::kF32, Shape{});
           *b.data<float>() = static_cast<float>(args.scalars[v.a]);
@@ -310,6 +335,21 @@ struct CompiledFunction::Impl {
       std::vector<DataRef>& scratch;
       ~ClearScratch() { scratch.clear(); }
     } clear_scratch{scratch};
+    // Arguments this replay took from the caller to donate; a replay that took one and does
+    // not finish cannot be retried (see `lost`).
+    struct LoseTakenOnFailure {
+      Impl& impl;
+      const std::string& name;
+      std::vector<uint32_t> taken;
+      bool finished = false;
+      ~LoseTakenOnFailure() {
+        if (finished || taken.empty() || impl.lost) return;
+        impl.lost = internal_error(fmt::format(
+            "{}: a replay failed after it was given argument {} to update in place; that argument's "
+            "data is gone, so the call is not traced again", name, taken.front()));
+      }
+    } lose_taken{*this, key.name, {}};
+    const bool may_donate = given != nullptr && !e.updates.empty() && !e.dynamic;
     for (size_t k = 0; k < segments.size(); ++k) {
       Segment& seg = segments[k];
       if (!seg.exe) {  // an entry loaded from the cache: fetch its executable by key
@@ -319,12 +359,30 @@ struct CompiledFunction::Impl {
         seg.exe = *exe;
       }
       scratch.clear();
-      for (const ValueSource& v : seg.params) {
+      for (uint32_t p = 0; p < seg.params.size(); ++p) {
+        const ValueSource& v = seg.params[p];
         if (!routed(v)) return corruption("guard entry routes a value that does not exist");
-        scratch.push_back(value_of(v));
+        if (may_donate && v.kind == ValueSource::Kind::kInput && takes_to_donate(e, *seg.exe, p, v.a)) {
+          // The call's only handle goes into the run (Runtime::run_on_backend's rule decides).
+          Tensor& arg = given->tensors[v.a];
+          scratch.push_back(arg.data());
+          arg = Tensor();
+          lose_taken.taken.push_back(v.a);
+          continue;
+        }
+        DataRef d = value_of(v);
+        if (!d) return corruption("guard entry reads an argument it gave up to update in place");
+        scratch.push_back(std::move(d));
       }
       Result<std::vector<DataRef>> outs = run_executable(*runtime, *seg.exe, scratch);
       scratch.clear();
+      if (!outs.is_ok() && !lose_taken.taken.empty()) {
+        lost = Status(outs.status().code(),
+                      fmt::format("{}: a run failed after it was given argument {} to update in place; that "
+                                  "argument's data is gone: {}", key.name, lose_taken.taken.front(),
+                                  outs.status().message()));
+        return outs.status();
+      }
       if (!outs.is_ok()) return corruption("guard entry does not fit its executable: " + outs.status().message());
       seg_out[k] = std::move(*outs);
       for (const auto& [o, expected] : seg.value_guards) {
@@ -340,6 +398,7 @@ struct CompiledFunction::Impl {
       const ValueSource& v = e.outputs[o];
       if (!routed(v)) return corruption("guard entry routes a value that does not exist");
       DataRef b = value_of(v);
+      if (!b) return corruption("guard entry returns an argument it gave up to update in place");
       const TensorType& promised = e.output_types[o];
       const bool fits = b->dtype() == promised.dtype &&
                         (e.dynamic ? b->shape().rank() == promised.shape.rank() : b->shape() == promised.shape);
@@ -349,23 +408,31 @@ struct CompiledFunction::Impl {
       }
       outputs.push_back(std::move(b));
     }
+    lose_taken.finished = true;
     return std::optional<std::vector<DataRef>>(std::move(outputs));
   }
 
-  // Compares a stored entry's replayed outputs with the types `fn` returns for `args`
-  // (CompiledFunctionOptions::output_types; ok when it is not set). kCorruption on a mismatch.
-  Status verify_outputs(const std::vector<DataRef>& outputs, const CallArgs& args) const {
-    if (!options.output_types) return Status::ok();
-    Result<std::vector<TensorType>> want = options.output_types(args);
-    if (!want.is_ok()) return want.status();
-    if (want->size() != outputs.size()) {
-      return corruption(fmt::format("guard entry returns {} outputs, the function {}", outputs.size(), want->size()));
+  // Whether parameter `p` of a segment, argument `a` of the call, is to be given to its run to
+  // donate: the entry updates `a`, the graph donates `p`, and the call still holds `a` (whether
+  // the run may overwrite it is the Runtime's rule: no other owner).
+  bool takes_to_donate(const GuardEntry& e, const Executable& exe, uint32_t p, uint32_t a) const {
+    const std::span<const Donation> d = exe.graph.donations();
+    return std::any_of(e.updates.begin(), e.updates.end(), [a](const ArgumentUpdate& u) { return u.argument == a; }) &&
+           std::any_of(d.begin(), d.end(), [p](const Donation& x) { return x.param == p; }) &&
+           given->tensors[a].defined();
+  }
+
+  // Compares a stored entry's replayed outputs with the types `fn` returns for the call
+  // (CompiledFunctionOptions::output_types). kCorruption on a mismatch.
+  Status verify_outputs(const std::vector<DataRef>& outputs, const std::vector<TensorType>& want) const {
+    if (want.size() != outputs.size()) {
+      return corruption(fmt::format("guard entry returns {} outputs, the function {}", outputs.size(), want.size()));
     }
     for (size_t o = 0; o < outputs.size(); ++o) {
       const TensorType got{outputs[o]->dtype(), outputs[o]->shape()};
-      if (got != (*want)[o]) {
+      if (got != want[o]) {
         return corruption(fmt::format("guard entry output {} is {}, the function returns {}", o, type_to_string(got),
-                                      type_to_string((*want)[o])));
+                                      type_to_string(want[o])));
       }
     }
     return Status::ok();
@@ -385,6 +452,7 @@ struct CompiledFunction::Impl {
     lo.metrics = &runtime->metrics();
     if (keep && !dynamic_dims.empty()) lo.capture = &tmpl;
     std::vector<Tensor> outputs;
+    std::vector<ArgumentUpdate> donated;
     {
       LazyContext tctx(&rec, lo);
       TraceArgs targs;
@@ -406,6 +474,9 @@ struct CompiledFunction::Impl {
       try {
         outputs = fn(tctx, targs);
         if (Status st = check_no_argument_assigned(args, targs); !st.is_ok()) return st;
+        if (Status st = record_updates(tctx, args, targs, outputs, lo.capture != nullptr, donated); !st.is_ok()) {
+          return st;
+        }
         rec.trace.segments_inside_fn = rec.trace.segments.size();
         tctx.mark_step();
       } catch (const Error& e) {
@@ -437,7 +508,10 @@ struct CompiledFunction::Impl {
         std::string n = make_dynamic(entry, tmpl, rec.trace, std::move(dynamic_dims), args, env());
         if (note) *note = std::move(n);
       }
-      if (!entry.dynamic) entry.segments = std::move(rec.trace.segments);
+      if (!entry.dynamic) {
+        entry.segments = std::move(rec.trace.segments);
+        entry.updates = std::move(donated);
+      }
       entry.guards = GuardSet::record(args, env(),
                                       entry.dynamic ? std::span<const DynamicDim>(entry.dynamic->dims)
                                                     : std::span<const DynamicDim>(),
@@ -448,17 +522,60 @@ struct CompiledFunction::Impl {
     return result;
   }
 
+  // Records CompiledFunctionOptions::updates on the trace: each output that replaces an argument
+  // is assigned to the argument's proxy, so the graph donates the argument's storage to it
+  // (LazyContext::assign), unless donating is refused (see the header: a shape-polymorphic
+  // trace, an output the graph does not compute, an argument passed twice or returned as it
+  // is); `donated` receives the updates recorded. Errors: updates that do not fit the outputs.
+  Status record_updates(LazyContext& tctx, const CallArgs& args, TraceArgs& targs, const std::vector<Tensor>& outputs,
+                        bool capturing, std::vector<ArgumentUpdate>& donated) const {
+    const std::vector<ArgumentUpdate>& updates = options.updates;
+    for (size_t k = 0; k < updates.size(); ++k) {
+      const ArgumentUpdate& u = updates[k];
+      if (u.output >= outputs.size() || u.argument >= args.tensors.size() || !outputs[u.output].defined()) {
+        return invalid_argument(fmt::format("{}: update {} names output {} and argument {}, but the function "
+                                            "returned {} outputs of {} tensor arguments", key.name, k, u.output,
+                                            u.argument, outputs.size(), args.tensors.size()));
+      }
+      for (size_t j = 0; j < k; ++j) {
+        if (updates[j].output == u.output || updates[j].argument == u.argument) {
+          return invalid_argument(fmt::format("{}: updates {} and {} name the same output or argument", key.name, j, k));
+        }
+      }
+      const Tensor& value = outputs[u.output];
+      Tensor& proxy = targs.tensors_[u.argument];
+      const TensorType want{proxy.dtype(), proxy.peek_shape()}, got{value.dtype(), value.peek_shape()};
+      if (want != got) {
+        return invalid_argument(fmt::format("{}: output {} replaces {}, but it is {}, the argument {}", key.name,
+                                            u.output, env().input_name(u.argument), type_to_string(got),
+                                            type_to_string(want)));
+      }
+      if (capturing || value.is_materialized()) continue;
+      const void* data = args.tensors[u.argument].data_ptr();
+      bool shared = false;
+      for (size_t j = 0; j < args.tensors.size(); ++j) shared |= j != u.argument && args.tensors[j].data_ptr() == data;
+      for (size_t o = 0; o < outputs.size(); ++o) {
+        shared |= o != u.output && outputs[o].is_materialized() && outputs[o].data_ptr() == data;
+      }
+      if (shared) continue;
+      tctx.assign(proxy, value);
+      donated.push_back(u);
+    }
+    return Status::ok();
+  }
+
   // An argument assigned in place inside fn (Tensor::assign) would update only the trace's
-  // proxy, never the caller's tensor, so once mode would differ from eager: refused until guard
-  // entries can record argument updates. The proxy of an argument still holds the caller's data
-  // unless it was assigned.
+  // proxy, never the caller's tensor, so once mode would differ from eager: refused (return the
+  // new value and name it in CompiledFunctionOptions::updates). The proxy of an argument still
+  // holds the caller's data unless it was assigned.
   Status check_no_argument_assigned(const CallArgs& args, const TraceArgs& targs) const {
     for (size_t i = 0; i < args.tensors.size(); ++i) {
       const Tensor& proxy = targs.tensors_[i];
       if (proxy.is_materialized() && proxy.data_ptr() == args.tensors[i].data_ptr()) continue;
       return invalid_argument(fmt::format(
-          "{}: assign to argument {} inside a compiled function is not supported yet ({}): the "
-          "caller's tensor would not be updated; return the new value and assign it outside",
+          "{}: assign to argument {} inside a compiled function is not supported ({}): the "
+          "caller's tensor would not be updated; return the new value and name it in "
+          "CompiledFunctionOptions::updates (it then replaces the argument in place when the caller gives it up)",
           key.name, i, env().input_name(static_cast<uint32_t>(i))));
     }
     return Status::ok();
@@ -572,6 +689,15 @@ const FunctionStats& CompiledFunction::stats() const {
   s.hits_per_entry.resize(impl_->entries.size());
   for (size_t e = 0; e < impl_->entries.size(); ++e) s.hits_per_entry[e] = impl_->entries[e].hits;
   return s;
+}
+
+Result<std::vector<Tensor>> CompiledFunction::operator()(LazyContext& ctx, CallArgs&& args) {
+  struct Given {
+    Impl& impl;
+    ~Given() { impl.given = nullptr; }
+  } given{*impl_};
+  impl_->given = &args;
+  return (*this)(ctx, static_cast<const CallArgs&>(args));
 }
 
 Result<std::vector<Tensor>> CompiledFunction::operator()(LazyContext& ctx, const CallArgs& args) {

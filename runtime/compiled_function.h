@@ -34,6 +34,25 @@
 // the new sizes the entry does not apply and the call recompiles, saying so. A trace that read
 // a value (more than one segment) cannot be a template: its entry stays static.
 //
+// Donation (in-place updates of arguments, JAX's donate_argnums). CompiledFunctionOptions::
+// updates names outputs that are the new values of arguments ("output k replaces argument i"),
+// as an optimizer step returns its updated params. The trace records each as a donation in the
+// graph (LazyContext::assign: output k may reuse argument i's storage; part of the graph's key)
+// and the guard entry records which arguments its graphs update, so a replay, also in a new
+// process, donates too. A replay gives an updated argument's storage to the backend when the
+// caller passed the argument's only reference: the call took its CallArgs by rvalue and no
+// other tensor shares the data (the rule of Runtime::run_on_backend); the backend then writes
+// output k in place. Otherwise output k is a fresh buffer and the argument keeps its value.
+// The values are identical either way; only device memory differs. `fn` returns the new value
+// as output k as usual and never assign()s an argument itself (refused: the caller's tensor
+// would not change). No donation is recorded (the values are the same, the memory is not
+// saved) for an argument passed twice (aliasing), for an argument that another output returns
+// as it is, for an output that is not computed by the graph (an argument or constant), and in
+// a trace that makes dims dynamic (its template cannot carry a donation; the entry records
+// none even when the template then proves unusable and the entry stays static, as for a
+// training step whose gradient rules read shapes). The trace itself (the first
+// call, a recompile, lazy fallback) never donates: the trace's proxies hold the arguments.
+//
 // `fn` must build its result only from its arguments (and constants it creates): tensor data
 // captured from elsewhere is an error at trace time, as it would silently become a constant.
 // Thread-safety: one thread at a time. Ownership: the runtime (and metrics) must outlive this.
@@ -105,6 +124,10 @@ struct CompiledFunctionOptions {
   // differently (even consistently with the types it records) is then a `corrupt` event and
   // the call traces. An error from it counts as a failure to use the entry (a miss).
   std::function<Result<std::vector<TensorType>>(const CallArgs& args)> output_types;
+  // Outputs that replace arguments (donation, see the header comment). Each output and each
+  // argument at most once; output k and argument i must have the same type (else the trace is
+  // an error).
+  std::vector<ArgumentUpdate> updates;
 };
 
 // What a compiled function did in this process; derived from its entries and counters.
@@ -132,6 +155,13 @@ class CompiledFunction {
   // `ctx`. Errors: argument problems (a pending tensor argument, a tensor from another context)
   // and errors thrown by `fn` are returned as Status.
   Result<std::vector<Tensor>> operator()(LazyContext& ctx, const CallArgs& args);
+  // The same, giving the arguments up: a replay may donate the storage of an argument that
+  // CompiledFunctionOptions::updates names when `args` holds the only reference to it; such an
+  // argument's tensor in `args` is then left undefined (its data became output k). Every other
+  // argument stays in `args`. Errors: as above; and when a run fails after it was given an
+  // argument to overwrite, an error (kInternal) saying so, never a retrace or a fallback over a
+  // value that may be half updated: that argument is left undefined in `args`.
+  Result<std::vector<Tensor>> operator()(LazyContext& ctx, CallArgs&& args);
 
   // Marks dim `dim` of tensor argument `input` dynamic for the traces that follow.
   void mark_dynamic(size_t input, int dim);

@@ -69,6 +69,12 @@ Result<std::unique_ptr<ProgramSession>> ProgramSession::create(const Program& pr
           [&](size_t i) { return args.scalars.at(i); });
       return infer_output_types_at(program, dims, StepUpdates::kReturn);
     };
+    // The updated params' new values follow the outputs; each replaces its param in place.
+    for (size_t u = 0; u < program.updates.size(); ++u) {
+      const size_t index = static_cast<size_t>(program.find_tensor(program.updates[u].param) - program.tensors.data());
+      s->updated_params_.push_back(index);
+      fo.updates.push_back({static_cast<uint32_t>(program.outputs.size() + u), static_cast<uint32_t>(index)});
+    }
     s->function_ = std::make_unique<CompiledFunction>(std::move(name), std::move(fn),
                                                       s->session_->runtime(), std::move(fo));
   }
@@ -83,6 +89,7 @@ Result<ProgramSession::PreparedStep> ProgramSession::prepare(int step) {
   if (!args.is_ok()) return args.status();
   p.call.tensors = std::move(args).value();
   if (function_) {
+    for (size_t index : updated_params_) p.call.tensors[index] = Tensor();
     for (size_t d = 0; d < p.dims.size(); ++d) {
       if (dim_sources_[d].tensor < 0) p.call.scalars.push_back(static_cast<double>(p.dims[d]));
     }
@@ -93,8 +100,20 @@ Result<ProgramSession::PreparedStep> ProgramSession::prepare(int step) {
 Result<std::vector<BufferRef>> ProgramSession::run(const PreparedStep& p) {
   std::vector<BufferRef> values;
   if (function_) {
-    Result<std::vector<Tensor>> outs = (*function_)(session_->context(), p.call);
-    if (!outs.is_ok()) return step_error(program_, p.step, outs.status());
+    CallArgs call = p.call;
+    for (size_t index : updated_params_) {
+      Result<Tensor> param = arguments_->take_param(index);
+      if (!param.is_ok()) return step_error(program_, p.step, param.status());
+      call.tensors[index] = std::move(param).value();
+    }
+    Result<std::vector<Tensor>> outs = (*function_)(session_->context(), std::move(call));
+    if (!outs.is_ok()) {
+      // A param the call did not give up to an in-place update is still whole: it stays.
+      for (size_t index : updated_params_) {
+        if (call.tensors[index].defined()) (void)arguments_->set_param(index, std::move(call.tensors[index]));
+      }
+      return step_error(program_, p.step, outs.status());
+    }
     const size_t n = program_.outputs.size();
     values.reserve(n);
     for (size_t k = 0; k < n; ++k) values.push_back((*outs)[k].buffer());

@@ -11,11 +11,13 @@
 //                (arange(end=N), reshape(shape=[B, -1])), so the dims must be guarded by value,
 //                not only through the shapes of the tensors. A param that the program updates
 //                (`update w = w2`) is returned by the step after its outputs and becomes the
-//                argument of the next call (StepArguments::set_param): the compiled graph
-//                computes the new value into a fresh buffer and the old one is freed when the
-//                caller drops the step's PreparedStep. No donation: a CompiledFunction refuses
-//                to donate or assign its arguments, so the step briefly holds both copies of
-//                every updated param (in lazy mode LazyContext::assign donates the old storage).
+//                argument of the next call (StepArguments::set_param); the function names it
+//                as an update of the param (CompiledFunctionOptions::updates), so its graph
+//                donates the param's storage. run() takes each updated param from the step's
+//                arguments (StepArguments::take_param) and gives the call its only handle, so a
+//                replay writes the new value in place: one copy of every updated param, as in
+//                lazy mode (LazyContext::assign). The first call (the trace) and a retrace
+//                write fresh buffers (the trace holds the params while it runs).
 //
 // A step is split in two so callers can time the second half alone: prepare() makes the step's
 // arguments (input generation), run() records or checks guards, executes and materializes the
@@ -54,13 +56,17 @@ class ProgramSession {
   struct PreparedStep {
     int step = 0;
     std::vector<int64_t> dims;  // one per program.dims entry
-    CallArgs call;              // tensors: the step's arguments; scalars: the dims
+    // tensors: the step's arguments; scalars: the dims. In once mode the updated params are
+    // left undefined here: run() takes them from the session's arguments, so that the call
+    // holds their only handle (donation).
+    CallArgs call;
   };
   // Makes step `step`'s arguments. Errors: as StepArguments::make.
   Result<PreparedStep> prepare(int step);
   // Runs a prepared step; returns its outputs (materialized), in the program's output order.
   // Errors: shape and attribute errors ("FILE:LINE:COL: ..."), execution failures
-  // ("FILE: step N: ...").
+  // ("FILE: step N: ..."). In once mode an updated param given to a run that failed while
+  // updating it in place is gone: later steps fail saying so.
   Result<std::vector<BufferRef>> run(const PreparedStep& step);
 
   Session& session() { return *session_; }
@@ -83,6 +89,7 @@ class ProgramSession {
   std::vector<DimSource> dim_sources_;
   std::unique_ptr<StepArguments> arguments_;
   std::unique_ptr<CompiledFunction> function_;  // once
+  std::vector<size_t> updated_params_;  // once: the updated params' indices, in program.updates order
 };
 
 }  // namespace tracecache

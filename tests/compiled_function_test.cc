@@ -1,9 +1,13 @@
 // Guard entries that survive restarts (issue 4, part 5): a new runtime on the same database
 // runs the first call of a compiled function with zero traces and zero compiles.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <sqlite3.h>
 
+#include <tuple>
+
 #include "runtime/compiled_function.h"
+#include "runtime/guards/guard_entry_codec.h"
 #include "backends/cpu/cpu_backend.h"
 #include "store/codec/proto/tracecache.pb.h"
 #include "tests/test_support.h"
@@ -143,6 +147,84 @@ TEST(PersistentGuards, AStoredEntryWithBadRoutingFallsBackSafely) {
   Process q(dir.db());
   EXPECT_EQ(q.call(4), want);
   EXPECT_EQ(q.fn_calls, 1) << "the bad entry was dropped and the call traced";
+}
+
+// An entry of an older format (here: format 3, from before entries recorded argument updates)
+// found under the current key is refused as a whole: a corrupt event and a trace, never read
+// as if it were of this format.
+TEST(PersistentGuards, AnOldFormatEntryIsRefusedNotMisread) {
+  TempDir dir;
+  std::vector<std::string> want;
+  { Process p(dir.db()); want = p.call(4); }
+  {
+    auto db = std::move(store::CacheDb::open({.path = dir.db()})).value_or_throw();
+    store::FunctionKey key{"step", "v1", std::string(kToolkitVersion)};
+    auto rows = db->function_entries(key);
+    ASSERT_TRUE(rows.is_ok());
+    ASSERT_EQ(rows->size(), 1u);
+    proto::GuardEntry pe;
+    ASSERT_TRUE(pe.ParseFromString((*rows)[0].blob));
+    ASSERT_EQ(pe.format_version(), kGuardEntryFormat);
+    pe.set_format_version(kGuardEntryFormat - 1);
+    Result<GuardEntry> decoded = decode_guard_entry(pe.SerializeAsString());
+    ASSERT_FALSE(decoded.is_ok());
+    EXPECT_EQ(decoded.status().code(), StatusCode::kCorruption);
+    EXPECT_NE(decoded.status().message().find(fmt::format("format {}, expected {}", kGuardEntryFormat - 1, kGuardEntryFormat)),
+              std::string::npos) << decoded.status().message();
+    ASSERT_TRUE(db->put_function_entry(key, 0, pe.SerializeAsString()).is_ok());
+  }
+  Process q(dir.db());
+  EXPECT_EQ(q.f.num_entries(), 0u);
+  EXPECT_EQ(q.call(4), want);
+  EXPECT_EQ(q.fn_calls, 1);
+  int corrupt = 0;
+  for (const auto& e : q.runtime.events()) corrupt += e.kind == store::EventKind::kCorrupt;
+  EXPECT_EQ(corrupt, 1);
+}
+
+// The argument updates of an entry (donation) are stored and read back; forged ones (out of
+// range, twice, of another type than the argument) are refused.
+TEST(PersistentGuards, ArgumentUpdatesAreStoredAndForgedOnesRefused) {
+  TempDir dir;
+  auto db = std::move(store::CacheDb::open({.path = dir.db()})).value_or_throw();
+  CpuBackend cpu;
+  Runtime runtime(&cpu, db.get(), nullptr);
+  LazyContext ctx(&runtime);
+  CompiledFunctionOptions o;
+  o.user_version = "sgd";
+  o.updates = {{.output = 1, .argument = 0}};
+  {
+    CompiledFunction f("sgd", [](LazyContext&, const TraceArgs& a) {
+      Tensor nw = sub(a.tensor(0), a.tensor(1));
+      return std::vector<Tensor>{sum(nw), nw};
+    }, &runtime, o);
+    HostBuffer w(DType::kF32, {3}), g(DType::kF32, {3});
+    ASSERT_TRUE(f(ctx, {{ctx.from_buffer(std::move(w)), ctx.from_buffer(std::move(g))}, {}}).is_ok());
+  }
+  auto rows = db->function_entries({"sgd", "sgd", std::string(kToolkitVersion)});
+  ASSERT_TRUE(rows.is_ok());
+  ASSERT_EQ(rows->size(), 1u);
+  const std::string blob = (*rows)[0].blob;
+  Result<GuardEntry> e = decode_guard_entry(blob);
+  ASSERT_TRUE(e.is_ok()) << e.status().to_string();
+  ASSERT_EQ(e->updates.size(), 1u);
+  EXPECT_EQ(e->updates[0], (ArgumentUpdate{.output = 1, .argument = 0}));
+  EXPECT_EQ(encode_guard_entry(*e), blob);
+  auto forged = [&](uint32_t output, uint32_t argument, bool twice) {
+    proto::GuardEntry pe;
+    EXPECT_TRUE(pe.ParseFromString(blob));
+    pe.mutable_updates(0)->set_output(output);
+    pe.mutable_updates(0)->set_argument(argument);
+    if (twice) *pe.add_updates() = pe.updates(0);
+    return decode_guard_entry(pe.SerializeAsString());
+  };
+  EXPECT_TRUE(forged(1, 0, false).is_ok());
+  for (auto [output, argument, twice] : {std::tuple{1u, 2u, false}, std::tuple{2u, 0u, false}, std::tuple{1u, 0u, true},
+                                         std::tuple{0u, 0u, false}}) {
+    Result<GuardEntry> bad = forged(output, argument, twice);
+    ASSERT_FALSE(bad.is_ok()) << output << " " << argument << " " << twice;
+    EXPECT_EQ(bad.status().code(), StatusCode::kCorruption);
+  }
 }
 
 }  // namespace

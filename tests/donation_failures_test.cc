@@ -207,7 +207,7 @@ TEST(FailedBarrier, ThatHadDonatedDataFailsEveryLaterBarrierWithWhy) {
   EXPECT_EQ(y.to_vector<float>(), updated_ramp(8));
 }
 
-TEST(CompiledFunctionAssign, ToAnArgumentIsRefusedUntilEntriesCanRecordIt) {
+TEST(CompiledFunctionAssign, ToAnArgumentIsRefusedItIsNamedAsAnUpdate) {
   CpuBackend cpu;
   Runtime runtime(&cpu, nullptr, nullptr);
   LazyContext ctx(&runtime);
@@ -221,7 +221,7 @@ TEST(CompiledFunctionAssign, ToAnArgumentIsRefusedUntilEntriesCanRecordIt) {
   Result<std::vector<Tensor>> out = step(ctx, {{w, g}, {}});
   ASSERT_FALSE(out.is_ok()) << "eager would update w; once mode would leave it as it was";
   EXPECT_EQ(out.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(out.status().message().find("assign to argument 0 inside a compiled function is not supported yet"),
+  EXPECT_NE(out.status().message().find("assign to argument 0 inside a compiled function is not supported"),
             std::string::npos)
       << out.status().message();
   EXPECT_EQ(step.num_entries(), 0u);
@@ -256,6 +256,85 @@ TEST(CompiledFunctionReplay, KeepsNoArgumentAliveAfterTheCall) {
     EXPECT_EQ((*out)[0].to_vector<float>(), (std::vector<float>{1, 2, 3, 4}));
   }
   EXPECT_TRUE(arg.expired());
+}
+
+// Once mode: a compiled function whose output 0 replaces argument 0 (w <- w * 0.5 + 1), traced
+// on a healthy backend; its replays then meet the injected failure.
+struct OnceStep {
+  OnceStep()
+      : runtime(&backend, nullptr, nullptr),
+        ctx(&runtime),
+        f("update", [](LazyContext&, const TraceArgs& a) {
+          return std::vector<Tensor>{add(mul(a.tensor(0), 0.5), 1.0)};
+        }, &runtime, options()) {
+    EXPECT_TRUE(f(ctx, args_of(ctx.from_buffer(ramp(kSize)))).is_ok());  // the trace
+  }
+  static CompiledFunctionOptions options() {
+    CompiledFunctionOptions o;
+    o.updates = {{.output = 0, .argument = 0}};
+    return o;
+  }
+  // w as the only handle in the call's arguments.
+  static CallArgs args_of(Tensor w) {
+    CallArgs a;
+    a.tensors.push_back(std::move(w));
+    return a;
+  }
+  static constexpr int64_t kSize = 64;
+  FailingBackend backend;
+  Runtime runtime;
+  LazyContext ctx;
+  CompiledFunction f;
+};
+
+TEST(OnceDonationFailure, AFailedStatusBeforeTheRunFallsBackWithTheValueRight) {
+  OnceStep s;
+  s.backend.fail = FailingBackend::Fail::kStatusBeforeRun;
+  CallArgs args = OnceStep::args_of(s.ctx.from_buffer(ramp(OnceStep::kSize)));
+  Result<std::vector<Tensor>> out = s.f(s.ctx, std::move(args));
+  ASSERT_TRUE(out.is_ok()) << out.status().to_string();
+  EXPECT_EQ((*out)[0].to_vector<float>(), updated_ramp(OnceStep::kSize));
+  EXPECT_EQ(s.f.stats().traces, 1);
+  ASSERT_FALSE(s.runtime.warnings().empty());
+  EXPECT_NE(s.runtime.warnings().back().find("reference evaluator"), std::string::npos);
+}
+
+// A replay that gave the argument to a run that threw: an error naming the in-place update,
+// never a retrace or a reference run over a value that may be half updated. The function stays
+// usable.
+TEST(OnceDonationFailure, AThrowAfterTheArgumentWasGivenIsAnError) {
+  for (FailingBackend::Fail fail : {FailingBackend::Fail::kThrowBeforeRun, FailingBackend::Fail::kThrowAfterRun}) {
+    SCOPED_TRACE(fail == FailingBackend::Fail::kThrowBeforeRun ? "throw before the kernels" : "throw after them");
+    OnceStep s;
+    s.backend.fail = fail;
+    CallArgs args = OnceStep::args_of(s.ctx.from_buffer(ramp(OnceStep::kSize)));
+    Result<std::vector<Tensor>> out = s.f(s.ctx, std::move(args));
+    ASSERT_FALSE(out.is_ok());
+    EXPECT_EQ(out.status().code(), StatusCode::kInternal);
+    EXPECT_NE(out.status().message().find("given argument 0 to update in place"), std::string::npos)
+        << out.status().message();
+    EXPECT_FALSE(args.tensors[0].defined()) << "the argument's data went to the failed run";
+    EXPECT_EQ(s.f.stats().traces, 1);
+    s.backend.fail = FailingBackend::Fail::kNone;
+    Result<std::vector<Tensor>> next = s.f(s.ctx, OnceStep::args_of(s.ctx.from_buffer(ramp(OnceStep::kSize))));
+    ASSERT_TRUE(next.is_ok()) << next.status().to_string();
+    EXPECT_EQ((*next)[0].to_vector<float>(), updated_ramp(OnceStep::kSize));
+    EXPECT_EQ(s.f.stats().traces, 1);
+  }
+}
+
+// A caller that keeps the argument gives nothing up: a throwing backend costs the call its
+// speed (a reference run), and the argument keeps its value.
+TEST(OnceDonationFailure, AThrowWithTheArgumentKeptFallsBackAndKeepsIt) {
+  OnceStep s;
+  s.backend.fail = FailingBackend::Fail::kThrowAfterRun;
+  Tensor w = s.ctx.from_buffer(ramp(OnceStep::kSize));
+  Result<std::vector<Tensor>> out = s.f(s.ctx, OnceStep::args_of(w));
+  ASSERT_TRUE(out.is_ok()) << out.status().to_string();
+  EXPECT_EQ((*out)[0].to_vector<float>(), updated_ramp(OnceStep::kSize));
+  std::vector<float> kept(static_cast<size_t>(OnceStep::kSize));
+  for (size_t i = 0; i < kept.size(); ++i) kept[i] = static_cast<float>(i);
+  EXPECT_EQ(w.to_vector<float>(), kept);
 }
 
 }  // namespace

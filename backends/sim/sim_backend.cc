@@ -105,6 +105,7 @@ Result<Executable> SimBackend::load(std::string_view bytes) {
 
 uint64_t SimBackend::memory_in_use() const { return memory_->used; }
 uint64_t SimBackend::memory_peak() const { return memory_->peak; }
+void SimBackend::reset_memory_peak() { memory_->peak = memory_->used; }
 
 std::shared_ptr<SimBackend::Allocation> SimBackend::allocate(uint64_t bytes) {
   memory_->take(bytes);

@@ -80,6 +80,8 @@ class SimBackend final : public Backend {
   const SimTimeline& timeline() const { return timeline_; }
   uint64_t memory_in_use() const;
   uint64_t memory_peak() const;
+  // Starts a new peak at the memory in use now (to measure one step's peak).
+  void reset_memory_peak();
 
  private:
   struct Memory;

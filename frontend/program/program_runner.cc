@@ -9,6 +9,7 @@
 #include <optional>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 
 #include "capture/trace/autograd.h"
 #include "frontend/files/npy.h"
@@ -505,6 +506,11 @@ Result<std::vector<Tensor>> StepArguments::make(int step) {
     if (is_param) {
       auto cached = params_.find(i);
       if (cached != params_.end()) {
+        if (!cached->second.defined()) {
+          return invalid_argument(fmt::format("{}: param '{}' was given up to a step that did not give its new "
+                                              "value back (the step failed); its value is gone",
+                                              program_.file_name, d.name));
+        }
         args.push_back(cached->second);
         continue;
       }
@@ -526,6 +532,15 @@ Status StepArguments::set_param(size_t index, Tensor value) {
   }
   params_.insert_or_assign(index, std::move(value));
   return Status::ok();
+}
+
+Result<Tensor> StepArguments::take_param(size_t index) {
+  auto it = params_.find(index);
+  if (it == params_.end() || !it->second.defined()) {
+    return invalid_argument(fmt::format("{}: StepArguments::take_param: argument {} is not a param this "
+                                        "object holds", program_.file_name, index));
+  }
+  return std::exchange(it->second, Tensor());
 }
 
 std::vector<DimSource> dim_sources(const Program& program) {

@@ -88,6 +88,11 @@ class StepArguments {
   // a step that returned its new value (StepUpdates::kReturn). kInvalidArgument if `index` is not
   // a param or `value` is not a materialized tensor.
   Status set_param(size_t index, Tensor value);
+  // Gives param `index`'s tensor up to the caller, so that the caller may hold its only handle
+  // (a compiled function then updates it in place, by donation); the caller gives the new value
+  // back with set_param(). Until it does, make() fails for it (kInvalidArgument) rather than
+  // making it afresh. kInvalidArgument if `index` is not a param make() made and still holds.
+  Result<Tensor> take_param(size_t index);
 
   // The files the generators read (npy, safetensors), each opened once; opaque, defined in the
   // .cc.

@@ -1,7 +1,8 @@
 // GuardEntry: one traced specialization of a compiled function (runtime/compiled_function.h):
 // the guards under which it may replay, the graphs it runs (segments: one per value read inside
 // the traced function, or a shape-polymorphic plan), where every graph parameter and output
-// comes from at replay time, and the outputs' recorded types. Entries persist through
+// comes from at replay time, the outputs' recorded types, and the arguments it updates in place
+// (donation). Entries persist through
 // guard_entry_codec.h; an entry decoded from stored bytes is untrusted until that codec's
 // checks passed.
 // Errors: none here: an entry is plain data and value_hash cannot fail. Checking one read from
@@ -21,6 +22,7 @@
 #include "capture/core/buffer.h"
 #include "capture/ir/hash.h"
 #include "compile/executable.h"
+#include "runtime/guards/call_args.h"
 #include "runtime/guards/guard_set.h"
 
 namespace tracecache {
@@ -53,6 +55,9 @@ struct GuardEntry {
   std::vector<ValueSource> outputs;
   // One per output: its type when traced. A dynamic entry's sizes follow its dynamic dims.
   std::vector<TensorType> output_types;
+  // The arguments this entry's graphs update in place (a donation in the last segment's graph):
+  // a replay may give each one's storage to its run (CompiledFunctionOptions::updates).
+  std::vector<ArgumentUpdate> updates;
   // False for an entry loaded from the cache until its outputs were compared with
   // CompiledFunctionOptions::output_types (routes are the same for every call of an entry).
   bool outputs_verified = true;

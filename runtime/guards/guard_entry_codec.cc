@@ -161,6 +161,11 @@ std::string encode_guard_entry(const GuardEntry& e) {
     for (int d = 0; d < t.shape.rank(); ++d) pt->add_shape(t.shape[d]);
   }
   pe.set_options_label(e.guards.options_label());
+  for (const ArgumentUpdate& u : e.updates) {
+    proto::ArgumentUpdate* pu = pe.add_updates();
+    pu->set_output(u.output);
+    pu->set_argument(u.argument);
+  }
   if (e.dynamic) {
     const DynamicPlan& d = *e.dynamic;
     proto::DynamicPlan* pd = pe.mutable_dynamic();
@@ -338,6 +343,22 @@ Result<GuardEntry> decode_guard_entry(const std::string& bytes) {
     }
     e.outputs.push_back(std::move(*v));
     e.output_types.push_back(std::move(*type));
+  }
+  // Updates: a static entry's, each argument and output once, the output of the argument's type.
+  if (pe.updates_size() > 0 && e.dynamic) return corruption("guard entry of a dynamic plan updates arguments");
+  if (pe.updates_size() > pe.outputs_size()) return corruption("guard entry updates more arguments than it has outputs");
+  std::vector<bool> updated(num_tensors, false), replacing(e.outputs.size(), false);
+  for (const proto::ArgumentUpdate& pu : pe.updates()) {
+    const ArgumentUpdate u{pu.output(), pu.argument()};
+    if (u.argument >= num_tensors || u.output >= e.outputs.size() || updated[u.argument] || replacing[u.output]) {
+      return corruption("guard entry updates an argument out of range or twice");
+    }
+    updated[u.argument] = replacing[u.output] = true;
+    const TensorType& t = e.output_types[u.output];
+    bool fits = static_cast<int64_t>(t.dtype) == dtype[u.argument] && t.shape.rank() == rank[u.argument];
+    for (int d = 0; fits && d < t.shape.rank(); ++d) fits = size[u.argument][static_cast<size_t>(d)] == t.shape[d];
+    if (!fits) return corruption(fmt::format("guard entry output {} replaces input {} of another type", u.output, u.argument));
+    e.updates.push_back(u);
   }
   return e;
 }

@@ -8,7 +8,9 @@
 // bounded before it sizes anything; the counts first, then the options, then for every tensor
 // a dtype, a rank and a size (or range) for each dim; every index and route in range; one
 // recorded type per output, equal to the guarded type of an input it returns, to the
-// template's root type (dynamic), or to a constant's type. What depends on the executables (the
+// template's root type (dynamic), or to a constant's type; each updated argument and each
+// output replacing one at most once, in a static entry, the output of the argument's guarded
+// type. What depends on the executables (the
 // routes into segment outputs) is proven by check_segment when each one is fetched.
 // Thread-safety: all functions are pure (thread-safe). Errors: kCorruption naming what failed.
 // Ownership: nothing is kept from the arguments. A decoded entry owns what it holds (its
@@ -27,9 +29,11 @@
 namespace tracecache {
 
 // The format of a serialized guard entry; a change to what encode_guard_entry writes bumps it.
-inline constexpr uint32_t kGuardEntryFormat = 3;  // 3: output types recorded
+// 3: output types recorded; 4: the arguments updated in place (donation)
+inline constexpr uint32_t kGuardEntryFormat = 4;
 
-// Deterministic bytes of `e` (its guards, segments, routes, output types and dynamic plan; not
+// Deterministic bytes of `e` (its guards, segments, routes, output types, argument updates and
+// dynamic plan; not
 // its executables or per-process counters).
 std::string encode_guard_entry(const GuardEntry& e);
 

@@ -99,6 +99,13 @@ Result<ProgramSession::PreparedStep> ProgramSession::prepare(int step) {
 
 Result<std::vector<BufferRef>> ProgramSession::run(const PreparedStep& p) {
   std::vector<BufferRef> values;
+  if (function_ && updated_params_.empty()) {  // nothing to donate: no copy of the arguments
+    Result<std::vector<Tensor>> outs = (*function_)(session_->context(), p.call);
+    if (!outs.is_ok()) return step_error(program_, p.step, outs.status());
+    values.reserve(outs->size());
+    for (const Tensor& t : *outs) values.push_back(t.buffer());
+    return values;
+  }
   if (function_) {
     CallArgs call = p.call;
     for (size_t index : updated_params_) {

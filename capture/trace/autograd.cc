@@ -10,6 +10,8 @@ namespace tracecache {
 // The tape's view of tensors (Tensor befriends it).
 struct AutogradAccess {
   static TensorImpl* impl(const Tensor& t) { return t.impl_; }
+  static const GradNode* node(const TensorImpl* t) { return t->ctx->grad_fn(t); }
+  static void drop(TensorImpl* t) { t->ctx->drop_grad_fn(t); }
   static Tensor share(TensorImpl* impl) {
     ++impl->refs;
     return Tensor(impl);
@@ -66,7 +68,7 @@ std::vector<Tensor> walk_order(const Tensor& loss) {
   seen[A::impl(loss)] = false;
   while (!stack.empty()) {
     Frame& f = stack.back();
-    const GradNode* node = f.impl->grad_fn.get();
+    const GradNode* node = A::node(f.impl);
     if (node && f.next < node->inputs.size()) {
       TensorImpl* in = A::impl(node->inputs[f.next++]);
       if (in->requires_grad && !seen.contains(in)) {
@@ -105,7 +107,7 @@ std::vector<Tensor> grad(const Tensor& loss, std::span<const Tensor> wrt, const 
     }
   }
   if (!root->requires_grad) fail("the loss does not depend on any tensor that requires a gradient");
-  if (!root->grad_fn) {
+  if (!A::node(root)) {
     bool is_wrt = false;
     for (const Tensor& w : wrt) is_wrt |= A::impl(w) == root;
     if (!is_wrt) fail("the loss's tape was freed by an earlier grad() (pass retain_graph to walk it twice)");
@@ -122,7 +124,7 @@ std::vector<Tensor> grad(const Tensor& loss, std::span<const Tensor> wrt, const 
   // backwards.
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
     TensorImpl* t = A::impl(*it);
-    const GradNode* node = t->grad_fn.get();
+    const GradNode* node = A::node(t);
     if (!node) continue;  // a leaf
     auto g = grads.find(t);
     if (g == grads.end()) continue;  // no gradient reaches it
@@ -173,7 +175,7 @@ std::vector<Tensor> grad(const Tensor& loss, std::span<const Tensor> wrt, const 
     }
   }
   if (!options.retain_graph) {
-    for (Tensor& t : order) A::impl(t)->grad_fn.reset();
+    for (Tensor& t : order) A::drop(A::impl(t));
   }
   return result;
 }

@@ -24,8 +24,8 @@
 // element, when a `wrt` tensor is not floating or does not require a gradient, when a
 // tensor belongs to another context, when the walk meets an op with no gradient rule (naming
 // the op), and when the walked tape was already freed by an earlier grad() call.
-// Thread-safety: as Tensor (one thread per context). Ownership: a GradNode is owned by the
-// tensor it produced and holds its inputs.
+// Thread-safety: as Tensor (one thread per context). Ownership: a GradNode is owned by its
+// context's tape, keyed by the tensor it produced, freed with that tensor; it holds its inputs.
 #pragma once
 
 #include <array>

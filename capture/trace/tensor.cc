@@ -39,6 +39,7 @@ Tensor::Tensor(const Tensor& other) : impl_(other.impl_) {
 Tensor::~Tensor() {
   if (impl_ && --impl_->refs == 0) {
     if (impl_->pending()) impl_->ctx->forget_pending(impl_);
+    if (impl_->has_grad_fn) impl_->ctx->drop_grad_fn(impl_);
     delete impl_;
   }
 }
@@ -80,7 +81,7 @@ Tensor& Tensor::set_requires_grad(bool on) {
         "set_requires_grad: {} is not differentiable (only floating tensors have gradients)",
         type_to_string(impl_->type))));
   }
-  if (impl_->grad_fn) {
+  if (impl_->has_grad_fn) {
     throw Error(invalid_argument(fmt::format(
         "set_requires_grad: this {} is the result of an op recorded for autodiff; only leaves "
         "(weights, inputs) are marked", type_to_string(impl_->type))));
@@ -109,6 +110,10 @@ LazyContext::~LazyContext() {
   for (TensorImpl* t : pending_) {
     if (t) t->node = kNoNode;
   }
+  // The same for the tape: a surviving tensor must not reach back into it.
+  std::unordered_map<const TensorImpl*, std::unique_ptr<GradNode>> tape = std::move(tape_);
+  tape_.clear();
+  for (auto& [t, node] : tape) const_cast<TensorImpl*>(t)->has_grad_fn = false;
 }
 
 Tensor LazyContext::from_data(DataRef data) {
@@ -260,7 +265,24 @@ void LazyContext::keep_tape(TensorImpl* out, OpKind op, std::span<const Tensor> 
   std::copy(attrs.begin(), attrs.end(), node->attrs.begin());
   node->inputs.assign(inputs.begin(), inputs.end());
   out->requires_grad = true;
-  out->grad_fn = std::move(node);
+  out->has_grad_fn = true;
+  tape_[out] = std::move(node);
+}
+
+GradNode* LazyContext::grad_fn(const TensorImpl* t) const {
+  if (!t->has_grad_fn) return nullptr;
+  auto it = tape_.find(t);
+  return it == tape_.end() ? nullptr : it->second.get();
+}
+
+void LazyContext::drop_grad_fn(TensorImpl* t) {
+  if (!t->has_grad_fn) return;
+  t->has_grad_fn = false;
+  auto it = tape_.find(t);
+  if (it == tape_.end()) return;
+  std::unique_ptr<GradNode> node = std::move(it->second);
+  tape_.erase(it);
+  node.reset();  // after the erase: its inputs may drop their own entries
 }
 
 Tensor LazyContext::run_eager(OpKind op, std::span<const Tensor> inputs,
@@ -293,7 +315,7 @@ void LazyContext::assign(Tensor& target, const Tensor& value) {
         t ? type_to_string(t->type) : "nothing", v ? type_to_string(v->type) : "nothing")));
   }
   if (t == v) return;
-  t->grad_fn.reset();  // the new value was not made by the old value's op
+  drop_grad_fn(t);  // the new value was not made by the old value's op
   if (!v->pending()) {  // a known value: nothing to compute, nothing to donate
     if (t->pending()) forget_pending(t);
     t->node = kNoNode;

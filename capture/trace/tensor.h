@@ -58,16 +58,17 @@ inline constexpr NodeId kNoNode = std::numeric_limits<NodeId>::max();
 // `data` is null. Materialized: `data` holds the value and `node` is kNoNode.
 struct TensorImpl {
   uint32_t refs = 1;
+  // Autodiff (autograd.h), beside refs in its padding: whether d loss / d this value can be asked
+  // for, and whether the context's tape holds the op that made it (LazyContext::tape_; kept out
+  // of this struct so that tensors of programs that never train stay as small as before).
+  bool requires_grad = false;
+  bool has_grad_fn = false;
   LazyContext* ctx = nullptr;
   TensorType type;
   NodeId node = kNoNode;
   uint32_t pending_slot = 0;
   DataRef data;
   BufferRef host;  // data's host bytes once a value read copied them (device memory only)
-  // Autodiff (capture/trace/autograd.h): whether d loss / d this value can be asked for, and the
-  // op that made it while its tape lives (null for a leaf, or once grad() freed it).
-  bool requires_grad = false;
-  std::unique_ptr<GradNode> grad_fn;
 
   bool pending() const { return node != kNoNode; }
 };
@@ -230,6 +231,7 @@ class LazyContext {
  private:
   friend class Tensor;
   friend struct TensorImpl;
+  friend struct AutogradAccess;
   NodeId node_for(TensorImpl* t);
   void observe(const TensorImpl* t);
   TraceTemplate* capturing() const;  // the template, while it still mirrors the trace
@@ -240,6 +242,10 @@ class LazyContext {
   void reset_trace_if_idle();
   // Keeps the tape of `out` (see autograd.h): `op` on `inputs` with normalized `attrs`.
   void keep_tape(TensorImpl* out, OpKind op, std::span<const Tensor> inputs, std::span<const AttrValue> attrs);
+  // The op that made `t`, while the tape holds it (t->has_grad_fn), else null.
+  GradNode* grad_fn(const TensorImpl* t) const;
+  // Frees `t`'s tape entry, if any (its inputs may free theirs in turn).
+  void drop_grad_fn(TensorImpl* t);
 
   GraphExecutor* executor_;
   LazyOptions options_;
@@ -256,6 +262,8 @@ class LazyContext {
   // When the first op of the current trace was recorded (for the `trace` timer).
   std::chrono::steady_clock::time_point trace_started_;
   bool grad_enabled_ = true;
+  // The autodiff tape: the GradNode of every live tensor with has_grad_fn.
+  std::unordered_map<const TensorImpl*, std::unique_ptr<GradNode>> tape_;
 };
 
 // ---- the op API -------------------------------------------------------------------------

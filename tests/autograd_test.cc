@@ -7,7 +7,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <random>
 #include <vector>
 
 #include "capture/reference/reference.h"
@@ -16,13 +15,7 @@
 namespace tracecache {
 namespace {
 
-std::vector<float> random_values(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> d(-1.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(rng);
-  return v;
-}
+using test::random_values;
 
 struct Mlp {
   std::vector<float> x = random_values(4 * 3, 1), w1 = random_values(3 * 5, 2), b1 = random_values(5, 3),

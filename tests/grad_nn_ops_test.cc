@@ -29,13 +29,7 @@
 namespace tracecache {
 namespace {
 
-std::vector<float> random_values(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> d(lo, hi);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(rng);
-  return v;
-}
+using test::random_values;
 
 HostBuffer random_f32(const Shape& s, uint32_t seed) {
   return test::f32(s, random_values(static_cast<size_t>(s.numel()), seed));

@@ -12,7 +12,6 @@
 
 #include <cmath>
 #include <memory>
-#include <random>
 #include <vector>
 
 #include "backends/cpu/cpu_backend.h"
@@ -26,13 +25,7 @@
 namespace tracecache {
 namespace {
 
-std::vector<float> random_values(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> d(-1.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(rng);
-  return v;
-}
+using test::random_values;
 
 using Vec = std::vector<double>;
 constexpr int kSteps = 4;

@@ -1,9 +1,12 @@
-// Small literal buffers for kernel tests: make(dtype, shape, values) and f32/i32/i64 shorthands.
-// A value count that does not fit the shape is a test failure, not a crash.
+// Small literal buffers for kernel tests: make(dtype, shape, values) and f32/i32/i64 shorthands,
+// and seeded random values. A value count that does not fit the shape is a test failure, not a
+// crash.
 #pragma once
 
 #include <gtest/gtest.h>
 
+#include <cstdint>
+#include <random>
 #include <vector>
 
 #include "capture/core/buffer.h"
@@ -22,5 +25,14 @@ HostBuffer make(DType dtype, const Shape& shape, const std::vector<T>& values) {
 inline HostBuffer f32(const Shape& s, const std::vector<float>& v) { return make(DType::kF32, s, v); }
 inline HostBuffer i32(const Shape& s, const std::vector<int32_t>& v) { return make(DType::kI32, s, v); }
 inline HostBuffer i64(const Shape& s, const std::vector<int64_t>& v) { return make(DType::kI64, s, v); }
+
+// n values uniform in [lo, hi), the same for the same seed (std::mt19937).
+inline std::vector<float> random_values(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> d(lo, hi);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(rng);
+  return v;
+}
 
 }  // namespace tracecache::test

@@ -11,7 +11,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <random>
 #include <vector>
 
 #include "backends/cpu/cpu_backend.h"
@@ -27,13 +26,7 @@
 namespace tracecache {
 namespace {
 
-std::vector<float> random_values(size_t n, uint32_t seed, float lo = -1, float hi = 1) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> d(lo, hi);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(rng);
-  return v;
-}
+using test::random_values;
 
 std::vector<float> mask_of(LazyContext& ctx, int64_t seed, const Shape& shape, double p, int64_t salt) {
   Tensor m = dropout_mask(scalar(ctx, static_cast<double>(seed), DType::kI64), shape, p, salt);

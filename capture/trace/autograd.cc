@@ -4,6 +4,7 @@
 
 #include <memory>
 #include <unordered_map>
+#include <unordered_set>
 
 namespace tracecache {
 
@@ -59,26 +60,24 @@ class TapeBuilder final : public GradBuilder {
 // from `loss`), each held so that freeing the tape frees nothing while it is walked.
 std::vector<Tensor> walk_order(const Tensor& loss) {
   std::vector<Tensor> order;
-  std::unordered_map<TensorImpl*, bool> seen;  // true once finished
+  std::unordered_set<TensorImpl*> seen;
   struct Frame {
     TensorImpl* impl;
     size_t next = 0;
   };
   std::vector<Frame> stack{{A::impl(loss)}};
-  seen[A::impl(loss)] = false;
+  seen.insert(A::impl(loss));
   while (!stack.empty()) {
     Frame& f = stack.back();
     const GradNode* node = A::node(f.impl);
     if (node && f.next < node->inputs.size()) {
       TensorImpl* in = A::impl(node->inputs[f.next++]);
-      if (in->requires_grad && !seen.contains(in)) {
-        seen[in] = false;
+      if (in->requires_grad && seen.insert(in).second) {
         stack.push_back({in});
       }
       continue;
     }
     order.push_back(A::share(f.impl));
-    seen[f.impl] = true;
     stack.pop_back();
   }
   return order;

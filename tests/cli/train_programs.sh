@@ -59,6 +59,29 @@ c = load("again_lazy")["counters"]
 assert c["compiles"] == 0 and c["cache_hits_disk"] >= 1, c
 assert losses("again_once") == once and losses("again_lazy") == lazy
 PY
+# The audit shows it: one graph per database, compiled once (by the first process); in lazy mode
+# the second process's first step is a disk hit and its other steps memory hits; in once mode the
+# function has one guard entry, replayed by every call after the trace (19 + 20 guard hits), and
+# no recompile, and the graph was compiled once and loaded once from disk.
+for mode in lazy once; do
+  "$TC" audit --db "$TMP/$mode.db" --json > "$TMP/audit_$mode.json"
+done
+/usr/bin/python3 - "$TMP" <<'PY'
+import json, sys
+tmp = sys.argv[1]
+lazy = json.load(open(f"{tmp}/audit_lazy.json"))
+assert len(lazy["graphs"]) == 1, lazy
+g = lazy["graphs"][0]
+assert (g["compiles"], g["misses"], g["hits_disk"], g["hits_memory"]) == (1, 1, 1, 38), g
+assert [m["reason"] for m in g["recent_misses"]] == ["new graph"], g
+once = json.load(open(f"{tmp}/audit_once.json"))
+assert len(once["graphs"]) == 1, once
+g = once["graphs"][0]
+assert (g["compiles"], g["misses"], g["hits_disk"]) == (1, 1, 1), g
+[f] = once["functions"]
+assert f["name"] == "train_mlp.trace:step" and f["recent_recompiles"] == [], f
+assert [e["hits"] for e in f["entries"]] == [39], f
+PY
 # A varying batch: every mode still gives the same losses (once mode retraces per batch size:
 # the gradient rules read shapes).
 sed 's/^dim B = 32$/dim B = [32, 16, 24, 16]/' "$prog" > "$TMP/train_mlp_batches.trace"

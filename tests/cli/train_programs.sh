@@ -2,7 +2,7 @@
 # and once give the same losses; lazy mode compiles one graph (the same key every step), once
 # mode traces once, a learning rate that changes every step (a decayed param, or a scheduled
 # input) recompiles nothing, and a second process with the same database runs with zero traces
-# and zero compiles; PyTorch (SGD with momentum) computes the same losses and params.
+# and zero compiles (`tracecache audit` agrees); PyTorch (SGD with momentum) computes the same losses and params.
 source "$(dirname "$0")/lib.sh"
 prog="$SRC/fixtures/programs/train_mlp.trace"
 

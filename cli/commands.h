@@ -39,14 +39,22 @@ struct RunOptions {
   bool no_cache = false;         // cpu without the disk cache
   bool metrics = false;
   bool no_auto_dynamic = false;  // once: every new size recompiles instead of becoming dynamic
-  std::string timeline;  // sim only: write a Chrome trace-event file here ("": none)
+  std::string timeline;  // cpu or sim: write a Chrome trace-event file here ("": none)
   int threads = 0;       // cpu: CpuBackendOptions::threads (0: the CPUs this process may use)
   DbOptions db;
-  // Print the value of every one-element floating output (a loss) beside its checksum (text)
-  // or as "value" (JSON).
-  bool show_values = false;
+  // One class label per line for the top classes of classifier outputs ("": class numbers).
+  std::string labels;
+  bool quiet = false;  // print nothing but errors (and the JSON object with --json)
 };
 int run_command(const RunOptions& options);
+// The help of the flags `run`, `zoo run` and `zoo train` share.
+inline constexpr const char* kTimelineHelp =
+    "cpu or sim: write the host and device timeline (steps, host work, kernels, flows from launch to "
+    "kernel; on sim also device memory) to FILE.json, Chrome trace events for Perfetto or chrome://tracing";
+inline constexpr const char* kLabelsHelp =
+    "Class labels, one per line (class 0 first), to name the top-5 classes of classifier outputs "
+    "(floating [N, C] outputs named *logits*)";
+inline constexpr const char* kQuietHelp = "Print nothing but errors (and the JSON object with --json)";
 // `run` on a program already in memory (options.program only labels it).
 int run_loaded_program(const Program& program, const RunOptions& options);
 

@@ -74,8 +74,7 @@ int main(int argc, char** argv) {
                       "cpu (compiled, cached), reference (the uncached oracle), or sim:PRESET / "
                       "sim:SPEC_FILE (a simulated accelerator; presets h100, a100, tpu-v4)")
       ->capture_default_str();
-  run_cmd->add_option("--timeline", run.timeline,
-                      "sim only: write the host and device timeline to FILE.json (Chrome/Perfetto trace events)");
+  run_cmd->add_option("--timeline", run.timeline, kTimelineHelp);
   run_cmd->add_option("--db", run.db.flag, db_help);
   const std::string threads_help =
       "cpu: threads for OpenBLAS and the kernels' loops (default: $TRACECACHE_THREADS, else the CPUs "
@@ -83,6 +82,8 @@ int main(int argc, char** argv) {
   run_cmd->add_option("--threads", run.threads, threads_help)->check(whole_number_in(1));
   run_cmd->add_flag("--no-cache", run.no_cache, "Compile in memory only; do not open the cache database");
   run_cmd->add_flag("--json", run.json, "Print one JSON object: steps, outputs, graph_hashes, counters");
+  run_cmd->add_option("--labels", run.labels, kLabelsHelp);
+  run_cmd->add_flag("-q,--quiet", run.quiet, kQuietHelp);
   run_cmd->add_flag("--metrics", run.metrics, "Print the metrics report (counters, timers with percentiles)");
   run_cmd->add_option("--save-outputs", run.save_outputs,
                       "Write every output of every step to DIR/step<N>_<name>.npy");

@@ -2,10 +2,13 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <optional>
+#include <variant>
 
 #include <unistd.h>
 
@@ -18,6 +21,7 @@
 #include "cli/json.h"
 #include "runtime/program_session.h"
 #include "backends/cpu/cpu_backend.h"
+#include "backends/trace_event_writer.h"
 #include "runtime/runtime.h"
 #include "backends/sim/sim_backend.h"
 #include "runtime/toolkit_version.h"
@@ -34,20 +38,124 @@ LazyOptions lazy_options(bool bake_scalars, Metrics* metrics) {
   return o;
 }
 
+// A classifier's row: its most probable classes, most probable first.
+struct ClassScore {
+  int64_t index = 0;
+  double probability = 0;
+};
+using TopClasses = std::vector<ClassScore>;
+
+// Rows of a classifier output whose top classes `run` keeps (and prints): the first ones.
+constexpr int64_t kTopRows = 8;
+constexpr int64_t kTopClasses = 5;
+
 // What `run` keeps of a step once its outputs are reported and saved: the graph keys and, per
-// output, its type and checksum. The output buffers themselves are dropped after each step, so
-// memory does not grow with the number of steps.
+// output, its type, checksum and what a person reads of it (a scalar's value, a classifier's
+// top classes for its first rows). The output buffers themselves are dropped after each step,
+// so memory does not grow with the number of steps.
 struct OutputSummary {
   std::string name;
   DType dtype;
   Shape shape;
   std::string checksum;
-  std::optional<double> value;  // RunOptions::show_values: a one-element floating output's value
+  std::optional<std::variant<double, int64_t, bool>> value;  // one-element outputs
+  std::vector<TopClasses> top;  // classifier outputs (is_classifier): min(rows, kTopRows) rows
 };
 struct StepSummary {
   std::vector<GraphKey> graph_keys;
   std::vector<OutputSummary> outputs;
 };
+
+// A classifier's logits, as `run` reads them: a floating [N, C] output with C >= 2 whose name says
+// logits ("logits", "cls_logits"). Other matrices (features, probabilities, weights) are not
+// softmaxed into classes.
+bool is_classifier(std::string_view name, const HostBuffer& buf) {
+  if (!is_floating(buf.dtype()) || buf.shape().rank() != 2 || buf.shape()[1] < 2) return false;
+  std::string lower(name);
+  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return lower.find("logits") != std::string::npos;
+}
+
+// Softmax of each of the first kTopRows rows of [N, C] logits; the kTopClasses most probable
+// classes of each (ties: the lower index first). A row with a non-finite logit gives NaN
+// probabilities, in index order.
+std::vector<TopClasses> top_classes(const HostBuffer& logits) {
+  const int64_t rows = std::min(logits.shape()[0], kTopRows);
+  const int64_t classes = logits.shape()[1];
+  std::vector<TopClasses> out;
+  std::vector<double> p(static_cast<size_t>(classes));
+  std::vector<int64_t> order(static_cast<size_t>(classes));
+  for (int64_t r = 0; r < rows; ++r) {
+    double most = -INFINITY;
+    for (int64_t c = 0; c < classes; ++c) {
+      p[static_cast<size_t>(c)] = logits.element_as_double(r * classes + c);
+      most = std::max(most, p[static_cast<size_t>(c)]);
+    }
+    double sum = 0;
+    for (double& v : p) sum += (v = std::exp(v - most));
+    for (double& v : p) v /= sum;
+    for (int64_t c = 0; c < classes; ++c) order[static_cast<size_t>(c)] = c;
+    const auto k = static_cast<std::ptrdiff_t>(std::min(classes, kTopClasses));
+    std::partial_sort(order.begin(), order.begin() + k, order.end(), [&p](int64_t a, int64_t b) {
+      const double pa = p[static_cast<size_t>(a)], pb = p[static_cast<size_t>(b)];
+      return pa > pb || (!(pb > pa) && a < b);
+    });
+    TopClasses top;
+    for (std::ptrdiff_t i = 0; i < k; ++i) {
+      const int64_t c = order[static_cast<size_t>(i)];
+      top.push_back({c, p[static_cast<size_t>(c)]});
+    }
+    out.push_back(std::move(top));
+  }
+  return out;
+}
+
+// The one-element value of `buf` as its dtype reads.
+std::variant<double, int64_t, bool> scalar_value(const HostBuffer& buf) {
+  const double v = buf.element_as_double(0);
+  if (is_floating(buf.dtype())) return v;
+  if (buf.dtype() == DType::kBool) return v != 0;
+  return static_cast<int64_t>(v);
+}
+
+std::string format_value(const std::variant<double, int64_t, bool>& v) {
+  if (const double* d = std::get_if<double>(&v)) return fmt::format("{:.6f}", *d);
+  if (const int64_t* i = std::get_if<int64_t>(&v)) return std::to_string(*i);
+  return std::get<bool>(v) ? "true" : "false";
+}
+
+// --labels FILE: one class label per line (class 0 first). Bad input (exit 2) when it cannot be
+// read or is larger than any label list (kMaxLabelsBytes).
+constexpr uintmax_t kMaxLabelsBytes = 64u << 20;
+Result<std::vector<std::string>> read_labels(const std::string& path) {
+  std::error_code ec;
+  const uintmax_t size = std::filesystem::file_size(path, ec);
+  if (ec) {
+    return invalid_argument(fmt::format("--labels {}: cannot read: {} (pass a text file with one class label per line)",
+                                        path, ec.message()));
+  }
+  if (size > kMaxLabelsBytes) {
+    return invalid_argument(fmt::format("--labels {}: {} bytes is more than a label file holds (at most {} bytes)",
+                                        path, size, kMaxLabelsBytes));
+  }
+  std::ifstream file(path, std::ios::binary);
+  if (!file) {
+    return invalid_argument(fmt::format("--labels {}: cannot read: {} (pass a text file with one class label per line)",
+                                        path, std::strerror(errno)));
+  }
+  std::vector<std::string> labels;
+  for (std::string line; std::getline(file, line);) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    labels.push_back(std::move(line));
+  }
+  return labels;
+}
+
+// "3 0.2312" or, with labels, "cat (3) 0.2312".
+std::string format_class(const ClassScore& c, const std::vector<std::string>& labels) {
+  if (labels.empty()) return fmt::format("{} {:.4f}", c.index, c.probability);
+  return fmt::format("{} ({}) {:.4f}", labels[static_cast<size_t>(c.index)], c.index, c.probability);
+}
 
 // Checked before the first step, so that a path that cannot be written is bad input (exit 2)
 // reported at once, not an error after a long run. The directory is created if missing.
@@ -105,7 +213,7 @@ Result<std::unique_ptr<store::CacheDb>> open_run_db(const RunOptions& o) {
   if (db.status().code() == StatusCode::kUnsupported || db.status().code() == StatusCode::kInvalidArgument) {
     return db.status();
   }
-  warn(fmt::format("running without the cache: {}", db.status().message()));
+  if (!o.quiet) warn(fmt::format("running without the cache: {}", db.status().message()));
   return std::unique_ptr<store::CacheDb>();
 }
 
@@ -126,7 +234,8 @@ std::string step_time_summary(std::vector<double> ms) {
   return out;
 }
 
-void write_outputs_json(JsonWriter& j, const std::vector<StepSummary>& steps) {
+void write_outputs_json(JsonWriter& j, const std::vector<StepSummary>& steps,
+                        const std::vector<std::string>& labels) {
   j.key("graph_hashes").begin_array();
   for (const StepSummary& s : steps) {
     for (const GraphKey& k : s.graph_keys) j.value(k.to_hex());
@@ -143,7 +252,22 @@ void write_outputs_json(JsonWriter& j, const std::vector<StepSummary>& steps) {
       j.end_array();
       j.key("dtype").value(dtype_name(o.dtype));
       j.key("checksum").value(o.checksum);
-      if (o.value) j.key("value").value(*o.value);
+      if (o.value) std::visit([&j](auto v) { j.key("value").value(v); }, *o.value);
+      if (!o.top.empty()) {
+        j.key("top5").begin_array();
+        for (const TopClasses& row : o.top) {
+          j.begin_array();
+          for (const ClassScore& c : row) {
+            j.begin_object();
+            j.key("class").value(c.index);
+            if (!labels.empty()) j.key("label").value(labels[static_cast<size_t>(c.index)]);
+            j.key("probability").value(c.probability);
+            j.end_object();
+          }
+          j.end_array();
+        }
+        j.end_array();
+      }
       j.end_object();
     }
     j.end_array();
@@ -178,55 +302,42 @@ void write_counters_json(JsonWriter& j, const Metrics& m) {
   j.end_object();
 }
 
-// The sim backend's timeline as a Chrome/Perfetto trace-event file: one process, a host thread
-// (tid 1) and a device-stream thread (tid 2), complete ("X") events with ts/dur in microseconds.
-Status write_timeline(const std::string& path, const SimBackend& sim) {
-  std::vector<const TimelineEvent*> events;
-  for (const TimelineEvent& e : sim.timeline().events()) events.push_back(&e);
-  std::stable_sort(events.begin(), events.end(), [](const TimelineEvent* a, const TimelineEvent* b) {
-    return std::pair(a->track, a->start_ps) < std::pair(b->track, b->start_ps);
-  });
-  JsonWriter j;
-  j.begin_object();
-  j.key("displayTimeUnit").value("ns");
-  j.key("traceEvents").begin_array();
-  auto metadata = [&j](std::string_view what, int tid, std::string_view name) {
-    j.begin_object();
-    j.key("name").value(what);
-    j.key("ph").value("M");
-    j.key("pid").value(1);
-    j.key("tid").value(tid);
-    j.key("args").begin_object().key("name").value(name).end_object();
-    j.end_object();
-  };
-  metadata("process_name", 0, fmt::format("tracecache (sim {})", sim.spec().name));
-  metadata("thread_name", 1, "host");
-  metadata("thread_name", 2, fmt::format("device {} stream", sim.spec().name));
-  for (const TimelineEvent* e : events) {
-    j.begin_object();
-    j.key("name").value(e->name);
-    j.key("cat").value(e->category);
-    j.key("ph").value("X");
-    j.key("ts").value(static_cast<double>(e->start_ps) / 1e6);
-    j.key("dur").value(static_cast<double>(e->duration_ps) / 1e6);
-    j.key("pid").value(1);
-    j.key("tid").value(e->track == TimelineEvent::Track::kHost ? 1 : 2);
-    if (e->flops >= 0 || e->bytes >= 0) {
-      j.key("args").begin_object();
-      if (e->flops >= 0) j.key("flops").value(e->flops);
-      if (e->bytes >= 0) j.key("bytes").value(e->bytes);
-      j.end_object();
-    }
-    j.end_object();
+// --timeline: the timeline the backend records on (the sim backend's own; for cpu `cpu_timeline`,
+// which it is given), with the session's metrics spans on it. Bad input (exit 2) on the
+// reference evaluator, which has no timeline.
+Result<Timeline*> start_timeline(ProgramSession& s, Timeline& cpu_timeline, Metrics& metrics,
+                                 const RunOptions& options) {
+  Timeline* timeline = nullptr;
+  if (SimBackend* sim = s.sim()) {
+    timeline = &sim->timeline();
+  } else if (options.backend == "cpu") {
+    // Eager mode has no CpuBackend: its ops' times come through the metrics' "run" spans.
+    if (auto* cpu = dynamic_cast<CpuBackend*>(s.session().backend())) cpu->set_timeline(&cpu_timeline);
+    metrics.set_span_observer(&cpu_timeline);
+    timeline = &cpu_timeline;
+  } else {
+    return invalid_argument(fmt::format("--timeline needs --backend cpu or sim (sim:PRESET, sim:SPEC_FILE), not {}",
+                                        options.backend));
   }
-  j.end_array();
-  j.end_object();
-  std::FILE* f = std::fopen(path.c_str(), "wb");
-  if (!f) return io_error(fmt::format("cannot write the timeline '{}': {}", path, std::strerror(errno)));
-  const std::string& text = j.str();
-  const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size() && std::fputc('\n', f) != EOF;
-  if (std::fclose(f) != 0 || !ok) return io_error(fmt::format("cannot write the timeline '{}'", path));
-  return Status::ok();
+  Status st = check_output_file("--timeline", options.timeline);
+  if (!st.is_ok()) return st;
+  timeline->set_record_events(true);
+  return timeline;
+}
+
+Status write_timeline(const std::string& path, ProgramSession& s, const Timeline& timeline,
+                      const RunOptions& options) {
+  TraceEventNames names;
+  const std::string program = std::filesystem::path(options.program).filename().string();
+  if (const SimBackend* sim = s.sim()) {
+    names.process = fmt::format("tracecache {} (sim {}, {})", program, sim->spec().name, mode_name(s.mode()));
+    names.device_track = fmt::format("device {} stream", sim->spec().name);
+  } else {
+    names.process = fmt::format("tracecache {} (cpu, {})", program, mode_name(s.mode()));
+    names.device_track = "cpu kernels (on the host's threads)";
+  }
+  names.host_track = "host";
+  return write_trace_event_file(path, timeline, names);
 }
 
 void write_sim_json(JsonWriter& j, const SimBackend& sim, const std::vector<SimInterval>& steps) {
@@ -267,6 +378,8 @@ int run_loaded_program(const Program& program, const RunOptions& options) {
   }
 
   Metrics metrics;
+  // --timeline on cpu: the backend records on it. Declared before the session, which points to it.
+  Timeline cpu_timeline;
   std::unique_ptr<store::CacheDb> db;
   if (options.backend != "reference" && *mode != SessionMode::kEager) {
     Result<std::unique_ptr<store::CacheDb>> opened = open_run_db(options);
@@ -280,11 +393,22 @@ int run_loaded_program(const Program& program, const RunOptions& options) {
                 .automatic_dynamic = !options.no_auto_dynamic});
   if (!session.is_ok()) return report_error(session.status());
   ProgramSession& s = **session;
+  // Metrics outlive the session; a cpu timeline is theirs to observe only while it runs.
+  struct ObserverReset {
+    Metrics& m;
+    ~ObserverReset() { m.set_span_observer(nullptr); }
+  } observer_reset{metrics};
+  Timeline* timeline = nullptr;
   if (!options.timeline.empty()) {
-    if (!s.sim()) return report_error(invalid_argument("--timeline needs --backend sim:PRESET or sim:SPEC_FILE"));
-    Status st = check_output_file("--timeline", options.timeline);
-    if (!st.is_ok()) return report_error(st);
-    s.sim()->timeline().set_record_events(true);
+    Result<Timeline*> started = start_timeline(s, cpu_timeline, metrics, options);
+    if (!started.is_ok()) return report_error(started.status());
+    timeline = *started;
+  }
+  std::vector<std::string> labels;
+  if (!options.labels.empty()) {
+    Result<std::vector<std::string>> read = read_labels(options.labels);
+    if (!read.is_ok()) return report_error(read.status());
+    labels = std::move(*read);
   }
   if (!options.save_outputs.empty()) {
     Status st = check_output_dir(options.save_outputs);
@@ -301,10 +425,23 @@ int run_loaded_program(const Program& program, const RunOptions& options) {
       Result<ProgramSession::PreparedStep> prepared = s.prepare(step);
       if (!prepared.is_ok()) return prepared.status();
       const SimSnapshot before = s.sim() ? s.sim()->snapshot() : SimSnapshot{};
+      const size_t graphs_before = timeline ? timeline->graphs_run().size() : 0;
+      const int64_t timeline_start = timeline ? timeline->host_now_ps() : 0;
       auto start = std::chrono::steady_clock::now();
       Result<std::vector<BufferRef>> values = s.run(*prepared);
       step_ms.push_back(
           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+      if (timeline) {
+        // The step's slice: what it ran on the backend (none in eager mode or when it fell back).
+        std::vector<std::string> graphs;
+        for (size_t g = graphs_before; g < timeline->graphs_run().size(); ++g) {
+          graphs.push_back(timeline->graphs_run()[g].to_hex());
+        }
+        timeline->record_host(fmt::format("step {}", step), "step", timeline_start, timeline->host_now_ps(),
+                              {{"step", int64_t{step}},
+                               {"mode", std::string(mode_name(*mode))},
+                               {"graph", fmt::format("{}", fmt::join(graphs, ","))}});
+      }
       if (!values.is_ok()) return values.status();
       if (s.sim()) sim_steps.push_back(sim_interval(before, s.sim()->snapshot()));
       std::vector<std::pair<std::string, BufferRef>> outputs;
@@ -317,10 +454,18 @@ int run_loaded_program(const Program& program, const RunOptions& options) {
       }
       StepSummary r;
       for (const auto& [name, buf] : outputs) {
-        r.outputs.push_back({name, buf->dtype(), buf->shape(), buf->checksum(), {}});
-        if (options.show_values && buf->numel() == 1 && is_floating(buf->dtype())) {
-          r.outputs.back().value = buf->element_as_double(0);
+        OutputSummary o{name, buf->dtype(), buf->shape(), buf->checksum(), {}, {}};
+        if (buf->numel() == 1) o.value = scalar_value(*buf);
+        if (is_classifier(name, *buf)) {
+          if (!labels.empty() && labels.size() < static_cast<size_t>(buf->shape()[1])) {
+            return invalid_argument(fmt::format(
+                "--labels {} has {} labels, output '{}' ({}) has {} classes (one label per line, class 0 first)",
+                options.labels, labels.size(), name, type_to_string({buf->dtype(), buf->shape()}),
+                buf->shape()[1]));
+          }
+          o.top = top_classes(*buf);
         }
+        r.outputs.push_back(std::move(o));
       }
       const std::vector<GraphKey>& keys = s.executed_keys();
       r.graph_keys.assign(keys.begin() + static_cast<std::ptrdiff_t>(keys_before), keys.end());
@@ -330,12 +475,21 @@ int run_loaded_program(const Program& program, const RunOptions& options) {
   }();
   if (Runtime* runtime = s.runtime()) {
     runtime->flush();
-    for (const std::string& w : runtime->warnings()) warn(w);
+    if (!options.quiet) {
+      for (const std::string& w : runtime->warnings()) warn(w);
+    }
   }
   if (!steps.is_ok()) return report_error(steps.status());
+  if (!labels.empty() && !options.quiet &&
+      std::none_of(steps->begin(), steps->end(), [](const StepSummary& r) {
+        return std::any_of(r.outputs.begin(), r.outputs.end(), [](const OutputSummary& o) { return !o.top.empty(); });
+      })) {
+    warn(fmt::format("--labels {}: no output is a classifier's logits (a floating [N, C] output named *logits*); "
+                     "the labels name nothing", options.labels));
+  }
 
-  if (!options.timeline.empty()) {
-    Status st = write_timeline(options.timeline, *s.sim());
+  if (timeline) {
+    Status st = write_timeline(options.timeline, s, *timeline, options);
     if (!st.is_ok()) return report_error(st);
   }
   static const std::vector<std::string> kNoReasons;
@@ -354,7 +508,7 @@ int run_loaded_program(const Program& program, const RunOptions& options) {
     j.key("step_ms").begin_array();
     for (double ms : step_ms) j.value(ms);
     j.end_array();
-    write_outputs_json(j, *steps);
+    write_outputs_json(j, *steps, labels);
     write_counters_json(j, metrics);
     if (const CompiledFunction* f = s.function()) {
       j.key("function").begin_object();
@@ -373,6 +527,7 @@ int run_loaded_program(const Program& program, const RunOptions& options) {
     if (options.metrics) std::fputs(metrics.report().c_str(), stderr);
     return kExitOk;
   }
+  if (options.quiet) return kExitOk;
 
   for (size_t i = 0; i < steps->size(); ++i) {
     const StepSummary& r = (*steps)[i];
@@ -387,9 +542,17 @@ int run_loaded_program(const Program& program, const RunOptions& options) {
       out(fmt::format("step {}\n", i));
     }
     for (const OutputSummary& o : r.outputs) {
-      std::string value = o.value ? fmt::format("{:.6f}  ", *o.value) : "";
+      std::string value = o.value ? format_value(*o.value) + "  " : "";
       out(fmt::format("  {:<12} {:<16} {}checksum {}\n", o.name, type_to_string({o.dtype, o.shape}),
                       value, o.checksum));
+      for (size_t row = 0; row < o.top.size(); ++row) {
+        std::vector<std::string> classes;
+        for (const ClassScore& c : o.top[row]) classes.push_back(format_class(c, labels));
+        out(fmt::format("    row {} top-{}: {}\n", row, o.top[row].size(), fmt::join(classes, ", ")));
+      }
+      if (!o.top.empty() && static_cast<int64_t>(o.top.size()) < o.shape[0]) {
+        out(fmt::format("    (the first {} of {} rows)\n", o.top.size(), o.shape[0]));
+      }
     }
   }
   out(fmt::format("{} steps ({} mode), {} traces, {} compiles, {} memory hits, {} disk hits, {} misses\n",
@@ -415,10 +578,11 @@ int run_loaded_program(const Program& program, const RunOptions& options) {
       total.device_idle_us += i.device_idle_us;
       total.bytes_copied += i.bytes_copied;
     }
-    out(fmt::format("sim {}: step time {:.1f} us (host {:.1f} us), device busy {:.1f} us, idle {:.1f} us, "
-                    "{} bytes copied, peak memory {} bytes\n",
-                    sim->spec().name, total.step_us, total.host_us, total.device_busy_us,
-                    total.device_idle_us, total.bytes_copied, sim->memory_peak()));
+    const double n = static_cast<double>(std::max<size_t>(sim_steps.size(), 1));
+    out(fmt::format("sim {}: total over {} steps {:.1f} us (host {:.1f} us), device busy {:.1f} us, idle {:.1f} us, "
+                    "{} bytes copied; per step {:.1f} us; peak memory {} bytes\n",
+                    sim->spec().name, sim_steps.size(), total.step_us, total.host_us, total.device_busy_us,
+                    total.device_idle_us, total.bytes_copied, total.step_us / n, sim->memory_peak()));
   }
   if (options.metrics) out(metrics.report());
   return kExitOk;

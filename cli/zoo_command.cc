@@ -259,7 +259,6 @@ int train_command(ZooOptions o) {
   }
   RunOptions run = o.run;
   run.program = spec->name;
-  run.show_values = true;
   return run_loaded_program(*program, run);
 }
 
@@ -309,7 +308,8 @@ CLI::App* add_zoo_command(CLI::App& app, ZooOptions& o, const std::string& db_he
   emit->add_option("-o,--output", o.output, "Write the program here (default: stdout)");
   emit->add_option("--save-weights", o.save_weights,
                    "Also write the model's deterministic initial weights to this .safetensors file");
-  CLI::App* run = zoo->add_subcommand("run", "Run a model's forward and print output checksums and step times.");
+  CLI::App* run = zoo->add_subcommand(
+      "run", "Run a model's forward and print its top-5 classes (or output checksums) and step times.");
   model_flags(run);
   run->add_option("--mode", o.run.mode, "eager, lazy or once (as for `tracecache run`)")
       ->check(CLI::IsMember({"eager", "lazy", "once"}))
@@ -325,6 +325,9 @@ CLI::App* add_zoo_command(CLI::App& app, ZooOptions& o, const std::string& db_he
   run->add_flag("--no-cache", o.run.no_cache, "Compile in memory only; do not open the cache database");
   run->add_flag("--json", o.run.json, "Print one JSON object, as `tracecache run --json`");
   run->add_flag("--metrics", o.run.metrics, "Print the metrics report");
+  run->add_option("--timeline", o.run.timeline, kTimelineHelp);
+  run->add_option("--labels", o.run.labels, kLabelsHelp);
+  run->add_flag("-q,--quiet", o.run.quiet, kQuietHelp);
   run->add_option("--save-outputs", o.run.save_outputs,
                   "Write every output of every step to DIR/step<N>_<name>.npy");
   CLI::App* train = zoo->add_subcommand(
@@ -351,6 +354,8 @@ CLI::App* add_zoo_command(CLI::App& app, ZooOptions& o, const std::string& db_he
   train->add_flag("--no-cache", o.run.no_cache, "Compile in memory only; do not open the cache database");
   train->add_flag("--json", o.run.json, "Print one JSON object, as `tracecache run --json` (each loss as \"value\")");
   train->add_flag("--metrics", o.run.metrics, "Print the metrics report");
+  train->add_option("--timeline", o.run.timeline, kTimelineHelp);
+  train->add_flag("-q,--quiet", o.run.quiet, kQuietHelp);
   train->add_option("--save-outputs", o.run.save_outputs,
                     "Write every output of every step to DIR/step<N>_<name>.npy");
   train->add_flag("--output-params", o.output_params,

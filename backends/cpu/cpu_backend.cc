@@ -174,7 +174,7 @@ Result<std::vector<DeviceRef>> CpuBackend::run(const Executable& exe,
   }
 
   // The kernels run last; nothing below returns a failure.
-  for (const Kernel& k : plan->kernels) {
+  auto run_kernel = [&](const Kernel& k) {
     auto* out = const_cast<HostBuffer*>(value[k.root]);
     if (k.kind == Kernel::Kind::kFused) {
       cpu::run_fused(g, k.members, [&](NodeId leaf) { return value[leaf]; }, *out);
@@ -183,7 +183,24 @@ Result<std::vector<DeviceRef>> CpuBackend::run(const Executable& exe,
       for (NodeId in : g.inputs(g.node(k.root))) ins.push_back(value[in]);
       cpu::run_op(g, k.root, ins, *out);
     }
+  };
+  if (timeline_ == nullptr || !timeline_->recording()) {
+    for (const Kernel& k : plan->kernels) run_kernel(k);
+    return result;
   }
+  const int64_t run_start = timeline_->host_now_ps();
+  for (const Kernel& k : plan->kernels) {
+    const int64_t start = timeline_->host_now_ps();
+    run_kernel(k);
+    TimelineEvent kernel;
+    kernel.name = kernel_name(g, k);
+    kernel.category = "kernel";
+    kernel.start_ps = start;
+    kernel.duration_ps = timeline_->host_now_ps() - start;
+    timeline_->record_device(std::move(kernel));
+    timeline_->record_flow(start, start);
+  }
+  timeline_->record_run("execute", "cpu", run_start, timeline_->host_now_ps(), exe.graph_key);
   return result;
 }
 

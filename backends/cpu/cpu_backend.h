@@ -3,10 +3,15 @@
 // token 0), so the copies share buffers instead of copying, and a donated output whose
 // parameter the caller gave up is written into that parameter's buffer (no second buffer). Results equal the reference evaluator bitwise except
 // where cpu_kernels.h documents a tolerance (GEMM's summation order).
+// While a timeline is set and recording (set_timeline), run() measures real times: each kernel
+// is a device slice (the kernels run on the host's threads; the device track is where they are
+// drawn) with a flow from the host, and the run a host slice "execute" naming its graph. With no
+// timeline the kernel loop costs one pointer test more.
 // Thread-safety: one thread at a time (run() allocates its own scratch arena per call).
 #pragma once
 
 #include "backends/backend.h"
+#include "backends/timeline.h"
 #include "compile/compiler.h"
 
 namespace tracecache {
@@ -44,9 +49,14 @@ class CpuBackend final : public Backend {
   Result<std::vector<DeviceRef>> run(const Executable& exe, std::span<const DeviceRef> params) override;
   void synchronize() override {}
 
+  // Records run()'s host and kernel times on `timeline` while it records; null (the default):
+  // nothing is measured. Not owned; must outlive the runs that use it.
+  void set_timeline(Timeline* timeline) { timeline_ = timeline; }
+
  private:
   CpuBackendOptions options_;
   std::string digest_;
+  Timeline* timeline_ = nullptr;
 };
 
 // Checks that `exe` was built for `backend` (name and options digest); kCorruption otherwise.

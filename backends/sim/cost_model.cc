@@ -1,10 +1,7 @@
 #include "backends/sim/cost_model.h"
 
-#include <fmt/format.h>
-
 #include <algorithm>
 #include <cmath>
-#include <string_view>
 #include <vector>
 
 namespace tracecache {
@@ -71,13 +68,6 @@ int64_t kernel_time_ps(const DeviceSpec& spec, const KernelCost& cost) {
 int64_t transfer_time_ps(const DeviceSpec& spec, int64_t bytes) {
   return ceil_ps(static_cast<double>(bytes) * 1000.0 / spec.link_gbps) +
          ceil_ps(spec.link_latency_ns * 1000.0);
-}
-
-std::string kernel_name(const Graph& g, const Kernel& kernel) {
-  if (kernel.kind == Kernel::Kind::kOp) return std::string(op_info(g.node(kernel.root).op).name);
-  std::vector<std::string_view> names;
-  for (NodeId m : kernel.members) names.push_back(op_info(g.node(m).op).name);
-  return fmt::format("fused({})", fmt::join(names, ","));
 }
 
 }  // namespace tracecache

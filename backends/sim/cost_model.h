@@ -43,7 +43,4 @@ KernelCost kernel_cost(const Graph& g, const Kernel& kernel);
 int64_t kernel_time_ps(const DeviceSpec& spec, const KernelCost& cost);
 int64_t transfer_time_ps(const DeviceSpec& spec, int64_t bytes);
 
-// "matmul", or "fused(mul,add,exp)" listing a fused kernel's members in order.
-std::string kernel_name(const Graph& g, const Kernel& kernel);
-
 }  // namespace tracecache

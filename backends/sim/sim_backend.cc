@@ -33,7 +33,10 @@ struct SimBackend::Memory {
 struct SimBackend::Allocation {
   std::shared_ptr<Memory> memory;
   uint64_t bytes = 0;
-  ~Allocation() { memory->used -= bytes; }
+  ~Allocation() {
+    memory->used -= bytes;
+    if (memory->backend) memory->backend->note_memory();
+  }
 };
 
 // A sim device buffer: reading it is a device-to-host copy, accounted at every read (a tensor
@@ -107,8 +110,15 @@ uint64_t SimBackend::memory_in_use() const { return memory_->used; }
 uint64_t SimBackend::memory_peak() const { return memory_->peak; }
 void SimBackend::reset_memory_peak() { memory_->peak = memory_->used; }
 
+void SimBackend::note_memory() {
+  if (timeline_.recording()) {
+    timeline_.record_counter(kMemoryCounter, timeline_.host_now_ps(), static_cast<int64_t>(memory_->used));
+  }
+}
+
 std::shared_ptr<SimBackend::Allocation> SimBackend::allocate(uint64_t bytes) {
   memory_->take(bytes);
+  note_memory();
   auto a = std::make_shared<Allocation>();
   a->memory = memory_;
   a->bytes = bytes;
@@ -145,7 +155,7 @@ Result<DeviceRef> SimBackend::to_device(const DataRef& data) {
   copy.name = "copy to device";
   copy.category = "copy";
   copy.duration_ps = transfer_time_ps(spec_, static_cast<int64_t>(bytes));
-  copy.bytes = static_cast<int64_t>(bytes);
+  copy.args = {{"bytes", static_cast<int64_t>(bytes)}};
   timeline_.enqueue(std::move(copy));
   DeviceRef d = wrap(std::move(storage), std::move(allocation));
   timeline_.record_host("to_device", "sim", start, timeline_.host_now_ps());
@@ -159,7 +169,7 @@ void SimBackend::copy_to_host(int64_t bytes) {
   copy.name = "copy to host";
   copy.category = "copy";
   copy.duration_ps = transfer_time_ps(spec_, bytes);
-  copy.bytes = bytes;
+  copy.args = {{"bytes", bytes}};
   timeline_.enqueue(std::move(copy));
   timeline_.record_host("to_host", "sim", start, timeline_.host_now_ps());
   timeline_.wait_for_device();
@@ -221,8 +231,7 @@ Result<std::vector<DeviceRef>> SimBackend::run(const Executable& exe,
     e.name = kernel_name(g, k);
     e.category = "kernel";
     e.duration_ps = kernel_time_ps(spec_, cost);
-    e.flops = cost.flops;
-    e.bytes = cost.bytes;
+    if (timeline_.recording()) e.args = {{"flops", cost.flops}, {"bytes", cost.bytes}};
     timeline_.enqueue(std::move(e));
     ++kernels_;
   }
@@ -251,8 +260,10 @@ Result<std::vector<DeviceRef>> SimBackend::run(const Executable& exe,
   }
   // The arena counts toward the peak while the run's kernels use it.
   memory_->take(plan->arena_bytes);
+  note_memory();
   memory_->used -= plan->arena_bytes;
-  timeline_.record_host("enqueue", "sim", enqueue_start, timeline_.host_now_ps());
+  note_memory();
+  timeline_.record_run("enqueue", "sim", enqueue_start, timeline_.host_now_ps(), exe.graph_key);
   return result;
 }
 

@@ -78,6 +78,10 @@ class SimBackend final : public Backend {
   SimSnapshot snapshot() const;
   SimTimeline& timeline() { return timeline_; }
   const SimTimeline& timeline() const { return timeline_; }
+  // The timeline's counter track of the device memory in use (bytes), sampled at every
+  // allocation and release while the timeline records; its largest sample is memory_peak()
+  // when recording began before the first allocation and the peak was never reset.
+  static constexpr std::string_view kMemoryCounter = "device memory";
   uint64_t memory_in_use() const;
   uint64_t memory_peak() const;
   // Starts a new peak at the memory in use now (to measure one step's peak).
@@ -91,6 +95,8 @@ class SimBackend final : public Backend {
   std::shared_ptr<Allocation> allocate(uint64_t bytes);
   // Accounts a device-to-host copy of `bytes` and waits for it (a value read).
   void copy_to_host(int64_t bytes);
+  // While the timeline records: a sample of the memory in use on its kMemoryCounter track.
+  void note_memory();
 
   DeviceSpec spec_;
   std::string digest_;

@@ -60,7 +60,7 @@ grep -q "bad.spec:2: matmul_tflops 'fast' must be a finite number > 0" "$TMP/err
 expect_exit 2 "$TC" run "$P/mlp.trace" --backend sim:nope --no-cache
 grep -q "neither a preset (h100, a100, tpu-v4) nor a readable file" "$TMP/err" || fail "$(cat "$TMP/err")"
 expect_exit 2 "$TC" run "$P/mlp.trace" --backend sim:h100 --mode eager
-expect_exit 2 "$TC" run "$P/mlp.trace" --timeline "$TMP/t.json" --no-cache
+expect_exit 2 "$TC" run "$P/mlp.trace" --backend reference --timeline "$TMP/t.json"
 
 # Out of device memory: every step falls back, with a warning, to the reference evaluator.
 sed 's/^memory_capacity = .*/memory_capacity = 64K/' "$TMP/small.spec" > "$TMP/tiny.spec"

@@ -87,7 +87,7 @@ std::shared_ptr<PyTensor> from_numpy_exact(py::array a) {
   }
   Shape shape{IntList(std::span<const int64_t>(dims))};
   (void)checked_numel(shape.span()).value_or_throw();
-  static std::byte empty[64];
+  alignas(64) static std::byte empty[64];  // a view needs an address, even of no bytes
   std::byte* data = a.size() == 0 ? empty : static_cast<std::byte*>(const_cast<void*>(a.data()));
   PyObject* owner = a.ptr();
   Py_INCREF(owner);

@@ -108,6 +108,9 @@ def _binary(name, reverse=False):
 Tensor.torch = _torch
 Tensor.__len__ = _len
 Tensor.__array__ = lambda self, dtype=None: _np.asarray(self.numpy(), dtype=dtype)
+Tensor.__bool__ = lambda self: bool(self.item())  # one element (a value read), as torch
+Tensor.__float__ = lambda self: float(self.item())
+Tensor.__int__ = lambda self: int(self.item())
 Tensor.__neg__ = lambda self: op("neg", self)
 Tensor.__abs__ = lambda self: op("abs", self)
 for _name, _registry in (("add", "add"), ("sub", "sub"), ("mul", "mul"), ("truediv", "div"),

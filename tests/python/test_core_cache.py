@@ -12,6 +12,9 @@ import numpy as np
 import tracecache as tc
 
 CLI = os.environ["TRACECACHE_CLI"]
+# In a sanitizer build this interpreter runs with the sanitizer runtime preloaded; the CLI links
+# its own, so it runs without the preload.
+CLI_ENV = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
 TMP = os.environ.get("TRACECACHE_TEST_TMP", ".")
 PROGRAM = """tracecache 1
 steps 2
@@ -24,7 +27,8 @@ output r
 
 
 def run_cli(*args):
-    r = subprocess.run([CLI, *args], capture_output=True, text=True, check=True)
+    r = subprocess.run([CLI, *args], capture_output=True, text=True, check=True,
+                       env=CLI_ENV)
     return r.stdout
 
 

@@ -10,11 +10,11 @@ import numpy as _np
 
 from . import _tracecache
 from ._tracecache import (Error, Tensor, op, op_names, mark_step, settings, counters,
-                          metrics_report, audit)
+                          metrics_report, audit, warnings)
 
 __all__ = ["Error", "Tensor", "CompiledFunction", "configure", "settings", "tensor", "from_numpy",
            "from_torch", "op", "ops", "op_names", "mark_step", "grad", "no_grad", "compile",
-           "counters", "metrics_report", "audit"]
+           "counters", "metrics_report", "audit", "warnings"]
 
 _atexit.register(_tracecache._shutdown)
 
@@ -83,9 +83,9 @@ def _torch(self):
     """The value as a torch tensor sharing the tensor's host memory (no copy). tracecache values
     are immutable: clone it before writing to it in place."""
     import torch
-    import warnings
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+    import warnings as python_warnings
+    with python_warnings.catch_warnings():
+        python_warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
         return torch.from_numpy(self.numpy())
 
 

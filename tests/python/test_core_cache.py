@@ -50,6 +50,13 @@ class Cache(unittest.TestCase):
         tc.configure(db=other)
         self.assertEqual(tc.settings()["db"], other)
 
+    def test_a_database_that_cannot_be_opened_costs_caching(self):
+        with self.assertWarnsRegex(RuntimeWarning, "running without the cache: cannot create"):
+            tc.configure(db="/proc/tracecache/cache.db")  # as `run` does: a warning, no database
+        self.assertIsNone(tc.settings()["db"])
+        self.assertEqual(len(tc.warnings()), 1)
+        self.assertEqual((tc.tensor([1.0]) + 1.0).numpy().tolist(), [2.0])
+
     def test_counter_names_equal_run_json(self):
         path = os.path.join(TMP, "p.trace")
         with open(path, "w") as f:

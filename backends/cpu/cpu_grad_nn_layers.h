@@ -13,7 +13,8 @@
 //   conv2d_weight_grad        per image, group and block, weight += grad_out x    TOLERANCE (*)
 //                             im2col(input)^T (cblas_sgemm, beta = 1); 1x1
 //                             stride-1 unpadded: the input plane is the matrix
-//   max_pool2d_grad           the reference's loops, planes split over threads    bitwise
+//   max_pool2d_grad           the reference's plane loops (capture/ops/           bitwise
+//                             nn_windows.h), planes split over threads
 //   avg_pool2d_grad
 //   adaptive_avg_pool2d_grad
 //

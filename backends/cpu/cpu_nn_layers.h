@@ -35,13 +35,16 @@
 // Thread-safety: as cpu_kernels.h (per-call scratch only).
 #pragma once
 
+#include <algorithm>
 #include <climits>
 #include <cstdint>
 #include <initializer_list>
+#include <memory>
 #include <span>
 
 #include "capture/ops/attrs.h"
 #include "capture/core/buffer.h"
+#include "capture/ops/nn_windows.h"
 #include "capture/ops/ops.h"
 
 namespace tracecache::cpu {
@@ -70,15 +73,37 @@ inline bool fits_blas(std::initializer_list<int64_t> dims) {
 
 inline int blas_int(int64_t v) { return static_cast<int>(v); }
 
-struct ConvShape {
-  int64_t n, c, h, w;     // input
-  int64_t o, cg, kh, kw;  // weight: out channels, in channels per group, kernel
-  int64_t oh, ow;         // output plane
-  int64_t sh, sw, ph, pw, dh, dw, groups;
+// How conv2d and its gradients cut each (image, group) into GEMMs: `per_group` out channels,
+// K = `k` (in channels per group x kh x kw) rows of the im2col matrix, `plane_out` output
+// positions taken `block` at a time (all at once when `direct`: a 1x1, stride-1, unpadded
+// convolution, whose input plane already is the im2col matrix, or when k == 0).
+struct ConvGemm {
+  int64_t per_group, k, plane_out, block;
+  bool direct;
 };
+ConvGemm conv_gemm(const nn::ConvShape& s);
+inline bool fits_blas(const ConvGemm& p) { return fits_blas({p.per_group, p.k, p.plane_out, p.block}); }
+// The im2col scratch of one block (k x block floats), or null when direct.
+std::unique_ptr<float[]> col_scratch(const ConvGemm& p);
+
+// Calls block(n, g, q0, q1) for each image n, group g and block [q0, q1) of output positions,
+// in that order (one block [0, plane_out) when direct; none when plane_out == 0).
+template <typename Block>
+void for_each_conv_block(const nn::ConvShape& s, const ConvGemm& p, Block&& block) {
+  for (int64_t n = 0; n < s.n; ++n) {
+    for (int64_t g = 0; g < s.groups; ++g) {
+      for (int64_t q0 = 0; q0 < p.plane_out; q0 += p.block)
+        block(n, g, q0, std::min(p.plane_out, q0 + p.block));
+    }
+  }
+}
 
 // Rows (c, i, j) of the im2col matrix for output positions [q0, q1) of one image and group:
 // col[((c * kh + i) * kw + j) * (q1 - q0) + (q - q0)]. `xg` is the group's first input plane.
-void im2col(const float* xg, const ConvShape& s, int64_t q0, int64_t q1, float* col);
+void im2col(const float* xg, const nn::ConvShape& s, int64_t q0, int64_t q1, float* col);
+// Its transpose: adds each entry of such a col into the input cell it was read from (entries
+// that fell in the padding are dropped), channel by channel, taps in (i, j) order, positions in
+// increasing order (conv2d_input_grad).
+void col2im_add(const float* col, const nn::ConvShape& s, int64_t q0, int64_t q1, float* xg);
 
 }  // namespace tracecache::cpu

@@ -1,5 +1,6 @@
 // Reference kernels of the nn layers (capture/trace/nn.h): plain loops over output elements in
-// row-major order, each output computed on its own from the definition in docs/ops.md.
+// row-major order, each output computed on its own from the definition in docs/ops.md, over the
+// windows of capture/ops/nn_windows.h.
 //   - conv2d, linear: exact products summed in double (bias first, then the products in
 //     (channel, kernel row, kernel column) or feature order), rounded once to f32;
 //   - max_pool2d: the window's maximum, NaN propagating (PyTorch's `v > max || isnan(v)`);
@@ -7,12 +8,11 @@
 //   - embedding, gather, index_select: an index outside [0, dim) is clamped into it.
 #include <algorithm>
 #include <cassert>
-#include <cmath>
 #include <cstring>
-#include <limits>
 
 #include "capture/ops/attr_views.h"
 #include "capture/ops/elementwise.h"
+#include "capture/ops/nn_windows.h"
 #include "capture/ops/random.h"
 #include "capture/ops/reference_kernels.h"
 
@@ -47,41 +47,26 @@ void copy_bytes(std::span<const HostBuffer* const> in, HostBuffer& out) {
 }  // namespace
 
 void conv2d(std::span<const HostBuffer* const> in, std::span<const AttrValue> attrs, HostBuffer& out) {
-  const HostBuffer& x = *in[0];
-  const HostBuffer& w = *in[1];
   const float* bias = in.size() == 3 ? in[2]->data<float>() : nullptr;
-  const Conv2dAttrs a(attrs);
-  const IntList& stride = a.stride();
-  const IntList& padding = a.padding();
-  const IntList& dilation = a.dilation();
-  const int64_t groups = a.groups();
-  const int64_t n_batch = x.shape()[0], c_in = x.shape()[1], h = x.shape()[2], wd = x.shape()[3];
-  const int64_t c_out = w.shape()[0], c_group = w.shape()[1], kh = w.shape()[2], kw = w.shape()[3];
-  const int64_t oh = out.shape()[2], ow = out.shape()[3];
-  const int64_t out_per_group = c_out / groups;
-  const float* px = x.data<float>();
-  const float* pw = w.data<float>();
+  const nn::ConvShape s = nn::conv_shape(in[0]->shape(), in[1]->shape(), out.shape(), Conv2dAttrs(attrs));
+  const nn::Window2d win = s.window();
+  const float* px = in[0]->data<float>();
+  const float* pw = in[1]->data<float>();
   float* po = out.data<float>();
-  for (int64_t n = 0; n < n_batch; ++n) {
-    for (int64_t o = 0; o < c_out; ++o) {
-      const int64_t first_channel = o / out_per_group * c_group;
-      for (int64_t y = 0; y < oh; ++y) {
-        for (int64_t z = 0; z < ow; ++z) {
+  for (int64_t n = 0; n < s.n; ++n) {
+    for (int64_t o = 0; o < s.o; ++o) {
+      const int64_t first_channel = o / s.out_per_group() * s.cg;
+      for (int64_t y = 0; y < s.oh; ++y) {
+        for (int64_t z = 0; z < s.ow; ++z) {
           double acc = bias ? static_cast<double>(bias[o]) : 0.0;
-          for (int64_t c = 0; c < c_group; ++c) {
-            for (int64_t i = 0; i < kh; ++i) {
-              const int64_t iy = y * stride[0] - padding[0] + i * dilation[0];
-              if (iy < 0 || iy >= h) continue;
-              for (int64_t j = 0; j < kw; ++j) {
-                const int64_t iz = z * stride[1] - padding[1] + j * dilation[1];
-                if (iz < 0 || iz >= wd) continue;
-                const float xv = px[((n * c_in + first_channel + c) * h + iy) * wd + iz];
-                const float wv = pw[((o * c_group + c) * kh + i) * kw + j];
-                acc += static_cast<double>(xv) * static_cast<double>(wv);
-              }
-            }
+          for (int64_t c = 0; c < s.cg; ++c) {
+            const float* plane = px + (n * s.c + first_channel + c) * s.h * s.w;
+            const float* taps = pw + (o * s.cg + c) * s.kh * s.kw;
+            nn::for_each_window_cell(win, y, z, [&](int64_t i, int64_t j, int64_t iy, int64_t iz) {
+              acc += static_cast<double>(plane[iy * s.w + iz]) * static_cast<double>(taps[i * s.kw + j]);
+            });
           }
-          po[((n * c_out + o) * oh + y) * ow + z] = static_cast<float>(acc);
+          po[((n * s.o + o) * s.oh + y) * s.ow + z] = static_cast<float>(acc);
         }
       }
     }
@@ -91,31 +76,13 @@ void conv2d(std::span<const HostBuffer* const> in, std::span<const AttrValue> at
 void max_pool2d(std::span<const HostBuffer* const> in, std::span<const AttrValue> attrs,
                 HostBuffer& out) {
   const HostBuffer& x = *in[0];
-  const MaxPool2dAttrs a(attrs);
-  const IntList& kernel = a.kernel();
-  const IntList& stride = a.stride();
-  const IntList& padding = a.padding();
-  const IntList& dilation = a.dilation();
-  const int64_t planes = x.shape()[0] * x.shape()[1], h = x.shape()[2], w = x.shape()[3];
-  const int64_t oh = out.shape()[2], ow = out.shape()[3];
-  for (int64_t p = 0; p < planes; ++p) {
-    const float* plane = x.data<float>() + p * h * w;
-    for (int64_t y = 0; y < oh; ++y) {
-      for (int64_t z = 0; z < ow; ++z) {
-        // Padding is -inf: it never wins, and a window of padding only gives -inf.
-        float best = -std::numeric_limits<float>::infinity();
-        for (int64_t i = 0; i < kernel[0]; ++i) {
-          const int64_t iy = y * stride[0] - padding[0] + i * dilation[0];
-          if (iy < 0 || iy >= h) continue;
-          for (int64_t j = 0; j < kernel[1]; ++j) {
-            const int64_t iz = z * stride[1] - padding[1] + j * dilation[1];
-            if (iz < 0 || iz >= w) continue;
-            const float v = plane[iy * w + iz];
-            if (v > best || std::isnan(v)) best = v;
-          }
-        }
-        out.data<float>()[(p * oh + y) * ow + z] = best;
-      }
+  const nn::Window2d win = nn::pool_window(MaxPool2dAttrs(attrs), x.shape(), out.shape());
+  for (int64_t p = 0; p < win.planes; ++p) {
+    const float* plane = x.data<float>() + p * win.in_plane();
+    float* dst = out.data<float>() + p * win.out_plane();
+    for (int64_t y = 0; y < win.rows.out; ++y) {
+      for (int64_t z = 0; z < win.cols.out; ++z)
+        dst[y * win.cols.out + z] = nn::window_max(plane, win, y, z).value;
     }
   }
 }
@@ -124,37 +91,21 @@ void avg_pool2d(std::span<const HostBuffer* const> in, std::span<const AttrValue
                 HostBuffer& out) {
   const HostBuffer& x = *in[0];
   const AvgPool2dAttrs a(attrs);
-  const IntList& kernel = a.kernel();
-  const IntList& stride = a.stride();
-  const IntList& padding = a.padding();
-  const bool count_include_pad = a.count_include_pad();
-  const int64_t planes = x.shape()[0] * x.shape()[1], h = x.shape()[2], w = x.shape()[3];
-  const int64_t oh = out.shape()[2], ow = out.shape()[3];
-  for (int64_t p = 0; p < planes; ++p) {
-    const float* plane = x.data<float>() + p * h * w;
-    for (int64_t y = 0; y < oh; ++y) {
-      for (int64_t z = 0; z < ow; ++z) {
-        // The window clipped to the padded input counts for count_include_pad; clipped to
-        // the input, it is what is summed (and counted otherwise).
-        int64_t y0 = y * stride[0] - padding[0], z0 = z * stride[1] - padding[1];
-        int64_t y1 = std::min(y0 + kernel[0], h + padding[0]);
-        int64_t z1 = std::min(z0 + kernel[1], w + padding[1]);
-        const int64_t padded_count = (y1 - y0) * (z1 - z0);
-        y0 = std::max<int64_t>(y0, 0);
-        z0 = std::max<int64_t>(z0, 0);
-        y1 = std::min(y1, h);
-        z1 = std::min(z1, w);
-        float& o = out.data<float>()[(p * oh + y) * ow + z];
-        if (y0 >= y1 || z0 >= z1) {
+  const nn::Window2d win = nn::pool_window(a, x.shape(), out.shape());
+  for (int64_t p = 0; p < win.planes; ++p) {
+    const float* plane = x.data<float>() + p * win.in_plane();
+    float* dst = out.data<float>() + p * win.out_plane();
+    for (int64_t y = 0; y < win.rows.out; ++y) {
+      const nn::AvgWindow r = nn::avg_window(win.rows, y);
+      for (int64_t z = 0; z < win.cols.out; ++z) {
+        const nn::AvgWindow c = nn::avg_window(win.cols, z);
+        float& o = dst[y * win.cols.out + z];
+        if (r.cells.empty() || c.cells.empty()) {
           o = 0.0f;
           continue;
         }
-        double sum = 0;
-        for (int64_t iy = y0; iy < y1; ++iy) {
-          for (int64_t iz = z0; iz < z1; ++iz) sum += static_cast<double>(plane[iy * w + iz]);
-        }
-        const int64_t count = count_include_pad ? padded_count : (y1 - y0) * (z1 - z0);
-        o = static_cast<float>(sum / static_cast<double>(count));
+        const double sum = nn::window_sum(plane, win.cols.size, r.cells, c.cells);
+        o = static_cast<float>(sum / static_cast<double>(nn::avg_divisor(r, c, a.count_include_pad())));
       }
     }
   }
@@ -168,15 +119,11 @@ void adaptive_avg_pool2d(std::span<const HostBuffer* const> in, std::span<const 
   for (int64_t p = 0; p < planes; ++p) {
     const float* plane = x.data<float>() + p * h * w;
     for (int64_t y = 0; y < oh; ++y) {
-      const int64_t y0 = y * h / oh, y1 = ((y + 1) * h + oh - 1) / oh;
+      const nn::Interval rows = nn::adaptive_window(y, oh, h);
       for (int64_t z = 0; z < ow; ++z) {
-        const int64_t z0 = z * w / ow, z1 = ((z + 1) * w + ow - 1) / ow;
-        double sum = 0;
-        for (int64_t iy = y0; iy < y1; ++iy) {
-          for (int64_t iz = z0; iz < z1; ++iz) sum += static_cast<double>(plane[iy * w + iz]);
-        }
-        out.data<float>()[(p * oh + y) * ow + z] =
-            static_cast<float>(sum / static_cast<double>((y1 - y0) * (z1 - z0)));
+        const nn::Interval cols = nn::adaptive_window(z, ow, w);
+        out.data<float>()[(p * oh + y) * ow + z] = static_cast<float>(
+            nn::window_sum(plane, w, rows, cols) / static_cast<double>(rows.size() * cols.size()));
       }
     }
   }

@@ -1,0 +1,97 @@
+"""Capture of a PyTorch module or function as one ATen graph, with `make_fx`.
+
+`capture(fn, state, inputs)` traces `fn` with `torch.fx.experimental.proxy_tensor.make_fx` in
+real mode: `fn` runs once on the given tensors and every ATen op it dispatches (the forward and,
+for a training step, the backward and the optimizer's ops) becomes a node. A module is called
+through `torch.nn.utils.stateless.functional_call` with its parameters and buffers as explicit
+inputs, so they are graph placeholders named by their `state_dict` names, never constants.
+
+Tracing runs with gradients enabled, so PyTorch takes its composite paths instead of fused fast
+paths (`_native_multi_head_attention`, the nested-tensor encoder), and every node records the
+Python stack that produced it (for error messages naming the user's line).
+
+Not thread-safe: it flips a class attribute of PyTorch's tracer for the duration of a capture.
+Errors: whatever the traced code raises, unchanged.
+"""
+
+import contextlib
+import threading
+
+import torch
+from torch.fx.experimental import proxy_tensor
+from torch.nn.utils import stateless
+
+__all__ = ["Capture", "capture", "capture_module", "module_state", "captures"]
+
+_lock = threading.Lock()
+_count = 0
+
+
+def captures():
+    """How many graphs this process has captured (each `make_fx` run is one)."""
+    return _count
+
+
+@contextlib.contextmanager
+def _recording_stack_traces():
+    tracer = proxy_tensor.PythonKeyTracer
+    saved = tracer.__dict__.get("record_stack_traces")
+    tracer.record_stack_traces = True
+    try:
+        yield
+    finally:
+        if saved is None:
+            del tracer.record_stack_traces
+        else:
+            tracer.record_stack_traces = saved
+
+
+class Capture:
+    """A captured graph: `graph` (a `torch.fx.GraphModule`), `names`, one per placeholder in
+    order (the state names first, then the input names), and `num_state` (how many of the
+    placeholders are state: parameters and buffers)."""
+
+    def __init__(self, graph, names, num_state):
+        self.graph = graph
+        self.names = names
+        self.num_state = num_state
+
+
+def module_state(module):
+    """The module's parameters and buffers as (name, tensor) pairs: the `state_dict` entries in
+    `state_dict` order, then buffers that are not in it (non-persistent ones). Tied tensors
+    appear once, under their first name."""
+    seen = {}
+    tensors = dict(module.named_parameters())
+    tensors.update(module.named_buffers())
+    for name in module.state_dict(keep_vars=True):
+        if name in tensors:
+            seen[name] = tensors[name]
+    for name, t in tensors.items():
+        seen.setdefault(name, t)
+    return list(seen.items())
+
+
+def capture(fn, state_names, state, input_names, inputs):
+    """Traces `fn(*state, *inputs)` (all tensors) into one ATen graph whose placeholders are the
+    state tensors, then the inputs, in order."""
+    global _count
+    args = list(state) + list(inputs)
+    with _lock, _recording_stack_traces(), torch.enable_grad():
+        graph = proxy_tensor.make_fx(fn)(*args)
+        _count += 1
+    return Capture(graph, list(state_names) + list(input_names), len(state))
+
+
+def capture_module(module, inputs, input_names=None, state=None):
+    """Captures `module(*inputs)` with its parameters and buffers as the first placeholders,
+    by `state_dict` name. `state` (optional) is `module_state(module)`, computed if absent."""
+    state = state if state is not None else module_state(module)
+    names = [n for n, _ in state]
+    input_names = input_names or [f"input{i}" for i in range(len(inputs))]
+
+    def call(*args):
+        params = dict(zip(names, args[:len(names)]))
+        return stateless.functional_call(module, params, tuple(args[len(names):]))
+
+    return capture(call, names, [t for _, t in state], input_names, inputs)

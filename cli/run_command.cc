@@ -18,6 +18,7 @@
 #include "cli/json.h"
 #include "runtime/program_session.h"
 #include "backends/cpu/cpu_backend.h"
+#include "runtime/run_counters.h"
 #include "runtime/runtime.h"
 #include "backends/sim/sim_backend.h"
 #include "runtime/toolkit_version.h"
@@ -152,17 +153,8 @@ void write_outputs_json(JsonWriter& j, const std::vector<StepSummary>& steps) {
 }
 
 void write_counters_json(JsonWriter& j, const Metrics& m) {
-  // The documented counters always appear, even when zero.
-  const std::string_view always[] = {counters::kTraces,       counters::kCompiles,
-                                     counters::kHitsMemory,   counters::kHitsDisk,
-                                     counters::kMisses,       counters::kExecutions,
-                                     counters::kGuardChecks,  counters::kGuardFailures,
-                                     counters::kRecompiles,   counters::kSpecializations};
   j.key("counters").begin_object();
-  for (std::string_view name : always) j.key(name).value(m.counter(name));
-  for (const auto& [name, value] : m.counters()) {
-    if (std::find(std::begin(always), std::end(always), name) == std::end(always)) j.key(name).value(value);
-  }
+  for (const auto& [name, value] : run_counters(m)) j.key(name).value(value);
   j.end_object();
   j.key("timers_ms").begin_object();
   for (const std::string& name : m.timer_names()) {

@@ -12,6 +12,7 @@ packages=(
   cmake ninja-build g++ pkg-config clang libclang-rt-14-dev
   libsqlite3-dev sqlite3 libxxhash-dev libprotobuf-dev protobuf-compiler
   libcli11-dev libfmt-dev libgtest-dev libgmock-dev libbenchmark-dev libopenblas-dev
+  pybind11-dev python3-dev python3-numpy
 )
 for arg in "$@"; do
   case "$arg" in

@@ -12,6 +12,7 @@
 #include <set>
 
 #include "frontend/files/input_file.h"
+#include "frontend/program/op_call.h"
 #include "capture/core/suggest.h"
 
 namespace tracecache {
@@ -611,15 +612,8 @@ class Parser {
               fmt::format("op '{}' has one result, but {} names are written; only grad(...) has "
                           "several results", op_name.text, more.size() + 1));
     }
-    const OpInfo* info = find_op(op_name.text);
-    if (!info || info->kind == OpKind::kParameter) {
-      std::vector<std::string_view> names;
-      for (const OpInfo& o : all_ops()) {
-        if (o.kind != OpKind::kParameter) names.push_back(o.name);
-      }
-      fail_at(file_, op_name.pos,
-              fmt::format("unknown op '{}'{}", op_name.text, did_you_mean(op_name.text, names)));
-    }
+    const OpInfo* info = find_callable_op(op_name.text);
+    if (!info) fail_at(file_, op_name.pos, unknown_op_message(op_name.text));
     op.op = info->kind;
     expect_punct('(');
     bool first = true;
@@ -831,16 +825,7 @@ class Parser {
     const Token& name = next();
     next();  // '='
     int index = info.attr_index(name.text);
-    if (index < 0) {
-      std::vector<std::string_view> names;
-      for (const AttrSpec& a : info.attrs) names.push_back(a.name);
-      std::string known = names.empty() ? std::string("it has none")
-                                        : fmt::format("it has {}", fmt::join(names, ", "));
-      std::string hint = did_you_mean(name.text, names);
-      fail_at(
-          file_, name.pos,
-          fmt::format("op '{}': unknown attribute '{}'{}; {}", info.name, name.text, hint, known));
-    }
+    if (index < 0) fail_at(file_, name.pos, unknown_attr_message(info, name.text));
     for (const NamedAttr& a : op.attrs) {
       if (a.name == name.text) {
         fail_at(file_, name.pos,
@@ -914,11 +899,7 @@ class Parser {
   }
 
   void check_attr_kind(const OpInfo& info, const AttrSpec& spec, const Literal& v) const {
-    auto mismatch = [&] {
-      fail_at(file_, v.pos,
-              fmt::format("op '{}': attribute '{}' must be {}, found {}", info.name, spec.name,
-                          attr_kind_name(spec.kind), v.to_string()));
-    };
+    auto mismatch = [&] { fail_at(file_, v.pos, attr_kind_message(info, spec, v.to_string())); };
     switch (spec.kind) {
       case AttrKind::kInt:
         if (v.kind == Literal::Kind::kName) {
@@ -943,9 +924,7 @@ class Parser {
       case AttrKind::kInts:
         if (v.kind != Literal::Kind::kList) mismatch();
         if (v.items.size() > static_cast<size_t>(kMaxRank)) {
-          fail_at(file_, v.pos,
-                  fmt::format("op '{}': attribute '{}' has more than {} entries", info.name,
-                              spec.name, kMaxRank));
+          fail_at(file_, v.pos, too_many_entries_message(info, spec));
         }
         for (const Literal& item : v.items) {
           if (item.kind == Literal::Kind::kName) check_dim_name(item);
@@ -956,15 +935,7 @@ class Parser {
 
   void check_op(const OpInfo& info, OpStmt& op) const {
     int n = static_cast<int>(op.operands.size());
-    if (n < info.min_inputs || (info.max_inputs != kVariadic && n > info.max_inputs)) {
-      std::string want = info.max_inputs == kVariadic ? fmt::format("at least {}", info.min_inputs)
-                         : info.min_inputs == info.max_inputs
-                             ? fmt::format("{}", info.min_inputs)
-                             : fmt::format("{} to {}", info.min_inputs, info.max_inputs);
-      fail_at(file_, op.pos,
-              fmt::format("op '{}' takes {} operand{}, got {}", info.name, want,
-                          want == "1" ? "" : "s", n));
-    }
+    if (std::string message = operand_count_message(info, n); !message.empty()) fail_at(file_, op.pos, message);
     if (n > 0 && std::none_of(op.operands.begin(), op.operands.end(),
                               [](const Literal& l) { return l.kind == Literal::Kind::kName; })) {
       fail_at(file_, op.pos, fmt::format("op '{}' needs at least one tensor operand", info.name));
@@ -973,10 +944,7 @@ class Parser {
       if (!spec.required) continue;
       bool given = std::any_of(op.attrs.begin(), op.attrs.end(),
                                [&](const NamedAttr& a) { return a.name == spec.name; });
-      if (!given) {
-        fail_at(file_, op.pos,
-                fmt::format("op '{}': missing required attribute '{}'", info.name, spec.name));
-      }
+      if (!given) fail_at(file_, op.pos, missing_attr_message(info, spec));
     }
     std::stable_sort(op.attrs.begin(), op.attrs.end(), [&](const NamedAttr& a, const NamedAttr& b) {
       return info.attr_index(a.name) < info.attr_index(b.name);

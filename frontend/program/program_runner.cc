@@ -15,6 +15,7 @@
 #include "frontend/files/npy.h"
 #include "capture/ops/random.h"
 #include "frontend/files/safetensors.h"
+#include "frontend/program/op_call.h"
 
 namespace tracecache {
 
@@ -75,17 +76,6 @@ std::vector<AttrValue> resolve_attrs(const Program& p, const OpStmt& op,
         resolve_attr(p, info.attrs[static_cast<size_t>(i)], a.value, dims);
   }
   return out;
-}
-
-bool holds_exactly(DType t, double v) {
-  switch (t) {
-    case DType::kF32: return true;  // f32 is the only floating dtype: the fallback anyway
-    case DType::kBool: return v == 0 || v == 1;
-    case DType::kI32: return v == std::trunc(v) && v >= -2147483648.0 && v <= 2147483647.0;
-    case DType::kI64:
-      return v == std::trunc(v) && v >= -9223372036854775808.0 && v < 9223372036854775808.0;
-  }
-  return false;
 }
 
 Result<Shape> bound_shape(const Program& p, const TensorDecl& decl, std::span<const int64_t> dims);
@@ -178,8 +168,7 @@ Status replay(const Program& p, std::span<const int64_t> dims, Ops& ops,
           in.push_back(lookup(l));
         } else {
           double v = l.number();
-          DType t = other && holds_exactly(*other, v) ? *other : DType::kF32;
-          in.push_back(ops.scalar(v, t));
+          in.push_back(ops.scalar(v, number_operand_dtype(other, v)));
         }
       }
       Value result = ops.apply(op, in, attrs);

@@ -1,0 +1,697 @@
+// The pybind11 module `_tracecache`: the C++ half of the Python package `tracecache`
+// (python/tracecache/__init__.py re-exports it; docs/python.md is the reference). Every entry
+// point takes the package lock (python/py_session.h); execution, compiles and cache reads run
+// with the GIL released; every tracecache Error becomes tracecache.Error with its message.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <fmt/format.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "capture/ops/ops.h"
+#include "capture/trace/autograd.h"
+#include "frontend/program/op_call.h"
+#include "python/py_session.h"
+#include "runtime/compiled_function.h"
+#include "runtime/run_counters.h"
+
+namespace tracecache::python {
+namespace {
+
+namespace py = pybind11;
+
+[[noreturn]] void fail(Status status) { throw Error(std::move(status)); }
+
+const Tensor& get(const PyTensor& t) {
+  if (!t.tensor.defined()) {
+    fail(invalid_argument(
+        "this tensor was a proxy inside a compiled function's trace, which has ended; use the "
+        "function's results instead"));
+  }
+  return t.tensor;
+}
+
+// ---- tensors and NumPy ---------------------------------------------------------------------
+
+std::optional<DType> dtype_of_numpy(const py::dtype& d) {
+  if (d.is(py::dtype::of<float>())) return DType::kF32;
+  if (d.is(py::dtype::of<int32_t>())) return DType::kI32;
+  if (d.is(py::dtype::of<int64_t>())) return DType::kI64;
+  if (d.is(py::dtype::of<bool>())) return DType::kBool;
+  return std::nullopt;
+}
+
+py::dtype numpy_dtype(DType t) {
+  switch (t) {
+    case DType::kF32: return py::dtype::of<float>();
+    case DType::kI32: return py::dtype::of<int32_t>();
+    case DType::kI64: return py::dtype::of<int64_t>();
+    case DType::kBool: return py::dtype::of<bool>();
+  }
+  return py::dtype::of<float>();
+}
+
+// Keeps a Python object alive for as long as a buffer viewing its memory lives. The buffer's
+// last reference may drop in any thread, with or without the GIL, or after the interpreter ended
+// (then the reference is left, as everything is at exit).
+struct PythonOwner {
+  PyObject* object;
+  void operator()(const HostBuffer* b) const {
+    delete b;
+    if (Py_IsInitialized() && !_Py_IsFinalizing()) {
+      py::gil_scoped_acquire gil;
+      Py_DECREF(object);
+    }
+  }
+};
+
+// Zero-copy: a buffer viewing `a`'s memory, holding `a` alive. REQUIRES: C-contiguous, aligned,
+// of a tracecache dtype (the Python side copies anything else first).
+std::shared_ptr<PyTensor> from_numpy_exact(py::array a) {
+  std::optional<DType> dtype = dtype_of_numpy(a.dtype());
+  if (!dtype) throw py::type_error(fmt::format("from_numpy_exact: dtype {} is not one of float32, int32, int64, bool", std::string(py::str(a.dtype()))));
+  constexpr int kNeeded = py::detail::npy_api::NPY_ARRAY_C_CONTIGUOUS_ | py::detail::npy_api::NPY_ARRAY_ALIGNED_;
+  if ((a.flags() & kNeeded) != kNeeded) {
+    throw py::value_error("from_numpy_exact: the array must be C-contiguous and aligned");
+  }
+  std::vector<int64_t> dims(a.shape(), a.shape() + a.ndim());
+  if (dims.size() > static_cast<size_t>(kMaxRank)) {
+    fail(invalid_argument(fmt::format("an array of rank {} (tracecache tensors have at most {} dims)", dims.size(), kMaxRank)));
+  }
+  Shape shape{IntList(std::span<const int64_t>(dims))};
+  (void)checked_numel(shape.span()).value_or_throw();
+  static std::byte empty[64];
+  std::byte* data = a.size() == 0 ? empty : static_cast<std::byte*>(const_cast<void*>(a.data()));
+  PyObject* owner = a.ptr();
+  Py_INCREF(owner);
+  BufferRef buffer(new HostBuffer(HostBuffer::view(*dtype, shape, data)), PythonOwner{owner});
+  PackageLock lock;
+  return wrap(current_context().from_buffer(std::move(buffer)), nullptr);
+}
+
+// The tensor's value as a read-only NumPy array over its host buffer (no copy; the array holds
+// the buffer alive). Materializes the tensor first (a barrier, GIL released).
+py::array to_numpy(const PyTensor& t) {
+  PackageLock lock;
+  const Tensor& x = get(t);
+  BufferRef b;
+  {
+    py::gil_scoped_release release;
+    b = x.buffer();
+  }
+  std::vector<py::ssize_t> shape(b->shape().begin(), b->shape().end());
+  auto* holder = new BufferRef(b);
+  py::capsule base(holder, [](void* p) { delete static_cast<BufferRef*>(p); });
+  py::array out(numpy_dtype(b->dtype()), shape, {}, b->bytes(), base);
+  out.attr("setflags")(py::arg("write") = false);  // values are immutable; the caches share them
+  return out;
+}
+
+std::string repr(const PyTensor& t) {
+  if (!t.tensor.defined()) return "tracecache.Tensor(<proxy of an ended trace>)";
+  const Tensor& x = t.tensor;
+  return fmt::format("tracecache.Tensor(shape={}, dtype={}{})", x.peek_shape().to_string(), dtype_name(x.dtype()),
+                     x.is_materialized() ? "" : ", pending");
+}
+
+// ---- ops -----------------------------------------------------------------------------------
+
+// The trace-format spelling of a Python attribute value, for messages.
+std::string spelling(const py::handle& v) {
+  if (py::isinstance<py::bool_>(v)) return v.cast<bool>() ? "true" : "false";
+  if (py::isinstance<py::int_>(v)) return std::string(py::str(v));
+  if (py::isinstance<py::float_>(v)) return AttrValue::of_float(v.cast<double>()).to_string();
+  if (py::isinstance<py::str>(v)) return v.cast<std::string>();
+  if (py::isinstance<py::list>(v) || py::isinstance<py::tuple>(v)) {
+    std::vector<std::string> items;
+    for (py::handle item : v) items.push_back(spelling(item));
+    return fmt::format("[{}]", fmt::join(items, ", "));
+  }
+  return std::string(py::repr(v));
+}
+
+bool is_int(const py::handle& v) { return py::isinstance<py::int_>(v) && !py::isinstance<py::bool_>(v); }
+
+// `v` as attribute `spec` of `info`, checked as the .trace parser checks a written value.
+AttrValue attr_value(const OpInfo& info, const AttrSpec& spec, const py::handle& v) {
+  auto mismatch = [&]() -> AttrValue { fail(invalid_argument(attr_kind_message(info, spec, spelling(v)))); };
+  switch (spec.kind) {
+    case AttrKind::kInt:
+      if (!is_int(v)) return mismatch();
+      return AttrValue::of_int(v.cast<int64_t>());
+    case AttrKind::kFloat:
+      if (!is_int(v) && !py::isinstance<py::float_>(v)) return mismatch();
+      return AttrValue::of_float(v.cast<double>());
+    case AttrKind::kBool:
+      if (!py::isinstance<py::bool_>(v)) return mismatch();
+      return AttrValue::of_bool(v.cast<bool>());
+    case AttrKind::kDType: {
+      if (!py::isinstance<py::str>(v)) return mismatch();
+      std::optional<DType> t = parse_dtype(v.cast<std::string>());
+      if (!t) return mismatch();
+      return AttrValue::of_dtype(*t);
+    }
+    case AttrKind::kInts: {
+      if (!py::isinstance<py::list>(v) && !py::isinstance<py::tuple>(v)) return mismatch();
+      std::vector<int64_t> items;
+      for (py::handle item : v) {
+        if (!is_int(item)) return mismatch();
+        items.push_back(item.cast<int64_t>());
+      }
+      if (items.size() > static_cast<size_t>(kMaxRank)) fail(invalid_argument(too_many_entries_message(info, spec)));
+      return AttrValue::of_ints(IntList(std::span<const int64_t>(items)));
+    }
+  }
+  return mismatch();
+}
+
+bool is_number(const py::handle& v) { return py::isinstance<py::int_>(v) || py::isinstance<py::float_>(v); }
+
+// tracecache.op(name, *inputs, **attrs): one registry op, checked as a .trace line is.
+std::shared_ptr<PyTensor> apply_op(const std::string& name, const py::args& inputs, const py::kwargs& attrs) {
+  const OpInfo* info = find_callable_op(name);
+  if (!info) fail(invalid_argument(unknown_op_message(name)));
+  if (std::string m = operand_count_message(*info, static_cast<int>(inputs.size())); !m.empty()) {
+    fail(invalid_argument(m));
+  }
+  std::vector<AttrValue> values;
+  for (const AttrSpec& spec : info->attrs) values.push_back(spec.default_value);
+  std::vector<bool> given(info->attrs.size(), false);
+  for (const auto& [key, value] : attrs) {
+    const std::string attr = key.cast<std::string>();
+    const int i = info->attr_index(attr);
+    if (i < 0) fail(invalid_argument(unknown_attr_message(*info, attr)));
+    values[static_cast<size_t>(i)] = attr_value(*info, info->attrs[static_cast<size_t>(i)], value);
+    given[static_cast<size_t>(i)] = true;
+  }
+  for (size_t i = 0; i < info->attrs.size(); ++i) {
+    if (info->attrs[i].required && !given[i]) fail(invalid_argument(missing_attr_message(*info, info->attrs[i])));
+  }
+  const bool numbers_ok = info->op_class == OpClass::kBinary || info->op_class == OpClass::kCompare ||
+                          info->op_class == OpClass::kWhere;
+  const PyTensor* first = nullptr;
+  std::optional<DType> other;
+  for (size_t j = 0; j < inputs.size(); ++j) {
+    py::handle in = inputs[j];
+    if (py::isinstance<PyTensor>(in)) {
+      const PyTensor& t = in.cast<const PyTensor&>();
+      if (!first) first = &t;
+      if (!other && !(info->kind == OpKind::kWhere && j == 0)) other = get(t).dtype();
+    } else if (is_number(in) && !py::isinstance<py::bool_>(in)) {
+      if (!numbers_ok) {
+        fail(invalid_argument(fmt::format("op '{}': operand {} must be a tensor; number operands are allowed "
+                                          "only in elementwise binary ops and where", info->name, spelling(in))));
+      }
+    } else {
+      throw py::type_error(fmt::format("op '{}': operand {} is a {}, not a tracecache.Tensor or a number", info->name,
+                                       j, std::string(py::str(py::type::handle_of(in).attr("__name__")))));
+    }
+  }
+  if (!first && !inputs.empty()) fail(invalid_argument(fmt::format("op '{}' needs at least one tensor operand", info->name)));
+  PackageLock lock;
+  LazyContext& ctx = first ? get(*first).context() : current_context();
+  std::vector<Tensor> operands;
+  for (py::handle in : inputs) {
+    if (py::isinstance<PyTensor>(in)) {
+      operands.push_back(get(in.cast<const PyTensor&>()));
+    } else {
+      const double v = in.cast<double>();
+      AttrValue full[] = {AttrValue::of_ints({}), AttrValue::of_float(v), AttrValue::of_dtype(number_operand_dtype(other, v))};
+      operands.push_back(ctx.record(OpKind::kFull, std::span<const Tensor>(), full));
+    }
+  }
+  Tensor out;
+  if (ctx.options().eager) {
+    py::gil_scoped_release release;  // eager mode runs the op now
+    out = ctx.record(info->kind, operands, values);
+  } else {
+    out = ctx.record(info->kind, operands, values);
+  }
+  return wrap(std::move(out), first);
+}
+
+py::tuple grad_of(const PyTensor& loss, const py::args& wrt) {
+  PackageLock lock;
+  std::vector<Tensor> w;
+  for (py::handle h : wrt) {
+    if (!py::isinstance<PyTensor>(h)) throw py::type_error("grad(loss, *wrt): every wrt must be a tracecache.Tensor");
+    w.push_back(get(h.cast<const PyTensor&>()));
+  }
+  const Tensor& l = get(loss);
+  std::vector<Tensor> g;
+  {
+    py::gil_scoped_release release;
+    g = grad(l, w);
+  }
+  py::tuple out(g.size());
+  for (size_t i = 0; i < g.size(); ++i) out[i] = wrap(std::move(g[i]), &loss);
+  return out;
+}
+
+// ---- compiled functions --------------------------------------------------------------------
+
+// What a positional argument of a compiled function was at its first call.
+enum class ArgKind : uint8_t { kTensor, kFloat, kInt, kBool };
+
+struct CompileSpec {
+  py::object fn;
+  std::string name, version;
+  std::vector<std::pair<size_t, int>> dynamic_dims;  // (argument position, dim)
+  std::vector<size_t> dynamic_scalars;                // argument positions
+  std::vector<std::pair<uint32_t, size_t>> updates;   // (output, argument position)
+  bool automatic_dynamic = true;
+  int recompile_limit = 8;
+  std::vector<std::string> arg_names;  // by position; may be shorter
+};
+
+// tracecache.CompiledFunction: runtime/compiled_function.h over the current session. The C++
+// function is made at the first call (which fixes which arguments are tensors and which are
+// scalars) and again when configure() replaced the session.
+class PyCompiledFunction {
+ public:
+  explicit PyCompiledFunction(CompileSpec spec) : spec_(std::move(spec)) {}
+
+  py::list call(const py::args& args) {
+    PackageLock lock;
+    std::vector<ArgKind> kinds;
+    for (py::handle a : args) {
+      if (py::isinstance<PyTensor>(a)) kinds.push_back(ArgKind::kTensor);
+      else if (py::isinstance<py::bool_>(a)) kinds.push_back(ArgKind::kBool);
+      else if (py::isinstance<py::int_>(a)) kinds.push_back(ArgKind::kInt);
+      else if (py::isinstance<py::float_>(a)) kinds.push_back(ArgKind::kFloat);
+      else throw py::type_error(fmt::format("{}: argument {} is a {}; a compiled function takes tensors and numbers",
+                                            spec_.name, kinds.size(), std::string(py::str(py::type::handle_of(a).attr("__name__")))));
+    }
+    const std::shared_ptr<PySession>& session = current_session();
+    if (!fn_ || session_ != session) make(session, kinds);
+    if (kinds.size() != kinds_.size()) {
+      throw py::type_error(fmt::format("{} takes {} arguments (as at its first call), got {}", spec_.name, kinds_.size(), kinds.size()));
+    }
+    CallArgs call;
+    for (size_t i = 0; i < kinds.size(); ++i) {
+      const bool tensor = kinds[i] == ArgKind::kTensor, was_tensor = kinds_[i] == ArgKind::kTensor;
+      if (tensor != was_tensor) {
+        throw py::type_error(fmt::format("{}: argument {} is a {} but was a {} at the first call", spec_.name, i,
+                                         tensor ? "tensor" : "number", was_tensor ? "tensor" : "number"));
+      }
+      if (tensor) {
+        call.tensors.push_back(get(args[i].cast<const PyTensor&>()));
+      } else {
+        call.scalars.push_back(args[i].cast<double>());
+      }
+    }
+    std::optional<Result<std::vector<Tensor>>> result;
+    {
+      py::gil_scoped_release release;
+      for (const Tensor& t : call.tensors) t.data();  // arguments are materialized values
+      result.emplace((*fn_)(session->session->context(), call));
+    }
+    if (PyErr_Occurred()) throw py::error_already_set();  // raised by fn while it was traced
+    if (!result->is_ok()) fail(result->status());
+    py::list out;
+    for (Tensor& t : result->value()) {
+      auto p = std::make_shared<PyTensor>();
+      p->session = session;
+      p->tensor = std::move(t);
+      out.append(p);
+    }
+    return out;
+  }
+
+  py::dict stats() const {
+    PackageLock lock;
+    py::dict d;
+    FunctionStats s = fn_ ? fn_->stats() : FunctionStats{};
+    d["calls"] = s.calls;
+    d["traces"] = s.traces;
+    d["entries"] = fn_ ? fn_->num_entries() : 0;
+    d["guard_checks"] = s.guard_checks;
+    d["guard_failures"] = s.guard_failures;
+    d["recompiles"] = s.recompiles;
+    d["specializations"] = s.specializations;
+    d["fell_back_to_lazy"] = s.fell_back_to_lazy;
+    d["hits_per_entry"] = s.hits_per_entry;
+    return d;
+  }
+
+  std::vector<std::string> recompile_reasons() const {
+    PackageLock lock;
+    return fn_ ? fn_->stats().recompile_reasons : std::vector<std::string>{};
+  }
+
+  void flush() {
+    PackageLock lock;
+    if (!fn_) return;
+    py::gil_scoped_release release;
+    fn_->flush();
+  }
+
+  const std::string& name() const { return spec_.name; }
+  const std::string& version() const { return spec_.version; }
+
+  ~PyCompiledFunction() {
+    PackageLock lock;
+    py::gil_scoped_release release;  // flushes hit counts to the database
+    fn_.reset();
+    session_.reset();
+  }
+
+ private:
+  void make(const std::shared_ptr<PySession>& session, const std::vector<ArgKind>& kinds) {
+    Runtime* runtime = session->session->runtime();
+    if (!runtime) {
+      fail(invalid_argument(fmt::format(
+          "tracecache.compile needs a session that compiles: mode 'lazy' or 'once' on a compiling backend "
+          "(cpu, sim:PRESET), not mode '{}' on '{}' (see tracecache.configure)",
+          session->settings.mode, session->settings.backend)));
+    }
+    std::vector<size_t> tensor_index(kinds.size()), scalar_index(kinds.size());
+    size_t nt = 0, ns = 0;
+    CompiledFunctionOptions o;
+    for (size_t i = 0; i < kinds.size(); ++i) {
+      if (kinds[i] == ArgKind::kTensor) {
+        tensor_index[i] = nt++;
+        o.input_names.push_back(i < spec_.arg_names.size() ? spec_.arg_names[i] : fmt::format("arg{}", i));
+      } else {
+        scalar_index[i] = ns++;
+      }
+    }
+    auto position = [&](size_t p, bool tensor, const char* what) {
+      if (p >= kinds.size() || (kinds[p] == ArgKind::kTensor) != tensor) {
+        throw py::value_error(fmt::format("{}: {} names argument {}, which is not a {} argument of this call",
+                                          spec_.name, what, p, tensor ? "tensor" : "scalar"));
+      }
+      return tensor ? tensor_index[p] : scalar_index[p];
+    };
+    for (auto [p, dim] : spec_.dynamic_dims) o.dynamic_dims.push_back({position(p, true, "dynamic_dims"), dim});
+    for (size_t p : spec_.dynamic_scalars) o.dynamic_scalars.push_back(position(p, false, "dynamic_scalars"));
+    for (auto [output, p] : spec_.updates) {
+      o.updates.push_back({output, static_cast<uint32_t>(position(p, true, "updates"))});
+    }
+    o.user_version = spec_.version;
+    o.automatic_dynamic = spec_.automatic_dynamic;
+    o.recompile_limit = spec_.recompile_limit;
+    o.canonicalize = session->session->context().options().canonicalize;
+    kinds_ = kinds;
+    dynamic_scalar_.assign(ns, false);
+    for (size_t s : o.dynamic_scalars) dynamic_scalar_[s] = true;
+    fn_.reset();
+    fn_ = std::make_unique<CompiledFunction>(spec_.name, [this](LazyContext& ctx, const TraceArgs& a) { return trace(ctx, a); },
+                                             runtime, std::move(o));
+    session_ = session;
+  }
+
+  // Calls the Python fn on proxies of `a` (the C++ side holds the package lock, GIL released).
+  std::vector<Tensor> trace(LazyContext& ctx, const TraceArgs& a) {
+    py::gil_scoped_acquire gil;
+    auto scope = std::make_shared<TraceScope>();
+    scope->ctx = &ctx;
+    push_trace(scope);
+    struct End {
+      std::shared_ptr<TraceScope> scope;
+      ~End() {
+        pop_trace();
+        scope->end();
+      }
+    } end{scope};
+    try {
+      py::tuple args(kinds_.size());
+      size_t t = 0, s = 0;
+      for (size_t i = 0; i < kinds_.size(); ++i) {
+        switch (kinds_[i]) {
+          case ArgKind::kTensor: args[i] = wrap(a.tensor(t++), nullptr); break;
+          case ArgKind::kFloat:
+          case ArgKind::kInt:
+          case ArgKind::kBool:
+            if (dynamic_scalar_[s]) {
+              args[i] = wrap(a.scalar_tensor(s), nullptr);
+            } else if (kinds_[i] == ArgKind::kInt) {
+              args[i] = py::int_(static_cast<int64_t>(a.scalar(s)));
+            } else if (kinds_[i] == ArgKind::kBool) {
+              args[i] = py::bool_(a.scalar(s) != 0);
+            } else {
+              args[i] = py::float_(a.scalar(s));
+            }
+            ++s;
+            break;
+        }
+      }
+      py::object r = spec_.fn(*args);
+      std::vector<Tensor> out;
+      auto take = [&](py::handle h) {
+        if (!py::isinstance<PyTensor>(h)) {
+          fail(invalid_argument(fmt::format("{} returned a {}; a compiled function returns a tracecache.Tensor or a "
+                                            "tuple or list of them", spec_.name,
+                                            std::string(py::str(py::type::handle_of(h).attr("__name__"))))));
+        }
+        out.push_back(get(h.cast<const PyTensor&>()));
+      };
+      if (py::isinstance<py::tuple>(r) || py::isinstance<py::list>(r)) {
+        for (py::handle h : r) take(h);
+      } else {
+        take(r);
+      }
+      return out;
+    } catch (py::error_already_set& e) {
+      // The call raises it again once the C++ function has returned (PyErr_Occurred above).
+      std::string message = e.what();
+      e.restore();
+      throw Error(invalid_argument(fmt::format("{} raised: {}", spec_.name, message)));
+    } catch (const Error&) {
+      throw;
+    } catch (const std::exception& e) {  // a pybind11 cast or type error: it returns as a Status
+      throw Error(invalid_argument(fmt::format("{}: {}", spec_.name, e.what())));
+    }
+  }
+
+  CompileSpec spec_;
+  std::shared_ptr<PySession> session_;
+  std::vector<ArgKind> kinds_;
+  std::vector<bool> dynamic_scalar_;  // per scalar argument
+  std::unique_ptr<CompiledFunction> fn_;
+};
+
+// ---- settings, counters, metrics, audit -----------------------------------------------------
+
+py::dict settings_dict(const PySession& s) {
+  py::dict d;
+  d["mode"] = s.settings.mode;
+  d["backend"] = s.settings.backend;
+  d["db"] = s.settings.db.empty() ? py::object(py::none()) : py::object(py::str(s.settings.db));
+  d["no_cache"] = s.settings.no_cache;
+  d["threads"] = s.settings.threads == 0 ? py::object(py::none()) : py::object(py::int_(s.settings.threads));
+  return d;
+}
+
+py::dict audit(const std::optional<std::string>& db_flag) {
+  PackageLock lock;
+  std::string path;
+  if (db_flag) {
+    path = store::resolve_cache_path(*db_flag, {});
+  } else if (const std::shared_ptr<PySession>& s = current_session(); s->db) {
+    path = s->db->path();
+  } else {
+    const char* v = std::getenv("TRACECACHE_DB");
+    const char* x = std::getenv("XDG_CACHE_HOME");
+    const char* h = std::getenv("HOME");
+    path = store::resolve_cache_path("", {v ? v : "", x ? x : "", h ? h : ""});
+  }
+  std::vector<store::GraphAudit> graphs;
+  std::vector<store::FunctionAudit> functions;
+  {
+    py::gil_scoped_release release;
+    if (Runtime* r = current_session()->session->runtime()) r->flush();
+    std::error_code ec;
+    if (!std::filesystem::exists(path, ec)) {
+      fail(not_found(fmt::format("no cache database at '{}' (run a program first, or pass db=PATH)", path)));
+    }
+    std::unique_ptr<store::CacheDb> db = store::CacheDb::open({.path = path}).value_or_throw();
+    graphs = db->audit().value_or_throw();
+    functions = db->function_audit().value_or_throw();
+  }
+  py::list graph_list;
+  for (const store::GraphAudit& a : graphs) {
+    py::dict g;
+    g["hash"] = a.graph.to_hex();
+    g["hits_memory"] = a.hits_memory;
+    g["hits_disk"] = a.hits_disk;
+    g["misses"] = a.misses;
+    g["compiles"] = a.compiles;
+    g["corrupt"] = a.corrupt;
+    g["compile_ms_total"] = a.compile_ms_total;
+    g["saved_ms"] = a.saved_ms;
+    g["last_use"] = a.last_use;
+    py::list misses;
+    for (const auto& m : a.recent_misses) {
+      py::dict md;
+      md["time"] = m.time;
+      md["reason"] = m.reason;
+      md["backend"] = m.backend;
+      misses.append(md);
+    }
+    g["recent_misses"] = misses;
+    graph_list.append(g);
+  }
+  py::list function_list;
+  for (const store::FunctionAudit& f : functions) {
+    py::dict fd;
+    fd["name"] = f.key.name;
+    fd["user_version"] = f.key.user_version;
+    fd["toolkit_version"] = f.key.toolkit_version;
+    py::list entries;
+    for (const auto& e : f.entries) {
+      py::dict ed;
+      ed["entry"] = e.entry;
+      ed["hits"] = e.hits;
+      ed["bytes"] = e.bytes;
+      entries.append(ed);
+    }
+    fd["entries"] = entries;
+    fd["recent_recompiles"] = f.recent_recompiles;
+    function_list.append(fd);
+  }
+  py::dict out;
+  out["db"] = path;
+  out["graphs"] = graph_list;
+  out["functions"] = function_list;
+  return out;
+}
+
+}  // namespace
+}  // namespace tracecache::python
+
+PYBIND11_MODULE(_tracecache, m) {
+  using namespace tracecache;
+  using namespace tracecache::python;
+  m.doc() = "tracecache's C++ core; import the package `tracecache` instead (docs/python.md).";
+  static py::exception<Error> error(m, "Error", PyExc_RuntimeError);
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const Error& e) {
+      error(e.what());
+    }
+  });
+
+  py::class_<PyTensor, std::shared_ptr<PyTensor>>(m, "Tensor", "A lazy tracecache tensor (docs/python.md).")
+      .def_property_readonly("shape", [](const PyTensor& t) {
+        PackageLock lock;
+        const Shape& s = get(t).shape();
+        py::tuple out(static_cast<size_t>(s.rank()));
+        for (int i = 0; i < s.rank(); ++i) out[static_cast<size_t>(i)] = s[i];
+        return out;
+      })
+      .def_property_readonly("dtype", [](const PyTensor& t) { return std::string(dtype_name(get(t).dtype())); })
+      .def_property_readonly("requires_grad", [](const PyTensor& t) { return get(t).requires_grad(); })
+      .def_property_readonly("is_materialized", [](const PyTensor& t) { return get(t).is_materialized(); })
+      .def("requires_grad_", [](std::shared_ptr<PyTensor> t, bool on) {
+        PackageLock lock;
+        Tensor x = get(*t);
+        x.set_requires_grad(on);
+        return t;
+      }, py::arg("requires_grad") = true)
+      .def("item", [](const PyTensor& t) {
+        PackageLock lock;
+        const Tensor& x = get(t);
+        const DType dtype = x.dtype();
+        double v;
+        {
+          py::gil_scoped_release release;
+          v = x.item();
+        }
+        if (dtype == DType::kBool) return py::object(py::bool_(v != 0));
+        if (is_integral(dtype)) return py::object(py::int_(static_cast<int64_t>(v)));
+        return py::object(py::float_(v));
+      })
+      .def("numpy", &to_numpy)
+      .def("__repr__", &repr);
+
+  m.def("_from_numpy_exact", &from_numpy_exact);
+  m.def("op", &apply_op, "Applies registry op `name` to `inputs` with attributes by their registry names.");
+  m.def("op_names", [] {
+    std::vector<std::string> names;
+    for (const OpInfo& o : all_ops()) {
+      if (o.kind != OpKind::kParameter) names.emplace_back(o.name);
+    }
+    return names;
+  });
+  m.def("_op_attrs", [](const std::string& name) {
+    const OpInfo* info = find_callable_op(name);
+    if (!info) fail(invalid_argument(unknown_op_message(name)));
+    std::vector<std::string> names;
+    for (const AttrSpec& a : info->attrs) names.emplace_back(a.name);
+    return names;
+  });
+  m.def("mark_step", [] {
+    PackageLock lock;
+    LazyContext& ctx = current_context();
+    py::gil_scoped_release release;
+    ctx.mark_step();
+  });
+  m.def("grad", &grad_of);
+  m.def("_set_grad_enabled", [](bool on) {
+    PackageLock lock;
+    return current_context().set_grad_enabled(on);
+  });
+  m.def("configure", [](const std::string& mode, const std::string& backend, const std::optional<std::string>& db,
+                        bool no_cache, const std::optional<int>& threads) {
+    PackageLock lock;
+    if (threads && *threads < 1) throw py::value_error(fmt::format("threads must be at least 1, not {}", *threads));
+    std::shared_ptr<PySession> s;
+    {
+      py::gil_scoped_release release;
+      s = make_session({.mode = mode, .backend = backend, .db = db.value_or(""), .no_cache = no_cache,
+                        .threads = threads.value_or(0)})
+              .value_or_throw();
+    }
+    if (!s->cache_warning.empty()) PyErr_WarnEx(PyExc_RuntimeWarning, s->cache_warning.c_str(), 1);
+    set_current_session(std::move(s));
+  }, py::kw_only(), py::arg("mode") = "lazy", py::arg("backend") = "cpu", py::arg("db") = py::none(),
+     py::arg("no_cache") = false, py::arg("threads") = py::none());
+  m.def("settings", [] {
+    PackageLock lock;
+    return settings_dict(*current_session());
+  });
+  m.def("counters", [] {
+    PackageLock lock;
+    py::dict d;
+    for (const auto& [name, value] : run_counters(current_session()->metrics)) d[py::str(name)] = value;
+    return d;
+  });
+  m.def("metrics_report", [] {
+    PackageLock lock;
+    return current_session()->metrics.report();
+  });
+  m.def("audit", &audit, py::arg("db") = py::none());
+  m.def("_shutdown", [] {
+    PackageLock lock;
+    reset_current_session();
+  });
+
+  py::class_<PyCompiledFunction>(m, "_CompiledFunction", "A function traced once with guards (runtime/compiled_function.h).")
+      .def(py::init([](py::object fn, std::string name, std::string version,
+                       std::vector<std::pair<size_t, int>> dynamic_dims, std::vector<size_t> dynamic_scalars,
+                       std::vector<std::pair<uint32_t, size_t>> updates, bool automatic_dynamic, int recompile_limit,
+                       std::vector<std::string> arg_names) {
+             if (recompile_limit < 0) throw py::value_error("recompile_limit must be at least 0");
+             return std::make_unique<PyCompiledFunction>(CompileSpec{
+                 std::move(fn), std::move(name), std::move(version), std::move(dynamic_dims),
+                 std::move(dynamic_scalars), std::move(updates), automatic_dynamic, recompile_limit,
+                 std::move(arg_names)});
+           }),
+           py::arg("fn"), py::arg("name"), py::arg("version"), py::arg("dynamic_dims"), py::arg("dynamic_scalars"),
+           py::arg("updates"), py::arg("automatic_dynamic"), py::arg("recompile_limit"), py::arg("arg_names"))
+      .def("_call", &PyCompiledFunction::call)
+      .def("stats", &PyCompiledFunction::stats)
+      .def("recompile_reasons", &PyCompiledFunction::recompile_reasons)
+      .def("flush", &PyCompiledFunction::flush)
+      .def_property_readonly("name", &PyCompiledFunction::name)
+      .def_property_readonly("version", &PyCompiledFunction::version);
+}

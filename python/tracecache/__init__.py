@@ -1,0 +1,245 @@
+"""tracecache from Python: lazy tensors, the op registry, trace-once compiled functions and the
+graph cache (docs/python.md). The C++ core is the module `_tracecache` built beside this file."""
+import atexit as _atexit
+import contextlib as _contextlib
+import hashlib as _hashlib
+import inspect as _inspect
+import types as _types
+
+import numpy as _np
+
+from . import _tracecache
+from ._tracecache import (Error, Tensor, op, op_names, mark_step, settings, counters,
+                          metrics_report, audit)
+
+__all__ = ["Error", "Tensor", "CompiledFunction", "configure", "settings", "tensor", "from_numpy",
+           "from_torch", "op", "ops", "op_names", "mark_step", "grad", "no_grad", "compile",
+           "counters", "metrics_report", "audit"]
+
+_atexit.register(_tracecache._shutdown)
+
+
+def configure(mode="lazy", backend="cpu", db=None, no_cache=False, threads=None):
+    """(Re)creates the process's session: mode "eager" | "lazy" | "once", a backend by registry
+    name ("cpu", "reference", "sim:h100", ...), the cache database (None: $TRACECACHE_DB, else
+    $XDG_CACHE_HOME/tracecache/cache.db, else ~/.cache/tracecache/cache.db), no_cache (compile in
+    memory only) and threads (None: $TRACECACHE_THREADS, else every CPU). Tensors of the previous
+    session stay valid but cannot be mixed with the new one's."""
+    _tracecache.configure(mode=mode, backend=backend, db=None if db is None else str(db),
+                          no_cache=no_cache, threads=threads)
+
+
+# NumPy dtypes tracecache holds as they are; tensor()/from_numpy() convert the others.
+_EXACT = {_np.dtype(_np.float32): "f32", _np.dtype(_np.int32): "i32", _np.dtype(_np.int64): "i64",
+          _np.dtype(_np.bool_): "bool"}
+_NUMPY_OF = {"f32": _np.float32, "i32": _np.int32, "i64": _np.int64, "bool": _np.bool_}
+
+
+def _converted_dtype(dt):
+    if dt in _EXACT:
+        return dt
+    if dt.kind == "f":
+        return _np.dtype(_np.float32)
+    if dt.kind in "iu" and dt.itemsize < 4:
+        return _np.dtype(_np.int32)
+    if dt.kind in "iu":
+        return _np.dtype(_np.int64)
+    raise TypeError(f"tracecache has no dtype for NumPy's {dt} (it holds f32, i32, i64 and bool)")
+
+
+def from_numpy(a):
+    """A tensor of `a`'s values. Zero-copy (the tensor views `a`'s memory and keeps `a` alive)
+    when `a` is C-contiguous, aligned and float32, int32, int64 or bool; otherwise a contiguous
+    copy, converted to f32 (floating), i32 (integers of 1 or 2 bytes) or i64 (other integers)."""
+    if not isinstance(a, _np.ndarray):
+        raise TypeError(f"from_numpy takes a numpy.ndarray, not {type(a).__name__}")
+    want = _converted_dtype(a.dtype)
+    if a.dtype != want or not (a.flags.c_contiguous and a.flags.aligned):
+        a = _np.array(a, dtype=want, order="C")  # a copy (ascontiguousarray would make 0-d 1-d)
+    return _tracecache._from_numpy_exact(a)
+
+
+def tensor(data, dtype=None):
+    """A tensor holding a copy of `data` (a number, nested lists, a NumPy array or a torch tensor).
+    dtype: "f32", "i32", "i64" or "bool"; default: f32 for floating data, i64 for integers."""
+    if type(data).__module__.startswith("torch"):
+        data = data.detach().cpu().numpy()
+    a = _np.array(data, copy=True)
+    if dtype is not None:
+        if dtype not in _NUMPY_OF:
+            raise ValueError(f"dtype must be one of f32, i32, i64, bool, not {dtype!r}")
+        a = a.astype(_NUMPY_OF[dtype])
+    return from_numpy(a)
+
+
+def from_torch(t):
+    """A tensor of torch tensor `t`'s values (detached). Zero-copy, through NumPy, for a
+    contiguous CPU tensor of float32, int32, int64 or bool (it keeps `t`'s storage alive);
+    otherwise a copy, as from_numpy."""
+    return from_numpy(t.detach().cpu().numpy())
+
+
+def _torch(self):
+    """The value as a torch tensor sharing the tensor's host memory (no copy). tracecache values
+    are immutable: clone it before writing to it in place."""
+    import torch
+    import warnings
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+        return torch.from_numpy(self.numpy())
+
+
+def _len(self):
+    shape = self.shape
+    if not shape:
+        raise TypeError("len() of a 0-d tracecache.Tensor")
+    return shape[0]
+
+
+def _binary(name, reverse=False):
+    def method(self, other):
+        if not isinstance(other, (Tensor, int, float)) or isinstance(other, bool):
+            return NotImplemented
+        return op(name, other, self) if reverse else op(name, self, other)
+    method.__name__ = f"__{'r' if reverse else ''}{name}__"
+    return method
+
+
+Tensor.torch = _torch
+Tensor.__len__ = _len
+Tensor.__array__ = lambda self, dtype=None: _np.asarray(self.numpy(), dtype=dtype)
+Tensor.__neg__ = lambda self: op("neg", self)
+Tensor.__abs__ = lambda self: op("abs", self)
+for _name, _registry in (("add", "add"), ("sub", "sub"), ("mul", "mul"), ("truediv", "div"),
+                         ("pow", "pow"), ("matmul", "matmul")):
+    setattr(Tensor, f"__{_name}__", _binary(_registry))
+    setattr(Tensor, f"__r{_name}__", _binary(_registry, reverse=True))
+Tensor.__eq__ = _binary("eq")
+Tensor.__lt__ = _binary("lt")
+Tensor.__gt__ = _binary("gt")
+Tensor.__hash__ = object.__hash__  # identity, as for torch tensors (== is elementwise)
+
+
+def _make_ops():
+    ns = _types.SimpleNamespace()
+    for name in op_names():
+        def fn(*inputs, _name=name, **attrs):
+            return op(_name, *inputs, **attrs)
+        fn.__name__ = name
+        fn.__qualname__ = f"ops.{name}"
+        attrs = _tracecache._op_attrs(name)
+        fn.__doc__ = (f"tracecache op '{name}' (docs/ops.md); attributes: "
+                      f"{', '.join(attrs) if attrs else 'none'}")
+        setattr(ns, name, fn)
+    return ns
+
+
+ops = _make_ops()
+
+
+def grad(loss, *wrt):
+    """d loss / d w for every w in wrt (tensors that require a gradient), as a tuple."""
+    return _tracecache.grad(loss, *wrt)
+
+
+@_contextlib.contextmanager
+def no_grad():
+    """Ops recorded inside keep no autodiff tape (an optimizer's update, inference)."""
+    previous = _tracecache._set_grad_enabled(False)
+    try:
+        yield
+    finally:
+        _tracecache._set_grad_enabled(previous)
+
+
+def _code_digest(code):
+    h = _hashlib.sha256()
+    def feed(c):
+        h.update(c.co_code)
+        h.update(repr(c.co_names).encode())
+        for const in c.co_consts:
+            if isinstance(const, _types.CodeType):
+                feed(const)
+            else:
+                h.update(repr(const).encode())
+    feed(code)
+    return h.hexdigest()[:16]
+
+
+def _as_argument(a):
+    if isinstance(a, (Tensor, bool, int, float)):
+        return a
+    if isinstance(a, _np.ndarray):
+        return from_numpy(a)
+    if type(a).__module__.startswith("torch"):
+        return from_torch(a)
+    raise TypeError(f"a compiled function takes tracecache Tensors, NumPy arrays, torch tensors "
+                    f"and numbers, not {type(a).__name__}")
+
+
+class CompiledFunction:
+    """What tracecache.compile returns: call it like fn (docs/python.md). It wraps the C++
+    CompiledFunction (runtime/compiled_function.h)."""
+
+    def __init__(self, fn, core):
+        self.__wrapped__ = fn
+        self._core = core
+        self.__name__ = getattr(fn, "__name__", "compiled")
+        self.__doc__ = getattr(fn, "__doc__", None)
+
+    def __call__(self, *args):
+        out = self._core._call(*[_as_argument(a) for a in args])
+        return out[0] if len(out) == 1 else tuple(out)
+
+    def stats(self):
+        """This process's counters: calls, traces, entries, guard checks and failures,
+        recompiles, specializations, fell_back_to_lazy, hits_per_entry."""
+        return self._core.stats()
+
+    def recompile_reasons(self):
+        """One line per recompile, naming each failed guard with expected vs actual."""
+        return self._core.recompile_reasons()
+
+    def flush(self):
+        """Writes the hit counts of this process's replays to the cache (also done on deletion)."""
+        self._core.flush()
+
+    @property
+    def name(self):
+        return self._core.name
+
+    @property
+    def version(self):
+        return self._core.version
+
+
+def compile(fn, *, name=None, version=None, dynamic_dims=None, automatic_dynamic=True, updates=None,
+            recompile_limit=None, dynamic_scalars=None):
+    """fn traced once with guards: runtime/compiled_function.h (docs/python.md).
+
+    name: the persistent key's function name (default: fn's qualified name and file).
+    version: the user version in that key (default: a digest of fn's code object).
+    dynamic_dims: (argument position, dim) pairs that are dynamic from the first trace on.
+    automatic_dynamic: a dim whose size alone fails the guards becomes dynamic.
+    updates: (output, argument position) pairs: output k is the new value of that argument.
+    recompile_limit: recompiles before falling back to tracing every call (default 8).
+    dynamic_scalars: positions of number arguments fed to fn as rank-0 f32 tensors (not guarded
+    by value)."""
+    if not callable(fn):
+        raise TypeError("tracecache.compile takes a callable")
+    code = getattr(fn, "__code__", None)
+    if name is None:
+        qual = getattr(fn, "__qualname__", type(fn).__name__)
+        file = code.co_filename if code is not None else getattr(type(fn), "__module__", "")
+        name = f"{qual} ({file})"
+    if version is None:
+        version = _code_digest(code) if code is not None else ""
+    try:
+        arg_names = list(_inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        arg_names = []
+    core = _tracecache._CompiledFunction(fn, name, str(version), [tuple(d) for d in (dynamic_dims or [])],
+                            list(dynamic_scalars or []), [tuple(u) for u in (updates or [])],
+                            automatic_dynamic, 8 if recompile_limit is None else recompile_limit,
+                            arg_names)
+    return CompiledFunction(fn, core)

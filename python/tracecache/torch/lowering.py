@@ -136,10 +136,10 @@ class Lowerer:
         self.updates = {}
         self._order = {n: i for i, n in enumerate(self.graph.nodes)}
         self._placeholders = [n for n in self.graph.nodes if n.op == "placeholder"]
-        self._view_base = {}
-        self._views = {}
+        self._alias_root = {}
+        self._members = {}
+        self._partial_base = {}
         self._mutated_at = {}
-        self._mutated_root = {}
 
     # -- errors ----------------------------------------------------------------------------
 
@@ -406,59 +406,58 @@ class Lowerer:
         return Lowered(values, spec, self.updates)
 
     # -- aliasing and mutation ---------------------------------------------------------------
+    #
+    # Nodes that denote one torch tensor (an in-place op's result and its argument, a detach or
+    # a view of the whole tensor) share a root; a mutation gives every node of the root the new
+    # value, so later uses see it whichever node they name. A partial view (a slice, a
+    # transpose, ...) cannot be written through, and reading one taken before its base changed
+    # would read a stale value: both are errors.
+
+    def _root(self, node):
+        return self._alias_root.get(node, node)
 
     def _track_aliasing(self, node):
-        """Remembers which nodes are views of which, and refuses to read a view of a tensor
-        that was mutated after the view was taken (the lowered view would be stale)."""
         for a in node.all_input_nodes:
-            base = self._view_base.get(a)
+            base = self._partial_base.get(a)
             if base is not None and self._mutated_at.get(base, -1) > self._order[a]:
                 self.fail(f"reads '{a.name}', a view of '{base.name}' taken before "
                           f"'{base.name}' was modified in place; tracecache values are immutable, so "
                           f"the view would be stale (take the view after the in-place op, or "
                           f"use the out-of-place op)")
-        if _is_view(node):
-            base = node.args[0]
-            base = self._view_base.get(base, base)
-            self._view_base[node] = base
-            self._views.setdefault(base, []).append(node)
+        if not _is_view(node):
+            return
+        base = node.args[0]
+        if _is_full_alias(node):
+            root = self._root(base)
+            self._alias_root[node] = root
+            self._members.setdefault(root, [root]).append(node)
+        else:
+            self._partial_base[node] = self._partial_base.get(base, self._root(base))
 
     def _record_mutation(self, node, target, result):
-        base = self._view_base.get(target)
-        if base is not None:
-            self.fail(f"modifies '{target.name}' in place, a view of '{base.name}'; writes "
-                      f"through views are not supported (use the out-of-place op)")
-        root = target
-        while root in self._mutated_root:
-            root = self._mutated_root[root]
-        self._mutated_root[node] = root
-        self._mutated_at[root] = self._order[node]
-        for a in _chain(target, self._mutated_root):
-            self._mutated_at[a] = self._order[node]
         value = result[0] if isinstance(result, tuple) else result
+        if target in self._partial_base:
+            self.fail(f"modifies '{target.name}' in place, a view of '{self._partial_base[target].name}'; "
+                      f"writes through views are not supported (use the out-of-place op)")
+        root = self._root(target)
+        self._alias_root[node] = root
+        self._members.setdefault(root, [root]).append(node)
+        self._assign(root, value)
+
+    def _assign(self, root, value):
+        self._mutated_at[root] = self._order[self.node]
+        for member in self._members.get(root, [root]):
+            self.env[member] = value
         if root.op == "placeholder":
             self.updates[self._placeholders.index(root)] = value
 
     def mutate(self, arg_node, value):
-        """Records that the current op also writes `value` into `arg_node` (a placeholder, e.g.
-        a batch norm's running statistics) although its schema does not say so."""
-        if not isinstance(arg_node, torch.fx.Node):
-            return
-        root = arg_node
-        while root in self._mutated_root:
-            root = self._mutated_root[root]
-        if root.op == "placeholder":
-            self.updates[self._placeholders.index(root)] = value
-        else:
-            self.fail(f"updates '{arg_node.name}' in place, which is not an input of the graph")
-
-
-def _chain(node, roots):
-    out = [node]
-    while node in roots:
-        node = roots[node]
-        out.append(node)
-    return out
+        """Records that the current op also writes `value` into `arg_node` (a batch norm's
+        running statistics) although its schema does not say so."""
+        if isinstance(arg_node, torch.fx.Node):
+            if arg_node in self._partial_base:
+                self.fail(f"updates '{arg_node.name}' in place, a view; writes through views are not supported")
+            self._assign(self._root(arg_node), value)
 
 
 def lower(graph_module, emitter, bindings):
@@ -499,6 +498,18 @@ def _is_view(node):
         return False
     r = schema.returns[0].alias_info
     return r is not None and not r.is_write
+
+
+_WHOLE_VIEWS = {"detach", "alias", "view", "_reshape_alias", "_unsafe_view", "reshape", "expand", "slice",
+                "squeeze", "unsqueeze", "lift_fresh"}
+
+
+def _is_full_alias(node):
+    """A view of the whole tensor in its own order (a detach, a reshape to the same shape)."""
+    if node.target.overloadpacket.__name__ not in _WHOLE_VIEWS:
+        return False
+    src, out = node.args[0].meta.get("tensor_meta"), node.meta.get("tensor_meta")
+    return src is not None and out is not None and tuple(src.shape) == tuple(out.shape)
 
 
 def _is_inplace_variant(node):
@@ -1085,23 +1096,52 @@ def _argmax(ctx, node):
     return _argmax_value(ctx, x, a.dim, a.keepdim)
 
 
-@lowers("aten.linalg_vector_norm.default", ops="abs, pow, sum, mul, sqrt, max (composition)",
-        note="ord 2 as sqrt(sum(x*x)), inf as max(abs), others as sum(abs^p)^(1/p)")
+def _norm(ctx, x, order, dims, keepdim):
+    x = ctx.cast(x, "f32")
+    order = 2.0 if order is None else float(order)
+    if order == 2:
+        return ctx.unary("sqrt", ctx.reduce("sum", ctx.binary("mul", x, x), dims, keepdim))
+    if order == math.inf:
+        return ctx.reduce("max", ctx.unary("abs", x), dims, keepdim)
+    if order > 0:
+        s = ctx.reduce("sum", ctx.binary("pow", ctx.unary("abs", x), order), dims, keepdim)
+        return ctx.binary("pow", s, 1.0 / order)
+    ctx.fail(f"a norm of order {order} is not supported")
+
+
+@lowers("aten.linalg_vector_norm.default", ops="mul, sum, sqrt; abs, max; abs, pow, sum (composition)",
+        note="ord 2 as sqrt(sum(x*x)), inf as max(abs), other p > 0 as sum(abs^p)^(1/p)")
 def _vector_norm(ctx, node):
     a = ctx.args()
-    x = ctx.cast(a.self, "f32")
-    dims = list(a.dim) if a.dim else []
-    order = float(a.ord)
-    if order == 2:
-        r = ctx.unary("sqrt", ctx.reduce("sum", ctx.binary("mul", x, x), dims, a.keepdim))
-    elif order == math.inf:
-        r = ctx.reduce("max", ctx.unary("abs", x), dims, a.keepdim)
-    elif order > 0:
-        s = ctx.reduce("sum", ctx.binary("pow", ctx.unary("abs", x), order), dims, a.keepdim)
-        r = ctx.binary("pow", s, 1.0 / order)
-    else:
-        ctx.fail(f"vector norm of order {order} is not supported")
-    return r
+    return _norm(ctx, a.self, a.ord, list(a.dim) if a.dim else [], a.keepdim)
+
+
+@lowers("aten.norm.Scalar", "aten.norm.ScalarOpt_dim", ops="mul, sum, sqrt; abs, max; abs, pow, sum (composition)",
+        note="as linalg_vector_norm")
+def _torch_norm(ctx, node):
+    a = ctx.args()
+    dims = list(getattr(a, "dim", None) or [])
+    return _norm(ctx, a.self, a.p, dims, getattr(a, "keepdim", False))
+
+
+@lowers("aten.addcmul.default", ops="mul, add")
+def _addcmul(ctx, node):
+    a = ctx.args()
+    return ctx.binary("add", a.self, ctx.scale(ctx.binary("mul", a.tensor1, a.tensor2), a.value))
+
+
+@lowers("aten.addcdiv.default", ops="div, mul, add")
+def _addcdiv(ctx, node):
+    a = ctx.args()
+    return ctx.binary("add", a.self, ctx.scale(ctx.binary("div", a.tensor1, a.tensor2), a.value))
+
+
+@lowers("aten.sgn.default", "aten.sign.default", ops="gt, lt, cast, sub")
+def _sign(ctx, node):
+    x = ctx.args().self
+    pos = ctx.cast(ctx.binary("gt", x, 0), x.dtype)
+    neg = ctx.cast(ctx.binary("lt", x, 0), x.dtype)
+    return ctx.binary("sub", pos, neg)
 
 
 # -- matrix products ---------------------------------------------------------------------------

@@ -11,7 +11,8 @@ paths (`_native_multi_head_attention`, the nested-tensor encoder), and every nod
 Python stack that produced it (for error messages naming the user's line).
 
 Not thread-safe: it flips a class attribute of PyTorch's tracer for the duration of a capture.
-Errors: whatever the traced code raises, unchanged.
+Errors: a `CaptureError` naming the user's line for a value read into Python (`.item()`, a
+data-dependent branch); anything else the traced code raises, unchanged.
 """
 
 import contextlib
@@ -20,6 +21,8 @@ import threading
 import torch
 from torch.fx.experimental import proxy_tensor
 from torch.nn.utils import stateless
+
+from .errors import CaptureError, user_frame_of_traceback
 
 __all__ = ["Capture", "capture", "capture_module", "module_state", "captures"]
 
@@ -78,7 +81,16 @@ def capture(fn, state_names, state, input_names, inputs):
     global _count
     args = list(state) + list(inputs)
     with _lock, _recording_stack_traces(), torch.enable_grad():
-        graph = proxy_tensor.make_fx(fn)(*args)
+        try:
+            graph = proxy_tensor.make_fx(fn)(*args)
+        except RuntimeError as e:
+            if "get value out of a tracing tensor" not in str(e):
+                raise
+            frame = user_frame_of_traceback(e.__traceback__)
+            raise CaptureError(f"tracecache.torch: the program reads a tensor's value into Python (.item(), "
+                               f"bool(), a data-dependent branch){f' (at {frame})' if frame else ''}; a "
+                               f"captured graph cannot depend on values, and graph breaks are not "
+                               f"supported") from None
         _count += 1
     return Capture(graph, list(state_names) + list(input_names), len(state))
 

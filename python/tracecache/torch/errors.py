@@ -7,10 +7,11 @@ metadata. There is never a silent fallback to PyTorch.
 
 import os
 import re
+import traceback
 
 import torch
 
-__all__ = ["CaptureError", "UnsupportedOpError", "user_frame"]
+__all__ = ["CaptureError", "UnsupportedOpError", "user_frame", "user_frame_of_traceback"]
 
 _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__))
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -54,3 +55,9 @@ def user_frame(stack_trace):
         where = f"{m.group(1)}:{m.group(2)} in {m.group(3)}"
         return f"{where}: {code}" if code else where
     return None
+
+
+def user_frame_of_traceback(tb):
+    """The innermost user frame of an exception's traceback, as `user_frame` formats it."""
+    frames = traceback.extract_tb(tb)
+    return user_frame("".join(traceback.format_list(list(reversed(frames)))))

@@ -18,8 +18,7 @@ Optimizers: `torch.optim.SGD` (momentum with dampening 0, Nesterov, weight decay
 itself would create (a momentum buffer of zeros gives the same first step when dampening is 0).
 Adam's bias corrections are computed from its `step` tensor by ops (the optimizer's
 `differentiable` formulation, used during the capture), so one graph serves every step. A
-step that reads a value into Python (`.item()`) is refused, naming the line: the graph would
-bake the value in.
+step that reads a value into Python (`.item()`) is refused, naming the line.
 
 Not thread-safe. Errors: `CaptureError`, `TypeError` for arguments that are not tensors,
 `ValueError` for an optimizer it does not support.
@@ -33,7 +32,7 @@ import torch
 
 from . import capture as capture_mod
 from .compiled import CompiledModule, _stable_repr
-from .errors import CaptureError, user_frame
+from .errors import CaptureError
 from .lowering import lower
 
 __all__ = ["CompiledStep", "compile_step"]
@@ -73,7 +72,6 @@ class CompiledStep(CompiledModule):
             for group in optimizer.param_groups:
                 h.update(repr(sorted((k, v) for k, v in group.items() if k != "params")).encode())
         self._base_version = h.hexdigest()[:32]
-        self._params_index = {id(t): k for k, (_, t) in enumerate(zip(self.state_names, self._state()))}
 
     # -- the state: model parameters and buffers, then the optimizer's ---------------------
 
@@ -82,9 +80,10 @@ class CompiledStep(CompiledModule):
         if self.optimizer is None:
             return [], []
         keys, tensors = [], []
+        params = {id(t) for t in self._state()}
         for group in self.optimizer.param_groups:
             for p in group["params"]:
-                if id(p) not in self._params_index:
+                if id(p) not in params:
                     raise ValueError("tracecache.torch.compile_step: the optimizer holds a tensor that is not a "
                                      "parameter of the model")
                 state = self.optimizer.state[p]
@@ -151,15 +150,11 @@ class CompiledStep(CompiledModule):
             copies.append(c)
         opt_copies = [t.detach().clone() for t in opt]
         fn = self.step_fn
+        names = self._names(keys)
         with self._swapped(copies, opt_copies, keys):
             graph = capture_mod.capture(lambda *args: fn(*args[len(copies) + len(opt_copies):]),
-                                        self._names(keys), copies + opt_copies,
+                                        names, copies + opt_copies,
                                         [f"input{i}" for i in range(len(inputs))], list(inputs))
-        for node in graph.graph.graph.nodes:
-            if node.op == "call_function" and str(node.target) == "aten._local_scalar_dense.default":
-                frame = user_frame(node.meta.get("stack_trace"))
-                raise CaptureError(f"tracecache.torch: the step reads a tensor's value into Python (.item())"
-                                   f"{f' (at {frame})' if frame else ''}; the graph would bake that value in")
         self._captures[key] = graph
         return graph
 

@@ -29,13 +29,13 @@ def zoo_model(name, seed=0):
 
 
 class Bert(nn.Module):
-    def __init__(self, vocab=100, hidden=32, heads=4, layers=2, ffn=64, max_len=16):
+    def __init__(self, vocab=100, hidden=32, heads=4, layers=2, ffn=64, max_len=16, dropout=0.1):
         super().__init__()
         self.word = nn.Embedding(vocab, hidden)
         self.position = nn.Embedding(max_len, hidden)
         self.token_type = nn.Embedding(2, hidden)
         self.norm = nn.LayerNorm(hidden, eps=1e-12)
-        layer = nn.TransformerEncoderLayer(hidden, heads, ffn, dropout=0.1, activation="gelu", batch_first=True)
+        layer = nn.TransformerEncoderLayer(hidden, heads, ffn, dropout=dropout, activation="gelu", batch_first=True)
         self.encoder = nn.TransformerEncoder(layer, layers)
         self.pool = nn.Linear(hidden, hidden)
 

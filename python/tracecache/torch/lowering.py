@@ -388,6 +388,9 @@ class Lowerer:
             if reg is None and _is_inplace_variant(node):
                 reg = LOWERINGS.get(_functional_name(node))
                 inplace = True
+            if reg is None and name in _RANDOM_OPS:
+                self.fail("draws PyTorch's random numbers, which tracecache cannot reproduce (training-mode "
+                          "dropout?): call model.eval() or set the dropout probability to 0")
             if reg is None:
                 raise UnsupportedOpError(
                     f"tracecache.torch: no mapping for ATen op {name}{self.where()}; "
@@ -458,6 +461,13 @@ class Lowerer:
             if arg_node in self._partial_base:
                 self.fail(f"updates '{arg_node.name}' in place, a view; writes through views are not supported")
             self._assign(self._root(arg_node), value)
+
+
+# Ops that draw random numbers: PyTorch's generator cannot be reproduced, so they are refused
+# with that reason rather than as unmapped.
+_RANDOM_OPS = {"aten.bernoulli_.float", "aten.bernoulli.default", "aten.bernoulli.p", "aten.bernoulli_.Tensor",
+               "aten.rand.default", "aten.randn.default", "aten.rand_like.default", "aten.randn_like.default",
+               "aten.normal_.default", "aten.uniform_.default", "aten.randint.low", "aten.randperm.default"}
 
 
 def lower(graph_module, emitter, bindings):
@@ -978,6 +988,39 @@ def _unbind(ctx, node):
     dim = a.dim % len(x.shape)
     shape = x.shape[:dim] + x.shape[dim + 1:]
     return tuple(ctx.reshape(ctx.slice(x, dim, i, i + 1), shape) for i in range(x.shape[dim]))
+
+
+def _pad_axis(ctx, g, axis, before, after, shape):
+    """g zero-padded along one axis to `shape` (the backward of a slice or a select)."""
+    rank = len(shape)
+    if rank - axis > 4:
+        ctx.fail(f"padding axis {axis} of a rank-{rank} tensor: pad covers the last 4 dims only")
+    pads = [0] * (2 * (rank - axis))
+    pads[-2], pads[-1] = before, after
+    return ctx.op("pad", [g], g.dtype, shape, pads=pads, value=0.0)
+
+
+@lowers("aten.slice_backward.default", ops="pad", note="the gradient zero-padded back (step 1)")
+def _slice_backward(ctx, node):
+    a = ctx.args()
+    shape = tuple(a.input_sizes)
+    axis = a.dim % len(shape)
+    n = shape[axis]
+    start = min(max(a.start + n if a.start < 0 else a.start, 0), n)
+    end = min(max(a.end + n if a.end < 0 else a.end, start), n)
+    if a.step != 1:
+        ctx.fail(f"the backward of a slice with step {a.step} is not supported")
+    return _pad_axis(ctx, a.grad_output, axis, start, n - end, shape)
+
+
+@lowers("aten.select_backward.default", ops="reshape, pad", note="the gradient zero-padded back")
+def _select_backward(ctx, node):
+    a = ctx.args()
+    shape = tuple(a.input_sizes)
+    axis = a.dim % len(shape)
+    index = a.index + shape[axis] if a.index < 0 else a.index
+    g = ctx.reshape(a.grad_output, shape[:axis] + (1,) + shape[axis + 1:])
+    return _pad_axis(ctx, g, axis, index, shape[axis] - index - 1, shape)
 
 
 @lowers("aten.cat.default", ops="concat")

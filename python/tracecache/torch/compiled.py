@@ -269,6 +269,7 @@ class CompiledModule:
         self._compiled = None
         self._compiled_key = None
         self._specs = None
+        self._structures = {}
         self._count = 0
 
     # -- arguments -------------------------------------------------------------------------
@@ -401,6 +402,7 @@ class CompiledModule:
                 self.version = digest if self.is_module else self._base_version
                 self._flags = flags
             self._specs = _SpecStore(None if settings.get("no_cache") else settings.get("db"))
+            self._structures = {}
 
             def traced(*proxies):
                 return self._traced(*proxies)
@@ -431,8 +433,12 @@ class CompiledModule:
         return self._assemble(out, spec, constants)
 
     def _known_structure(self, state, inputs):
-        known = self._specs.get(self._spec_key(state, inputs))
+        sig = self._signature(state, inputs)
+        known = self._structures.get(sig)
+        if known is None:
+            known = self._specs.get(self._spec_key(state, inputs))
         if known is not None:
+            self._structures[sig] = known
             return known
         # Served from a stored entry whose output structure is not on record (the file beside
         # the database was removed): capture once more to learn it.

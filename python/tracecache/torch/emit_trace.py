@@ -78,6 +78,7 @@ class TraceEmitter:
         self._hint = "v"
         self._count = 0
         self._defined = {}
+        self.output_names = []
 
     def hint(self, name):
         """Names the results of the following ops after the FX node being lowered: the first
@@ -118,7 +119,8 @@ class TraceEmitter:
 
     def render(self, outputs, header=()):
         """The program text whose `output` line lists `outputs` (handles), with only the lines
-        and declarations they need. An op result that is an output is renamed `out<k>`."""
+        and declarations they need. An op result that is an output is renamed `out<k>`;
+        `output_names` holds the names the output line uses."""
         needed = set()
         stack = [o for o in outputs]
         while stack:
@@ -140,7 +142,8 @@ class TraceEmitter:
             if ident in needed:
                 args = ", ".join([rename.get(i, i) for i in inputs] + attr_text)
                 text.append(f"{rename.get(ident, ident)} = {op}({args})")
-        text.append("output " + ", ".join(rename.get(h, h) for h in outputs))
+        self.output_names = [rename.get(h, h) for h in outputs]
+        text.append("output " + ", ".join(self.output_names))
         return "\n".join(text) + "\n"
 
 

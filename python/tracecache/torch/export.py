@@ -80,8 +80,7 @@ def export(module, inputs, path, header=()):
     safetensors.write(weights_path, [(n, t) for n, t in state] + emitter.constants)
     with open(path, "w") as f:
         f.write(text)
-    output_names = text.rstrip("\n").rsplit("\n", 1)[1][len("output "):].split(", ")
-    return ExportResult(path, weights_path, emitter.names, output_names)
+    return ExportResult(path, weights_path, emitter.names, emitter.output_names)
 
 
 def _dtype(t, what):

@@ -2,6 +2,7 @@
 
     python3 -m tracecache.torch export MODULE:FACTORY --input NAME=SPEC ... -o model.trace
     python3 -m tracecache.torch ops [--markdown]
+    python3 -m tracecache.torch bench [--model resnet18] [--calls 20]
 
 Errors print one line to stderr and exit with status 2.
 """
@@ -148,6 +149,11 @@ def _ops(args):
         print(f"{name:48} {ops}" + (f"  ({note})" if note else ""))
 
 
+def _bench(args):
+    from .bench import run
+    run(args.model, args.calls, args.resolution, args.length)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python3 -m tracecache.torch",
                                      description="PyTorch capture for tracecache.")
@@ -164,12 +170,21 @@ def main(argv=None):
     ex.add_argument("--seed", type=int, default=0, help="torch.manual_seed before FACTORY runs (default 0)")
     ops = sub.add_parser("ops", help="list the ATen ops tracecache.torch maps and onto what")
     ops.add_argument("--markdown", action="store_true", help="as the table of docs/python.md")
+    bench = sub.add_parser("bench", help="per-call time against PyTorch eager and torch.jit.trace, capture "
+                                         "time per op")
+    bench.add_argument("--model", action="append", choices=["resnet18", "bert"], default=[],
+                       help="a model to time (default: both)")
+    bench.add_argument("--calls", type=int, default=20, help="timed calls per model (default 20)")
+    bench.add_argument("--resolution", type=int, default=224, help="resnet18's image size (default 224)")
+    bench.add_argument("--length", type=int, default=128, help="bert's sequence length (default 128)")
     args = parser.parse_args(argv)
     try:
         if args.command == "export":
             if not args.input:
                 raise UsageError("export needs at least one --input NAME=SPEC")
             _export(args)
+        elif args.command == "bench":
+            _bench(args)
         else:
             _ops(args)
     except UsageError as e:

@@ -1210,11 +1210,17 @@ def _addmm(ctx, node):
     return ctx.binary("add", product, ctx.scale(a.self, a.beta))
 
 
-@lowers("aten.mm.default", "aten.bmm.default", "aten.matmul.default", ops="matmul")
+@lowers("aten.mm.default", "aten.bmm.default", "aten.matmul.default", ops="matmul; linear for x @ t(w)",
+        note="x @ t(w) is a linear without bias (no transposed copy of the weight)")
 def _mm(ctx, node):
     a = ctx.args()
     other = getattr(a, "mat2", None)
-    return ctx.matmul(a.self, other if other is not None else a.other)
+    other = other if other is not None else a.other
+    weight = _transposed_param(node.args[1])
+    if weight is not None and len(a.self.shape) >= 1 and len(other.shape) == 2:
+        dtype, shape = ctx.meta()
+        return ctx.op("linear", [a.self, ctx.env[weight]], dtype, shape)
+    return ctx.matmul(a.self, other)
 
 
 @lowers("aten.baddbmm.default", ops="matmul, mul, add")

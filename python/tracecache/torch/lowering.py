@@ -331,20 +331,10 @@ class Lowerer:
         return v
 
     def _live_nodes(self, output):
+        """The nodes the outputs need, and every op that writes a tensor in place (its write
+        may be read through another node, or be an update of an input) with what it needs."""
         live = set()
-        stack = [output]
-        while stack:
-            n = stack.pop()
-            if n in live:
-                continue
-            live.add(n)
-            for a in n.all_input_nodes:
-                stack.append(a)
-        # An op that mutates a live tensor in place (including a placeholder) is live too.
-        for n in self.graph.nodes:
-            if n.op == "call_function" and _mutated_arg(n) is not None:
-                live.add(n)
-                stack.extend(n.all_input_nodes)
+        stack = [output] + [n for n in self.graph.nodes if n.op == "call_function" and _mutated_arg(n) is not None]
         while stack:
             n = stack.pop()
             if n not in live:
@@ -384,10 +374,8 @@ class Lowerer:
                 continue
             name = _op_name(node)
             reg = LOWERINGS.get(name)
-            inplace = False
             if reg is None and _is_inplace_variant(node):
                 reg = LOWERINGS.get(_functional_name(node))
-                inplace = True
             if reg is None and name in _RANDOM_OPS:
                 self.fail("draws PyTorch's random numbers, which tracecache cannot reproduce (training-mode "
                           "dropout?): call model.eval() or set the dropout probability to 0")

@@ -129,6 +129,17 @@ class Errors(unittest.TestCase):
             self.assertIn(f"{__file__}:", message)
             self.assertIn(UNMAPPED_LINE, message)
 
+    def test_a_parameter_read_from_outside_points_to_compile_step(self):
+        tracecache.configure(mode="once", no_cache=True)
+        model = Mlp()
+
+        def predict(x):
+            return model(x)
+        with self.assertRaises(tracecache.torch.CaptureError) as caught:
+            tracecache.torch.compile(predict)(torch.ones(2, 8))
+        self.assertIn("reads a parameter", str(caught.exception))
+        self.assertIn("compile_step", str(caught.exception))
+
     def test_arguments_must_be_torch_tensors(self):
         tracecache.configure(mode="once", no_cache=True)
         with self.assertRaises(TypeError):

@@ -13,6 +13,8 @@ Not thread-safe (the session records ops from one thread at a time).
 
 import math
 
+import torch
+
 from .errors import CaptureError
 from .lowering import TORCH_DTYPES
 
@@ -31,6 +33,11 @@ class LiveEmitter:
     def constant(self, target, tensor):
         dtype = TORCH_DTYPES[tensor.dtype]
         n = math.prod(tensor.shape)
+        if isinstance(tensor, torch.nn.Parameter) or target.startswith("_param_constant"):
+            raise CaptureError(
+                f"tracecache.torch: the function reads a parameter ({list(tensor.shape)}) that is not one "
+                f"of its arguments: compile the module itself (tracecache.torch.compile(model)), or a "
+                f"training step with tracecache.torch.compile_step(step, model, optimizer)")
         if n > MAX_CONSTANT_ELEMENTS:
             raise CaptureError(
                 f"tracecache.torch: the captured graph holds a constant tensor '{target}' of {n} elements "

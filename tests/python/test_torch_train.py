@@ -95,6 +95,27 @@ class Training(unittest.TestCase):
             if got.is_floating_point():
                 self.assertLessEqual(torch_models.relative_error(got, ref), 1e-4, name)
 
+    def test_training_mode_forward_updates_the_running_statistics(self):
+        tracecache.configure(mode="once", no_cache=True)
+        torch.manual_seed(0)
+        model = convnet().train()
+        reference = copy.deepcopy(model)
+        before = model[1].running_mean.clone()
+        x = torch.randn(4, 3, 8, 8)
+        # compile() runs a module as a pure function: a forward that writes its buffers is refused,
+        # and the failed capture leaves them as they were.
+        with self.assertRaises(tracecache.torch.CaptureError) as caught:
+            tracecache.torch.compile(model)(x)
+        self.assertIn("compile_step(model, model)", str(caught.exception))
+        self.assertTrue(torch.equal(model[1].running_mean, before))
+        forward = tracecache.torch.compile_step(model, model)
+        for _ in range(3):
+            x = torch.randn(4, 3, 8, 8)
+            self.assertLessEqual(torch_models.relative_error(forward(x), reference(x).detach()), 1e-4)
+        for name in ("running_mean", "running_var"):
+            self.assertLessEqual(torch_models.relative_error(getattr(model[1], name), getattr(reference[1], name)), 1e-4)
+        self.assertEqual(int(model[1].num_batches_tracked), 3)
+
     def test_a_value_read_in_the_step_is_refused(self):
         tracecache.configure(mode="once", no_cache=True)
         model = mlp()

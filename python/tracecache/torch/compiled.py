@@ -312,8 +312,11 @@ class CompiledModule:
         if graph is None:
             input_names = [f"input{i}" for i in range(len(inputs))]
             if self.is_module:
+                # Buffers are captured on copies: a forward that writes them (a training-mode batch
+                # norm) must not change the module during the capture. Parameters are only read.
+                tensors = [t if isinstance(t, torch.nn.Parameter) else t.detach().clone() for t in state]
                 graph = capture_mod.capture_module(self.target, list(inputs), input_names,
-                                                   list(zip(self.state_names, state)))
+                                                   list(zip(self.state_names, tensors)))
             else:
                 graph = capture_mod.capture(self.target, [], [], input_names, list(inputs))
             self._captures[key] = graph
@@ -336,8 +339,9 @@ class CompiledModule:
         if lowered.updates:
             names = ", ".join(graph.names[i] for i in sorted(lowered.updates))
             raise CaptureError(f"tracecache.torch: the module modifies {names} in place (a training-mode "
-                               f"batch norm?); compile captures inference of a module: call module.eval(), "
-                               f"or compile the whole training step with tracecache.torch.compile_step")
+                               f"batch norm?); compile runs a module as a pure function: call module.eval(), "
+                               f"use tracecache.torch.compile_step(model, model) to write the new values back, "
+                               f"or compile the whole training step with compile_step(step, model, optimizer)")
         tensors, constants = [], []
         for k, v in enumerate(lowered.outputs):
             if hasattr(v, "handle"):

@@ -37,6 +37,7 @@ import json
 import os
 import tempfile
 import types
+import warnings
 
 import torch
 from torch.utils import _pytree as pytree
@@ -271,6 +272,7 @@ class CompiledModule:
         self._specs = None
         self._structures = {}
         self._count = 0
+        self._warned = False
 
     # -- arguments -------------------------------------------------------------------------
 
@@ -421,6 +423,8 @@ class CompiledModule:
 
     def __call__(self, *inputs):
         self._check_inputs(inputs)
+        if self.is_module and self.target.training and not self._warned and torch.is_grad_enabled():
+            self._warn_no_autograd()
         state = self._state()
         settings = self._tc.settings()
         if settings.get("mode") != "once":
@@ -435,6 +439,14 @@ class CompiledModule:
         out = out if isinstance(out, tuple) else (out,)
         spec, constants = self._known_structure(state, inputs)
         return self._assemble(out, spec, constants)
+
+    def _warn_no_autograd(self):
+        self._warned = True
+        if any(p.requires_grad for p in self.target.parameters()):
+            warnings.warn("tracecache.torch.compile: the outputs of a compiled module carry no autograd history, so "
+                          "loss.backward() cannot reach the parameters; to train, compile the whole step (forward, "
+                          "backward, optimizer) with tracecache.torch.compile_step(step, model, optimizer)",
+                          stacklevel=3)
 
     def _known_structure(self, state, inputs):
         sig = self._signature(state, inputs)

@@ -104,6 +104,19 @@ class Guards(unittest.TestCase):
         torch.testing.assert_close(got, torch_models.eager(model, x)[0], rtol=1e-5, atol=1e-6)
         self.assertNotEqual(compiled.version, version)
 
+    def test_frozen_parameters_keep_the_composite_attention(self):
+        # requires_grad_(False) and no_grad would let PyTorch take _native_multi_head_attention and
+        # nested tensors; the capture still sees the composite path.
+        model = torch_models.bert()
+        inputs = torch_models.bert_inputs()
+        want = torch_models.eager(model, *inputs)
+        for p in model.parameters():
+            p.requires_grad_(False)
+        with torch.no_grad():
+            got = tracecache.torch.compile(model)(*inputs)
+        for k, (g, w) in enumerate(zip(got, want)):
+            self.assertLessEqual(torch_models.relative_error(g, w), 1e-4, f"output {k}")
+
     def test_output_structure_is_kept(self):
         def fn(x):
             return {"double": x * 2, "pair": (x + 1, x.sum())}

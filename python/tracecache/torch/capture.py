@@ -100,6 +100,12 @@ def capture_module(module, inputs, input_names=None, state=None):
     by `state_dict` name. `state` (optional) is `module_state(module)`, computed if absent."""
     state = state if state is not None else module_state(module)
     names = [n for n, _ in state]
+    # A parameter frozen with requires_grad_(False) would let PyTorch take its fused inference
+    # paths (_native_multi_head_attention); an alias that requires grad (same storage) keeps the
+    # composite ones.
+    state = [(n, torch.nn.Parameter(t.detach(), requires_grad=True)
+              if isinstance(t, torch.nn.Parameter) and t.is_floating_point() and not t.requires_grad else t)
+             for n, t in state]
     input_names = input_names or [f"input{i}" for i in range(len(inputs))]
 
     def call(*args):

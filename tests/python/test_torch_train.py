@@ -95,6 +95,29 @@ class Training(unittest.TestCase):
             if got.is_floating_point():
                 self.assertLessEqual(torch_models.relative_error(got, ref), 1e-4, name)
 
+    def test_autograd_grad_and_a_hand_written_update(self):
+        tracecache.configure(mode="once", no_cache=True)
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 3))
+        reference = copy.deepcopy(model)
+
+        def step_of_grad(m):
+            def step(x, y):
+                loss = F.cross_entropy(m(x), y)
+                grads = torch.autograd.grad(loss, list(m.parameters()))
+                with torch.no_grad():
+                    for p, g in zip(m.parameters(), grads):
+                        p.sub_(0.1 * g)
+                return loss
+            return step
+        compiled, eager = tracecache.torch.compile_step(step_of_grad(model), model), step_of_grad(reference)
+        g = torch.Generator().manual_seed(4)
+        for _ in range(10):
+            x, y = torch.randn(4, 8, generator=g), torch.randint(0, 3, (4,), generator=g)
+            self.assertLessEqual(torch_models.relative_error(compiled(x, y), eager(x, y).detach()), 1e-4)
+        for p, q in zip(model.parameters(), reference.parameters()):
+            self.assertLessEqual(torch_models.relative_error(p, q), 1e-4)
+
     def test_training_mode_forward_updates_the_running_statistics(self):
         tracecache.configure(mode="once", no_cache=True)
         torch.manual_seed(0)

@@ -10,12 +10,14 @@ Tracing runs with gradients enabled, so PyTorch takes its composite paths instea
 paths (`_native_multi_head_attention`, the nested-tensor encoder), and every node records the
 Python stack that produced it (for error messages naming the user's line).
 
-Not thread-safe: it flips a class attribute of PyTorch's tracer for the duration of a capture.
+Not thread-safe: it wraps a method of PyTorch's tracer class for the duration of a capture
+(to record each node's frames).
 Errors: a `CaptureError` naming the user's line for a value read into Python (`.item()`, a
 data-dependent branch); anything else the traced code raises, unchanged.
 """
 
 import contextlib
+import sys
 import threading
 
 import torch
@@ -36,17 +38,32 @@ def captures():
 
 
 @contextlib.contextmanager
-def _recording_stack_traces():
+def _recording_frames():
+    """Records, for every node the tracer creates, the Python frames that led to it as
+    (file, line, function) tuples, innermost first, in `node.meta["frames"]`. Cheaper than
+    PyTorch's `record_stack_traces`, which formats every frame's source line for every node;
+    errors format the one frame they report."""
     tracer = proxy_tensor.PythonKeyTracer
-    saved = tracer.__dict__.get("record_stack_traces")
-    tracer.record_stack_traces = True
+    own = tracer.__dict__.get("create_proxy")
+    original = tracer.create_proxy
+
+    def create_proxy(self, *args, **kwargs):
+        proxy = original(self, *args, **kwargs)
+        frames, f = [], sys._getframe(1)
+        while f is not None:
+            frames.append((f.f_code.co_filename, f.f_lineno, f.f_code.co_name))
+            f = f.f_back
+        proxy.node.meta["frames"] = frames
+        return proxy
+
+    tracer.create_proxy = create_proxy
     try:
         yield
     finally:
-        if saved is None:
-            del tracer.record_stack_traces
+        if own is None:
+            del tracer.create_proxy
         else:
-            tracer.record_stack_traces = saved
+            tracer.create_proxy = own
 
 
 class Capture:
@@ -80,7 +97,7 @@ def capture(fn, state_names, state, input_names, inputs):
     state tensors, then the inputs, in order."""
     global _count
     args = list(state) + list(inputs)
-    with _lock, _recording_stack_traces(), torch.enable_grad():
+    with _lock, _recording_frames(), torch.enable_grad():
         try:
             graph = proxy_tensor.make_fx(fn)(*args)
         except RuntimeError as e:

@@ -1,10 +1,12 @@
 """Errors of PyTorch capture.
 
 A capture or lowering that cannot be done raises `CaptureError`: the message names the ATen op
-(`aten.xxx.overload`) and the user's source line that produced it, from the FX node's stack
-metadata. There is never a silent fallback to PyTorch.
+(`aten.xxx.overload`) and the user's source line that produced it, from the frames the capture
+recorded for the FX node (`node.meta["frames"]`, see capture.py). There is never a silent
+fallback to PyTorch.
 """
 
+import linecache
 import os
 import re
 import traceback
@@ -17,7 +19,6 @@ _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__))
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 _SKIP_DIRS = [_TORCH_DIR, _PACKAGE_DIR, os.path.join(os.path.dirname(_TORCH_DIR), "functorch"),
               os.path.dirname(os.path.abspath(re.__file__))]
-_FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+), in (.*)$')
 
 
 class CaptureError(Exception):
@@ -34,30 +35,26 @@ class UnsupportedOpError(CaptureError):
 
 
 def _skipped(path):
+    if path.startswith("<"):
+        return True
     path = os.path.abspath(path)
     return any(path == d or path.startswith(d + os.sep) for d in _SKIP_DIRS)
 
 
-def user_frame(stack_trace):
-    """The innermost frame of an FX node's recorded stack that is not PyTorch's, functorch's,
-    the standard library's or this package's own code: `'file.py:12 in forward: y = f(x)'`, or
-    None when the node has no stack (or every frame is library code)."""
-    if not stack_trace:
-        return None
-    lines = stack_trace.splitlines()
-    for i, line in enumerate(lines):
-        m = _FRAME.match(line)
-        if not m or _skipped(m.group(1)):
+def user_frame(frames):
+    """The innermost of `frames` ((file, line, function) tuples, innermost first) that is not
+    PyTorch's, functorch's, the standard library's or this package's own code, as
+    `'file.py:12 in forward: y = f(x)'`; None when there is none."""
+    for path, line, function in frames or ():
+        if _skipped(path):
             continue
-        code = ""
-        if i + 1 < len(lines) and not _FRAME.match(lines[i + 1]):
-            code = lines[i + 1].strip()
-        where = f"{m.group(1)}:{m.group(2)} in {m.group(3)}"
+        code = linecache.getline(path, line).strip()
+        where = f"{path}:{line} in {function}"
         return f"{where}: {code}" if code else where
     return None
 
 
 def user_frame_of_traceback(tb):
     """The innermost user frame of an exception's traceback, as `user_frame` formats it."""
-    frames = traceback.extract_tb(tb)
-    return user_frame("".join(traceback.format_list(list(reversed(frames)))))
+    frames = [(f.filename, f.lineno, f.name) for f in traceback.extract_tb(tb, limit=None)]
+    return user_frame(list(reversed(frames)))

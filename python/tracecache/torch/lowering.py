@@ -145,7 +145,7 @@ class Lowerer:
 
     def where(self, node=None):
         node = node or self.node
-        frame = user_frame(node.meta.get("stack_trace")) if node is not None else None
+        frame = user_frame(node.meta.get("frames")) if node is not None else None
         return f" (at {frame})" if frame else ""
 
     def fail(self, message):

@@ -87,7 +87,7 @@ std::shared_ptr<PyTensor> from_numpy_exact(py::array a) {
   }
   Shape shape{IntList(std::span<const int64_t>(dims))};
   (void)checked_numel(shape.span()).value_or_throw();
-  static std::byte empty[64];
+  alignas(64) static std::byte empty[64];  // a view needs an address, even of no bytes
   std::byte* data = a.size() == 0 ? empty : static_cast<std::byte*>(const_cast<void*>(a.data()));
   PyObject* owner = a.ptr();
   Py_INCREF(owner);
@@ -106,6 +106,7 @@ py::array to_numpy(const PyTensor& t) {
     py::gil_scoped_release release;
     b = x.buffer();
   }
+  if (t.session) report_new_warnings(*t.session);
   std::vector<py::ssize_t> shape(b->shape().begin(), b->shape().end());
   auto* holder = new BufferRef(b);
   py::capsule base(holder, [](void* p) { delete static_cast<BufferRef*>(p); });
@@ -315,6 +316,7 @@ class PyCompiledFunction {
     }
     if (PyErr_Occurred()) throw py::error_already_set();  // raised by fn while it was traced
     if (!result->is_ok()) fail(result->status());
+    report_new_warnings(*session);
     py::list out;
     for (Tensor& t : result->value()) {
       auto p = std::make_shared<PyTensor>();
@@ -606,6 +608,7 @@ PYBIND11_MODULE(_tracecache, m) {
           py::gil_scoped_release release;
           v = x.item();
         }
+        if (t.session) report_new_warnings(*t.session);
         if (dtype == DType::kBool) return py::object(py::bool_(v != 0));
         if (is_integral(dtype)) return py::object(py::int_(static_cast<int64_t>(v)));
         return py::object(py::float_(v));
@@ -632,9 +635,20 @@ PYBIND11_MODULE(_tracecache, m) {
   m.def("mark_step", [] {
     PackageLock lock;
     LazyContext& ctx = current_context();
-    py::gil_scoped_release release;
-    ctx.mark_step();
+    {
+      py::gil_scoped_release release;
+      ctx.mark_step();
+    }
+    if (!current_trace()) report_new_warnings(*current_session());
   });
+  m.def("warnings", [] {
+    PackageLock lock;
+    Runtime* runtime = current_session()->session->runtime();
+    std::vector<std::string> out;
+    if (!current_session()->cache_warning.empty()) out.push_back(current_session()->cache_warning);
+    if (runtime) out.insert(out.end(), runtime->warnings().begin(), runtime->warnings().end());
+    return out;
+  }, "The current session's distinct warnings so far, as the CLI prints them at the end of a run.");
   m.def("grad", &grad_of);
   m.def("_set_grad_enabled", [](bool on) {
     PackageLock lock;
@@ -651,7 +665,10 @@ PYBIND11_MODULE(_tracecache, m) {
                         .threads = threads.value_or(0)})
               .value_or_throw();
     }
-    if (!s->cache_warning.empty()) PyErr_WarnEx(PyExc_RuntimeWarning, s->cache_warning.c_str(), 1);
+    // Level 2: the caller of tracecache.configure, not the package's wrapper.
+    if (!s->cache_warning.empty() && PyErr_WarnEx(PyExc_RuntimeWarning, s->cache_warning.c_str(), 2) != 0) {
+      throw py::error_already_set();
+    }
     set_current_session(std::move(s));
   }, py::kw_only(), py::arg("mode") = "lazy", py::arg("backend") = "cpu", py::arg("db") = py::none(),
      py::arg("no_cache") = false, py::arg("threads") = py::none());

@@ -92,6 +92,16 @@ Result<std::shared_ptr<PySession>> make_session(Settings settings) {
   return s;
 }
 
+void report_new_warnings(PySession& session) {
+  Runtime* runtime = session.session ? session.session->runtime() : nullptr;
+  if (!runtime) return;
+  const std::vector<std::string>& warnings = runtime->warnings();
+  while (session.warnings_reported < warnings.size()) {
+    const std::string& w = warnings[session.warnings_reported++];
+    if (PyErr_WarnEx(PyExc_RuntimeWarning, w.c_str(), 1) != 0) throw py::error_already_set();
+  }
+}
+
 const std::shared_ptr<PySession>& current_session() {
   std::shared_ptr<PySession>& s = current_slot();
   if (!s) s = make_session(Settings{}).value_or_throw();

@@ -44,8 +44,15 @@ struct PySession {
   std::unique_ptr<store::CacheDb> db;
   std::unique_ptr<Session> session;
   std::string cache_warning;  // why the session runs without its database, if it does
+  size_t warnings_reported = 0;  // of session->runtime()->warnings(), raised as RuntimeWarning
   ~PySession();
 };
+
+// Raises each runtime warning of `session` not raised yet (a read-only cache, a fallback to the
+// reference evaluator) as a Python RuntimeWarning, as the CLI prints them. Throws
+// pybind11::error_already_set when a warnings filter turns one into an error. REQUIRES: the
+// GIL and PackageLock held.
+void report_new_warnings(PySession& session);
 
 // Makes a session from `settings` (reading TRACECACHE_DB, XDG_CACHE_HOME, HOME and
 // TRACECACHE_THREADS for what they leave unset), as `tracecache run` does: a database that

@@ -10,11 +10,11 @@ import numpy as _np
 
 from . import _tracecache
 from ._tracecache import (Error, Tensor, op, op_names, mark_step, settings, counters,
-                          metrics_report, audit)
+                          metrics_report, audit, warnings)
 
 __all__ = ["Error", "Tensor", "CompiledFunction", "configure", "settings", "tensor", "from_numpy",
            "from_torch", "op", "ops", "op_names", "mark_step", "grad", "no_grad", "compile",
-           "counters", "metrics_report", "audit"]
+           "counters", "metrics_report", "audit", "warnings"]
 
 _atexit.register(_tracecache._shutdown)
 
@@ -83,9 +83,9 @@ def _torch(self):
     """The value as a torch tensor sharing the tensor's host memory (no copy). tracecache values
     are immutable: clone it before writing to it in place."""
     import torch
-    import warnings
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+    import warnings as python_warnings
+    with python_warnings.catch_warnings():
+        python_warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
         return torch.from_numpy(self.numpy())
 
 
@@ -108,6 +108,9 @@ def _binary(name, reverse=False):
 Tensor.torch = _torch
 Tensor.__len__ = _len
 Tensor.__array__ = lambda self, dtype=None: _np.asarray(self.numpy(), dtype=dtype)
+Tensor.__bool__ = lambda self: bool(self.item())  # one element (a value read), as torch
+Tensor.__float__ = lambda self: float(self.item())
+Tensor.__int__ = lambda self: int(self.item())
 Tensor.__neg__ = lambda self: op("neg", self)
 Tensor.__abs__ = lambda self: op("abs", self)
 for _name, _registry in (("add", "add"), ("sub", "sub"), ("mul", "mul"), ("truediv", "div"),

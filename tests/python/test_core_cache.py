@@ -12,6 +12,9 @@ import numpy as np
 import tracecache as tc
 
 CLI = os.environ["TRACECACHE_CLI"]
+# In a sanitizer build this interpreter runs with the sanitizer runtime preloaded; the CLI links
+# its own, so it runs without the preload.
+CLI_ENV = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
 TMP = os.environ.get("TRACECACHE_TEST_TMP", ".")
 PROGRAM = """tracecache 1
 steps 2
@@ -24,7 +27,8 @@ output r
 
 
 def run_cli(*args):
-    r = subprocess.run([CLI, *args], capture_output=True, text=True, check=True)
+    r = subprocess.run([CLI, *args], capture_output=True, text=True, check=True,
+                       env=CLI_ENV)
     return r.stdout
 
 
@@ -45,6 +49,13 @@ class Cache(unittest.TestCase):
         other = os.path.join(TMP, "other.db")
         tc.configure(db=other)
         self.assertEqual(tc.settings()["db"], other)
+
+    def test_a_database_that_cannot_be_opened_costs_caching(self):
+        with self.assertWarnsRegex(RuntimeWarning, "running without the cache: cannot create"):
+            tc.configure(db="/proc/tracecache/cache.db")  # as `run` does: a warning, no database
+        self.assertIsNone(tc.settings()["db"])
+        self.assertEqual(len(tc.warnings()), 1)
+        self.assertEqual((tc.tensor([1.0]) + 1.0).numpy().tolist(), [2.0])
 
     def test_counter_names_equal_run_json(self):
         path = os.path.join(TMP, "p.trace")

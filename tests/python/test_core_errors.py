@@ -11,6 +11,9 @@ import numpy as np
 import tracecache as tc
 
 CLI = os.environ["TRACECACHE_CLI"]
+# In a sanitizer build this interpreter runs with the sanitizer runtime preloaded; the CLI links
+# its own, so it runs without the preload.
+CLI_ENV = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
 TMP = os.environ.get("TRACECACHE_TEST_TMP", ".")
 
 
@@ -21,7 +24,7 @@ def cli_message(body):
     with open(path, "w") as f:
         f.write("tracecache 1\ninput x : f32[2, 3] = normal(seed=1)\n"
                 "input y : f32[4, 5] = normal(seed=2)\n" + body + "\noutput r\n")
-    r = subprocess.run([CLI, "run", path, "--no-cache"], capture_output=True, text=True)
+    r = subprocess.run([CLI, "run", path, "--no-cache"], capture_output=True, text=True, env=CLI_ENV)
     assert r.returncode == 2, (r.returncode, r.stderr)
     line = r.stderr.strip().splitlines()[-1]
     m = re.match(r"tracecache: .*bad\.trace:\d+:\d+: (.*)$", line)

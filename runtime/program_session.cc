@@ -24,6 +24,11 @@ std::vector<int64_t> dim_values(const std::vector<DimSource>& sources, TensorAt 
   return dims;
 }
 
+// The compiled function a program's steps are in once mode: "<program file name>:step".
+std::string function_name(const Program& program) {
+  return std::filesystem::path(program.file_name).filename().string() + ":step";
+}
+
 }  // namespace
 
 ProgramSession::ProgramSession(const Program& program, std::unique_ptr<Session> session)
@@ -33,6 +38,10 @@ ProgramSession::~ProgramSession() = default;
 
 Result<std::unique_ptr<ProgramSession>> ProgramSession::create(const Program& program,
                                                                ProgramSessionOptions options) {
+  if (options.session.program.empty()) options.session.program = program.file_name;
+  if (options.session.mode == SessionMode::kOnce && options.session.function.empty()) {
+    options.session.function = function_name(program);
+  }
   Result<std::unique_ptr<Session>> session = Session::create(options.session);
   if (!session.is_ok()) return session.status();
   std::unique_ptr<ProgramSession> s(new ProgramSession(program, std::move(*session)));
@@ -46,8 +55,7 @@ Result<std::unique_ptr<ProgramSession>> ProgramSession::create(const Program& pr
     // function's code, so an edited program never replays the old program's entries.
     const std::string text = print_program(program);
     fo.user_version = hex64(XXH3_64bits(text.data(), text.size()));
-    std::string name =
-        std::filesystem::path(program.file_name).filename().string() + ":step";
+    std::string name = options.session.function;
     // The graph may depend on nothing but the arguments, never on the step number. A dim that
     // some argument's declared type uses is read from that argument's size, and attributes
     // written with it are bound to that size, so the step is shape-polymorphic in it: a new

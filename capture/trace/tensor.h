@@ -34,6 +34,8 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -209,6 +211,31 @@ class LazyContext {
                   std::span<const AttrValue>(attrs.begin(), attrs.size()));
   }
 
+  // Source locations (capture/ir/graph_sources.h), kept outside the graph hash. Once a location
+  // is set, every node recorded carries the location last set ("mlp.trace:7 h", "resnet18
+  // layer1.0.conv1", a C++ or Python "file:line"), and a barrier's CanonicalGraph carries them
+  // per node (node_sources). A context never given a location records none and pays nothing for
+  // it; in eager mode these are no-ops. Locations are one line each (line breaks become spaces).
+  //
+  // The location of the ops recorded from now on ("" : none). Interns the text on each call.
+  void set_source(std::string_view location);
+  // The same by id (source_id()): no text is hashed, for per-op use on hot paths.
+  void set_source(uint32_t id);
+  // The id of the location of `site` (a program statement, a layer: any address that stands
+  // for one location while this context lives); `make()` gives its text and is called only the
+  // first time a site is seen. kNoSource in eager mode.
+  template <typename MakeLocation>
+  uint32_t source_id(const void* site, MakeLocation&& make) {
+    if (options_.eager) return kNoSource;
+    auto it = site_sources_.find(site);
+    if (it == site_sources_.end()) it = site_sources_.emplace(site, intern_source(make())).first;
+    return it->second;
+  }
+  // The location (an id from source_id()) of a materialized tensor when it enters a graph as a
+  // parameter ("x (mlp.trace:3)"); without one, a parameter takes the location of the op that
+  // first reads it. Kept until the trace is next reset (the end of a step).
+  void name_tensor(const Tensor& tensor, uint32_t id);
+
   // The barrier: materializes every live pending tensor as one graph. A no-op if none (always,
   // in eager mode).
   void mark_step();
@@ -234,6 +261,11 @@ class LazyContext {
   friend struct AutogradAccess;
   NodeId node_for(TensorImpl* t);
   void observe(const TensorImpl* t);
+  // The index of `location` in source_names_ (added if new, copying the names first when a
+  // graph still shares them).
+  uint32_t intern_source(std::string_view location);
+  // Node `id`'s location is `source` (tracking sources only).
+  void note_source(NodeId id, uint32_t source);
   TraceTemplate* capturing() const;  // the template, while it still mirrors the trace
   Tensor run_eager(OpKind op, std::span<const Tensor> inputs, std::span<const AttrValue> attrs,
                    const TensorType& type);
@@ -264,6 +296,14 @@ class LazyContext {
   bool grad_enabled_ = true;
   // The autodiff tape: the GradNode of every live tensor with has_grad_fn.
   std::unordered_map<const TensorImpl*, std::unique_ptr<GradNode>> tape_;
+  // Source locations (set_source): off until the first location is given.
+  bool track_sources_ = false;
+  uint32_t current_source_ = kNoSource;
+  std::shared_ptr<std::vector<std::string>> source_names_;
+  std::unordered_map<std::string, uint32_t> source_ids_;
+  std::unordered_map<const void*, uint32_t> site_sources_;  // source_id()
+  std::vector<uint32_t> trace_sources_;  // per trace_ node, this trace
+  std::unordered_map<const void*, uint32_t> data_sources_;  // name_tensor(), by data identity
 };
 
 // ---- the op API -------------------------------------------------------------------------

@@ -75,11 +75,10 @@ Result<double> parse_since(std::string_view text) {
     return invalid_argument(fmt::format("--since '{}' is not a time: give an ISO date or date and time in UTC "
                                         "(2026-11-23, 2026-11-23T10:00) or an age (30s, 10m, 2h, 1d)", text));
   }
-  const std::chrono::sys_days days = std::chrono::year_month_day(
-      std::chrono::year(year), std::chrono::month(static_cast<unsigned>(month)), std::chrono::day(static_cast<unsigned>(day)));
-  if (!std::chrono::year_month_day(days).ok()) {
-    return invalid_argument(fmt::format("--since '{}': no such date", text));
-  }
+  const std::chrono::year_month_day date(std::chrono::year(year), std::chrono::month(static_cast<unsigned>(month)),
+                                         std::chrono::day(static_cast<unsigned>(day)));
+  if (!date.ok()) return invalid_argument(fmt::format("--since '{}': no such date", text));
+  const std::chrono::sys_days days(date);
   return static_cast<double>(days.time_since_epoch().count()) * 86400.0 + hour * 3600.0 + minute * 60.0 + second;
 }
 

@@ -61,6 +61,11 @@ Result<std::unique_ptr<ProgramSession>> ProgramSession::create(const Program& pr
     // written with it are bound to that size, so the step is shape-polymorphic in it: a new
     // batch size needs no retrace once the dim is dynamic. Other dims are guarded scalars.
     s->dim_sources_ = dim_sources(program);
+    // Dims no argument's shape carries are scalar arguments: named as the program names them.
+    for (size_t d = 0; d < program.dims.size(); ++d) {
+      if (s->dim_sources_[d].tensor < 0) fo.scalar_names.push_back(program.dims[d].name);
+    }
+    fo.call_name = "step";
     TracedFn fn = [&program, sources = s->dim_sources_](LazyContext& ctx, const TraceArgs& args) {
       const std::vector<int64_t> dims = dim_values(
           sources, [&](size_t i) -> const Tensor& { return args.tensor(i); },

@@ -325,7 +325,14 @@ void Runtime::remember_graph(const CanonicalGraph& cg, const GraphSources& sourc
   recent_graphs_.add(cg.key, cg.graph, sources);
   // Best-effort, like the explanations it serves: a database that cannot take the sources
   // already reported its state through the executable's own store (store_failed, a warning).
-  if (disk_db_ && !disk_db_->read_only() && !sources.empty()) (void)disk_db_->put_graph_sources(cg.key, sources);
+  // A graph compiled without locations (one loaded by key, a template's specialization) never
+  // replaces the locations stored for it.
+  if (!disk_db_ || disk_db_->read_only() || sources.empty()) return;
+  if (sources.nodes.empty()) {
+    Result<std::optional<GraphSources>> stored = disk_db_->get_graph_sources(cg.key);
+    if (!stored.is_ok() || stored->has_value()) return;
+  }
+  (void)disk_db_->put_graph_sources(cg.key, sources);
 }
 
 Result<std::shared_ptr<const Executable>> Runtime::prepare_by_key(const GraphKey& key) {

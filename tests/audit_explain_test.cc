@@ -16,6 +16,7 @@
 #include "runtime/closest_graph.h"
 #include "runtime/runtime.h"
 #include "store/sqlite/cache_db.h"
+#include "tests/once_harness.h"
 #include "tests/test_support.h"
 
 namespace tracecache {
@@ -260,6 +261,42 @@ TEST(ScopedAudit, ASchemaThreeFileIsUpgradedKeepingItsEvents) {
   ASSERT_TRUE((*db)->append_events(e).is_ok());
   EXPECT_EQ((*db)->audit(nullptr, {.program = "p"})->size(), 1u);
   EXPECT_TRUE((*db)->put_graph_sources(GraphKey{2, 1}, {"p.trace", "", {}}).is_ok());
+}
+
+TEST(OnceReasons, AValueReadNamesWhatWasReadAndExpected) {
+  TracedFn fn = [](LazyContext&, const TraceArgs& a) {
+    Tensor s = sum(a.tensor(0));
+    if (s.item() > 0) return std::vector<Tensor>{mul(a.tensor(0), 2.0)};
+    return std::vector<Tensor>{neg(a.tensor(0))};
+  };
+  Harness h;
+  CompiledFunctionOptions options;
+  options.call_name = "step";
+  CompiledFunction f("branch", fn, &h.runtime, options);
+  h.call(f, {{h.tensor(filled(DType::kF32, {3}, 1))}, {}});
+  h.call(f, {{h.tensor(filled(DType::kF32, {3}, 2))}, {}});
+  ASSERT_EQ(f.stats().recompile_reasons.size(), 1u);
+  EXPECT_EQ(f.stats().recompile_reasons[0],
+            "entry 0: a value read inside the function changed (segment 0 output 0: expected 6, actual 9)");
+  auto recompile = std::find_if(h.runtime.events().begin(), h.runtime.events().end(),
+                                [](const store::Event& e) { return e.kind == store::EventKind::kRecompile; });
+  ASSERT_NE(recompile, h.runtime.events().end());
+  EXPECT_EQ(recompile->detail.rfind("step 1: entry 0: a value read", 0), 0u) << recompile->detail;
+  EXPECT_EQ(recompile->function, "branch");
+}
+
+TEST(OnceReasons, AScalarIsNamedAsTheCallerNamesIt) {
+  TracedFn fn = [](LazyContext&, const TraceArgs& a) {
+    return std::vector<Tensor>{mul(a.tensor(0), a.scalar(0))};
+  };
+  Harness h;
+  CompiledFunctionOptions options;
+  options.scalar_names = {"LR"};
+  CompiledFunction f("scale", fn, &h.runtime, options);
+  h.call(f, {{h.tensor(filled(DType::kF32, {3}, 1))}, {2}});
+  h.call(f, {{h.tensor(filled(DType::kF32, {3}, 1))}, {3}});
+  ASSERT_EQ(f.stats().recompile_reasons.size(), 1u);
+  EXPECT_EQ(f.stats().recompile_reasons[0], "entry 0: scalar 0 'LR': value expected 2, actual 3");
 }
 
 }  // namespace

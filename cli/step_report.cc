@@ -9,6 +9,7 @@ namespace tracecache::cli {
 namespace {
 
 constexpr size_t kVariesShown = 4;
+constexpr size_t kJsonDifferences = 32;  // per graph in steps_detail
 
 std::string short_hash(const GraphKey& k) { return k.to_hex().substr(0, 16); }
 
@@ -132,9 +133,12 @@ void StepReport::write_json(JsonWriter& j) const {
         j.key("fell_back").value(g.fell_back);
         if (g.closest) {
           j.key("closest").value(g.closest->to_hex());
+          // Bounded: two unrelated graphs differ everywhere, and the first few say enough.
+          const size_t shown = std::min(g.diff.differences.size(), kJsonDifferences);
           j.key("differences").begin_array();
-          for (const NodeDifference& d : g.diff.differences) write_difference(j, d);
+          for (size_t k = 0; k < shown; ++k) write_difference(j, g.diff.differences[k]);
           j.end_array();
+          j.key("more_differences").value(static_cast<uint64_t>(g.diff.differences.size() - shown));
         } else {
           j.key("closest").null();
         }

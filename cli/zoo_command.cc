@@ -325,6 +325,7 @@ CLI::App* add_zoo_command(CLI::App& app, ZooOptions& o, const std::string& db_he
   run->add_flag("--no-cache", o.run.no_cache, "Compile in memory only; do not open the cache database");
   run->add_flag("--json", o.run.json, "Print one JSON object, as `tracecache run --json`");
   run->add_flag("--metrics", o.run.metrics, "Print the metrics report");
+  run->add_flag("-v,--verbose", o.run.verbose, "As `tracecache run -v`: each step's cache outcomes on stderr");
   run->add_option("--save-outputs", o.run.save_outputs,
                   "Write every output of every step to DIR/step<N>_<name>.npy");
   CLI::App* train = zoo->add_subcommand(
@@ -351,6 +352,7 @@ CLI::App* add_zoo_command(CLI::App& app, ZooOptions& o, const std::string& db_he
   train->add_flag("--no-cache", o.run.no_cache, "Compile in memory only; do not open the cache database");
   train->add_flag("--json", o.run.json, "Print one JSON object, as `tracecache run --json` (each loss as \"value\")");
   train->add_flag("--metrics", o.run.metrics, "Print the metrics report");
+  train->add_flag("-v,--verbose", o.run.verbose, "As `tracecache run -v`: each step's cache outcomes on stderr");
   train->add_option("--save-outputs", o.run.save_outputs,
                     "Write every output of every step to DIR/step<N>_<name>.npy");
   train->add_flag("--output-params", o.output_params,

@@ -45,6 +45,8 @@ struct RunOptions {
   // One class label per line for the top classes of classifier outputs ("": class numbers).
   std::string labels;
   bool quiet = false;  // print nothing but errors (and the JSON object with --json)
+  // -v or TRACECACHE_VERBOSE: one line per step and graph on stderr (cli/step_report.h).
+  bool verbose = false;
 };
 int run_command(const RunOptions& options);
 // The help of the flags `run`, `zoo run` and `zoo train` share.
@@ -120,12 +122,26 @@ struct ShowOptions {
 };
 int show_command(const ShowOptions& options);
 
+// `diff A B` (cli/diff_command.cc): A and B are graph hashes (or unique prefixes) in the cache,
+// or trace programs (their graph at `step`).
+struct DiffOptions {
+  std::string a, b;
+  int step = 0;
+  bool json = false;
+  bool bake_scalars = false;
+  DbOptions db;
+};
+int diff_command(const DiffOptions& options);
+
 struct CacheCommandOptions {
   bool json = false;
   DbOptions db;
   uint64_t max_bytes = 0;  // gc
   int64_t max_events = store::kDefaultMaxEvents;  // gc: audit events kept (newest first)
   std::string older_than;  // gc: drop events, hit counts and stale function versions older than this
+  // audit: what to report on (store::AuditFilter); since: an ISO date/time (UTC) or an age
+  // ("10m", "2h", "1d"); graph: a hash or unique prefix.
+  std::string program, function, kind, since, graph;
 };
 int audit_command(const CacheCommandOptions& options);
 int ls_command(const CacheCommandOptions& options);

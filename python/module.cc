@@ -522,6 +522,7 @@ py::dict audit(const std::optional<std::string>& db_flag) {
   for (const store::GraphAudit& a : graphs) {
     py::dict g;
     g["hash"] = a.graph.to_hex();
+    g["program"] = a.program;
     g["hits_memory"] = a.hits_memory;
     g["hits_disk"] = a.hits_disk;
     g["misses"] = a.misses;
@@ -536,6 +537,8 @@ py::dict audit(const std::optional<std::string>& db_flag) {
       md["time"] = m.time;
       md["reason"] = m.reason;
       md["backend"] = m.backend;
+      md["program"] = m.program;
+      md["detail"] = m.detail;
       misses.append(md);
     }
     g["recent_misses"] = misses;

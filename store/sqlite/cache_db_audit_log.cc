@@ -63,6 +63,9 @@ Result<std::vector<Event>> CacheDb::events(int64_t after_id, int64_t limit, int6
     e.reason = q.col_text(6);
     e.duration_ms = q.col_real(7);
     e.detail = q.col_text(8);
+    e.options_digest = q.col_text(9);
+    e.program = q.col_text(10);
+    e.function = q.col_text(11);
     out.push_back(std::move(e));
   }
   if (rc != SQLITE_DONE) return impl_->error(rc, "reading the audit log");

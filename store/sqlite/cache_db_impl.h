@@ -133,7 +133,7 @@ struct CacheDb::Impl {
   Stmt trim_events_count, trim_events_age, trim_hits_age, trim_function_versions, keys_with_prefix;
   Stmt list_exes, lru_exes, remove_exe_row;
   Stmt count_graphs, count_exes, count_events, page_count, page_size;
-  Stmt audit_graphs, recent_misses;
+  Stmt put_sources, get_sources, recent_program_graphs;
   Stmt all_graph_blobs, all_exe_blobs;
   Stmt put_fn_entry, get_fn_entries, add_fn_hits, remove_fn_entry, list_fn_entries, recent_recompiles;
 
@@ -244,7 +244,9 @@ struct CacheDb::Impl {
         .text(6, e.reason)
         .real(7, e.duration_ms)
         .text(8, e.detail)
-        .text(9, e.options_digest);
+        .text(9, e.options_digest)
+        .text(10, e.program)
+        .text(11, e.function);
     int rc = q.step();
     return rc == SQLITE_DONE ? Status::ok() : error(rc, "appending to the audit log");
   }

@@ -92,12 +92,89 @@ Result<CacheStats> CacheDb::stats() {
   });
 }
 
-Result<std::vector<GraphAudit>> CacheDb::audit(int64_t* malformed) {
+namespace {
+
+// SQL true when column `col` names the program bound as ?1: the name as recorded, or a file
+// name of it with or without ".trace" ("mlp" and "mlp.trace" select "fixtures/programs/mlp.trace").
+std::string program_matches(std::string_view col) {
+  return fmt::format("({0} IN (?1, ?1 || '.trace') OR substr({0}, -length(?1) - 1) = '/' || ?1 OR "
+                     "substr({0}, -length(?1) - 7) = '/' || ?1 || '.trace')", col);
+}
+
+// The conditions `f` puts on events (the parameters: ?1 program, ?2 function, ?3 kind, ?4 since,
+// ?5 graph key), as " AND ..." clauses.
+std::string event_conditions(const AuditFilter& f) {
+  std::string sql;
+  if (!f.program.empty()) sql += " AND " + program_matches("program");
+  if (!f.function.empty()) sql += " AND function = ?2";
+  if (!f.kind.empty()) sql += " AND kind = ?3";
+  if (f.since > 0) sql += " AND time >= ?4";
+  if (f.graph) sql += " AND graph_key = ?5";
+  return sql;
+}
+
+// The same for hit_counts, which know no program or function: those select through the graph's
+// stored sources.
+std::string hit_conditions(const AuditFilter& f) {
+  std::string sql;
+  if (!f.program.empty()) {
+    sql += fmt::format(" AND graph_key IN (SELECT graph_key FROM graph_sources WHERE {})", program_matches("program"));
+  }
+  if (!f.function.empty()) sql += " AND graph_key IN (SELECT graph_key FROM graph_sources WHERE function = ?2)";
+  if (!f.kind.empty()) sql += " AND tier = ?3";
+  if (f.since > 0) sql += " AND last_time >= ?4";
+  if (f.graph) sql += " AND graph_key = ?5";
+  return sql;
+}
+
+// A statement made for one query (its text depends on the filter), finalized when done.
+class AdHoc {
+ public:
+  ~AdHoc() { sqlite3_finalize(stmt_.get()); }
+  Stmt& stmt() { return stmt_; }
+  // Binds the filter's parameters (?1 to ?5; unused ones are harmless).
+  static void bind(Query& q, const AuditFilter& f) {
+    q.text(1, f.program).text(2, f.function).text(3, f.kind).real(4, f.since);
+    q.text(5, f.graph ? f.graph->to_hex() : std::string());
+  }
+
+ private:
+  Stmt stmt_;
+};
+
+}  // namespace
+
+Result<std::vector<GraphAudit>> CacheDb::audit(int64_t* malformed, const AuditFilter& filter) {
   if (malformed) *malformed = 0;
+  const std::string sql = fmt::format(
+      "SELECT graph_key, SUM(hm), SUM(hd), SUM(ms), SUM(cp), SUM(cr), SUM(cms), MAX(t) FROM ("
+      "SELECT graph_key, kind = 'hit_memory' AS hm, kind = 'hit_disk' AS hd, kind = 'miss' AS ms, "
+      "kind = 'compile' AS cp, kind = 'corrupt' AS cr, CASE WHEN kind = 'compile' THEN duration_ms ELSE 0 END "
+      "AS cms, time AS t FROM events WHERE kind IN ('hit_memory', 'hit_disk', 'miss', 'compile', 'corrupt', 'store', "
+      "'evict', 'store_failed'){} UNION ALL "
+      "SELECT graph_key, CASE WHEN tier = 'hit_memory' THEN hits ELSE 0 END, CASE WHEN tier = 'hit_disk' THEN "
+      "hits ELSE 0 END, 0, 0, 0, 0, last_time FROM hit_counts WHERE 1{}) "
+      "GROUP BY graph_key ORDER BY MAX(t) DESC, graph_key",
+      event_conditions(filter), hit_conditions(filter));
+  const std::string misses_sql = fmt::format(
+      "SELECT time, reason, backend, detail, program FROM events WHERE graph_key = ?6 AND kind = 'miss'{} "
+      "ORDER BY time DESC, id DESC LIMIT 5",
+      event_conditions(filter));
+  constexpr const char* kProgramSql =
+      "SELECT program FROM (SELECT program, 1 AS o FROM graph_sources WHERE graph_key = ?1 AND program <> '' "
+      "UNION ALL SELECT program, 2 FROM (SELECT program FROM events WHERE graph_key = ?1 AND program <> '' "
+      "ORDER BY id DESC LIMIT 1)) ORDER BY o LIMIT 1";
+  AdHoc rows_stmt, misses_stmt, program_stmt;
+  for (auto [stmt, text] : {std::pair{&rows_stmt, sql.c_str()}, std::pair{&misses_stmt, misses_sql.c_str()},
+                            std::pair{&program_stmt, kProgramSql}}) {
+    Status st = impl_->prepare(stmt->stmt(), text);
+    if (!st.is_ok()) return st;
+  }
   return impl_->read_transaction("reading the audit log", [&]() -> Result<std::vector<GraphAudit>> {
     std::vector<GraphAudit> out;
     {
-      Query q(impl_->audit_graphs);
+      Query q(rows_stmt.stmt());
+      AdHoc::bind(q, filter);
       int rc;
       while ((rc = q.step()) == SQLITE_ROW) {
         std::optional<GraphKey> key = GraphKey::from_hex(q.col_text(0));
@@ -123,12 +200,20 @@ Result<std::vector<GraphAudit>> CacheDb::audit(int64_t* malformed) {
       if (rc != SQLITE_DONE) return impl_->error(rc, "reading the audit log");
     }
     for (GraphAudit& a : out) {
+      {
+        Query q(program_stmt.stmt());
+        q.text(1, a.graph.to_hex());
+        int rc = q.step();
+        if (rc == SQLITE_ROW) a.program = q.col_text(0);
+        else if (rc != SQLITE_DONE) return impl_->error(rc, "reading the audit log");
+      }
       if (a.misses == 0) continue;
-      Query q(impl_->recent_misses);
-      q.text(1, a.graph.to_hex());
+      Query q(misses_stmt.stmt());
+      AdHoc::bind(q, filter);
+      q.text(6, a.graph.to_hex());
       int rc;
       while ((rc = q.step()) == SQLITE_ROW) {
-        a.recent_misses.push_back({q.col_real(0), q.col_text(1), q.col_text(2)});
+        a.recent_misses.push_back({q.col_real(0), q.col_text(1), q.col_text(2), q.col_text(3), q.col_text(4)});
       }
       if (rc != SQLITE_DONE) return impl_->error(rc, "reading the audit log");
     }
@@ -334,7 +419,20 @@ Result<GraphKey> resolve_graph_key(CacheDb& db, std::string_view text) {
   return invalid_argument(fmt::format("graph hash prefix '{}' is ambiguous; candidates:{}", text, list));
 }
 
-Result<std::vector<FunctionAudit>> CacheDb::function_audit() {
+namespace {
+
+// Whether compiled function `name` ("mlp.trace:step": a program's file name, then what it runs)
+// belongs to `program` as AuditFilter::program names one.
+bool function_of_program(std::string_view name, std::string_view program) {
+  const size_t colon = name.rfind(':');
+  std::string_view file = colon == std::string_view::npos ? name : name.substr(0, colon);
+  std::string_view base = program.substr(program.rfind('/') == std::string_view::npos ? 0 : program.rfind('/') + 1);
+  return file == base || file == fmt::format("{}.trace", base);
+}
+
+}  // namespace
+
+Result<std::vector<FunctionAudit>> CacheDb::function_audit(const AuditFilter& filter) {
   return impl_->read_transaction("auditing functions", [&]() -> Result<std::vector<FunctionAudit>> {
     std::vector<FunctionAudit> out;
     {
@@ -347,6 +445,10 @@ Result<std::vector<FunctionAudit>> CacheDb::function_audit() {
       }
       if (rc != SQLITE_DONE) return impl_->error(rc, "auditing functions");
     }
+    std::erase_if(out, [&](const FunctionAudit& f) {
+      return (!filter.function.empty() && f.key.name != filter.function) ||
+             (!filter.program.empty() && !function_of_program(f.key.name, filter.program));
+    });
     for (FunctionAudit& f : out) {
       Query q(impl_->recent_recompiles);
       q.text(1, f.key.name);

@@ -97,6 +97,28 @@ print("html ok:", len(text), "bytes,", len(c.tags), "elements")
 PY
 [ -n "$(command -v dot)" ] && { grep -q 'class="node"' "$TMP/report.html" || fail "dot is installed: the graphs are drawn"; }
 
+# show --dot: DOT text Graphviz accepts, one digraph per graph of a program; a forged program
+# location cannot break out of its label.
+"$TC" show "$TMP/batch.trace" --dot --steps 3 > "$TMP/batch.dot"
+[ "$(grep -c '^digraph ' "$TMP/batch.dot")" = 2 ] || fail "show PROGRAM --dot: $(head -3 "$TMP/batch.dot")"
+grep -q 'batch.trace:6 h' "$TMP/batch.dot" || fail "show --dot labels nodes with their program lines"
+/usr/bin/python3 - "$db" <<'PY'
+import sqlite3, sys
+con = sqlite3.connect(sys.argv[1])
+key, text = con.execute("SELECT graph_key, sources FROM graph_sources WHERE program LIKE '%batch.trace' LIMIT 1").fetchone()
+lines = text.split("\n")
+lines[3] = 'evil" ] ; n0 -> n1 ; x [label="\\N }'
+con.execute("UPDATE graph_sources SET sources = ? WHERE graph_key = ?", ("\n".join(lines), key))
+con.commit()
+print(key, file=open(sys.argv[1] + ".key", "w"))
+PY
+key=$(cat "$db.key")
+"$TC" show "${key:0:10}" --db "$db" --dot > "$TMP/forged.dot"
+if command -v dot > /dev/null; then
+  dot -Tsvg "$TMP/forged.dot" > "$TMP/forged.svg" || fail "dot refuses show --dot's text: $(cat "$TMP/forged.dot")"
+  grep -q 'evil&quot; ] ; n0 &#45;&gt; n1 ; x \[label=&quot;\\N }' "$TMP/forged.svg" || fail "the forged location is one label's text"
+fi
+
 # Filters as audit's; bad input is exit 2 with a message.
 expect_exit 0 "$TC" report --db "$db" -o "$TMP/batch.html" --program batch
 grep -q "rows.trace" "$TMP/batch.html" && fail "--program batch shows rows.trace"

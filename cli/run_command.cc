@@ -555,6 +555,9 @@ int show_command(const ShowOptions& options) {
       for (size_t s : steps_of[cg->key]) j.value(s);
       j.end_array();
       j.key("graph").value(cg->graph.to_text());
+      j.key("sources").begin_array();
+      for (const std::string& n : graph_sources(*cg).nodes) j.value(n);
+      j.end_array();
       j.end_object();
     }
     j.end_array();

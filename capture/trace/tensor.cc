@@ -11,6 +11,10 @@
 
 namespace tracecache {
 
+namespace {
+constexpr uint16_t kNoTensorSource = 0xffff;  // TensorImpl::source
+}  // namespace
+
 // A span of n scratch values: inline for the common small case, on the heap beyond it.
 template <typename T, size_t N = 4>
 class Scratch {
@@ -136,10 +140,7 @@ NodeId LazyContext::node_for(TensorImpl* t) {
   auto [it, inserted] = param_of_data_.try_emplace(t->data->identity(), 0);
   if (inserted) {
     it->second = trace_.add_parameter(t->type);
-    if (track_sources_) {
-      auto named = data_sources_.find(t->data->identity());
-      note_source(it->second, named != data_sources_.end() ? named->second : current_source_);
-    }
+    if (track_sources_) note_source(it->second, t->source != kNoTensorSource ? t->source : current_source_);
     trace_params_.push_back(t->data);
     if (TraceTemplate* c = capturing()) {
       c->graph.add_parameter(t->type);
@@ -358,7 +359,6 @@ void LazyContext::reset_trace_if_idle() {
   trace_.clear();
   trace_params_.clear();
   trace_sources_.clear();
-  data_sources_.clear();
   lost_step_.reset();
   param_of_data_.clear();
   donations_.clear();
@@ -377,9 +377,9 @@ void LazyContext::set_source(uint32_t id) {
 }
 
 void LazyContext::name_tensor(const Tensor& tensor, uint32_t id) {
-  if (options_.eager || !tensor.defined() || tensor.impl_->pending() || id == kNoSource) return;
+  if (options_.eager || !tensor.defined() || id >= kNoTensorSource) return;
   track_sources_ = true;
-  data_sources_[tensor.impl_->data->identity()] = id;
+  tensor.impl_->source = static_cast<uint16_t>(id);
 }
 
 uint32_t LazyContext::intern_source(std::string_view location) {

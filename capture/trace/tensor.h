@@ -65,6 +65,9 @@ struct TensorImpl {
   // of this struct so that tensors of programs that never train stay as small as before).
   bool requires_grad = false;
   bool has_grad_fn = false;
+  // The location name_tensor() gave this value (an index into the context's source names), in
+  // the same padding: kNoTensorSource when none.
+  uint16_t source = 0xffff;
   LazyContext* ctx = nullptr;
   TensorType type;
   NodeId node = kNoNode;
@@ -224,16 +227,25 @@ class LazyContext {
   // The id of the location of `site` (a program statement, a layer: any address that stands
   // for one location while this context lives); `make()` gives its text and is called only the
   // first time a site is seen. kNoSource in eager mode.
+  // Sites asked in the same order as last time (a program's statements, step after step) cost
+  // one comparison each; others one hash lookup.
   template <typename MakeLocation>
   uint32_t source_id(const void* site, MakeLocation&& make) {
     if (options_.eager) return kNoSource;
-    auto it = site_sources_.find(site);
-    if (it == site_sources_.end()) it = site_sources_.emplace(site, intern_source(make())).first;
-    return it->second;
+    if (next_site_ < site_order_.size() && site_order_[next_site_].first == site) {
+      return site_order_[next_site_++].second;
+    }
+    auto it = site_index_.find(site);
+    if (it == site_index_.end()) {
+      it = site_index_.emplace(site, site_order_.size()).first;
+      site_order_.emplace_back(site, intern_source(make()));
+    }
+    next_site_ = it->second + 1;
+    return site_order_[it->second].second;
   }
   // The location (an id from source_id()) of a materialized tensor when it enters a graph as a
-  // parameter ("x (mlp.trace:3)"); without one, a parameter takes the location of the op that
-  // first reads it. Kept until the trace is next reset (the end of a step).
+  // parameter ("mlp.trace:3 input x : f32[B, 4]"); without one, or with an id past 65534, a
+  // parameter takes the location of the op that first reads it. Kept with the tensor handle.
   void name_tensor(const Tensor& tensor, uint32_t id);
 
   // The barrier: materializes every live pending tensor as one graph. A no-op if none (always,
@@ -301,9 +313,12 @@ class LazyContext {
   uint32_t current_source_ = kNoSource;
   std::shared_ptr<std::vector<std::string>> source_names_;
   std::unordered_map<std::string, uint32_t> source_ids_;
-  std::unordered_map<const void*, uint32_t> site_sources_;  // source_id()
+  // source_id(): every site with its location, in the order first seen; where each is in it;
+  // the position the next site is expected at.
+  std::vector<std::pair<const void*, uint32_t>> site_order_;
+  std::unordered_map<const void*, size_t> site_index_;
+  size_t next_site_ = 0;
   std::vector<uint32_t> trace_sources_;  // per trace_ node, this trace
-  std::unordered_map<const void*, uint32_t> data_sources_;  // name_tensor(), by data identity
 };
 
 // ---- the op API -------------------------------------------------------------------------

@@ -84,6 +84,13 @@ PY
 grep -q "= reshape(.*  # .*r4.trace:5 r" "$TMP/show.txt" || fail "show: $(cat "$TMP/show.txt")"
 grep -q "^program .*r4.trace" "$TMP/show.txt" || fail "show names the program: $(cat "$TMP/show.txt")"
 
+"$TC" show "$TMP/r4.trace" --json > "$TMP/show.json"
+python3 - "$TMP/show.json" <<'PY'
+import json, sys
+g = json.load(open(sys.argv[1]))["graphs"][0]
+assert len(g["sources"]) == g["nodes"] and g["sources"][-1].endswith("r4.trace:5 r"), g
+PY
+
 # Prefixes: unknown and ambiguous are exit 2 naming what was asked (and the candidates).
 expect_exit 2 "$TC" show ffffffffffffffff --db "$db"
 grep -q "ffffffffffffffff" "$TMP/err" || fail "unknown prefix: $(cat "$TMP/err")"

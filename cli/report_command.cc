@@ -18,6 +18,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -171,9 +172,11 @@ class ReportWriter {
   Result<std::string> write() {
     Status st = gather();
     if (!st.is_ok()) return st;
+    // dot's input and output files, in a directory of our own (mkdtemp: no name another user
+    // could have planted); without one, the graphs are shown as text.
     std::error_code ec;
-    temp_dir_ = std::filesystem::temp_directory_path(ec) / fmt::format("tracecache-report-{}", ::getpid());
-    std::filesystem::create_directories(temp_dir_, ec);
+    std::string pattern = (std::filesystem::temp_directory_path(ec) / "tracecache-report-XXXXXX").string();
+    if (!ec && ::mkdtemp(pattern.data()) != nullptr) temp_dir_ = pattern;
     head();
     summary();
     size_t shown = 0;
@@ -188,7 +191,7 @@ class ReportWriter {
     problems();
     cache_size();
     tail();
-    std::filesystem::remove_all(temp_dir_, ec);
+    if (!temp_dir_.empty()) std::filesystem::remove_all(temp_dir_, ec);
     return std::move(html_);
   }
 
@@ -629,6 +632,8 @@ details summary{cursor:pointer;color:#334e68}
       std::string why;
       if (g->first.size() > kMaxDrawnNodes) {
         why = fmt::format("{} nodes: more than {} are not drawn", g->first.size(), kMaxDrawnNodes);
+      } else if (temp_dir_.empty()) {
+        why = "no temporary directory for dot's files: the graph is shown as text";
       } else if (!dot_missing_) {
         std::optional<std::string> svg =
             render_svg(graph_to_dot(g->first, g->second, a->graph.to_hex()), temp_dir_, pictures_shown_, &dot_missing_, &why);

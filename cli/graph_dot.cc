@@ -35,6 +35,13 @@ std::string cut(std::string s) {
   return s + "...";
 }
 
+// "/a/b/mlp.trace:7 h" -> "mlp.trace:7 h": a picture has room for the file name, not its path.
+std::string_view without_directories(std::string_view where) {
+  const size_t colon = where.find(':');
+  const size_t slash = where.substr(0, colon).rfind('/');
+  return slash == std::string_view::npos ? where : where.substr(slash + 1);
+}
+
 }  // namespace
 
 std::string graph_to_dot(const Graph& graph, const GraphSources& sources, std::string_view name) {
@@ -53,7 +60,9 @@ std::string graph_to_dot(const Graph& graph, const GraphSources& sources, std::s
     for (size_t i = 0; i < attrs.size(); ++i) {
       label += fmt::format("\\n{}={}", dot_text(info.attrs[i].name), dot_text(cut(attrs[i].to_string())));
     }
-    if (std::string_view where = sources.node(id); !where.empty()) label += "\\n" + dot_text(cut(std::string(where)));
+    if (std::string_view where = sources.node(id); !where.empty()) {
+      label += "\\n" + dot_text(cut(std::string(without_directories(where))));
+    }
     std::string style;
     if (n.op == OpKind::kParameter) style = ", shape=ellipse, fillcolor=\"#e8f5e9\", color=\"#2e7d32\"";
     if (is_output[id]) style += ", penwidth=2, color=\"#c62828\"";

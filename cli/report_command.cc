@@ -495,7 +495,7 @@ details summary{cursor:pointer;color:#334e68}
     chart(d);
 
     // Compiles, newest first, each with the miss that caused it and what differed.
-    std::vector<const store::Event*> compiles, recompiles, other;
+    std::vector<const store::Event*> compiles, recompiles;
     for (const store::Event* e : d.events) {
       if (e->kind == store::EventKind::kCompile) compiles.push_back(e);
       else if (e->kind == store::EventKind::kRecompile) recompiles.push_back(e);

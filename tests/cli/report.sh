@@ -119,6 +119,12 @@ if command -v dot > /dev/null; then
   grep -q 'evil&quot; ] ; n0 &#45;&gt; n1 ; x \[label=&quot;\\N }' "$TMP/forged.svg" || fail "the forged location is one label's text"
 fi
 
+# Without Graphviz on PATH the page says so and shows the graphs as text with their lines.
+PATH="$TMP/no-such-dir" expect_exit 0 "$TC" report --db "$db" -o "$TMP/nodot.html" --program batch
+grep -q "dot is not installed" "$TMP/nodot.html" || fail "no dot: the page says so"
+grep -q "= matmul(%0, %1).*# .*batch.trace:6 h" "$TMP/nodot.html" || fail "no dot: the graphs' text"
+grep -q 'class="node"' "$TMP/nodot.html" && fail "no dot: no Graphviz SVG"
+
 # Filters as audit's; bad input is exit 2 with a message.
 expect_exit 0 "$TC" report --db "$db" -o "$TMP/batch.html" --program batch
 grep -q "rows.trace" "$TMP/batch.html" && fail "--program batch shows rows.trace"

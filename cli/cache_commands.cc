@@ -43,6 +43,8 @@ Result<double> parse_age(std::string_view text) {
   return static_cast<double>(n) * unit;
 }
 
+}  // namespace
+
 // `audit --since`: "2026-11-23", "2026-11-23 10:00[:30]", "2026-11-23T10:00[:30][Z]" (UTC), or an
 // age before now ("30s", "10m", "2h", "1d") -> Unix time.
 Result<double> parse_since(std::string_view text) {
@@ -81,6 +83,8 @@ Result<double> parse_since(std::string_view text) {
   const std::chrono::sys_days days(date);
   return static_cast<double>(days.time_since_epoch().count()) * 86400.0 + hour * 3600.0 + minute * 60.0 + second;
 }
+
+namespace {
 
 // The audit filter the options ask for; bad input is kInvalidArgument (exit 2).
 Result<store::AuditFilter> audit_filter(const CacheCommandOptions& options, store::CacheDb& db) {

@@ -118,6 +118,7 @@ struct ShowOptions {
   bool json = false;
   bool bake_scalars = false;
   bool source = false;
+  bool dot = false;  // Graphviz DOT text instead (cli/graph_dot.h): one digraph per graph
   DbOptions db;
 };
 int show_command(const ShowOptions& options);
@@ -148,6 +149,17 @@ int ls_command(const CacheCommandOptions& options);
 int stats_command(const CacheCommandOptions& options);
 int gc_command(const CacheCommandOptions& options);
 int verify_command(const CacheCommandOptions& options);
+
+// `report -o FILE` (cli/report_command.cc): one self-contained HTML page of the audit (per program
+// and function: a timeline of hits, misses, compiles and recompiles, each compile's reason and
+// diff, the graphs drawn by Graphviz's `dot` when it is on PATH, time saved, cache size, corrupt
+// and fallback events); program, function and since filter as audit's.
+struct ReportOptions {
+  std::string output;
+  std::string program, function, since;
+  DbOptions db;
+};
+int report_command(const ReportOptions& options);
 
 // Prints "tracecache: <message>" to stderr and returns the exit code for `status`:
 // kExitBadInput for errors in what the user gave us, kExitFailure otherwise.

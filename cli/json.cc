@@ -6,9 +6,6 @@
 
 namespace tracecache::cli {
 
-namespace {
-
-// Length of the valid UTF-8 sequence starting at s[i], or 0 if it is not valid there.
 size_t utf8_length(std::string_view s, size_t i) {
   auto byte = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
   auto cont = [&](size_t k) { return k < s.size() && (byte(k) & 0xC0) == 0x80; };
@@ -29,8 +26,6 @@ size_t utf8_length(std::string_view s, size_t i) {
   }
   return 0;
 }
-
-}  // namespace
 
 std::string json_escape(std::string_view s) {
   std::string out;

@@ -135,6 +135,9 @@ int main(int argc, char** argv) {
   show_cmd->add_flag("--json", show.json, "Print JSON instead of text");
   show_cmd->add_flag("--bake-scalars", show.bake_scalars, "As for run");
   show_cmd->add_flag("--source", show.source, "Also print the program in canonical trace syntax");
+  show_cmd->add_flag("--dot", show.dot,
+                     "Print Graphviz DOT instead (one digraph per graph; render with `dot -Tsvg`)")
+      ->excludes("--json")->excludes("--source");
 
   DiffOptions diff;
   diff.db.env = cache_env;
@@ -179,6 +182,18 @@ int main(int argc, char** argv) {
                      "Also drop events, hit counts and superseded function versions older than this: "
                      "seconds, or with m/h/d (e.g. 30d)");
   CLI::App* verify_cmd = cache_cmd("verify", "Check every stored blob; exit 1 if any is bad.");
+
+  ReportOptions report;
+  report.db.env = cache_env;
+  CLI::App* report_cmd = app.add_subcommand(
+      "report", "Write the audit as one self-contained HTML page: per program and function a timeline of hits, "
+                "misses and compiles, each compile's reason and diff, recompiles, the graphs drawn (Graphviz), "
+                "time saved, cache size, corrupt and fallback events.");
+  report_cmd->add_option("-o,--output", report.output, "The HTML file to write (e.g. report.html)")->required();
+  report_cmd->add_option("--db", report.db.flag, db_help);
+  report_cmd->add_option("--program", report.program, "Only this program (as audit --program)");
+  report_cmd->add_option("--function", report.function, "Only this compiled function (as audit --function)");
+  report_cmd->add_option("--since", report.since, "Only events since this time (as audit --since)");
 
   if (report_unknown_command(app, std::span<char*>(argv + 1, static_cast<size_t>(argc - 1)), "")) {
     return kExitBadInput;
@@ -226,6 +241,7 @@ int main(int argc, char** argv) {
     if (*ls_cmd) return ls_command(cache);
     if (*stats_cmd) return stats_command(cache);
     if (*verify_cmd) return verify_command(cache);
+    if (*report_cmd) return report_command(report);
     if (*gc_cmd) {
       auto bytes = parse_byte_size(max_bytes);
       if (!bytes.is_ok()) return report_error(bytes.status());

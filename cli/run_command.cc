@@ -18,6 +18,7 @@
 #include "capture/reference/reference.h"
 #include "capture/trace/recording_executor.h"
 #include "cli/common.h"
+#include "cli/graph_dot.h"
 #include "cli/graph_targets.h"
 #include "cli/json.h"
 #include "cli/step_report.h"
@@ -608,6 +609,10 @@ int show_cached_graph(const ShowOptions& options, const GraphKey& key) {
   if (!stored_sources.is_ok()) warn(stored_sources.status().message());
   const GraphSources sources =
       stored_sources.is_ok() && stored_sources->has_value() ? **stored_sources : GraphSources{};
+  if (options.dot) {
+    out(graph_to_dot(*graph, sources, key.to_hex()));
+    return kExitOk;
+  }
   if (options.json) {
     JsonWriter j;
     j.begin_object();
@@ -718,6 +723,10 @@ int show_command(const ShowOptions& options) {
     return kExitOk;
   }
 
+  if (options.dot) {
+    for (const CanonicalGraph* cg : distinct) out(graph_to_dot(cg->graph, graph_sources(*cg), cg->key.to_hex()));
+    return kExitOk;
+  }
   if (options.source) out(print_program(*program) + "\n");
   for (const CanonicalGraph* cg : distinct) {
     out(fmt::format("graph {}  ({} nodes, {} params, {} outputs; steps {})\n", cg->key.to_hex(),

@@ -121,6 +121,14 @@ struct GraphAudit {     // `tracecache audit`: one row per graph key seen in eve
   std::vector<Miss> recent_misses;  // newest first, at most 5
 };
 
+struct HitSpan {        // `tracecache report`: one hit count (hit_counts row)
+  GraphKey graph;
+  std::string backend, options_digest;
+  std::string tier;     // the tier that served them (kMemoryTier, kDiskTier)
+  int64_t hits = 0;
+  double first_time = 0, last_time = 0;  // of the first and the latest hit counted
+};
+
 struct VerifyProblem {  // `tracecache verify`
   std::string table;    // "executables" or "graphs"
   std::string key;      // hex graph key (+ backend/options/compiler for executables)
@@ -218,6 +226,11 @@ class CacheDb final : public AuditLog, public GuardEntryStore {
   // carry no program: a program filter selects a graph's counts when its stored sources name
   // the program.
   Result<std::vector<GraphAudit>> audit(int64_t* malformed = nullptr, const AuditFilter& filter = {});
+  // The events `filter` selects (hit rows of schema 1 and 2 included), newest first, at most
+  // `limit` (> 0); rows with a damaged kind or key are skipped and counted in *malformed if given.
+  Result<std::vector<Event>> audit_events(const AuditFilter& filter, int64_t limit, int64_t* malformed = nullptr);
+  // The hit counts `filter` selects (as audit() selects them), latest first, at most `limit` (> 0).
+  Result<std::vector<HitSpan>> hit_spans(const AuditFilter& filter, int64_t limit);
   // Evicts executables, least recently used first, until they take at most max_bytes; records
   // an `evict` event for each. Returns the evicted entries. Also removes rows whose key columns
   // are damaged (they could never be served).

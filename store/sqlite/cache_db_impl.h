@@ -232,6 +232,8 @@ struct CacheDb::Impl {
     return *k;
   }
   Result<EntryInfo> entry_from_row(const Query& q) const;
+  // An events row in events_after's column order; nullopt if its kind or graph key is damaged.
+  static std::optional<Event> event_from_row(const Query& q);
 
   // One row of the audit log, inside the caller's transaction.
   Status insert_event(const Event& e) {

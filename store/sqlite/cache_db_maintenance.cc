@@ -221,6 +221,54 @@ Result<std::vector<GraphAudit>> CacheDb::audit(int64_t* malformed, const AuditFi
   });
 }
 
+Result<std::vector<Event>> CacheDb::audit_events(const AuditFilter& filter, int64_t limit, int64_t* malformed) {
+  if (malformed) *malformed = 0;
+  const std::string sql = fmt::format(
+      "SELECT id, time, pid, kind, graph_key, backend, reason, duration_ms, detail, options_digest, program, "
+      "function FROM events WHERE 1{} ORDER BY id DESC LIMIT ?6", event_conditions(filter));
+  AdHoc stmt;
+  Status st = impl_->prepare(stmt.stmt(), sql.c_str());
+  if (!st.is_ok()) return st;
+  Query q(stmt.stmt());
+  AdHoc::bind(q, filter);
+  q.i64(6, std::max<int64_t>(limit, 1));
+  std::vector<Event> out;
+  int rc;
+  while ((rc = q.step()) == SQLITE_ROW) {
+    std::optional<Event> e = Impl::event_from_row(q);
+    if (!e) {
+      if (malformed) ++*malformed;
+      continue;
+    }
+    out.push_back(std::move(*e));
+  }
+  if (rc != SQLITE_DONE) return impl_->error(rc, "reading the audit log");
+  return out;
+}
+
+Result<std::vector<HitSpan>> CacheDb::hit_spans(const AuditFilter& filter, int64_t limit) {
+  const std::string sql = fmt::format(
+      "SELECT graph_key, backend, options_digest, tier, hits, first_time, last_time FROM hit_counts WHERE 1{} "
+      "ORDER BY last_time DESC, graph_key LIMIT ?6", hit_conditions(filter));
+  AdHoc stmt;
+  Status st = impl_->prepare(stmt.stmt(), sql.c_str());
+  if (!st.is_ok()) return st;
+  Query q(stmt.stmt());
+  AdHoc::bind(q, filter);
+  q.i64(6, std::max<int64_t>(limit, 1));
+  std::vector<HitSpan> out;
+  int rc;
+  while ((rc = q.step()) == SQLITE_ROW) {
+    std::optional<GraphKey> key = GraphKey::from_hex(q.col_text(0));
+    std::optional<ParsedEventName> tier = parse_event_name(q.col_text(3));
+    if (!key || !tier || tier->kind != EventKind::kHit) continue;  // damaged: audit() counts these
+    out.push_back({*key, q.col_text(1), q.col_text(2), std::move(tier->tier), q.col_i64(4), q.col_real(5),
+                   q.col_real(6)});
+  }
+  if (rc != SQLITE_DONE) return impl_->error(rc, "reading hit counts");
+  return out;
+}
+
 Result<std::vector<EntryInfo>> CacheDb::gc(uint64_t max_bytes) {
   Result<GcReport> r = gc(GcOptions{.max_bytes = max_bytes, .max_events = -1});
   if (!r.is_ok()) return r.status();

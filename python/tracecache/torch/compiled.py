@@ -36,12 +36,12 @@ import inspect
 import json
 import os
 import tempfile
-import types
 import warnings
 
 import torch
 from torch.utils import _pytree as pytree
 
+from .. import _feed_code
 from . import capture as capture_mod
 from .emit_live import LiveEmitter
 from .errors import CaptureError
@@ -70,26 +70,6 @@ def _package_digest():
 _PACKAGE_DIGEST = _package_digest()
 
 
-def _stable_repr(value):
-    """repr, with sets and frozensets sorted: their order follows string hashing, which changes
-    from process to process (PYTHONHASHSEED), and the digest must not."""
-    if isinstance(value, (set, frozenset)):
-        return f"{type(value).__name__}({sorted(_stable_repr(v) for v in value)})"
-    if isinstance(value, tuple):
-        return "(" + ", ".join(_stable_repr(v) for v in value) + ")"
-    return repr(value)
-
-
-def _code_digest(h, code):
-    h.update(code.co_code)
-    h.update(repr(code.co_names).encode())
-    for const in code.co_consts:
-        if isinstance(const, types.CodeType):
-            _code_digest(h, const)
-        else:
-            h.update(_stable_repr(const).encode())
-
-
 def _class_digest(h, cls, seen):
     for klass in cls.__mro__:
         if klass in seen or klass is object:
@@ -101,7 +81,7 @@ def _class_digest(h, cls, seen):
             code = getattr(fn, "__code__", None)
             if code is not None:
                 h.update(name.encode())
-                _code_digest(h, code)
+                _feed_code(h, code)
 
 
 def _plain(v):
@@ -148,7 +128,7 @@ def function_version(fn):
     if code is None:
         _class_digest(h, type(fn), set())
     else:
-        _code_digest(h, code)
+        _feed_code(h, code)
     return h.hexdigest()[:32]
 
 

@@ -31,7 +31,8 @@ import hashlib
 import torch
 
 from . import capture as capture_mod
-from .compiled import CompiledModule, _stable_repr
+from .. import _feed_code
+from .compiled import CompiledModule
 from .errors import CaptureError
 from .lowering import lower
 
@@ -65,8 +66,7 @@ class CompiledStep(CompiledModule):
         h = hashlib.sha256(self._base_version.encode())
         code = getattr(fn, "__code__", None)
         if code is not None:
-            h.update(code.co_code)
-            h.update(_stable_repr(code.co_consts).encode())
+            _feed_code(h, code)
         if optimizer is not None:
             h.update(type(optimizer).__qualname__.encode())
             for group in optimizer.param_groups:

@@ -1,40 +1,29 @@
 #include "cli/html.h"
 
-#include "cli/json.h"
+#include "capture/core/text_escape.h"
 
 namespace tracecache::cli {
 
 std::string html_escape(std::string_view s) {
   std::string out;
   out.reserve(s.size() + s.size() / 8);
-  for (size_t i = 0; i < s.size(); ++i) {
-    const char c = s[i];
-    if (static_cast<unsigned char>(c) >= 0x80) {
-      const size_t n = utf8_length(s, i);
-      if (n == 0) {
-        out += "\ufffd";
-      } else {
-        out.append(s.substr(i, n));
-        i += n - 1;
-      }
-      continue;
-    }
+  append_utf8_escaped(out, s, [](std::string& o, char c) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&#39;"; break;
+      case '&': o += "&amp;"; break;
+      case '<': o += "&lt;"; break;
+      case '>': o += "&gt;"; break;
+      case '"': o += "&quot;"; break;
+      case '\'': o += "&#39;"; break;
       case '\n':
-      case '\t': out.push_back(c); break;
+      case '\t': o.push_back(c); break;
       default:
         if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
-          out += "\ufffd";
+          o += "\ufffd";
         } else {
-          out.push_back(c);
+          o.push_back(c);
         }
     }
-  }
+  });
   return out;
 }
 

@@ -37,8 +37,4 @@ class JsonWriter {
 
 std::string json_escape(std::string_view s);
 
-// The length of the valid UTF-8 sequence that starts at s[i], or 0 if none does (a stray or
-// overlong byte, a surrogate). REQUIRES: i < s.size(). Shared with cli/html.h's escaping.
-size_t utf8_length(std::string_view s, size_t i);
-
 }  // namespace tracecache::cli

@@ -30,8 +30,10 @@ std::vector<ViewUse> view_uses() {
   return {
       {names_of<ParameterAttrs>(), {K::kParameter}},
       {names_of<CastAttrs>(), {K::kCast}},
-      {names_of<ReduceAttrs>(), {K::kSum, K::kMean, K::kMax}},
+      {names_of<ReduceAttrs>(), {K::kSum, K::kMean, K::kMax, K::kMin}},
       {names_of<ArgmaxAttrs>(), {K::kArgmax}},
+      {names_of<ArgminAttrs>(), {K::kArgmin}},
+      {names_of<ConvTranspose2dAttrs>(), {K::kConvTranspose2d}},
       {names_of<ShapeAttrs>(), {K::kReshape, K::kBroadcastTo}},
       {names_of<PermuteAttrs>(), {K::kPermute}},
       {names_of<TransposeAttrs>(), {K::kTranspose}},

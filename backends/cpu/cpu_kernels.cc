@@ -439,7 +439,7 @@ TileFn convert_fn(DType from, DType to) {
 // A fused chain has no reference fallback, so every elementwise op (OpInfo::elementwise()) needs a
 // case in op_fn; other ops fall back to their reference kernel in run_op when they have no fast
 // kernel here or in cpu_nn_*.cc. A new op: decide, then update the count.
-static_assert(kOpCount == 66, "a new op: give it a cpu kernel (required here if elementwise)");
+static_assert(kOpCount == 77, "a new op: give it a cpu kernel (required here if elementwise)");
 
 // nullptr if the inference rules never let `op` compute in `c`. The two ops with attributes:
 // gelu's tile function comes from gelu_fn(), and a clamp instruction also carries its bounds in
@@ -470,6 +470,14 @@ TileFn op_fn(OpKind op, DType c) {
     case OpKind::kEq: return compare<ew::Eq>(c);
     case OpKind::kLt: return compare<ew::Lt>(c);
     case OpKind::kGt: return compare<ew::Gt>(c);
+    case OpKind::kFloor: return numeric_unary<ew::Floor>(c);
+    case OpKind::kCeil: return numeric_unary<ew::Ceil>(c);
+    case OpKind::kRound: return numeric_unary<ew::Round>(c);
+    case OpKind::kSin: return unary_tile<float, float, ew::Sin>;
+    case OpKind::kCos: return unary_tile<float, float, ew::Cos>;
+    case OpKind::kRemainder: return numeric_binary<ew::Remainder>(c);
+    case OpKind::kFmod: return numeric_binary<ew::Fmod>(c);
+    case OpKind::kTruncDiv: return numeric_binary<ew::TruncDiv>(c);
     default: return nullptr;
   }
 }
@@ -853,7 +861,7 @@ void reduce_in_order(const T* x, const ReduceView& v, R* o, Acc init, Step step,
   });
 }
 
-// sum, mean or max on the fast path. False if the axes do not allow it.
+// sum, mean, max or min on the fast path. False if the axes do not allow it.
 bool reduce_fast(OpKind op, const HostBuffer& x, const IntList& axes, HostBuffer& out) {
   const std::optional<ReduceView> view = reduce_view(x.shape(), axes);
   if (!view) return false;
@@ -886,9 +894,23 @@ bool reduce_fast(OpKind op, const HostBuffer& x, const IntList& axes, HostBuffer
     });
     return true;
   }
-  // max: the first NaN seen makes the result NaN, and each later NaN replaces it (as the
-  // reference's `o = v` on NaN); otherwise the first of equal maxima stays (strict >).
+  // max and min: the first NaN seen makes the result NaN, and each later NaN replaces it (as
+  // the reference's `o = v` on NaN); otherwise the first of equal extremes stays (strict).
+  const bool smallest = op == OpKind::kMin;
   dispatch_dtype(x.dtype(), [&]<typename T>() {
+    if (smallest) {
+      T init = std::numeric_limits<T>::max();
+      if constexpr (std::is_floating_point_v<T>) init = std::numeric_limits<T>::infinity();
+      reduce_in_order(x.data<T>(), v, out.data<T>(), init,
+                      [](T acc, T e) -> T {
+                        if constexpr (std::is_floating_point_v<T>) {
+                          if (std::isnan(e)) return e;
+                        }
+                        return e < acc ? e : acc;
+                      },
+                      [](T acc) { return acc; });
+      return;
+    }
     T init = std::numeric_limits<T>::lowest();
     if constexpr (std::is_floating_point_v<T>) init = -std::numeric_limits<T>::infinity();
     reduce_in_order(x.data<T>(), v, out.data<T>(), init,
@@ -903,20 +925,23 @@ bool reduce_fast(OpKind op, const HostBuffer& x, const IntList& axes, HostBuffer
   return true;
 }
 
-// argmax over `axis`: the index of the first maximal element, the first NaN winning.
-void argmax(const HostBuffer& x, int axis, HostBuffer& out) {
+// argmax (kSmallest false) and argmin over `axis`: the index of the first extreme element, or
+// the last with kLast; a NaN counts as the extreme (the first NaN wins, the last with kLast).
+template <bool kSmallest, bool kLast>
+void arg_extreme(const HostBuffer& x, int axis, HostBuffer& out) {
   const AxisSplit split = split_at_axis(x.shape(), axis);
   const int64_t outer = split.outer, len = split.len, inner = split.inner;
   int64_t* o = out.data<int64_t>();
   dispatch_dtype(x.dtype(), [&]<typename T>() {
     const T* p = x.data<T>();
-    // Replaces (best, at) with (v, i) when v wins; a NaN best never loses.
+    // Replaces (best, at) with (v, i) when v wins.
     auto wins = [](T v, T best) {
       if constexpr (std::is_floating_point_v<T>) {
-        if (std::isnan(best)) return false;
+        if (std::isnan(best)) return kLast && std::isnan(v);
         if (std::isnan(v)) return true;
       }
-      return v > best;
+      if constexpr (kSmallest) return kLast ? v <= best : v < best;
+      else return kLast ? v >= best : v > best;
     };
     constexpr int64_t kBlock = 256;
     const int64_t blocks = (inner + kBlock - 1) / kBlock;
@@ -965,6 +990,31 @@ void concat(std::span<const HostBuffer* const> in, int axis, HostBuffer& out) {
     }
     at += row;
   }
+}
+
+// conv_transpose2d: the cpu conv2d_input_grad (cpu_grad_nn_layers.h) into the output plane, then
+// the bias added in f32 as the reference does. False if that kernel declines (sizes BLAS cannot
+// index): the caller falls back to the reference.
+bool conv_transpose2d(std::span<const HostBuffer* const> in, std::span<const AttrValue> attrs, HostBuffer& out) {
+  const ConvTranspose2dAttrs a(attrs);
+  const Shape& s = out.shape();
+  const std::array<AttrValue, 5> grad_attrs = {
+      AttrValue::of_ints(a.stride()), AttrValue::of_ints(a.padding()), AttrValue::of_ints(a.dilation()),
+      AttrValue::of_int(a.groups()), AttrValue::of_ints({s[2], s[3]})};
+  const std::array<const HostBuffer*, 2> operands = {in[0], in[1]};
+  if (!run_grad_nn_layer(OpKind::kConv2dInputGrad, operands, grad_attrs, out)) return false;
+  if (in.size() < 3) return true;
+  const float* bias = in[2]->data<float>();
+  float* o = out.data<float>();
+  const int64_t plane = s[2] * s[3];
+  parallel_chunks(s[0] * s[1], out.numel(), [&](int64_t begin, int64_t end) {
+    for (int64_t nc = begin; nc < end; ++nc) {
+      const float b = bias[nc % s[1]];
+      float* p = o + nc * plane;
+      for (int64_t i = 0; i < plane; ++i) p[i] += b;
+    }
+  });
+  return true;
 }
 
 }  // namespace
@@ -1022,11 +1072,19 @@ void run_op(const Graph& g, NodeId node, std::span<const HostBuffer* const> inpu
     case OpKind::kSum:
     case OpKind::kMean:
     case OpKind::kMax:
+    case OpKind::kMin:
       if (reduce_fast(n.op, *inputs[0], ReduceAttrs(attrs).axes(), out)) return;
       break;
     case OpKind::kArgmax:
-      argmax(*inputs[0], static_cast<int>(ArgmaxAttrs(attrs).axis()), out);
+      arg_extreme<false, false>(*inputs[0], static_cast<int>(ArgmaxAttrs(attrs).axis()), out);
       return;
+    case OpKind::kArgmin: {
+      const ArgminAttrs a(attrs);
+      const int axis = static_cast<int>(a.axis());
+      if (a.select_last_index()) arg_extreme<true, true>(*inputs[0], axis, out);
+      else arg_extreme<true, false>(*inputs[0], axis, out);
+      return;
+    }
     case OpKind::kReshape:
       std::memcpy(out.bytes(), inputs[0]->bytes(), out.nbytes());
       return;
@@ -1060,6 +1118,9 @@ void run_op(const Graph& g, NodeId node, std::span<const HostBuffer* const> inpu
     case OpKind::kConcat:
       concat(inputs, static_cast<int>(AxisAttrs(attrs).axis()), out);
       return;
+    case OpKind::kConvTranspose2d:
+      if (conv_transpose2d(inputs, attrs, out)) return;
+      break;
     default:
       break;
   }

@@ -81,7 +81,7 @@ struct CastAttrs : AttrView<A> {
   decltype(auto) dtype() const { return TRACECACHE_ATTR("dtype", dtype); }
 };
 
-// sum, mean, max
+// sum, mean, max, min
 template <typename A>
 struct ReduceAttrs : AttrView<A> {
   static constexpr AttrNames<2> kNames{"axes", "keepdim"};
@@ -97,6 +97,16 @@ struct ArgmaxAttrs : AttrView<A> {
   using AttrView<A>::AttrView;
   decltype(auto) axis() const { return TRACECACHE_ATTR("axis", i); }
   bool keepdim() const { return TRACECACHE_ATTR("keepdim", as_bool()); }
+};
+
+// argmin
+template <typename A>
+struct ArgminAttrs : AttrView<A> {
+  static constexpr AttrNames<3> kNames{"axis", "keepdim", "select_last_index"};
+  using AttrView<A>::AttrView;
+  decltype(auto) axis() const { return TRACECACHE_ATTR("axis", i); }
+  bool keepdim() const { return TRACECACHE_ATTR("keepdim", as_bool()); }
+  bool select_last_index() const { return TRACECACHE_ATTR("select_last_index", as_bool()); }
 };
 
 // reshape, broadcast_to
@@ -354,6 +364,18 @@ struct AdaptiveAvgPool2dGradAttrs : AttrView<A> {
   decltype(auto) input_size() const { return TRACECACHE_ATTR("input_size", ints); }
 };
 
+// conv_transpose2d
+template <typename A>
+struct ConvTranspose2dAttrs : AttrView<A> {
+  static constexpr AttrNames<5> kNames{"stride", "padding", "output_padding", "dilation", "groups"};
+  using AttrView<A>::AttrView;
+  decltype(auto) stride() const { return TRACECACHE_ATTR("stride", ints); }
+  decltype(auto) padding() const { return TRACECACHE_ATTR("padding", ints); }
+  decltype(auto) output_padding() const { return TRACECACHE_ATTR("output_padding", ints); }
+  decltype(auto) dilation() const { return TRACECACHE_ATTR("dilation", ints); }
+  decltype(auto) groups() const { return TRACECACHE_ATTR("groups", i); }
+};
+
 #undef TRACECACHE_ATTR
 
 // Deduction: a view over std::span<A> is a view of A (const AttrValue reads, AttrValue writes).
@@ -364,6 +386,7 @@ TRACECACHE_ATTR_VIEW_GUIDE(ParameterAttrs)
 TRACECACHE_ATTR_VIEW_GUIDE(CastAttrs)
 TRACECACHE_ATTR_VIEW_GUIDE(ReduceAttrs)
 TRACECACHE_ATTR_VIEW_GUIDE(ArgmaxAttrs)
+TRACECACHE_ATTR_VIEW_GUIDE(ArgminAttrs)
 TRACECACHE_ATTR_VIEW_GUIDE(ShapeAttrs)
 TRACECACHE_ATTR_VIEW_GUIDE(PermuteAttrs)
 TRACECACHE_ATTR_VIEW_GUIDE(TransposeAttrs)
@@ -390,6 +413,7 @@ TRACECACHE_ATTR_VIEW_GUIDE(Conv2dInputGradAttrs)
 TRACECACHE_ATTR_VIEW_GUIDE(Conv2dWeightGradAttrs)
 TRACECACHE_ATTR_VIEW_GUIDE(AvgPool2dGradAttrs)
 TRACECACHE_ATTR_VIEW_GUIDE(AdaptiveAvgPool2dGradAttrs)
+TRACECACHE_ATTR_VIEW_GUIDE(ConvTranspose2dAttrs)
 #undef TRACECACHE_ATTR_VIEW_GUIDE
 
 }  // namespace tracecache

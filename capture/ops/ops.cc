@@ -15,6 +15,7 @@
 #include "capture/ops/grad_nn_ops.h"
 #include "capture/ops/grad_train.h"
 #include "capture/ops/grad_nn_layers.h"
+#include "capture/ops/grad_onnx.h"
 #include "capture/ops/reference_kernels.h"
 
 namespace tracecache {
@@ -48,6 +49,9 @@ const AttrSpec kReduceAttrs[] = {{"axes", AttrKind::kInts, false, none_ints()},
                                  {"keepdim", AttrKind::kBool, false, AttrValue::of_bool(false)}};
 const AttrSpec kArgmaxAttrs[] = {{"axis", AttrKind::kInt, true, AttrValue::of_int(0)},
                                  {"keepdim", AttrKind::kBool, false, AttrValue::of_bool(false)}};
+const AttrSpec kArgminAttrs[] = {{"axis", AttrKind::kInt, true, AttrValue::of_int(0)},
+                                 {"keepdim", AttrKind::kBool, false, AttrValue::of_bool(false)},
+                                 {"select_last_index", AttrKind::kBool, false, AttrValue::of_bool(false)}};
 const AttrSpec kShapeAttrs[] = {{"shape", AttrKind::kInts, true, none_ints()}};
 const AttrSpec kPermuteAttrs[] = {{"perm", AttrKind::kInts, true, none_ints()}};
 const AttrSpec kTransposeAttrs[] = {{"dim0", AttrKind::kInt, true, AttrValue::of_int(0)},
@@ -127,6 +131,11 @@ const AttrSpec kAvgPool2dGradAttrs[] = {{"kernel", AttrKind::kInts, true, none_i
                                         {"padding", AttrKind::kInts, false, pair_of(0)},
                                         {"count_include_pad", AttrKind::kBool, false, AttrValue::of_bool(true)},
                                         {"input_size", AttrKind::kInts, true, none_ints()}};
+const AttrSpec kConvTranspose2dAttrs[] = {{"stride", AttrKind::kInts, false, pair_of(1)},
+                                          {"padding", AttrKind::kInts, false, pair_of(0)},
+                                          {"output_padding", AttrKind::kInts, false, pair_of(0)},
+                                          {"dilation", AttrKind::kInts, false, pair_of(1)},
+                                          {"groups", AttrKind::kInt, false, AttrValue::of_int(1)}};
 const AttrSpec kAdaptiveAvgPool2dGradAttrs[] = {{"input_size", AttrKind::kInts, true, none_ints()}};
 
 // ---- shared checks ------------------------------------------------------------------------
@@ -307,26 +316,32 @@ Check infer_mean(std::span<const TensorType> in, std::span<AttrValue> attrs, Ten
   return std::nullopt;
 }
 
-Check infer_max(std::span<const TensorType> in, std::span<AttrValue> attrs, TensorType* result) {
+// max and min.
+template <OpKind K>
+Check infer_extreme(std::span<const TensorType> in, std::span<AttrValue> attrs, TensorType* result) {
+  const std::string_view name = op_info(K).name;
   ReduceAttrs a(attrs);
   Shape s;
-  RETURN_IF_ERROR(reduce_shape("max", in[0].shape, a.axes(), a.keepdim(), &s));
+  RETURN_IF_ERROR(reduce_shape(name, in[0].shape, a.axes(), a.keepdim(), &s));
   for (int64_t axis : a.axes()) {
     if (in[0].shape[static_cast<int>(axis)] == 0) {
-      return fail("max", fmt::format("cannot reduce {} over its empty dim {}", describe(in[0]), axis));
+      return fail(name, fmt::format("cannot reduce {} over its empty dim {}", describe(in[0]), axis));
     }
   }
   *result = TensorType{in[0].dtype, s};
   return std::nullopt;
 }
 
-Check infer_argmax(std::span<const TensorType> in, std::span<AttrValue> attrs, TensorType* result) {
-  ArgmaxAttrs a(attrs);
+// argmax and argmin (ArgmaxAttrs and ArgminAttrs both lead with axis, keepdim).
+template <OpKind K>
+Check infer_arg_extreme(std::span<const TensorType> in, std::span<AttrValue> attrs, TensorType* result) {
+  const std::string_view name = op_info(K).name;
+  ArgmaxAttrs a(attrs.first(2));
   int rank = in[0].shape.rank();
-  RETURN_IF_ERROR(normalize_axis("argmax", a.axis(), rank));
+  RETURN_IF_ERROR(normalize_axis(name, a.axis(), rank));
   const int64_t axis = a.axis();
   if (in[0].shape[static_cast<int>(axis)] == 0) {
-    return fail("argmax", fmt::format("cannot reduce {} over its empty dim {}", describe(in[0]), axis));
+    return fail(name, fmt::format("cannot reduce {} over its empty dim {}", describe(in[0]), axis));
   }
   Shape out;
   for (int i = 0; i < rank; ++i) {
@@ -1145,6 +1160,66 @@ Check infer_adaptive_avg_pool2d_grad(std::span<const TensorType> in, std::span<A
   return std::nullopt;
 }
 
+// ---- the ops ONNX models need (issue 16) ------------------------------------------------------
+
+// conv_transpose2d(x [N, C, H, W], weight [C, O / groups, kh, kw], bias [O]?) -> [N, O, OH, OW]
+// with OH = (H - 1) stride - 2 padding + dilation (kh - 1) + output_padding + 1 (ONNX
+// ConvTranspose with explicit symmetric pads): conv2d_input_grad of a conv2d from [N, O, OH, OW]
+// to x's plane, plus the bias.
+Check infer_conv_transpose2d(std::span<const TensorType> in, std::span<AttrValue> attrs, TensorType* result) {
+  constexpr std::string_view kOp = "conv_transpose2d";
+  const TensorType& x = in[0];
+  const TensorType& w = in[1];
+  RETURN_IF_ERROR(require_nchw(kOp, x));
+  RETURN_IF_ERROR(require_f32(kOp, "weight", w));
+  ConvTranspose2dAttrs a(attrs);
+  RETURN_IF_ERROR(normalize_pair(kOp, "stride", a.stride(), 1));
+  RETURN_IF_ERROR(normalize_pair(kOp, "padding", a.padding(), 0));
+  RETURN_IF_ERROR(normalize_pair(kOp, "output_padding", a.output_padding(), 0));
+  RETURN_IF_ERROR(normalize_pair(kOp, "dilation", a.dilation(), 1));
+  const int64_t groups = a.groups();
+  if (groups < 1) return fail(kOp, fmt::format("groups must be >= 1, got {}", groups));
+  const int64_t c = x.shape[1];
+  if (w.shape.rank() != 4 || w.shape[0] != c || c % groups != 0 || w.shape[2] < 1 || w.shape[3] < 1 ||
+      w.shape[2] > kMaxWindowAttr || w.shape[3] > kMaxWindowAttr) {
+    return fail(kOp, fmt::format("weight {} must be [C, O / groups, kh, kw] with C = {} (the channels of "
+                                 "input {}) divisible by groups={}", describe(w), c, describe(x), groups));
+  }
+  if (w.shape[1] > kMaxElements / groups) {
+    return fail(kOp, fmt::format("weight {} with groups={} has too many output channels", describe(w), groups));
+  }
+  const int64_t o = w.shape[1] * groups;
+  if (in.size() == 3) {
+    const TensorType& b = in[2];
+    RETURN_IF_ERROR(require_f32(kOp, "bias", b));
+    if (b.shape.rank() != 1 || b.shape[0] != o) {
+      return fail(kOp, fmt::format("bias {} must be [{}] (one per output channel of weight {} with groups={})",
+                                   describe(b), o, describe(w), groups));
+    }
+  }
+  Shape out{x.shape[0], o, 0, 0};
+  for (int d = 0; d < 2; ++d) {
+    const int64_t stride = a.stride()[d], pad = a.output_padding()[d];
+    if (pad >= stride) {
+      return fail(kOp, fmt::format("output_padding {} must be smaller than stride {} in each dim",
+                                   a.output_padding().to_string(), a.stride().to_string()));
+    }
+    if (x.shape[2 + d] < 1 || x.shape[2 + d] > kMaxWindowAttr) {
+      return fail(kOp, fmt::format("input {} must have spatial dims in [1, 2^24]", describe(x)));
+    }
+    const int64_t size = (x.shape[2 + d] - 1) * stride - 2 * a.padding()[d] +
+                         a.dilation()[d] * (w.shape[2 + d] - 1) + pad + 1;
+    if (size < 1 || size > kMaxWindowAttr) {
+      return fail(kOp, fmt::format("input {} with weight {}, stride {} and padding {} gives an output dim of "
+                                   "{}; it must be in [1, 2^24]", describe(x), describe(w),
+                                   a.stride().to_string(), a.padding().to_string(), size));
+    }
+    out[2 + d] = size;
+  }
+  *result = TensorType{DType::kF32, out};
+  return std::nullopt;
+}
+
 // ---- costs (see OpCost in ops.h) ------------------------------------------------------------
 // Inputs are as the inference rule accepted them (so arities and ranks hold) and `attrs` are
 // normalized.
@@ -1225,6 +1300,12 @@ OpCost cost_pool_grad(std::span<const TensorType> in, const TensorType&, std::sp
   return {in[0].shape.numel() * window, false};
 }
 
+// conv_transpose2d: conv2d_input_grad's contraction, 2 * input * (O/groups) * kh * kw.
+OpCost cost_conv_transpose2d(std::span<const TensorType> in, const TensorType&, std::span<const AttrValue>) {
+  const Shape& w = in[1].shape;
+  return {2 * in[0].shape.numel() * (w[0] == 0 ? 0 : w.numel() / w[0]), true};
+}
+
 constexpr CostFn kPerOut = cost_per_out<1>;
 constexpr CostFn kTranscendental = cost_per_out<kTranscendentalFlops>;
 constexpr CostFn kPerIn = cost_per_in<1>;
@@ -1261,8 +1342,8 @@ const OpInfo kOps[] = {
     {OpKind::kMatmul, "matmul", C::kMatmul, 2, 2, kNoAttrs, infer_matmul, ref::matmul, cost_contract_last_dim, grad::matmul},
     {OpKind::kSum, "sum", C::kReduce, 1, 1, kReduceAttrs, infer_sum, ref::sum, kPerIn, grad::sum},
     {OpKind::kMean, "mean", C::kReduce, 1, 1, kReduceAttrs, infer_mean, ref::mean, kPerIn, grad::mean},
-    {OpKind::kMax, "max", C::kReduce, 1, 1, kReduceAttrs, infer_max, ref::max, kPerIn, grad::max},
-    {OpKind::kArgmax, "argmax", C::kReduce, 1, 1, kArgmaxAttrs, infer_argmax, ref::argmax, kPerIn, nullptr},
+    {OpKind::kMax, "max", C::kReduce, 1, 1, kReduceAttrs, infer_extreme<OpKind::kMax>, ref::max, kPerIn, grad::max},
+    {OpKind::kArgmax, "argmax", C::kReduce, 1, 1, kArgmaxAttrs, infer_arg_extreme<OpKind::kArgmax>, ref::argmax, kPerIn, nullptr},
     {OpKind::kReshape, "reshape", C::kLayout, 1, 1, kShapeAttrs, infer_reshape, ref::reshape, cost_free, grad::reshape},
     {OpKind::kPermute, "permute", C::kLayout, 1, 1, kPermuteAttrs, infer_permute, ref::permute, cost_free, grad::permute},
     {OpKind::kTranspose, "transpose", C::kLayout, 1, 1, kTransposeAttrs, infer_transpose, ref::transpose, cost_free, grad::transpose},
@@ -1310,6 +1391,19 @@ const OpInfo kOps[] = {
      ref::avg_pool2d_grad, cost_pool_grad<AvgPool2dGradAttrs>, nullptr},
     {OpKind::kAdaptiveAvgPool2dGrad, "adaptive_avg_pool2d_grad", C::kNn, 1, 1, kAdaptiveAvgPool2dGradAttrs,
      infer_adaptive_avg_pool2d_grad, ref::adaptive_avg_pool2d_grad, kPerOut, nullptr},
+    // the ops ONNX models need (issue 16)
+    {OpKind::kFloor, "floor", C::kUnary, 1, 1, kNoAttrs, infer_unary_same<OpKind::kFloor>, ref::floor, kPerOut, grad::floor},
+    {OpKind::kCeil, "ceil", C::kUnary, 1, 1, kNoAttrs, infer_unary_same<OpKind::kCeil>, ref::ceil, kPerOut, grad::ceil},
+    {OpKind::kRound, "round", C::kUnary, 1, 1, kNoAttrs, infer_unary_same<OpKind::kRound>, ref::round, kPerOut, grad::round},
+    {OpKind::kSin, "sin", C::kUnary, 1, 1, kNoAttrs, infer_unary_float, ref::sin, kTranscendental, grad::sin},
+    {OpKind::kCos, "cos", C::kUnary, 1, 1, kNoAttrs, infer_unary_float, ref::cos, kTranscendental, grad::cos},
+    {OpKind::kRemainder, "remainder", C::kBinary, 2, 2, kNoAttrs, infer_arith<OpKind::kRemainder>, ref::remainder, kPerOut, grad::remainder},
+    {OpKind::kFmod, "fmod", C::kBinary, 2, 2, kNoAttrs, infer_arith<OpKind::kFmod>, ref::fmod, kPerOut, grad::fmod},
+    {OpKind::kTruncDiv, "trunc_div", C::kBinary, 2, 2, kNoAttrs, infer_arith<OpKind::kTruncDiv>, ref::trunc_div, kPerOut, grad::trunc_div},
+    {OpKind::kMin, "min", C::kReduce, 1, 1, kReduceAttrs, infer_extreme<OpKind::kMin>, ref::min, kPerIn, grad::min},
+    {OpKind::kArgmin, "argmin", C::kReduce, 1, 1, kArgminAttrs, infer_arg_extreme<OpKind::kArgmin>, ref::argmin, kPerIn, nullptr},
+    {OpKind::kConvTranspose2d, "conv_transpose2d", C::kNn, 2, 3, kConvTranspose2dAttrs, infer_conv_transpose2d,
+     ref::conv_transpose2d, cost_conv_transpose2d, grad::conv_transpose2d},
 };
 static_assert(std::size(kOps) == kOpCount, "every OpKind needs exactly one registry row");
 

@@ -98,6 +98,22 @@ TRACECACHE_REF_KERNEL(max_pool2d_grad);
 TRACECACHE_REF_KERNEL(avg_pool2d_grad);
 TRACECACHE_REF_KERNEL(adaptive_avg_pool2d_grad);
 
+// the ops ONNX models need (issue 16). The elementwise ones and min/argmin live in
+// reference_kernels.cc beside their families.
+TRACECACHE_REF_KERNEL(floor);
+TRACECACHE_REF_KERNEL(ceil);
+TRACECACHE_REF_KERNEL(round);
+TRACECACHE_REF_KERNEL(sin);
+TRACECACHE_REF_KERNEL(cos);
+TRACECACHE_REF_KERNEL(remainder);
+TRACECACHE_REF_KERNEL(fmod);
+TRACECACHE_REF_KERNEL(trunc_div);
+TRACECACHE_REF_KERNEL(min);
+TRACECACHE_REF_KERNEL(argmin);
+// In capture/ops/reference_onnx_ops.cc. conv_transpose2d is conv2d_input_grad (sums in double,
+// rounded once) plus the bias in f32.
+TRACECACHE_REF_KERNEL(conv_transpose2d);
+
 #undef TRACECACHE_REF_KERNEL
 
 }  // namespace tracecache::ref

@@ -1,0 +1,67 @@
+#include "capture/ops/grad_onnx.h"
+
+#include "capture/ops/attr_views.h"
+#include "capture/ops/ops.h"
+
+namespace tracecache::grad {
+
+namespace {
+
+// `g` brought back to the shape of input i by summing broadcast dims, if input i is wanted.
+void set_summed(GradBuilder& b, const GradArgs& a, std::span<GradValue> grads, size_t i, GradValue g) {
+  if (a.wanted[i]) grads[i] = b.sum_to(g, b.type(a.inputs[i]).shape);
+}
+
+// remainder and fmod: d/da = g; d/db = -g * q, q the quotient rounded as the op rounds.
+void mod_grads(GradBuilder& b, const GradArgs& a, std::span<GradValue> grads, GradValue q) {
+  set_summed(b, a, grads, 0, a.grad);
+  if (a.wanted[1]) set_summed(b, a, grads, 1, b.neg(b.mul(a.grad, q)));
+}
+
+}  // namespace
+
+// Piecewise constant: zero gradient everywhere (PyTorch's, also at the jumps), so every wanted
+// gradient stays kNoGrad.
+void floor(GradBuilder&, const GradArgs&, std::span<GradValue>) {}
+void ceil(GradBuilder&, const GradArgs&, std::span<GradValue>) {}
+void round(GradBuilder&, const GradArgs&, std::span<GradValue>) {}
+void trunc_div(GradBuilder&, const GradArgs&, std::span<GradValue>) {}
+
+TRACECACHE_GRAD_RULE(sin) { grads[0] = b.mul(a.grad, b.op(OpKind::kCos, {a.inputs[0]})); }
+
+TRACECACHE_GRAD_RULE(cos) { grads[0] = b.neg(b.mul(a.grad, b.op(OpKind::kSin, {a.inputs[0]}))); }
+
+// PyTorch: other's gradient is -g * self.div(other, rounding_mode="floor").
+TRACECACHE_GRAD_RULE(remainder) {
+  GradValue q = a.wanted[1] ? b.op(OpKind::kFloor, {b.div(a.inputs[0], a.inputs[1])}) : kNoGrad;
+  mod_grads(b, a, grads, q);
+}
+
+// PyTorch: other's gradient is -g * self.div(other, rounding_mode="trunc").
+TRACECACHE_GRAD_RULE(fmod) {
+  GradValue q = a.wanted[1] ? b.op(OpKind::kTruncDiv, {a.inputs[0], a.inputs[1]}) : kNoGrad;
+  mod_grads(b, a, grads, q);
+}
+
+// As max: the gradient is shared equally among the elements equal to the minimum.
+TRACECACHE_GRAD_RULE(min) { max(b, a, grads); }
+
+// y = conv_transpose2d(x, w) is C_w^T x, C_w the conv2d with w from y's plane to x's; so
+// dx = C_w g = conv2d(g, w), and dw = conv2d_weight_grad(grad_out = x, input = g) (the
+// gradient of <x, conv2d(g, w)> in w); the bias gets g summed over N, H, W (as PyTorch).
+TRACECACHE_GRAD_RULE(conv_transpose2d) {
+  const ConvTranspose2dAttrs c(a.attrs);
+  const AttrValue stride = AttrValue::of_ints(c.stride()), padding = AttrValue::of_ints(c.padding());
+  const AttrValue dilation = AttrValue::of_ints(c.dilation()), groups = AttrValue::of_int(c.groups());
+  if (a.wanted[0]) grads[0] = b.op(OpKind::kConv2d, {a.grad, a.inputs[1]}, {stride, padding, dilation, groups});
+  if (a.wanted[1]) {
+    const Shape& w = b.type(a.inputs[1]).shape;
+    grads[1] = b.op(OpKind::kConv2dWeightGrad, {a.inputs[0], a.grad},
+                    {stride, padding, dilation, groups, AttrValue::of_ints({w[2], w[3]})});
+  }
+  if (a.inputs.size() == 3 && a.wanted[2]) {
+    grads[2] = b.op(OpKind::kSum, {a.grad}, {AttrValue::of_ints({0, 2, 3}), AttrValue::of_bool(false)});
+  }
+}
+
+}  // namespace tracecache::grad

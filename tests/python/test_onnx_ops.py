@@ -1,0 +1,166 @@
+"""The ops ONNX models need (issue 16, docs/ops.md) against PyTorch and NumPy, the oracles where they
+define the same semantics as ONNX: on random inputs with edge cases (ties, negatives, zeros, NaN,
+integer dtypes), in lazy and eager mode on cpu, on the reference backend and on sim:h100 (which
+must give the cpu kernels' bits)."""
+import unittest
+
+import numpy as np
+import torch
+
+import tracecache as tc
+
+RNG = np.random.default_rng(16)
+
+
+def floats(*shape, specials=True):
+    a = (RNG.standard_normal(shape) * 3).astype(np.float32)
+    if specials and a.size:
+        flat = a.reshape(-1)
+        picks = RNG.choice(flat.size, size=max(1, flat.size // 6), replace=False)
+        flat[picks] = RNG.choice(np.array([0.5, -0.5, 1.5, 2.5, -2.5, 0.0, -0.0, 3.0, np.nan, np.inf, -np.inf],
+                                          dtype=np.float32), size=picks.size)
+    return a
+
+
+def ints(*shape, low=-9, high=10, dtype=np.int64):
+    return RNG.integers(low, high, shape).astype(dtype)
+
+
+def nonzero_ints(*shape, dtype=np.int64):
+    a = ints(*shape, dtype=dtype)
+    a[a == 0] = 3
+    return a
+
+
+def T(a):
+    return torch.from_numpy(np.array(a))
+
+
+class OnnxOps(unittest.TestCase):
+    def same(self, got, want, exact=True):
+        got = got.numpy()
+        want = np.asarray(want)
+        self.assertEqual(got.shape, want.shape)
+        self.assertEqual(got.dtype, want.dtype)
+        if exact:
+            np.testing.assert_array_equal(got, want)
+        else:
+            np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+
+    def check_elementwise(self):
+        x = floats(5, 7)
+        X = tc.from_numpy(x)
+        self.same(tc.ops.floor(X), torch.floor(T(x)).numpy())
+        self.same(tc.ops.ceil(X), torch.ceil(T(x)).numpy())
+        self.same(tc.ops.round(X), torch.round(T(x)).numpy())  # half to even
+        self.same(tc.ops.round(tc.tensor([0.5, 1.5, 2.5, -0.5, -1.5])), np.array([0, 2, 2, -0.0, -2], np.float32))
+        self.same(tc.ops.sin(X), np.sin(x), exact=False)
+        self.same(tc.ops.cos(X), np.cos(x), exact=False)
+        i = ints(4, 5)
+        self.same(tc.ops.floor(tc.from_numpy(i)), i)
+        self.same(tc.ops.sin(tc.from_numpy(i)), np.sin(i.astype(np.float32)), exact=False)
+
+        # Mod, fmod=1: torch.fmod; fmod=0 on integers: torch.remainder (= Python %); on floats
+        # NumPy's np.mod (ONNX's reference).
+        a, b = floats(4, 6), floats(6)
+        b[b == 0] = 1.25
+        A, B = tc.from_numpy(a), tc.from_numpy(b)
+        self.same(tc.ops.fmod(A, B), torch.fmod(T(a), T(b)).numpy())
+        with np.errstate(all="ignore"):
+            self.same(tc.ops.remainder(A, B), np.mod(a, b))
+        for dtype in (np.int32, np.int64):
+            ia, ib = ints(4, 6, dtype=dtype), nonzero_ints(6, dtype=dtype)
+            IA, IB = tc.from_numpy(ia), tc.from_numpy(ib)
+            self.same(tc.ops.remainder(IA, IB), torch.remainder(T(ia), T(ib)).numpy())
+            self.same(tc.ops.fmod(IA, IB), torch.fmod(T(ia), T(ib)).numpy())
+            # Div on integers (ONNX: truncation).
+            self.same(tc.ops.trunc_div(IA, IB), torch.div(T(ia), T(ib), rounding_mode="trunc").numpy())
+        self.same(tc.ops.trunc_div(A, B), torch.div(T(a), T(b), rounding_mode="trunc").numpy())
+        # Integer x % 0, fmod 0 and / 0 are 0 (ONNX leaves them undefined).
+        z = tc.tensor([7, -7, 0])
+        zero = tc.tensor([0, 0, 0])
+        for op in (tc.ops.remainder, tc.ops.fmod, tc.ops.trunc_div):
+            self.same(op(z, zero), np.zeros(3, np.int64))
+        lo = np.iinfo(np.int64).min
+        self.same(tc.ops.trunc_div(tc.tensor([lo]), tc.tensor([-1])), np.array([lo]))
+        self.same(tc.ops.remainder(tc.tensor([lo]), tc.tensor([-1])), np.array([0]))
+
+    def check_reductions(self):
+        x = floats(4, 6, specials=False)
+        x[1, 2] = x[1, 4] = x[1].min() - 1  # a tie
+        X = tc.from_numpy(x)
+        self.same(tc.ops.min(X, axes=[1]), torch.amin(T(x), dim=1).numpy())
+        self.same(tc.ops.min(X, axes=[0], keepdim=True), torch.amin(T(x), dim=0, keepdim=True).numpy())
+        self.same(tc.ops.min(X), np.array(x.min()))
+        self.same(tc.ops.argmin(X, axis=1), torch.argmin(T(x), dim=1).numpy())
+        self.assertEqual(tc.ops.argmin(X, axis=1).numpy()[1], 2)  # first of the tie
+        self.assertEqual(tc.ops.argmin(X, axis=1, select_last_index=True).numpy()[1], 4)
+        flipped = x.shape[1] - 1 - np.argmin(x[:, ::-1], axis=1)  # ONNX's reference for select_last_index
+        self.same(tc.ops.argmin(X, axis=-1, select_last_index=True), flipped)
+        self.same(tc.ops.argmin(X, axis=0, keepdim=True), np.argmin(x, axis=0)[None, :])
+        n = np.array([3, np.nan, 1, np.nan], np.float32)
+        self.same(tc.ops.argmin(tc.from_numpy(n), axis=0), np.array(np.argmin(n)))
+        self.same(tc.ops.argmin(tc.from_numpy(n), axis=0, select_last_index=True), np.array(3))
+        self.assertTrue(np.isnan(tc.ops.min(tc.from_numpy(n)).numpy()))
+        i = ints(3, 5, low=-2, high=3)
+        self.same(tc.ops.argmin(tc.from_numpy(i), axis=1), np.argmin(i, axis=1))
+        self.same(tc.ops.min(tc.from_numpy(i), axes=[1]), i.min(axis=1))
+
+    def check_conv_transpose(self):
+        configs = [  # x, w, stride, padding, output_padding, dilation, groups
+            ((2, 3, 4, 5), (3, 2, 3, 3), (1, 1), (0, 0), (0, 0), (1, 1), 1),
+            ((1, 4, 3, 4), (4, 3, 3, 2), (2, 3), (1, 0), (1, 2), (2, 1), 2),
+            ((2, 6, 5, 5), (6, 1, 4, 4), (2, 2), (1, 1), (0, 0), (1, 1), 6),  # depthwise, as in upsamplers
+            ((1, 2, 7, 3), (2, 5, 1, 1), (3, 1), (0, 0), (2, 0), (1, 1), 1),  # 1x1
+        ]
+        for xs, ws, stride, padding, output_padding, dilation, groups in configs:
+            x, w = floats(*xs, specials=False), floats(*ws, specials=False)
+            bias = floats(ws[1] * groups, specials=False)
+            want = torch.nn.functional.conv_transpose2d(T(x), T(w), T(bias), stride=stride, padding=padding,
+                                                        output_padding=output_padding, groups=groups,
+                                                        dilation=dilation).numpy()
+            got = tc.ops.conv_transpose2d(tc.from_numpy(x), tc.from_numpy(w), tc.from_numpy(bias),
+                                          stride=list(stride), padding=list(padding),
+                                          output_padding=list(output_padding), dilation=list(dilation),
+                                          groups=groups).numpy()
+            self.assertEqual(got.shape, want.shape)
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+    def check_all(self):
+        self.check_elementwise()
+        self.check_reductions()
+        self.check_conv_transpose()
+
+    def test_lazy_cpu(self):
+        tc.configure(mode="lazy", backend="cpu")
+        self.check_all()
+
+    def test_eager_cpu(self):
+        tc.configure(mode="eager", backend="cpu")
+        self.check_all()
+
+    def test_reference(self):
+        tc.configure(mode="lazy", backend="reference")
+        self.check_all()
+
+    def test_sim(self):
+        tc.configure(mode="lazy", backend="sim:h100")
+        self.check_all()
+
+    def test_sim_gives_the_cpu_bits(self):
+        x, w, b = floats(2, 4, 5, 5, specials=False), floats(4, 3, 3, 3, specials=False), floats(3)
+        a, d = floats(6, 7), floats(7)
+        results = []
+        for backend in ("cpu", "sim:h100"):
+            tc.configure(mode="lazy", backend=backend)
+            A, D = tc.from_numpy(a), tc.from_numpy(d)
+            outs = [tc.ops.conv_transpose2d(tc.from_numpy(x), tc.from_numpy(w), tc.from_numpy(b), stride=[2, 2]),
+                    tc.ops.remainder(A, D), tc.ops.round(A), tc.ops.sin(A), tc.ops.min(A, axes=[1]),
+                    tc.ops.argmin(A, axis=0, select_last_index=True)]
+            results.append([o.numpy() for o in outs])
+        for cpu, sim in zip(*results):
+            np.testing.assert_array_equal(cpu, sim)
+
+
+if __name__ == "__main__":
+    unittest.main()

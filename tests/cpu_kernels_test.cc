@@ -349,6 +349,24 @@ std::vector<OpCase> cases_for(const OpInfo& op) {
             add({{DType::kF32, x}}, {{"axis", num(-1)}});
           }
           break;
+        case OpKind::kResizeNearest2d:
+        case OpKind::kResizeLinear2d: {
+          const std::vector<DType> dtypes = op.kind == OpKind::kResizeLinear2d ? std::vector<DType>{DType::kF32} : kAll;
+          const std::vector<std::pair<Shape, IntList>> shapes = {
+              {{1, 2, 3, 4}, {6, 8}}, {{2, 1, 5, 7}, {3, 2}}, {{1, 1, 4, 4}, {1, 1}}, {{0, 3, 2, 2}, {4, 4}},
+              {{2, 3, 5, 3}, {7, 13}}, {{1, 3, 150, 150}, {300, 300}}};
+          for (DType t : dtypes) {
+            for (const auto& [x, size] : shapes) {
+              for (int64_t mode = 0; mode < 5; ++mode) {
+                NamedAttrs attrs = {{"size", ints(size)}, {"coordinate_transformation_mode", num(mode)}};
+                if (op.kind == OpKind::kResizeNearest2d) attrs.push_back({"nearest_mode", num(mode % 4)});
+                add({{t, x}}, attrs);
+              }
+              add({{t, x}}, {{"size", ints(size)}, {"scale_h", real(1.5)}, {"scale_w", real(2.25)}});
+            }
+          }
+          break;
+        }
         case OpKind::kDropoutMask:
           for (DType seed : {DType::kI64, DType::kI32}) {
             add({{seed, {}}}, {{"shape", ints({3, 4})}, {"p", real(0.5)}});
@@ -547,7 +565,7 @@ TEST(CpuKernels, EveryOpButParameterIsTested) {
   // A new op joins the parameterized suite automatically; this count is a reminder to give it
   // cases in cases_for().
   EXPECT_EQ(ops_with_kernels().size(), static_cast<size_t>(kOpCount - 1 - 17));
-  EXPECT_EQ(kOpCount, 77);
+  EXPECT_EQ(kOpCount, 79);
   for (const std::string& name : ops_with_kernels()) EXPECT_FALSE(cases_for(*find_op(name)).empty()) << name;
 }
 

@@ -34,6 +34,8 @@ std::vector<ViewUse> view_uses() {
       {names_of<ArgmaxAttrs>(), {K::kArgmax}},
       {names_of<ArgminAttrs>(), {K::kArgmin}},
       {names_of<ConvTranspose2dAttrs>(), {K::kConvTranspose2d}},
+      {names_of<ResizeNearest2dAttrs>(), {K::kResizeNearest2d}},
+      {names_of<ResizeLinear2dAttrs>(), {K::kResizeLinear2d}},
       {names_of<ShapeAttrs>(), {K::kReshape, K::kBroadcastTo}},
       {names_of<PermuteAttrs>(), {K::kPermute}},
       {names_of<TransposeAttrs>(), {K::kTranspose}},

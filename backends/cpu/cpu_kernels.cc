@@ -32,6 +32,7 @@
 
 #include "capture/ops/attr_views.h"
 #include "capture/ops/elementwise.h"
+#include "capture/ops/resize.h"
 #include "backends/cpu/cpu_grad_nn_ops.h"
 #include "backends/cpu/cpu_nn_ops.h"
 #include "backends/cpu/cpu_nn_layers.h"
@@ -439,7 +440,7 @@ TileFn convert_fn(DType from, DType to) {
 // A fused chain has no reference fallback, so every elementwise op (OpInfo::elementwise()) needs a
 // case in op_fn; other ops fall back to their reference kernel in run_op when they have no fast
 // kernel here or in cpu_nn_*.cc. A new op: decide, then update the count.
-static_assert(kOpCount == 77, "a new op: give it a cpu kernel (required here if elementwise)");
+static_assert(kOpCount == 79, "a new op: give it a cpu kernel (required here if elementwise)");
 
 // nullptr if the inference rules never let `op` compute in `c`. The two ops with attributes:
 // gelu's tile function comes from gelu_fn(), and a clamp instruction also carries its bounds in
@@ -1017,6 +1018,41 @@ bool conv_transpose2d(std::span<const HostBuffer* const> in, std::span<const Att
   return true;
 }
 
+// resize_nearest2d and resize_linear2d: the reference's taps and plane loops (resize.h), planes
+// split over threads: the reference's bits.
+void resize_nearest2d(const HostBuffer& x, std::span<const AttrValue> attrs, HostBuffer& out) {
+  const ResizeNearest2dAttrs a(attrs);
+  const Shape& xs = x.shape();
+  const Shape& s = out.shape();
+  const auto mode = static_cast<resize::CoordMode>(a.coordinate_transformation_mode());
+  const auto nearest = static_cast<resize::NearestMode>(a.nearest_mode());
+  const std::vector<int64_t> rows = resize::nearest_taps(mode, nearest, xs[2], s[2], a.scale_h());
+  const std::vector<int64_t> cols = resize::nearest_taps(mode, nearest, xs[3], s[3], a.scale_w());
+  const size_t elem = dtype_size(out.dtype());
+  const size_t in_plane = static_cast<size_t>(xs[2] * xs[3]) * elem;
+  const size_t out_plane = static_cast<size_t>(s[2] * s[3]) * elem;
+  parallel_chunks(s[0] * s[1], out.numel(), [&](int64_t begin, int64_t end) {
+    for (int64_t p = begin; p < end; ++p) {
+      resize::nearest_plane(x.bytes() + static_cast<size_t>(p) * in_plane, xs[3],
+                            out.bytes() + static_cast<size_t>(p) * out_plane, rows, cols, elem);
+    }
+  });
+}
+
+void resize_linear2d(const HostBuffer& x, std::span<const AttrValue> attrs, HostBuffer& out) {
+  const ResizeLinear2dAttrs a(attrs);
+  const Shape& xs = x.shape();
+  const Shape& s = out.shape();
+  const auto mode = static_cast<resize::CoordMode>(a.coordinate_transformation_mode());
+  const std::vector<resize::LinearTap> rows = resize::linear_taps(mode, xs[2], s[2], a.scale_h());
+  const std::vector<resize::LinearTap> cols = resize::linear_taps(mode, xs[3], s[3], a.scale_w());
+  parallel_chunks(s[0] * s[1], 6 * out.numel(), [&](int64_t begin, int64_t end) {
+    for (int64_t p = begin; p < end; ++p) {
+      resize::linear_plane(x.data<float>() + p * xs[2] * xs[3], xs[3], out.data<float>() + p * s[2] * s[3], rows, cols);
+    }
+  });
+}
+
 }  // namespace
 
 void parallel_for(int64_t items, int64_t work, const std::function<void(int64_t, int64_t)>& fn) {
@@ -1121,6 +1157,12 @@ void run_op(const Graph& g, NodeId node, std::span<const HostBuffer* const> inpu
     case OpKind::kConvTranspose2d:
       if (conv_transpose2d(inputs, attrs, out)) return;
       break;
+    case OpKind::kResizeNearest2d:
+      resize_nearest2d(*inputs[0], attrs, out);
+      return;
+    case OpKind::kResizeLinear2d:
+      resize_linear2d(*inputs[0], attrs, out);
+      return;
     default:
       break;
   }

@@ -376,6 +376,29 @@ struct ConvTranspose2dAttrs : AttrView<A> {
   decltype(auto) groups() const { return TRACECACHE_ATTR("groups", i); }
 };
 
+// resize_nearest2d; resize_linear2d has the first four (ResizeLinear2dAttrs)
+template <typename A>
+struct ResizeNearest2dAttrs : AttrView<A> {
+  static constexpr AttrNames<5> kNames{"size", "scale_h", "scale_w", "coordinate_transformation_mode",
+                                       "nearest_mode"};
+  using AttrView<A>::AttrView;
+  decltype(auto) size() const { return TRACECACHE_ATTR("size", ints); }
+  decltype(auto) scale_h() const { return TRACECACHE_ATTR("scale_h", f); }
+  decltype(auto) scale_w() const { return TRACECACHE_ATTR("scale_w", f); }
+  decltype(auto) coordinate_transformation_mode() const { return TRACECACHE_ATTR("coordinate_transformation_mode", i); }
+  decltype(auto) nearest_mode() const { return TRACECACHE_ATTR("nearest_mode", i); }
+};
+
+template <typename A>
+struct ResizeLinear2dAttrs : AttrView<A> {
+  static constexpr AttrNames<4> kNames{"size", "scale_h", "scale_w", "coordinate_transformation_mode"};
+  using AttrView<A>::AttrView;
+  decltype(auto) size() const { return TRACECACHE_ATTR("size", ints); }
+  decltype(auto) scale_h() const { return TRACECACHE_ATTR("scale_h", f); }
+  decltype(auto) scale_w() const { return TRACECACHE_ATTR("scale_w", f); }
+  decltype(auto) coordinate_transformation_mode() const { return TRACECACHE_ATTR("coordinate_transformation_mode", i); }
+};
+
 #undef TRACECACHE_ATTR
 
 // Deduction: a view over std::span<A> is a view of A (const AttrValue reads, AttrValue writes).
@@ -414,6 +437,8 @@ TRACECACHE_ATTR_VIEW_GUIDE(Conv2dWeightGradAttrs)
 TRACECACHE_ATTR_VIEW_GUIDE(AvgPool2dGradAttrs)
 TRACECACHE_ATTR_VIEW_GUIDE(AdaptiveAvgPool2dGradAttrs)
 TRACECACHE_ATTR_VIEW_GUIDE(ConvTranspose2dAttrs)
+TRACECACHE_ATTR_VIEW_GUIDE(ResizeNearest2dAttrs)
+TRACECACHE_ATTR_VIEW_GUIDE(ResizeLinear2dAttrs)
 #undef TRACECACHE_ATTR_VIEW_GUIDE
 
 }  // namespace tracecache

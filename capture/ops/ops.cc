@@ -17,6 +17,7 @@
 #include "capture/ops/grad_nn_layers.h"
 #include "capture/ops/grad_onnx.h"
 #include "capture/ops/reference_kernels.h"
+#include "capture/ops/resize.h"
 
 namespace tracecache {
 
@@ -136,6 +137,15 @@ const AttrSpec kConvTranspose2dAttrs[] = {{"stride", AttrKind::kInts, false, pai
                                           {"output_padding", AttrKind::kInts, false, pair_of(0)},
                                           {"dilation", AttrKind::kInts, false, pair_of(1)},
                                           {"groups", AttrKind::kInt, false, AttrValue::of_int(1)}};
+const AttrSpec kResizeNearest2dAttrs[] = {{"size", AttrKind::kInts, true, none_ints()},
+                                          {"scale_h", AttrKind::kFloat, false, AttrValue::of_float(0)},
+                                          {"scale_w", AttrKind::kFloat, false, AttrValue::of_float(0)},
+                                          {"coordinate_transformation_mode", AttrKind::kInt, false, AttrValue::of_int(0)},
+                                          {"nearest_mode", AttrKind::kInt, false, AttrValue::of_int(0)}};
+const AttrSpec kResizeLinear2dAttrs[] = {{"size", AttrKind::kInts, true, none_ints()},
+                                         {"scale_h", AttrKind::kFloat, false, AttrValue::of_float(0)},
+                                         {"scale_w", AttrKind::kFloat, false, AttrValue::of_float(0)},
+                                         {"coordinate_transformation_mode", AttrKind::kInt, false, AttrValue::of_int(0)}};
 const AttrSpec kAdaptiveAvgPool2dGradAttrs[] = {{"input_size", AttrKind::kInts, true, none_ints()}};
 
 // ---- shared checks ------------------------------------------------------------------------
@@ -1220,6 +1230,50 @@ Check infer_conv_transpose2d(std::span<const TensorType> in, std::span<AttrValue
   return std::nullopt;
 }
 
+// resize_nearest2d and resize_linear2d (capture/ops/resize.h): x [N, C, H, W] (H, W >= 1) ->
+// [N, C, size]. The attributes shared by both lead their tables; nearest_mode is checked by
+// infer_resize_nearest2d.
+template <OpKind K>
+Check check_resize(std::span<const TensorType> in, std::span<AttrValue> attrs, TensorType* result) {
+  const std::string_view name = op_info(K).name;
+  const TensorType& x = in[0];
+  ResizeLinear2dAttrs a(attrs.first(4));
+  if (x.shape.rank() != 4) return fail(name, fmt::format("input {} must have rank 4 (N, C, H, W)", describe(x)));
+  if (x.shape[2] < 1 || x.shape[3] < 1) {
+    return fail(name, fmt::format("input {} has an empty spatial dim: there is nothing to sample", describe(x)));
+  }
+  RETURN_IF_ERROR(normalize_pair(name, "size", a.size(), 1));
+  for (double scale : {a.scale_h(), a.scale_w()}) {
+    if (!std::isfinite(scale) || scale < 0) {
+      return fail(name, fmt::format("scales must be finite and > 0 (or 0: size / input size), got {} and {}",
+                                    a.scale_h(), a.scale_w()));
+    }
+  }
+  const int64_t mode = a.coordinate_transformation_mode();
+  if (mode < 0 || mode >= resize::kCoordModes) {
+    return fail(name, fmt::format("coordinate_transformation_mode must be 0 (half_pixel), 1 (asymmetric), "
+                                  "2 (align_corners), 3 (pytorch_half_pixel) or 4 "
+                                  "(tf_half_pixel_for_nearest), got {}", mode));
+  }
+  *result = TensorType{x.dtype, Shape{x.shape[0], x.shape[1], a.size()[0], a.size()[1]}};
+  return std::nullopt;
+}
+
+Check infer_resize_nearest2d(std::span<const TensorType> in, std::span<AttrValue> attrs, TensorType* result) {
+  RETURN_IF_ERROR(check_resize<OpKind::kResizeNearest2d>(in, attrs, result));
+  const int64_t mode = ResizeNearest2dAttrs(attrs).nearest_mode();
+  if (mode < 0 || mode >= resize::kNearestModes) {
+    return fail("resize_nearest2d", fmt::format("nearest_mode must be 0 (round_prefer_floor), 1 "
+                                                "(round_prefer_ceil), 2 (floor) or 3 (ceil), got {}", mode));
+  }
+  return std::nullopt;
+}
+
+Check infer_resize_linear2d(std::span<const TensorType> in, std::span<AttrValue> attrs, TensorType* result) {
+  RETURN_IF_ERROR(require_f32("resize_linear2d", "input", in[0]));
+  return check_resize<OpKind::kResizeLinear2d>(in, attrs, result);
+}
+
 // ---- costs (see OpCost in ops.h) ------------------------------------------------------------
 // Inputs are as the inference rule accepted them (so arities and ranks hold) and `attrs` are
 // normalized.
@@ -1404,6 +1458,10 @@ const OpInfo kOps[] = {
     {OpKind::kArgmin, "argmin", C::kReduce, 1, 1, kArgminAttrs, infer_arg_extreme<OpKind::kArgmin>, ref::argmin, kPerIn, nullptr},
     {OpKind::kConvTranspose2d, "conv_transpose2d", C::kNn, 2, 3, kConvTranspose2dAttrs, infer_conv_transpose2d,
      ref::conv_transpose2d, cost_conv_transpose2d, grad::conv_transpose2d},
+    {OpKind::kResizeNearest2d, "resize_nearest2d", C::kNn, 1, 1, kResizeNearest2dAttrs, infer_resize_nearest2d,
+     ref::resize_nearest2d, kPerOut, nullptr},
+    {OpKind::kResizeLinear2d, "resize_linear2d", C::kNn, 1, 1, kResizeLinear2dAttrs, infer_resize_linear2d,
+     ref::resize_linear2d, cost_per_out<6>, nullptr},
 };
 static_assert(std::size(kOps) == kOpCount, "every OpKind needs exactly one registry row");
 

@@ -113,6 +113,9 @@ TRACECACHE_REF_KERNEL(argmin);
 // In capture/ops/reference_onnx_ops.cc. conv_transpose2d is conv2d_input_grad (sums in double,
 // rounded once) plus the bias in f32.
 TRACECACHE_REF_KERNEL(conv_transpose2d);
+// resize: plane by plane with the taps and plane loops of capture/ops/resize.h.
+TRACECACHE_REF_KERNEL(resize_nearest2d);
+TRACECACHE_REF_KERNEL(resize_linear2d);
 
 #undef TRACECACHE_REF_KERNEL
 

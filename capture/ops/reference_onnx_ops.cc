@@ -1,10 +1,11 @@
 // Reference kernels of the ops ONNX models need (issue 16) that are not elementwise or
-// reductions: conv_transpose2d. Semantics in docs/ops.md.
+// reductions: conv_transpose2d, resize_nearest2d, resize_linear2d. Semantics in docs/ops.md.
 #include <array>
 #include <cstdint>
 
 #include "capture/ops/attr_views.h"
 #include "capture/ops/reference_kernels.h"
+#include "capture/ops/resize.h"
 
 namespace tracecache::ref {
 
@@ -27,6 +28,34 @@ void conv_transpose2d(std::span<const HostBuffer* const> in, std::span<const Att
       float* p = o + (n * s[1] + c) * plane;
       for (int64_t i = 0; i < plane; ++i) p[i] += bias[c];
     }
+  }
+}
+
+void resize_nearest2d(std::span<const HostBuffer* const> in, std::span<const AttrValue> attrs, HostBuffer& out) {
+  const ResizeNearest2dAttrs a(attrs);
+  const Shape& x = in[0]->shape();
+  const Shape& s = out.shape();
+  const auto mode = static_cast<resize::CoordMode>(a.coordinate_transformation_mode());
+  const auto nearest = static_cast<resize::NearestMode>(a.nearest_mode());
+  const std::vector<int64_t> rows = resize::nearest_taps(mode, nearest, x[2], s[2], a.scale_h());
+  const std::vector<int64_t> cols = resize::nearest_taps(mode, nearest, x[3], s[3], a.scale_w());
+  const size_t elem = dtype_size(out.dtype());
+  const size_t in_plane = static_cast<size_t>(x[2] * x[3]) * elem, out_plane = static_cast<size_t>(s[2] * s[3]) * elem;
+  for (int64_t p = 0; p < s[0] * s[1]; ++p) {
+    resize::nearest_plane(in[0]->bytes() + static_cast<size_t>(p) * in_plane, x[3],
+                          out.bytes() + static_cast<size_t>(p) * out_plane, rows, cols, elem);
+  }
+}
+
+void resize_linear2d(std::span<const HostBuffer* const> in, std::span<const AttrValue> attrs, HostBuffer& out) {
+  const ResizeLinear2dAttrs a(attrs);
+  const Shape& x = in[0]->shape();
+  const Shape& s = out.shape();
+  const auto mode = static_cast<resize::CoordMode>(a.coordinate_transformation_mode());
+  const std::vector<resize::LinearTap> rows = resize::linear_taps(mode, x[2], s[2], a.scale_h());
+  const std::vector<resize::LinearTap> cols = resize::linear_taps(mode, x[3], s[3], a.scale_w());
+  for (int64_t p = 0; p < s[0] * s[1]; ++p) {
+    resize::linear_plane(in[0]->data<float>() + p * x[2] * x[3], x[3], out.data<float>() + p * s[2] * s[3], rows, cols);
   }
 }
 

@@ -126,10 +126,59 @@ class OnnxOps(unittest.TestCase):
             self.assertEqual(got.shape, want.shape)
             np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
+    def check_resize(self):
+        F = torch.nn.functional
+        x = floats(2, 3, 5, 4, specials=False)
+        X = tc.from_numpy(x)
+        for size in ((10, 8), (15, 12), (3, 2), (1, 1), (7, 9)):
+            integer_factor = size[0] % 5 == 0 and size[1] % 4 == 0
+            if integer_factor:  # torch's float scale agrees with ONNX's double one exactly
+                # ONNX asymmetric + floor is torch's "nearest".
+                self.same(tc.ops.resize_nearest2d(X, size=list(size), coordinate_transformation_mode=1, nearest_mode=2),
+                          F.interpolate(T(x), size=size, mode="nearest").numpy())
+            # ONNX half_pixel + round_prefer_ceil (and tf_half_pixel_for_nearest + floor) is "nearest-exact".
+            exact = F.interpolate(T(x), size=size, mode="nearest-exact").numpy()
+            self.same(tc.ops.resize_nearest2d(X, size=list(size), coordinate_transformation_mode=0, nearest_mode=1), exact)
+            self.same(tc.ops.resize_nearest2d(X, size=list(size), coordinate_transformation_mode=4, nearest_mode=2), exact)
+            # pytorch_half_pixel is bilinear with align_corners=False, except that it samples 0 for an
+            # output length of 1 (ONNX's rule) where torch uses half_pixel; align_corners is
+            # align_corners=True.
+            mode = 0 if 1 in size else 3
+            np.testing.assert_allclose(
+                tc.ops.resize_linear2d(X, size=list(size), coordinate_transformation_mode=mode).numpy(),
+                F.interpolate(T(x), size=size, mode="bilinear", align_corners=False).numpy(), rtol=1e-5, atol=1e-5)
+            np.testing.assert_allclose(
+                tc.ops.resize_linear2d(X, size=list(size), coordinate_transformation_mode=2).numpy(),
+                F.interpolate(T(x), size=size, mode="bilinear", align_corners=True).numpy(), rtol=1e-5, atol=1e-5)
+        # The ONNX formulas without a PyTorch twin, from the spec: asymmetric and half_pixel
+        # coordinates, round_prefer_floor, explicit scales, integer data.
+        np.testing.assert_array_equal(
+            tc.ops.resize_linear2d(tc.from_numpy(np.arange(20, dtype=np.float32).reshape(1, 1, 5, 4)), size=[1, 1],
+                                   coordinate_transformation_mode=3).numpy(), np.zeros((1, 1, 1, 1), np.float32))
+
+        def onnx_nearest_1d(n_in, n_out, coord, scale):
+            idx = []
+            for o in range(n_out):
+                c = o / scale if coord == "asymmetric" else (o + 0.5) / scale - 0.5
+                f = np.floor(c)
+                i = f if c - f == 0.5 else np.round(c)  # round_prefer_floor
+                idx.append(int(min(max(i, 0), n_in - 1)))
+            return idx
+        xi = ints(1, 2, 4, 6)
+        for coord, code in (("asymmetric", 1), ("half_pixel", 0)):
+            for scales in ((1.5, 0.5), (2.0, 1.75)):
+                size = [int(np.floor(4 * scales[0])), int(np.floor(6 * scales[1]))]
+                rows = onnx_nearest_1d(4, size[0], coord, scales[0])
+                cols = onnx_nearest_1d(6, size[1], coord, scales[1])
+                got = tc.ops.resize_nearest2d(tc.from_numpy(xi), size=size, scale_h=scales[0], scale_w=scales[1],
+                                              coordinate_transformation_mode=code)
+                self.same(got, xi[:, :, rows][:, :, :, cols])
+
     def check_all(self):
         self.check_elementwise()
         self.check_reductions()
         self.check_conv_transpose()
+        self.check_resize()
 
     def test_lazy_cpu(self):
         tc.configure(mode="lazy", backend="cpu")
@@ -156,7 +205,9 @@ class OnnxOps(unittest.TestCase):
             A, D = tc.from_numpy(a), tc.from_numpy(d)
             outs = [tc.ops.conv_transpose2d(tc.from_numpy(x), tc.from_numpy(w), tc.from_numpy(b), stride=[2, 2]),
                     tc.ops.remainder(A, D), tc.ops.round(A), tc.ops.sin(A), tc.ops.min(A, axes=[1]),
-                    tc.ops.argmin(A, axis=0, select_last_index=True)]
+                    tc.ops.argmin(A, axis=0, select_last_index=True),
+                    tc.ops.resize_linear2d(tc.from_numpy(x), size=[9, 11], coordinate_transformation_mode=0),
+                    tc.ops.resize_nearest2d(tc.from_numpy(x), size=[9, 11])]
             results.append([o.numpy() for o in outs])
         for cpu, sim in zip(*results):
             np.testing.assert_array_equal(cpu, sim)

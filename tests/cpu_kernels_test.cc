@@ -367,6 +367,21 @@ std::vector<OpCase> cases_for(const OpInfo& op) {
           }
           break;
         }
+        case OpKind::kTopk:
+        case OpKind::kTopkIndices: {
+          const std::vector<std::pair<Shape, int64_t>> shapes = {
+              {{2, 7}, 3}, {{2, 7}, 7}, {{5, 4, 3}, 2}, {{9}, 0}, {{0, 4}, 2}, {{300, 300}, 5}, {{3, 1000}, 17}};
+          for (DType t : kAll) {
+            for (const auto& [x, k] : shapes) {
+              for (int axis = 0; axis < x.rank(); ++axis) {
+                if (k > x[axis]) continue;
+                add({{t, x}}, {{"k", num(k)}, {"axis", num(axis)}});
+                add({{t, x}}, {{"k", num(k)}, {"axis", num(axis - x.rank())}, {"largest", flag(false)}});
+              }
+            }
+          }
+          break;
+        }
         case OpKind::kDropoutMask:
           for (DType seed : {DType::kI64, DType::kI32}) {
             add({{seed, {}}}, {{"shape", ints({3, 4})}, {"p", real(0.5)}});
@@ -565,7 +580,7 @@ TEST(CpuKernels, EveryOpButParameterIsTested) {
   // A new op joins the parameterized suite automatically; this count is a reminder to give it
   // cases in cases_for().
   EXPECT_EQ(ops_with_kernels().size(), static_cast<size_t>(kOpCount - 1 - 17));
-  EXPECT_EQ(kOpCount, 79);
+  EXPECT_EQ(kOpCount, 81);
   for (const std::string& name : ops_with_kernels()) EXPECT_FALSE(cases_for(*find_op(name)).empty()) << name;
 }
 

@@ -33,6 +33,7 @@
 #include "capture/ops/attr_views.h"
 #include "capture/ops/elementwise.h"
 #include "capture/ops/resize.h"
+#include "capture/ops/topk.h"
 #include "backends/cpu/cpu_grad_nn_ops.h"
 #include "backends/cpu/cpu_nn_ops.h"
 #include "backends/cpu/cpu_nn_layers.h"
@@ -440,7 +441,7 @@ TileFn convert_fn(DType from, DType to) {
 // A fused chain has no reference fallback, so every elementwise op (OpInfo::elementwise()) needs a
 // case in op_fn; other ops fall back to their reference kernel in run_op when they have no fast
 // kernel here or in cpu_nn_*.cc. A new op: decide, then update the count.
-static_assert(kOpCount == 79, "a new op: give it a cpu kernel (required here if elementwise)");
+static_assert(kOpCount == 81, "a new op: give it a cpu kernel (required here if elementwise)");
 
 // nullptr if the inference rules never let `op` compute in `c`. The two ops with attributes:
 // gelu's tile function comes from gelu_fn(), and a clamp instruction also carries its bounds in
@@ -1053,6 +1054,32 @@ void resize_linear2d(const HostBuffer& x, std::span<const AttrValue> attrs, Host
   });
 }
 
+// topk's values (kIndices false) or indices: the reference's selection (topk.h), rows split
+// over threads.
+template <bool kIndices>
+void topk_rows(const HostBuffer& x, std::span<const AttrValue> attrs, HostBuffer& out) {
+  const TopkAttrs a(attrs);
+  const AxisSplit split = split_at_axis(x.shape(), static_cast<int>(a.axis()));
+  const int64_t k = a.k();
+  dispatch_dtype(x.dtype(), [&]<typename T>() {
+    const T* p = x.data<T>();
+    parallel_chunks(split.outer * split.inner, x.numel(), [&](int64_t begin, int64_t end) {
+      std::vector<int64_t> order;
+      for (int64_t r = begin; r < end; ++r) {
+        const int64_t o = r / split.inner, c = r % split.inner;
+        const T* row = p + o * split.len * split.inner + c;
+        topk::select_row(row, split.len, split.inner, k, a.largest(), order);
+        for (int64_t j = 0; j < k; ++j) {
+          const int64_t at = (o * k + j) * split.inner + c;
+          const int64_t i = order[static_cast<size_t>(j)];
+          if constexpr (kIndices) out.data<int64_t>()[at] = i;
+          else out.data<T>()[at] = row[i * split.inner];
+        }
+      }
+    });
+  });
+}
+
 }  // namespace
 
 void parallel_for(int64_t items, int64_t work, const std::function<void(int64_t, int64_t)>& fn) {
@@ -1162,6 +1189,12 @@ void run_op(const Graph& g, NodeId node, std::span<const HostBuffer* const> inpu
       return;
     case OpKind::kResizeLinear2d:
       resize_linear2d(*inputs[0], attrs, out);
+      return;
+    case OpKind::kTopk:
+      topk_rows<false>(*inputs[0], attrs, out);
+      return;
+    case OpKind::kTopkIndices:
+      topk_rows<true>(*inputs[0], attrs, out);
       return;
     default:
       break;

@@ -399,6 +399,16 @@ struct ResizeLinear2dAttrs : AttrView<A> {
   decltype(auto) coordinate_transformation_mode() const { return TRACECACHE_ATTR("coordinate_transformation_mode", i); }
 };
 
+// topk, topk_indices
+template <typename A>
+struct TopkAttrs : AttrView<A> {
+  static constexpr AttrNames<3> kNames{"k", "axis", "largest"};
+  using AttrView<A>::AttrView;
+  decltype(auto) k() const { return TRACECACHE_ATTR("k", i); }
+  decltype(auto) axis() const { return TRACECACHE_ATTR("axis", i); }
+  bool largest() const { return TRACECACHE_ATTR("largest", as_bool()); }
+};
+
 #undef TRACECACHE_ATTR
 
 // Deduction: a view over std::span<A> is a view of A (const AttrValue reads, AttrValue writes).
@@ -439,6 +449,7 @@ TRACECACHE_ATTR_VIEW_GUIDE(AdaptiveAvgPool2dGradAttrs)
 TRACECACHE_ATTR_VIEW_GUIDE(ConvTranspose2dAttrs)
 TRACECACHE_ATTR_VIEW_GUIDE(ResizeNearest2dAttrs)
 TRACECACHE_ATTR_VIEW_GUIDE(ResizeLinear2dAttrs)
+TRACECACHE_ATTR_VIEW_GUIDE(TopkAttrs)
 #undef TRACECACHE_ATTR_VIEW_GUIDE
 
 }  // namespace tracecache

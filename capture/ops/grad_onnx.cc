@@ -64,4 +64,14 @@ TRACECACHE_GRAD_RULE(conv_transpose2d) {
   }
 }
 
+// Each selected element gets its value's gradient, the others 0 (PyTorch's topk backward):
+// scatter_add of g into zeros at topk_indices (the indices of one row are distinct).
+TRACECACHE_GRAD_RULE(topk) {
+  const TopkAttrs t(a.attrs);
+  const Shape& x = b.type(a.inputs[0]).shape;
+  GradValue index = b.op(OpKind::kTopkIndices, {a.inputs[0]},
+                         {AttrValue::of_int(t.k()), AttrValue::of_int(t.axis()), AttrValue::of_bool(t.largest())});
+  grads[0] = b.op(OpKind::kScatterAdd, {b.full(x, 0), index, a.grad}, {AttrValue::of_int(t.axis())});
+}
+
 }  // namespace tracecache::grad

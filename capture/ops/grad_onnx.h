@@ -1,10 +1,12 @@
 // Gradient rules of the ops ONNX models need (issue 16): floor, ceil, round, sin, cos,
-// remainder, fmod, trunc_div, min, conv_transpose2d (the `grad` column of their registry rows, ops.cc). The
+// remainder, fmod, trunc_div, min, conv_transpose2d, topk (the `grad`
+// column of their registry rows, ops.cc). The
 // contract every rule keeps is in grad.h; the formulas are in docs/ops.md ("Gradient" of each
 // op) and follow PyTorch 1.13's: floor, ceil, round and trunc_div are flat (zero gradient),
 // remainder and fmod pass the gradient to the dividend and -g * (a div b, rounded as the op
 // rounds) to the divisor, min shares the gradient among equal minima as max does,
-// conv_transpose2d (the adjoint of a conv2d) has conv2d and conv2d_weight_grad as gradients.
+// conv_transpose2d (the adjoint of a conv2d) has conv2d and conv2d_weight_grad as gradients,
+// topk scatters the gradient back to the selected elements (topk_indices, scatter_add).
 // Thread-safety: pure functions. Errors: see grad.h (these rules define every attribute
 // combination their ops accept, so they throw nothing of their own).
 #pragma once
@@ -26,5 +28,6 @@ TRACECACHE_GRAD_RULE(fmod);
 TRACECACHE_GRAD_RULE(trunc_div);
 TRACECACHE_GRAD_RULE(min);
 TRACECACHE_GRAD_RULE(conv_transpose2d);
+TRACECACHE_GRAD_RULE(topk);
 
 }  // namespace tracecache::grad

@@ -146,6 +146,9 @@ const AttrSpec kResizeLinear2dAttrs[] = {{"size", AttrKind::kInts, true, none_in
                                          {"scale_h", AttrKind::kFloat, false, AttrValue::of_float(0)},
                                          {"scale_w", AttrKind::kFloat, false, AttrValue::of_float(0)},
                                          {"coordinate_transformation_mode", AttrKind::kInt, false, AttrValue::of_int(0)}};
+const AttrSpec kTopkAttrs[] = {{"k", AttrKind::kInt, true, AttrValue::of_int(0)},
+                               {"axis", AttrKind::kInt, false, AttrValue::of_int(-1)},
+                               {"largest", AttrKind::kBool, false, AttrValue::of_bool(true)}};
 const AttrSpec kAdaptiveAvgPool2dGradAttrs[] = {{"input_size", AttrKind::kInts, true, none_ints()}};
 
 // ---- shared checks ------------------------------------------------------------------------
@@ -1274,6 +1277,25 @@ Check infer_resize_linear2d(std::span<const TensorType> in, std::span<AttrValue>
   return check_resize<OpKind::kResizeLinear2d>(in, attrs, result);
 }
 
+// topk (values, x's dtype) and topk_indices (i64): x's shape with `axis` of size k.
+template <OpKind K>
+Check infer_topk(std::span<const TensorType> in, std::span<AttrValue> attrs, TensorType* result) {
+  const std::string_view name = op_info(K).name;
+  const TensorType& x = in[0];
+  TopkAttrs a(attrs);
+  if (x.shape.rank() == 0) return fail(name, fmt::format("input {} must have rank >= 1", describe(x)));
+  RETURN_IF_ERROR(normalize_axis(name, a.axis(), x.shape.rank()));
+  const int axis = static_cast<int>(a.axis());
+  if (a.k() < 0 || a.k() > x.shape[axis]) {
+    return fail(name, fmt::format("k must be in [0, {}] (dim {} of input {}), got {}", x.shape[axis], axis,
+                                  describe(x), a.k()));
+  }
+  Shape out = x.shape;
+  out[axis] = a.k();
+  *result = TensorType{K == OpKind::kTopk ? x.dtype : DType::kI64, out};
+  return std::nullopt;
+}
+
 // ---- costs (see OpCost in ops.h) ------------------------------------------------------------
 // Inputs are as the inference rule accepted them (so arities and ranks hold) and `attrs` are
 // normalized.
@@ -1462,6 +1484,9 @@ const OpInfo kOps[] = {
      ref::resize_nearest2d, kPerOut, nullptr},
     {OpKind::kResizeLinear2d, "resize_linear2d", C::kNn, 1, 1, kResizeLinear2dAttrs, infer_resize_linear2d,
      ref::resize_linear2d, cost_per_out<6>, nullptr},
+    {OpKind::kTopk, "topk", C::kNn, 1, 1, kTopkAttrs, infer_topk<OpKind::kTopk>, ref::topk, kPerIn, grad::topk},
+    {OpKind::kTopkIndices, "topk_indices", C::kNn, 1, 1, kTopkAttrs, infer_topk<OpKind::kTopkIndices>,
+     ref::topk_indices, kPerIn, nullptr},
 };
 static_assert(std::size(kOps) == kOpCount, "every OpKind needs exactly one registry row");
 

@@ -116,6 +116,9 @@ TRACECACHE_REF_KERNEL(conv_transpose2d);
 // resize: plane by plane with the taps and plane loops of capture/ops/resize.h.
 TRACECACHE_REF_KERNEL(resize_nearest2d);
 TRACECACHE_REF_KERNEL(resize_linear2d);
+// topk: row by row with the selection of capture/ops/topk.h.
+TRACECACHE_REF_KERNEL(topk);
+TRACECACHE_REF_KERNEL(topk_indices);
 
 #undef TRACECACHE_REF_KERNEL
 

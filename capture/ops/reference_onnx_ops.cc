@@ -1,11 +1,14 @@
 // Reference kernels of the ops ONNX models need (issue 16) that are not elementwise or
-// reductions: conv_transpose2d, resize_nearest2d, resize_linear2d. Semantics in docs/ops.md.
+// reductions: conv_transpose2d, resize_nearest2d, resize_linear2d, topk, topk_indices. Semantics
+// in docs/ops.md.
 #include <array>
 #include <cstdint>
+#include <vector>
 
 #include "capture/ops/attr_views.h"
 #include "capture/ops/reference_kernels.h"
 #include "capture/ops/resize.h"
+#include "capture/ops/topk.h"
 
 namespace tracecache::ref {
 
@@ -57,6 +60,42 @@ void resize_linear2d(std::span<const HostBuffer* const> in, std::span<const Attr
   for (int64_t p = 0; p < s[0] * s[1]; ++p) {
     resize::linear_plane(in[0]->data<float>() + p * x[2] * x[3], x[3], out.data<float>() + p * s[2] * s[3], rows, cols);
   }
+}
+
+namespace {
+
+// topk's values (kIndices false) or indices: every row along the axis in turn.
+template <bool kIndices>
+void topk_rows(const HostBuffer& x, std::span<const AttrValue> attrs, HostBuffer& out) {
+  const TopkAttrs a(attrs);
+  const AxisSplit split = split_at_axis(x.shape(), static_cast<int>(a.axis()));
+  const int64_t k = a.k();
+  std::vector<int64_t> order;
+  dispatch_dtype(x.dtype(), [&]<typename T>() {
+    const T* p = x.data<T>();
+    for (int64_t o = 0; o < split.outer; ++o) {
+      for (int64_t c = 0; c < split.inner; ++c) {
+        const T* row = p + o * split.len * split.inner + c;
+        topk::select_row(row, split.len, split.inner, k, a.largest(), order);
+        for (int64_t j = 0; j < k; ++j) {
+          const int64_t at = (o * k + j) * split.inner + c;
+          const int64_t i = order[static_cast<size_t>(j)];
+          if constexpr (kIndices) out.data<int64_t>()[at] = i;
+          else out.data<T>()[at] = row[i * split.inner];
+        }
+      }
+    }
+  });
+}
+
+}  // namespace
+
+void topk(std::span<const HostBuffer* const> in, std::span<const AttrValue> attrs, HostBuffer& out) {
+  topk_rows<false>(*in[0], attrs, out);
+}
+
+void topk_indices(std::span<const HostBuffer* const> in, std::span<const AttrValue> attrs, HostBuffer& out) {
+  topk_rows<true>(*in[0], attrs, out);
 }
 
 }  // namespace tracecache::ref

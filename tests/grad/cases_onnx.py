@@ -36,6 +36,11 @@ CASES = [
      "program": "y = min(a, axes=[1])", "torch": lambda a: torch.amin(a, dim=1)},
     {"name": "min_ties_keepdim", "inputs": {"a": f32([3, 4], "ties")},
      "program": "y = min(a, axes=[0], keepdim=true)", "torch": lambda a: torch.amin(a, dim=0, keepdim=True)},
+    # ---- topk: the selected elements get their gradient ----
+    {"name": "topk_last_axis", "inputs": {"a": f32([3, 6])},
+     "program": "y = topk(a, k=2)", "torch": lambda a: torch.topk(a, 2)[0]},
+    {"name": "topk_smallest_axis0", "inputs": {"a": f32([5, 4])},
+     "program": "y = topk(a, k=3, axis=0, largest=false)", "torch": lambda a: torch.topk(a, 3, dim=0, largest=False)[0]},
     # ---- conv_transpose2d ----
     {"name": "conv_transpose2d_bias", "inputs": {"x": f32([2, 3, 4, 5]), "w": f32([3, 2, 3, 3]), "b": f32([2])},
      "program": "y = conv_transpose2d(x, w, b)", "torch": F.conv_transpose2d},

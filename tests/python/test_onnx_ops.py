@@ -174,11 +174,34 @@ class OnnxOps(unittest.TestCase):
                                               coordinate_transformation_mode=code)
                 self.same(got, xi[:, :, rows][:, :, :, cols])
 
+    def check_topk(self):
+        x = floats(4, 9, specials=False)
+        x[1, 3] = x[1, 6] = x[1, 8] = x[1].max() + 1  # a three-way tie: lower index first (ONNX)
+        x[2, 0] = x[2, 5] = x[2].min() - 1
+        X = tc.from_numpy(x)
+        for k, axis, largest in ((3, 1, True), (4, -1, False), (2, 0, True), (9, 1, False), (0, 1, True)):
+            values = torch.topk(T(x), k, dim=axis, largest=largest, sorted=True).values
+            self.same(tc.ops.topk(X, k=k, axis=axis, largest=largest), values.numpy())
+            # torch orders ties arbitrarily; ONNX (and a stable sort) puts the lower index first.
+            order = np.argsort(-x if largest else x, axis=axis, kind="stable")
+            order = order[:, :k] if axis in (1, -1) else order[:k]
+            self.same(tc.ops.topk_indices(X, k=k, axis=axis, largest=largest), order)
+        self.assertEqual(tc.ops.topk_indices(X, k=3, axis=1).numpy()[1].tolist(), [3, 6, 8])
+        self.assertEqual(tc.ops.topk_indices(X, k=2, axis=1, largest=False).numpy()[2].tolist(), [0, 5])
+        i = ints(3, 8, low=-3, high=4)
+        order = np.argsort(-i, axis=1, kind="stable")[:, :5]  # ties by lower index
+        self.same(tc.ops.topk_indices(tc.from_numpy(i), k=5), order)
+        self.same(tc.ops.topk(tc.from_numpy(i), k=5), np.take_along_axis(i, order, axis=1))
+        n = np.array([1, np.nan, 3, np.nan, 2], np.float32)  # NaN is the largest value
+        self.same(tc.ops.topk_indices(tc.from_numpy(n), k=3), np.array([1, 3, 2]))
+        self.same(tc.ops.topk_indices(tc.from_numpy(n), k=3, largest=False), np.array([0, 4, 2]))
+
     def check_all(self):
         self.check_elementwise()
         self.check_reductions()
         self.check_conv_transpose()
         self.check_resize()
+        self.check_topk()
 
     def test_lazy_cpu(self):
         tc.configure(mode="lazy", backend="cpu")
@@ -207,7 +230,8 @@ class OnnxOps(unittest.TestCase):
                     tc.ops.remainder(A, D), tc.ops.round(A), tc.ops.sin(A), tc.ops.min(A, axes=[1]),
                     tc.ops.argmin(A, axis=0, select_last_index=True),
                     tc.ops.resize_linear2d(tc.from_numpy(x), size=[9, 11], coordinate_transformation_mode=0),
-                    tc.ops.resize_nearest2d(tc.from_numpy(x), size=[9, 11])]
+                    tc.ops.resize_nearest2d(tc.from_numpy(x), size=[9, 11]),
+                    tc.ops.topk(A, k=3), tc.ops.topk_indices(A, k=2, axis=0, largest=False)]
             results.append([o.numpy() for o in outs])
         for cpu, sim in zip(*results):
             np.testing.assert_array_equal(cpu, sim)

@@ -382,6 +382,30 @@ std::vector<OpCase> cases_for(const OpInfo& op) {
           }
           break;
         }
+        case OpKind::kScatterElements:
+          for (DType t : kAll) {
+            for (DType it : {DType::kI32, DType::kI64}) {
+              for (int64_t reduction = 0; reduction < 3; ++reduction) {
+                add({{t, {4, 5}}, {it, {3, 5}}, {t, {3, 5}}}, {{"axis", num(0)}, {"reduction", num(reduction)}});
+                add({{t, {4, 5}}, {it, {4, 2}}, {t, {4, 2}}}, {{"axis", num(-1)}, {"reduction", num(reduction)}});
+                add({{t, {2, 3, 4}}, {it, {2, 3, 9}}, {t, {2, 3, 9}}}, {{"axis", num(2)}, {"reduction", num(reduction)}});
+                add({{t, {3, 0}}, {it, {2, 0}}, {t, {2, 0}}}, {{"axis", num(0)}, {"reduction", num(reduction)}});
+              }
+            }
+          }
+          break;
+        case OpKind::kGatherNd:
+          for (DType t : kAll) {
+            for (DType it : {DType::kI32, DType::kI64}) {
+              add({{t, {4, 5}}, {it, {3, 2}}});
+              add({{t, {4, 5, 6}}, {it, {2, 3, 1}}});
+              add({{t, {2, 4, 5}}, {it, {2, 3, 1}}}, {{"batch_dims", num(1)}});
+              add({{t, {2, 3, 4, 5}}, {it, {2, 3, 2}}}, {{"batch_dims", num(2)}});
+              add({{t, {4, 5}}, {it, {0, 2}}});
+              add({{t, {300, 300}}, {it, {50, 1}}});
+            }
+          }
+          break;
         case OpKind::kDropoutMask:
           for (DType seed : {DType::kI64, DType::kI32}) {
             add({{seed, {}}}, {{"shape", ints({3, 4})}, {"p", real(0.5)}});
@@ -580,7 +604,7 @@ TEST(CpuKernels, EveryOpButParameterIsTested) {
   // A new op joins the parameterized suite automatically; this count is a reminder to give it
   // cases in cases_for().
   EXPECT_EQ(ops_with_kernels().size(), static_cast<size_t>(kOpCount - 1 - 17));
-  EXPECT_EQ(kOpCount, 81);
+  EXPECT_EQ(kOpCount, 83);
   for (const std::string& name : ops_with_kernels()) EXPECT_FALSE(cases_for(*find_op(name)).empty()) << name;
 }
 

@@ -37,6 +37,8 @@ std::vector<ViewUse> view_uses() {
       {names_of<ResizeNearest2dAttrs>(), {K::kResizeNearest2d}},
       {names_of<ResizeLinear2dAttrs>(), {K::kResizeLinear2d}},
       {names_of<TopkAttrs>(), {K::kTopk, K::kTopkIndices}},
+      {names_of<ScatterElementsAttrs>(), {K::kScatterElements}},
+      {names_of<GatherNdAttrs>(), {K::kGatherNd}},
       {names_of<ShapeAttrs>(), {K::kReshape, K::kBroadcastTo}},
       {names_of<PermuteAttrs>(), {K::kPermute}},
       {names_of<TransposeAttrs>(), {K::kTranspose}},

@@ -409,6 +409,23 @@ struct TopkAttrs : AttrView<A> {
   bool largest() const { return TRACECACHE_ATTR("largest", as_bool()); }
 };
 
+// scatter_elements
+template <typename A>
+struct ScatterElementsAttrs : AttrView<A> {
+  static constexpr AttrNames<2> kNames{"axis", "reduction"};
+  using AttrView<A>::AttrView;
+  decltype(auto) axis() const { return TRACECACHE_ATTR("axis", i); }
+  decltype(auto) reduction() const { return TRACECACHE_ATTR("reduction", i); }
+};
+
+// gather_nd
+template <typename A>
+struct GatherNdAttrs : AttrView<A> {
+  static constexpr AttrNames<1> kNames{"batch_dims"};
+  using AttrView<A>::AttrView;
+  decltype(auto) batch_dims() const { return TRACECACHE_ATTR("batch_dims", i); }
+};
+
 #undef TRACECACHE_ATTR
 
 // Deduction: a view over std::span<A> is a view of A (const AttrValue reads, AttrValue writes).
@@ -450,6 +467,8 @@ TRACECACHE_ATTR_VIEW_GUIDE(ConvTranspose2dAttrs)
 TRACECACHE_ATTR_VIEW_GUIDE(ResizeNearest2dAttrs)
 TRACECACHE_ATTR_VIEW_GUIDE(ResizeLinear2dAttrs)
 TRACECACHE_ATTR_VIEW_GUIDE(TopkAttrs)
+TRACECACHE_ATTR_VIEW_GUIDE(ScatterElementsAttrs)
+TRACECACHE_ATTR_VIEW_GUIDE(GatherNdAttrs)
 #undef TRACECACHE_ATTR_VIEW_GUIDE
 
 }  // namespace tracecache

@@ -1,5 +1,6 @@
 #include "capture/ops/grad_onnx.h"
 
+#include "capture/core/status.h"
 #include "capture/ops/attr_views.h"
 #include "capture/ops/ops.h"
 
@@ -72,6 +73,31 @@ TRACECACHE_GRAD_RULE(topk) {
   GradValue index = b.op(OpKind::kTopkIndices, {a.inputs[0]},
                          {AttrValue::of_int(t.k()), AttrValue::of_int(t.axis()), AttrValue::of_bool(t.largest())});
   grads[0] = b.op(OpKind::kScatterAdd, {b.full(x, 0), index, a.grad}, {AttrValue::of_int(t.axis())});
+}
+
+// PyTorch's scatter (reduction none) and scatter_add backward: x gets g, with the scattered
+// positions zeroed for none; updates get g gathered at the index (also updates a later
+// duplicate overwrote, as PyTorch). Negative indices are wrapped first, as the forward does.
+TRACECACHE_GRAD_RULE(scatter_elements) {
+  const ScatterElementsAttrs s(a.attrs);
+  if (s.reduction() == 2) {
+    throw Error(invalid_argument("op 'scatter_elements': no gradient for reduction mul (2)"));
+  }
+  const AttrValue axis = AttrValue::of_int(s.axis());
+  GradValue index = a.inputs[1];
+  if (a.wanted[0]) {
+    grads[0] = s.reduction() == 1 ? a.grad
+                                  : b.op(OpKind::kScatterElements,
+                                         {a.grad, index, b.full(b.type(a.inputs[2]).shape, 0)},
+                                         {axis, AttrValue::of_int(0)});
+  }
+  if (a.wanted[2]) {
+    const DType dtype = b.type(index).dtype;
+    const int64_t dim = b.type(a.inputs[0]).shape[static_cast<int>(s.axis())];
+    GradValue negative = b.op(OpKind::kLt, {index, b.scalar(0, dtype)});
+    GradValue wrapped = b.where(negative, b.add(index, b.scalar(static_cast<double>(dim), dtype)), index);
+    grads[2] = b.op(OpKind::kGather, {a.grad, wrapped}, {axis});
+  }
 }
 
 }  // namespace tracecache::grad

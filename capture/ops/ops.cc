@@ -149,6 +149,9 @@ const AttrSpec kResizeLinear2dAttrs[] = {{"size", AttrKind::kInts, true, none_in
 const AttrSpec kTopkAttrs[] = {{"k", AttrKind::kInt, true, AttrValue::of_int(0)},
                                {"axis", AttrKind::kInt, false, AttrValue::of_int(-1)},
                                {"largest", AttrKind::kBool, false, AttrValue::of_bool(true)}};
+const AttrSpec kScatterElementsAttrs[] = {{"axis", AttrKind::kInt, false, AttrValue::of_int(0)},
+                                          {"reduction", AttrKind::kInt, false, AttrValue::of_int(0)}};
+const AttrSpec kGatherNdAttrs[] = {{"batch_dims", AttrKind::kInt, false, AttrValue::of_int(0)}};
 const AttrSpec kAdaptiveAvgPool2dGradAttrs[] = {{"input_size", AttrKind::kInts, true, none_ints()}};
 
 // ---- shared checks ------------------------------------------------------------------------
@@ -998,27 +1001,34 @@ Check infer_attention(std::span<const TensorType> in, std::span<AttrValue> attrs
 
 // ---- gradients of the lookups ----------------------------------------------------------------
 
+// The checks scatter_add and scatter_elements share: `axis` normalized; `src` has the shape of
+// `index`, which has the rank of `x` and no dim larger than x's outside `axis`.
+Check check_scatter(std::string_view op, const TensorType& x, const TensorType& idx, const TensorType& src,
+                    int64_t& axis) {
+  const int rank = x.shape.rank();
+  RETURN_IF_ERROR(normalize_axis(op, axis, rank));
+  if (!(src.shape == idx.shape)) {
+    return fail(op, fmt::format("src {} must have the shape of index {}", describe(src), describe(idx)));
+  }
+  bool fits = idx.shape.rank() == rank;
+  for (int d = 0; fits && d < rank; ++d) fits = d == axis || idx.shape[d] <= x.shape[d];
+  if (!fits) {
+    return fail(op, fmt::format("index {} must have the rank of the input {} and no dim larger than "
+                                "the input's outside axis {}", describe(idx), describe(x), axis));
+  }
+  if (x.shape[static_cast<int>(axis)] == 0 && idx.shape.numel() > 0) {
+    return fail(op, fmt::format("input {} is empty along axis {}", describe(x), axis));
+  }
+  return std::nullopt;
+}
+
 Check infer_scatter_add(std::span<const TensorType> in, std::span<AttrValue> attrs, TensorType* result) {
   constexpr std::string_view kOp = "scatter_add";
   const TensorType &x = in[0], &idx = in[1], &src = in[2];
   RETURN_IF_ERROR(require_f32(kOp, "input", x));
   RETURN_IF_ERROR(require_index(kOp, idx));
   RETURN_IF_ERROR(require_f32(kOp, "src", src));
-  const int rank = x.shape.rank();
-  int64_t& axis = AxisAttrs(attrs).axis();
-  RETURN_IF_ERROR(normalize_axis(kOp, axis, rank));
-  if (!(src.shape == idx.shape)) {
-    return fail(kOp, fmt::format("src {} must have the shape of index {}", describe(src), describe(idx)));
-  }
-  bool fits = idx.shape.rank() == rank;
-  for (int d = 0; fits && d < rank; ++d) fits = d == axis || idx.shape[d] <= x.shape[d];
-  if (!fits) {
-    return fail(kOp, fmt::format("index {} must have the rank of the input {} and no dim larger than "
-                                 "the input's outside axis {}", describe(idx), describe(x), axis));
-  }
-  if (x.shape[static_cast<int>(axis)] == 0 && idx.shape.numel() > 0) {
-    return fail(kOp, fmt::format("input {} is empty along axis {}", describe(x), axis));
-  }
+  RETURN_IF_ERROR(check_scatter(kOp, x, idx, src, AxisAttrs(attrs).axis()));
   *result = x;
   return std::nullopt;
 }
@@ -1296,6 +1306,70 @@ Check infer_topk(std::span<const TensorType> in, std::span<AttrValue> attrs, Ten
   return std::nullopt;
 }
 
+// scatter_elements(x, index, updates; axis, reduction): ONNX ScatterElements (opset 16:
+// reduction 0 none, 1 add, 2 mul). x and updates of one dtype.
+Check infer_scatter_elements(std::span<const TensorType> in, std::span<AttrValue> attrs, TensorType* result) {
+  constexpr std::string_view kOp = "scatter_elements";
+  const TensorType &x = in[0], &idx = in[1], &src = in[2];
+  RETURN_IF_ERROR(require_index(kOp, idx));
+  if (src.dtype != x.dtype) {
+    return fail(kOp, fmt::format("updates {} must have the dtype of the input {}", describe(src), describe(x)));
+  }
+  ScatterElementsAttrs a(attrs);
+  RETURN_IF_ERROR(check_scatter(kOp, x, idx, src, a.axis()));
+  if (a.reduction() < 0 || a.reduction() > 2) {
+    return fail(kOp, fmt::format("reduction must be 0 (none), 1 (add) or 2 (mul), got {}", a.reduction()));
+  }
+  if (a.reduction() != 0) RETURN_IF_ERROR(reject_bool(kOp, x));
+  *result = x;
+  return std::nullopt;
+}
+
+// gather_nd(data, indices; batch_dims): ONNX GatherND. With b = batch_dims and k the last dim of
+// indices: [indices dims but the last] + data.shape[b + k:].
+Check infer_gather_nd(std::span<const TensorType> in, std::span<AttrValue> attrs, TensorType* result) {
+  constexpr std::string_view kOp = "gather_nd";
+  const TensorType &x = in[0], &idx = in[1];
+  RETURN_IF_ERROR(require_index(kOp, idx));
+  const int r = x.shape.rank(), q = idx.shape.rank();
+  const int64_t b = GatherNdAttrs(attrs).batch_dims();
+  if (r < 1 || q < 1) return fail(kOp, fmt::format("data {} and indices {} must have rank >= 1", describe(x), describe(idx)));
+  if (b < 0 || b >= std::min(r, q)) {
+    return fail(kOp, fmt::format("batch_dims must be in [0, {}) for data {} and indices {}, got {}", std::min(r, q),
+                                 describe(x), describe(idx), b));
+  }
+  const int64_t k = idx.shape[q - 1];
+  if (k < 1 || k > r - b) {
+    return fail(kOp, fmt::format("the last dim of indices {} must be in [1, {}] (data {} after {} batch dims)",
+                                 describe(idx), r - b, describe(x), b));
+  }
+  for (int d = 0; d < b; ++d) {
+    if (x.shape[d] != idx.shape[d]) {
+      return fail(kOp, fmt::format("data {} and indices {} must agree on their {} batch dims", describe(x),
+                                   describe(idx), b));
+    }
+  }
+  if (q - 1 + r - b - k > kMaxRank) {
+    return fail(kOp, fmt::format("data {} and indices {} give a result of rank above {}", describe(x), describe(idx),
+                                 kMaxRank));
+  }
+  Shape out;
+  for (int d = 0; d < q - 1; ++d) out.push_back(idx.shape[d]);
+  for (int d = static_cast<int>(b + k); d < r; ++d) out.push_back(x.shape[d]);
+  if (idx.shape.numel() > 0) {
+    for (int d = static_cast<int>(b); d < b + k; ++d) {
+      if (x.shape[d] == 0) return fail(kOp, fmt::format("data {} is empty along indexed dim {}", describe(x), d));
+    }
+  }
+  *result = TensorType{x.dtype, out};
+  return std::nullopt;
+}
+
+// scatter_elements: one per output element (the copy) and one per update.
+OpCost cost_scatter_elements(std::span<const TensorType> in, const TensorType& out, std::span<const AttrValue>) {
+  return {out.shape.numel() + in[2].shape.numel(), false};
+}
+
 // ---- costs (see OpCost in ops.h) ------------------------------------------------------------
 // Inputs are as the inference rule accepted them (so arities and ranks hold) and `attrs` are
 // normalized.
@@ -1487,6 +1561,9 @@ const OpInfo kOps[] = {
     {OpKind::kTopk, "topk", C::kNn, 1, 1, kTopkAttrs, infer_topk<OpKind::kTopk>, ref::topk, kPerIn, grad::topk},
     {OpKind::kTopkIndices, "topk_indices", C::kNn, 1, 1, kTopkAttrs, infer_topk<OpKind::kTopkIndices>,
      ref::topk_indices, kPerIn, nullptr},
+    {OpKind::kScatterElements, "scatter_elements", C::kNn, 3, 3, kScatterElementsAttrs, infer_scatter_elements,
+     ref::scatter_elements, cost_scatter_elements, grad::scatter_elements},
+    {OpKind::kGatherNd, "gather_nd", C::kNn, 2, 2, kGatherNdAttrs, infer_gather_nd, ref::gather_nd, kPerOut, nullptr},
 };
 static_assert(std::size(kOps) == kOpCount, "every OpKind needs exactly one registry row");
 

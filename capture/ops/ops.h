@@ -99,7 +99,7 @@ enum class OpKind : uint16_t {
   kRemainder, kFmod, kTruncDiv,
   kMin, kArgmin,
   kConvTranspose2d, kResizeNearest2d, kResizeLinear2d,
-  kTopk, kTopkIndices,
+  kTopk, kTopkIndices, kScatterElements, kGatherNd,
   kCount
 };
 inline constexpr int kOpCount = static_cast<int>(OpKind::kCount);
@@ -149,7 +149,8 @@ inline constexpr int64_t kTranscendentalFlops = 4;
 //           max/avg_pool2d_grad: grad_out * kh * kw; adaptive_avg_pool2d_grad: 1 per output
 //           element. conv_transpose2d: as conv2d_input_grad, 2 * input * (O/groups) * kh * kw.
 //           resize_nearest2d: 1 per output element; resize_linear2d: 6 per output element.
-//           topk, topk_indices: 1 per input element.
+//           topk, topk_indices: 1 per input element. scatter_elements: 1 per output and
+//           update element; gather_nd: 1 per output element.
 //   matrix  the work is a contraction a matrix unit can run (matmul, linear, conv2d and its
 //           two gradients, conv_transpose2d, attention). Whether it does (e.g. only for f32) is the device's business.
 // Memory traffic is not an op fact: it depends on which nodes a kernel fuses and which inputs

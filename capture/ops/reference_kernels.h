@@ -119,6 +119,12 @@ TRACECACHE_REF_KERNEL(resize_linear2d);
 // topk: row by row with the selection of capture/ops/topk.h.
 TRACECACHE_REF_KERNEL(topk);
 TRACECACHE_REF_KERNEL(topk_indices);
+// scatter_elements and gather_nd: negative indices count from the end of their dim (ONNX), then
+// out-of-range ones are clamped as the lookups' are. scatter_elements applies the updates in
+// row-major order of the index (the last of duplicate indices wins with reduction none; add and
+// mul accumulate in the dtype, in that order).
+TRACECACHE_REF_KERNEL(scatter_elements);
+TRACECACHE_REF_KERNEL(gather_nd);
 
 #undef TRACECACHE_REF_KERNEL
 

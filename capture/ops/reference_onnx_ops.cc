@@ -1,11 +1,15 @@
 // Reference kernels of the ops ONNX models need (issue 16) that are not elementwise or
-// reductions: conv_transpose2d, resize_nearest2d, resize_linear2d, topk, topk_indices. Semantics
-// in docs/ops.md.
+// reductions: conv_transpose2d, resize_nearest2d, resize_linear2d, topk, topk_indices,
+// scatter_elements, gather_nd. Semantics in docs/ops.md.
 #include <array>
+#include <algorithm>
 #include <cstdint>
+#include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "capture/ops/attr_views.h"
+#include "capture/ops/elementwise.h"
 #include "capture/ops/reference_kernels.h"
 #include "capture/ops/resize.h"
 #include "capture/ops/topk.h"
@@ -88,6 +92,14 @@ void topk_rows(const HostBuffer& x, std::span<const AttrValue> attrs, HostBuffer
   });
 }
 
+// Element i of an i32 or i64 index buffer into a dim of size `dim` (> 0): negative counts from
+// the end (ONNX), then clamped into [0, dim).
+int64_t wrapped_index(const HostBuffer& index, int64_t i, int64_t dim) {
+  int64_t v = index.dtype() == DType::kI32 ? index.data<int32_t>()[i] : index.data<int64_t>()[i];
+  if (v < 0) v += dim;
+  return std::clamp<int64_t>(v, 0, dim - 1);
+}
+
 }  // namespace
 
 void topk(std::span<const HostBuffer* const> in, std::span<const AttrValue> attrs, HostBuffer& out) {
@@ -96,6 +108,71 @@ void topk(std::span<const HostBuffer* const> in, std::span<const AttrValue> attr
 
 void topk_indices(std::span<const HostBuffer* const> in, std::span<const AttrValue> attrs, HostBuffer& out) {
   topk_rows<true>(*in[0], attrs, out);
+}
+
+void scatter_elements(std::span<const HostBuffer* const> in, std::span<const AttrValue> attrs, HostBuffer& out) {
+  const HostBuffer& x = *in[0];
+  const HostBuffer& index = *in[1];
+  const HostBuffer& src = *in[2];
+  const ScatterElementsAttrs a(attrs);
+  const int axis = static_cast<int>(a.axis());
+  const int64_t reduction = a.reduction();
+  const Shape& xs = x.shape();
+  const Shape& is = index.shape();
+  std::memcpy(out.bytes(), x.bytes(), x.nbytes());
+  const IntList strides = contiguous_strides(xs);
+  dispatch_dtype(x.dtype(), [&]<typename T>() {
+    T* o = out.data<T>();
+    const T* u = src.data<T>();
+    for (int64_t i = 0; i < src.numel(); ++i) {
+      // The row-major multi-index of i in index's shape, as an offset into x.
+      int64_t rest = i, at = 0;
+      for (int d = is.rank() - 1; d >= 0; --d) {
+        int64_t coord = rest % is[d];
+        rest /= is[d];
+        if (d == axis) coord = wrapped_index(index, i, xs[d]);
+        at += coord * strides[d];
+      }
+      if constexpr (std::is_same_v<T, bool>) {
+        o[at] = u[i];  // the inference rule allows bool with reduction none only
+      } else if (reduction == 1) {
+        o[at] = ew::Add{}(o[at], u[i]);
+      } else if (reduction == 2) {
+        o[at] = ew::Mul{}(o[at], u[i]);
+      } else {
+        o[at] = u[i];
+      }
+    }
+  });
+}
+
+void gather_nd(std::span<const HostBuffer* const> in, std::span<const AttrValue> attrs, HostBuffer& out) {
+  const HostBuffer& x = *in[0];
+  const HostBuffer& index = *in[1];
+  const Shape& xs = x.shape();
+  const Shape& is = index.shape();
+  const int b = static_cast<int>(GatherNdAttrs(attrs).batch_dims());
+  const int q = is.rank();
+  const int64_t k = is[q - 1];
+  const IntList strides = contiguous_strides(xs);
+  int64_t batches = 1, tuples = 1, slice = 1;
+  for (int d = 0; d < b; ++d) batches *= xs[d];
+  for (int d = b; d < q - 1; ++d) tuples *= is[d];
+  for (int d = b + static_cast<int>(k); d < xs.rank(); ++d) slice *= xs[d];
+  const int64_t batch_stride = b == 0 ? 0 : strides[b - 1];
+  const size_t elem = dtype_size(x.dtype());
+  for (int64_t bi = 0; bi < batches; ++bi) {
+    for (int64_t t = 0; t < tuples; ++t) {
+      const int64_t row = bi * tuples + t;
+      int64_t at = bi * batch_stride;
+      for (int64_t j = 0; j < k; ++j) {
+        const int d = b + static_cast<int>(j);
+        at += wrapped_index(index, row * k + j, xs[d]) * strides[d];
+      }
+      std::memcpy(out.bytes() + static_cast<size_t>(row * slice) * elem, x.bytes() + static_cast<size_t>(at) * elem,
+                  static_cast<size_t>(slice) * elem);
+    }
+  }
 }
 
 }  // namespace tracecache::ref

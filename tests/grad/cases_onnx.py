@@ -41,6 +41,12 @@ CASES = [
      "program": "y = topk(a, k=2)", "torch": lambda a: torch.topk(a, 2)[0]},
     {"name": "topk_smallest_axis0", "inputs": {"a": f32([5, 4])},
      "program": "y = topk(a, k=3, axis=0, largest=false)", "torch": lambda a: torch.topk(a, 3, dim=0, largest=False)[0]},
+    # ---- scatter_elements: PyTorch's scatter (none) and scatter_add (add) ----
+    {"name": "scatter_elements_none", "inputs": {"x": f32([4, 3]), "i": ("i64", [2, 3], "int:0:4"), "u": f32([2, 3])},
+     "program": "y = scatter_elements(x, i, u, axis=0)", "torch": lambda x, i, u: torch.scatter(x, 0, i, u)},
+    {"name": "scatter_elements_add", "inputs": {"x": f32([3, 5]), "i": ("i64", [3, 4], "int:0:5"), "u": f32([3, 4])},
+     "program": "y = scatter_elements(x, i, u, axis=1, reduction=1)",
+     "torch": lambda x, i, u: torch.scatter_add(x, 1, i, u)},
     # ---- conv_transpose2d ----
     {"name": "conv_transpose2d_bias", "inputs": {"x": f32([2, 3, 4, 5]), "w": f32([3, 2, 3, 3]), "b": f32([2])},
      "program": "y = conv_transpose2d(x, w, b)", "torch": F.conv_transpose2d},

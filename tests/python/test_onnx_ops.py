@@ -196,12 +196,43 @@ class OnnxOps(unittest.TestCase):
         self.same(tc.ops.topk_indices(tc.from_numpy(n), k=3), np.array([1, 3, 2]))
         self.same(tc.ops.topk_indices(tc.from_numpy(n), k=3, largest=False), np.array([0, 4, 2]))
 
+    def check_scatter_gather(self):
+        x, u = floats(4, 5, specials=False), floats(3, 5, specials=False)
+        perm = np.stack([RNG.permutation(4)[:3] for _ in range(5)], axis=1)  # distinct per column
+        X, U = tc.from_numpy(x), tc.from_numpy(u)
+        want = torch.scatter(T(x), 0, T(perm), T(u)).numpy()
+        self.same(tc.ops.scatter_elements(X, tc.from_numpy(perm), U, axis=0), want)
+        self.same(tc.ops.scatter_elements(X, tc.from_numpy(perm - 4), U, axis=0), want)  # negative: from the end
+        dup = ints(3, 5, low=0, high=4)
+        self.same(tc.ops.scatter_elements(X, tc.from_numpy(dup), U, axis=0, reduction=1),
+                  torch.scatter_reduce(T(x), 0, T(dup), T(u), reduce="sum").numpy(), exact=False)
+        self.same(tc.ops.scatter_elements(X, tc.from_numpy(dup), U, axis=0, reduction=2),
+                  torch.scatter_reduce(T(x), 0, T(dup), T(u), reduce="prod").numpy(), exact=False)
+        xi, ui = ints(3, 6), ints(3, 2)
+        ci = ints(3, 2, low=0, high=6)
+        self.same(tc.ops.scatter_elements(tc.from_numpy(xi), tc.from_numpy(ci), tc.from_numpy(ui), axis=1, reduction=1),
+                  torch.scatter_add(T(xi), 1, T(ci), T(ui)).numpy())
+        # gather_nd against ONNX's definition written with NumPy.
+        def gather_nd(data, indices, b):
+            batch = int(np.prod(data.shape[:b]))
+            data_b = data.reshape((batch,) + data.shape[b:])
+            idx_b = indices.reshape((batch, -1, indices.shape[-1]))
+            out = [data_b[n][tuple(np.mod(idx_b[n], np.array(data.shape[b:b + indices.shape[-1]])).T)]
+                   for n in range(batch)]
+            return np.stack(out).reshape(indices.shape[:-1] + data.shape[b + indices.shape[-1]:])
+        d = floats(2, 3, 4, 5)
+        for idx, b in ((ints(6, 2, low=-2, high=2), 0), (ints(2, 4, 3, low=0, high=2), 0),
+                       (ints(2, 7, 2, low=-3, high=3), 1), (ints(2, 3, 1, low=0, high=4), 2),
+                       (ints(2, 3, 5, 2, low=-4, high=4), 2)):
+            self.same(tc.ops.gather_nd(tc.from_numpy(d), tc.from_numpy(idx), batch_dims=b), gather_nd(d, idx, b))
+
     def check_all(self):
         self.check_elementwise()
         self.check_reductions()
         self.check_conv_transpose()
         self.check_resize()
         self.check_topk()
+        self.check_scatter_gather()
 
     def test_lazy_cpu(self):
         tc.configure(mode="lazy", backend="cpu")

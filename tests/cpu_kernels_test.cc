@@ -406,6 +406,17 @@ std::vector<OpCase> cases_for(const OpInfo& op) {
             }
           }
           break;
+        case OpKind::kResizeNearest2dGrad:
+        case OpKind::kResizeLinear2dGrad:
+          for (const auto& [g, size] : std::vector<std::pair<Shape, IntList>>{
+                   {{1, 2, 6, 8}, {3, 4}}, {{2, 1, 3, 2}, {5, 7}}, {{1, 1, 1, 1}, {4, 4}}, {{0, 3, 4, 4}, {2, 2}}}) {
+            for (int64_t mode = 0; mode < 5; ++mode) {
+              NamedAttrs attrs = {{"input_size", ints(size)}, {"coordinate_transformation_mode", num(mode)}};
+              if (op.kind == OpKind::kResizeNearest2dGrad) attrs.push_back({"nearest_mode", num(mode % 4)});
+              add({{DType::kF32, g}}, attrs);
+            }
+          }
+          break;
         case OpKind::kDropoutMask:
           for (DType seed : {DType::kI64, DType::kI32}) {
             add({{seed, {}}}, {{"shape", ints({3, 4})}, {"p", real(0.5)}});
@@ -604,7 +615,7 @@ TEST(CpuKernels, EveryOpButParameterIsTested) {
   // A new op joins the parameterized suite automatically; this count is a reminder to give it
   // cases in cases_for().
   EXPECT_EQ(ops_with_kernels().size(), static_cast<size_t>(kOpCount - 1 - 17));
-  EXPECT_EQ(kOpCount, 83);
+  EXPECT_EQ(kOpCount, 85);
   for (const std::string& name : ops_with_kernels()) EXPECT_FALSE(cases_for(*find_op(name)).empty()) << name;
 }
 

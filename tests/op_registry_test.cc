@@ -39,6 +39,8 @@ std::vector<ViewUse> view_uses() {
       {names_of<TopkAttrs>(), {K::kTopk, K::kTopkIndices}},
       {names_of<ScatterElementsAttrs>(), {K::kScatterElements}},
       {names_of<GatherNdAttrs>(), {K::kGatherNd}},
+      {names_of<ResizeNearest2dGradAttrs>(), {K::kResizeNearest2dGrad}},
+      {names_of<ResizeLinear2dGradAttrs>(), {K::kResizeLinear2dGrad}},
       {names_of<ShapeAttrs>(), {K::kReshape, K::kBroadcastTo}},
       {names_of<PermuteAttrs>(), {K::kPermute}},
       {names_of<TransposeAttrs>(), {K::kTranspose}},

@@ -426,6 +426,29 @@ struct GatherNdAttrs : AttrView<A> {
   decltype(auto) batch_dims() const { return TRACECACHE_ATTR("batch_dims", i); }
 };
 
+// resize_nearest2d_grad; resize_linear2d_grad has the first four (ResizeLinear2dGradAttrs)
+template <typename A>
+struct ResizeNearest2dGradAttrs : AttrView<A> {
+  static constexpr AttrNames<5> kNames{"input_size", "scale_h", "scale_w", "coordinate_transformation_mode",
+                                       "nearest_mode"};
+  using AttrView<A>::AttrView;
+  decltype(auto) input_size() const { return TRACECACHE_ATTR("input_size", ints); }
+  decltype(auto) scale_h() const { return TRACECACHE_ATTR("scale_h", f); }
+  decltype(auto) scale_w() const { return TRACECACHE_ATTR("scale_w", f); }
+  decltype(auto) coordinate_transformation_mode() const { return TRACECACHE_ATTR("coordinate_transformation_mode", i); }
+  decltype(auto) nearest_mode() const { return TRACECACHE_ATTR("nearest_mode", i); }
+};
+
+template <typename A>
+struct ResizeLinear2dGradAttrs : AttrView<A> {
+  static constexpr AttrNames<4> kNames{"input_size", "scale_h", "scale_w", "coordinate_transformation_mode"};
+  using AttrView<A>::AttrView;
+  decltype(auto) input_size() const { return TRACECACHE_ATTR("input_size", ints); }
+  decltype(auto) scale_h() const { return TRACECACHE_ATTR("scale_h", f); }
+  decltype(auto) scale_w() const { return TRACECACHE_ATTR("scale_w", f); }
+  decltype(auto) coordinate_transformation_mode() const { return TRACECACHE_ATTR("coordinate_transformation_mode", i); }
+};
+
 #undef TRACECACHE_ATTR
 
 // Deduction: a view over std::span<A> is a view of A (const AttrValue reads, AttrValue writes).
@@ -469,6 +492,8 @@ TRACECACHE_ATTR_VIEW_GUIDE(ResizeLinear2dAttrs)
 TRACECACHE_ATTR_VIEW_GUIDE(TopkAttrs)
 TRACECACHE_ATTR_VIEW_GUIDE(ScatterElementsAttrs)
 TRACECACHE_ATTR_VIEW_GUIDE(GatherNdAttrs)
+TRACECACHE_ATTR_VIEW_GUIDE(ResizeNearest2dGradAttrs)
+TRACECACHE_ATTR_VIEW_GUIDE(ResizeLinear2dGradAttrs)
 #undef TRACECACHE_ATTR_VIEW_GUIDE
 
 }  // namespace tracecache

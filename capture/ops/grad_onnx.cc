@@ -100,4 +100,22 @@ TRACECACHE_GRAD_RULE(scatter_elements) {
   }
 }
 
+// The adjoint of the sampling: each input element gets grad_out times the weight with which each
+// output read it.
+TRACECACHE_GRAD_RULE(resize_nearest2d) {
+  const ResizeNearest2dAttrs r(a.attrs);
+  const Shape& x = b.type(a.inputs[0]).shape;
+  grads[0] = b.op(OpKind::kResizeNearest2dGrad, {a.grad},
+                  {AttrValue::of_ints({x[2], x[3]}), AttrValue::of_float(r.scale_h()), AttrValue::of_float(r.scale_w()),
+                   AttrValue::of_int(r.coordinate_transformation_mode()), AttrValue::of_int(r.nearest_mode())});
+}
+
+TRACECACHE_GRAD_RULE(resize_linear2d) {
+  const ResizeLinear2dAttrs r(a.attrs);
+  const Shape& x = b.type(a.inputs[0]).shape;
+  grads[0] = b.op(OpKind::kResizeLinear2dGrad, {a.grad},
+                  {AttrValue::of_ints({x[2], x[3]}), AttrValue::of_float(r.scale_h()), AttrValue::of_float(r.scale_w()),
+                   AttrValue::of_int(r.coordinate_transformation_mode())});
+}
+
 }  // namespace tracecache::grad

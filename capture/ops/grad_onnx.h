@@ -7,7 +7,8 @@
 // rounds) to the divisor, min shares the gradient among equal minima as max does,
 // conv_transpose2d (the adjoint of a conv2d) has conv2d and conv2d_weight_grad as gradients,
 // topk scatters the gradient back to the selected elements (topk_indices, scatter_add),
-// scatter_elements follows PyTorch's scatter and scatter_add (no gradient for reduction mul).
+// scatter_elements follows PyTorch's scatter and scatter_add (no gradient for reduction mul),
+// the resizes have their adjoints resize_nearest2d_grad and resize_linear2d_grad.
 // Thread-safety: pure functions. Errors: see grad.h (these rules define every attribute
 // combination their ops accept, but scatter_elements with reduction mul, whose rule throws Error).
 #pragma once
@@ -31,5 +32,7 @@ TRACECACHE_GRAD_RULE(min);
 TRACECACHE_GRAD_RULE(conv_transpose2d);
 TRACECACHE_GRAD_RULE(topk);
 TRACECACHE_GRAD_RULE(scatter_elements);
+TRACECACHE_GRAD_RULE(resize_nearest2d);
+TRACECACHE_GRAD_RULE(resize_linear2d);
 
 }  // namespace tracecache::grad

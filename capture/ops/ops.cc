@@ -152,6 +152,15 @@ const AttrSpec kTopkAttrs[] = {{"k", AttrKind::kInt, true, AttrValue::of_int(0)}
 const AttrSpec kScatterElementsAttrs[] = {{"axis", AttrKind::kInt, false, AttrValue::of_int(0)},
                                           {"reduction", AttrKind::kInt, false, AttrValue::of_int(0)}};
 const AttrSpec kGatherNdAttrs[] = {{"batch_dims", AttrKind::kInt, false, AttrValue::of_int(0)}};
+const AttrSpec kResizeNearest2dGradAttrs[] = {{"input_size", AttrKind::kInts, true, none_ints()},
+                                              {"scale_h", AttrKind::kFloat, false, AttrValue::of_float(0)},
+                                              {"scale_w", AttrKind::kFloat, false, AttrValue::of_float(0)},
+                                              {"coordinate_transformation_mode", AttrKind::kInt, false, AttrValue::of_int(0)},
+                                              {"nearest_mode", AttrKind::kInt, false, AttrValue::of_int(0)}};
+const AttrSpec kResizeLinear2dGradAttrs[] = {{"input_size", AttrKind::kInts, true, none_ints()},
+                                             {"scale_h", AttrKind::kFloat, false, AttrValue::of_float(0)},
+                                             {"scale_w", AttrKind::kFloat, false, AttrValue::of_float(0)},
+                                             {"coordinate_transformation_mode", AttrKind::kInt, false, AttrValue::of_int(0)}};
 const AttrSpec kAdaptiveAvgPool2dGradAttrs[] = {{"input_size", AttrKind::kInts, true, none_ints()}};
 
 // ---- shared checks ------------------------------------------------------------------------
@@ -1287,6 +1296,26 @@ Check infer_resize_linear2d(std::span<const TensorType> in, std::span<AttrValue>
   return check_resize<OpKind::kResizeLinear2d>(in, attrs, result);
 }
 
+// resize_nearest2d_grad and resize_linear2d_grad (grad_out [N, C, OH, OW] -> [N, C, input_size]):
+// the forward's checks on the forward's input type, with the plane of grad_out as its size.
+template <OpKind K, OpKind Forward>
+Check infer_resize_grad(std::span<const TensorType> in, std::span<AttrValue> attrs, TensorType* result) {
+  const std::string_view name = op_info(K).name;
+  const TensorType& g = in[0];
+  RETURN_IF_ERROR(require_grad_out(name, g));
+  IntList& input_size = ResizeLinear2dGradAttrs(attrs.first(4)).input_size();
+  RETURN_IF_ERROR(normalize_pair(name, "input_size", input_size, 1));
+  const TensorType x{DType::kF32, Shape{g.shape[0], g.shape[1], input_size[0], input_size[1]}};
+  std::array<AttrValue, 5> forward;
+  std::copy(attrs.begin(), attrs.end(), forward.begin());
+  forward[0] = AttrValue::of_ints({g.shape[2], g.shape[3]});
+  const std::span<AttrValue> forward_attrs(forward.data(), attrs.size());
+  TensorType y;
+  RETURN_IF_ERROR(op_info(Forward).infer(std::span(&x, 1), forward_attrs, &y));
+  *result = x;
+  return std::nullopt;
+}
+
 // topk (values, x's dtype) and topk_indices (i64): x's shape with `axis` of size k.
 template <OpKind K>
 Check infer_topk(std::span<const TensorType> in, std::span<AttrValue> attrs, TensorType* result) {
@@ -1555,15 +1584,21 @@ const OpInfo kOps[] = {
     {OpKind::kConvTranspose2d, "conv_transpose2d", C::kNn, 2, 3, kConvTranspose2dAttrs, infer_conv_transpose2d,
      ref::conv_transpose2d, cost_conv_transpose2d, grad::conv_transpose2d},
     {OpKind::kResizeNearest2d, "resize_nearest2d", C::kNn, 1, 1, kResizeNearest2dAttrs, infer_resize_nearest2d,
-     ref::resize_nearest2d, kPerOut, nullptr},
+     ref::resize_nearest2d, kPerOut, grad::resize_nearest2d},
     {OpKind::kResizeLinear2d, "resize_linear2d", C::kNn, 1, 1, kResizeLinear2dAttrs, infer_resize_linear2d,
-     ref::resize_linear2d, cost_per_out<6>, nullptr},
+     ref::resize_linear2d, cost_per_out<6>, grad::resize_linear2d},
     {OpKind::kTopk, "topk", C::kNn, 1, 1, kTopkAttrs, infer_topk<OpKind::kTopk>, ref::topk, kPerIn, grad::topk},
     {OpKind::kTopkIndices, "topk_indices", C::kNn, 1, 1, kTopkAttrs, infer_topk<OpKind::kTopkIndices>,
      ref::topk_indices, kPerIn, nullptr},
     {OpKind::kScatterElements, "scatter_elements", C::kNn, 3, 3, kScatterElementsAttrs, infer_scatter_elements,
      ref::scatter_elements, cost_scatter_elements, grad::scatter_elements},
     {OpKind::kGatherNd, "gather_nd", C::kNn, 2, 2, kGatherNdAttrs, infer_gather_nd, ref::gather_nd, kPerOut, nullptr},
+    {OpKind::kResizeNearest2dGrad, "resize_nearest2d_grad", C::kNn, 1, 1, kResizeNearest2dGradAttrs,
+     infer_resize_grad<OpKind::kResizeNearest2dGrad, OpKind::kResizeNearest2d>, ref::resize_nearest2d_grad,
+     cost_per_in<1>, nullptr},
+    {OpKind::kResizeLinear2dGrad, "resize_linear2d_grad", C::kNn, 1, 1, kResizeLinear2dGradAttrs,
+     infer_resize_grad<OpKind::kResizeLinear2dGrad, OpKind::kResizeLinear2d>, ref::resize_linear2d_grad,
+     cost_per_in<8>, nullptr},
 };
 static_assert(std::size(kOps) == kOpCount, "every OpKind needs exactly one registry row");
 

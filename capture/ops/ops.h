@@ -100,6 +100,7 @@ enum class OpKind : uint16_t {
   kMin, kArgmin,
   kConvTranspose2d, kResizeNearest2d, kResizeLinear2d,
   kTopk, kTopkIndices, kScatterElements, kGatherNd,
+  kResizeNearest2dGrad, kResizeLinear2dGrad,
   kCount
 };
 inline constexpr int kOpCount = static_cast<int>(OpKind::kCount);
@@ -150,7 +151,8 @@ inline constexpr int64_t kTranscendentalFlops = 4;
 //           element. conv_transpose2d: as conv2d_input_grad, 2 * input * (O/groups) * kh * kw.
 //           resize_nearest2d: 1 per output element; resize_linear2d: 6 per output element.
 //           topk, topk_indices: 1 per input element. scatter_elements: 1 per output and
-//           update element; gather_nd: 1 per output element.
+//           update element; gather_nd: 1 per output element. resize_nearest2d_grad: 1 per
+//           grad_out element; resize_linear2d_grad: 8 per grad_out element.
 //   matrix  the work is a contraction a matrix unit can run (matmul, linear, conv2d and its
 //           two gradients, conv_transpose2d, attention). Whether it does (e.g. only for f32) is the device's business.
 // Memory traffic is not an op fact: it depends on which nodes a kernel fuses and which inputs

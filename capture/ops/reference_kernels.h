@@ -125,6 +125,10 @@ TRACECACHE_REF_KERNEL(topk_indices);
 // mul accumulate in the dtype, in that order).
 TRACECACHE_REF_KERNEL(scatter_elements);
 TRACECACHE_REF_KERNEL(gather_nd);
+// The resize gradients: each input element sums, in double, grad_out times the weight with which
+// every output read it (row-major output order), rounded once. The cpu backend runs these.
+TRACECACHE_REF_KERNEL(resize_nearest2d_grad);
+TRACECACHE_REF_KERNEL(resize_linear2d_grad);
 
 #undef TRACECACHE_REF_KERNEL
 

@@ -1,6 +1,7 @@
 // Reference kernels of the ops ONNX models need (issue 16) that are not elementwise or
 // reductions: conv_transpose2d, resize_nearest2d, resize_linear2d, topk, topk_indices,
-// scatter_elements, gather_nd. Semantics in docs/ops.md.
+// scatter_elements, gather_nd, resize_nearest2d_grad, resize_linear2d_grad. Semantics in
+// docs/ops.md.
 #include <array>
 #include <algorithm>
 #include <cstdint>
@@ -172,6 +173,56 @@ void gather_nd(std::span<const HostBuffer* const> in, std::span<const AttrValue>
       std::memcpy(out.bytes() + static_cast<size_t>(row * slice) * elem, x.bytes() + static_cast<size_t>(at) * elem,
                   static_cast<size_t>(slice) * elem);
     }
+  }
+}
+
+void resize_nearest2d_grad(std::span<const HostBuffer* const> in, std::span<const AttrValue> attrs, HostBuffer& out) {
+  const ResizeNearest2dGradAttrs a(attrs);
+  const Shape& gs = in[0]->shape();
+  const Shape& s = out.shape();
+  const auto mode = static_cast<resize::CoordMode>(a.coordinate_transformation_mode());
+  const auto nearest = static_cast<resize::NearestMode>(a.nearest_mode());
+  const std::vector<int64_t> rows = resize::nearest_taps(mode, nearest, s[2], gs[2], a.scale_h());
+  const std::vector<int64_t> cols = resize::nearest_taps(mode, nearest, s[3], gs[3], a.scale_w());
+  std::vector<double> acc(static_cast<size_t>(s[2] * s[3]));
+  for (int64_t p = 0; p < s[0] * s[1]; ++p) {
+    std::fill(acc.begin(), acc.end(), 0.0);
+    const float* g = in[0]->data<float>() + p * gs[2] * gs[3];
+    for (int64_t y = 0; y < gs[2]; ++y) {
+      for (int64_t x = 0; x < gs[3]; ++x) {
+        acc[static_cast<size_t>(rows[static_cast<size_t>(y)] * s[3] + cols[static_cast<size_t>(x)])] +=
+            static_cast<double>(g[y * gs[3] + x]);
+      }
+    }
+    float* o = out.data<float>() + p * s[2] * s[3];
+    for (size_t i = 0; i < acc.size(); ++i) o[i] = static_cast<float>(acc[i]);
+  }
+}
+
+void resize_linear2d_grad(std::span<const HostBuffer* const> in, std::span<const AttrValue> attrs, HostBuffer& out) {
+  const ResizeLinear2dGradAttrs a(attrs);
+  const Shape& gs = in[0]->shape();
+  const Shape& s = out.shape();
+  const auto mode = static_cast<resize::CoordMode>(a.coordinate_transformation_mode());
+  const std::vector<resize::LinearTap> rows = resize::linear_taps(mode, s[2], gs[2], a.scale_h());
+  const std::vector<resize::LinearTap> cols = resize::linear_taps(mode, s[3], gs[3], a.scale_w());
+  std::vector<double> acc(static_cast<size_t>(s[2] * s[3]));
+  for (int64_t p = 0; p < s[0] * s[1]; ++p) {
+    std::fill(acc.begin(), acc.end(), 0.0);
+    const float* g = in[0]->data<float>() + p * gs[2] * gs[3];
+    for (int64_t y = 0; y < gs[2]; ++y) {
+      const resize::LinearTap& ry = rows[static_cast<size_t>(y)];
+      for (int64_t x = 0; x < gs[3]; ++x) {
+        const resize::LinearTap& cx = cols[static_cast<size_t>(x)];
+        const double v = g[y * gs[3] + x];
+        acc[static_cast<size_t>(ry.i0 * s[3] + cx.i0)] += v * ry.w0 * cx.w0;
+        acc[static_cast<size_t>(ry.i0 * s[3] + cx.i1)] += v * ry.w0 * cx.w1;
+        acc[static_cast<size_t>(ry.i1 * s[3] + cx.i0)] += v * ry.w1 * cx.w0;
+        acc[static_cast<size_t>(ry.i1 * s[3] + cx.i1)] += v * ry.w1 * cx.w1;
+      }
+    }
+    float* o = out.data<float>() + p * s[2] * s[3];
+    for (size_t i = 0; i < acc.size(); ++i) o[i] = static_cast<float>(acc[i]);
   }
 }
 

@@ -32,6 +32,7 @@
 
 #include "capture/ops/attr_views.h"
 #include "capture/ops/elementwise.h"
+#include "capture/ops/reference_kernels.h"
 #include "capture/ops/resize.h"
 #include "capture/ops/topk.h"
 #include "backends/cpu/cpu_grad_nn_ops.h"
@@ -998,11 +999,8 @@ void concat(std::span<const HostBuffer* const> in, int axis, HostBuffer& out) {
 // the bias added in f32 as the reference does. False if that kernel declines (sizes BLAS cannot
 // index): the caller falls back to the reference.
 bool conv_transpose2d(std::span<const HostBuffer* const> in, std::span<const AttrValue> attrs, HostBuffer& out) {
-  const ConvTranspose2dAttrs a(attrs);
   const Shape& s = out.shape();
-  const std::array<AttrValue, 5> grad_attrs = {
-      AttrValue::of_ints(a.stride()), AttrValue::of_ints(a.padding()), AttrValue::of_ints(a.dilation()),
-      AttrValue::of_int(a.groups()), AttrValue::of_ints({s[2], s[3]})};
+  const std::array<AttrValue, 5> grad_attrs = ref::conv_transpose2d_input_grad_attrs(attrs, s);
   const std::array<const HostBuffer*, 2> operands = {in[0], in[1]};
   if (!run_grad_nn_layer(OpKind::kConv2dInputGrad, operands, grad_attrs, out)) return false;
   if (in.size() < 3) return true;

@@ -8,6 +8,7 @@
 // dtype and shape and is fully overwritten. Thread-safe: no shared state.
 #pragma once
 
+#include <array>
 #include <span>
 
 #include "capture/ops/attrs.h"
@@ -113,6 +114,9 @@ TRACECACHE_REF_KERNEL(argmin);
 // In capture/ops/reference_onnx_ops.cc. conv_transpose2d is conv2d_input_grad (sums in double,
 // rounded once) plus the bias in f32.
 TRACECACHE_REF_KERNEL(conv_transpose2d);
+// The attributes of the conv2d_input_grad that computes a conv_transpose2d with these attributes
+// and this output shape (shared by the reference and cpu kernels).
+std::array<AttrValue, 5> conv_transpose2d_input_grad_attrs(std::span<const AttrValue> attrs, const Shape& out);
 // resize: plane by plane with the taps and plane loops of capture/ops/resize.h.
 TRACECACHE_REF_KERNEL(resize_nearest2d);
 TRACECACHE_REF_KERNEL(resize_linear2d);

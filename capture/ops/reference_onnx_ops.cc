@@ -17,14 +17,17 @@
 
 namespace tracecache::ref {
 
+std::array<AttrValue, 5> conv_transpose2d_input_grad_attrs(std::span<const AttrValue> attrs, const Shape& out) {
+  const ConvTranspose2dAttrs a(attrs);
+  return {AttrValue::of_ints(a.stride()), AttrValue::of_ints(a.padding()), AttrValue::of_ints(a.dilation()),
+          AttrValue::of_int(a.groups()), AttrValue::of_ints({out[2], out[3]})};
+}
+
 // conv2d_input_grad of the conv2d from the output plane to x's plane (sums in double, rounded
 // once), then the bias added in f32.
 void conv_transpose2d(std::span<const HostBuffer* const> in, std::span<const AttrValue> attrs, HostBuffer& out) {
-  const ConvTranspose2dAttrs a(attrs);
   const Shape& s = out.shape();
-  const std::array<AttrValue, 5> grad_attrs = {
-      AttrValue::of_ints(a.stride()), AttrValue::of_ints(a.padding()), AttrValue::of_ints(a.dilation()),
-      AttrValue::of_int(a.groups()), AttrValue::of_ints({s[2], s[3]})};
+  const std::array<AttrValue, 5> grad_attrs = conv_transpose2d_input_grad_attrs(attrs, s);
   const std::array<const HostBuffer*, 2> operands = {in[0], in[1]};
   conv2d_input_grad(operands, grad_attrs, out);
   if (in.size() < 3) return;

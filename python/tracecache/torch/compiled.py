@@ -409,6 +409,11 @@ class CompiledModule:
         settings = self._tc.settings()
         if settings.get("mode") != "once":
             return self._call_lazy(state, inputs)
+        return self._assemble(*self._call_once(settings, state, inputs))
+
+    def _call_once(self, settings, state, inputs):
+        """Once mode: calls the compiled function (it captures only when it must trace);
+        returns its outputs as a tuple with the output structure and constants."""
         compiled = self._compiled_function(settings, len(inputs))
         args = self._wrap_state(state) + [self._tc.from_torch(t) for t in inputs]
         self._call_inputs = (state, inputs)
@@ -418,7 +423,7 @@ class CompiledModule:
             self._call_inputs = None
         out = out if isinstance(out, tuple) else (out,)
         spec, constants = self._known_structure(state, inputs)
-        return self._assemble(out, spec, constants)
+        return out, spec, constants
 
     def _warn_no_autograd(self):
         self._warned = True

@@ -200,15 +200,7 @@ class CompiledStep(CompiledModule):
             out, spec, constants = self._lower(graph, handles)
             self._tc.mark_step()
         else:
-            compiled = self._compiled_function(settings, len(inputs))
-            args = self._wrap_state(state) + [self._tc.from_torch(t) for t in inputs]
-            self._call_inputs = (state, inputs)
-            try:
-                out = compiled(*args)
-            finally:
-                self._call_inputs = None
-            out = out if isinstance(out, tuple) else (out,)
-            spec, constants = self._known_structure(state, inputs)
+            out, spec, constants = self._call_once(settings, state, inputs)
         with torch.no_grad():
             for t, new in zip(state, out[:len(state)]):
                 t.copy_(new.torch())

@@ -110,81 +110,108 @@ Result<store::AuditFilter> audit_filter(const CacheCommandOptions& options, stor
   return f;
 }
 
-}  // namespace
+// What `audit` reports for the options' filters: graph rows, and guard entries when only
+// program/function filters apply (guard entries have no kind, time or graph).
+struct AuditRows {
+  std::vector<store::GraphAudit> graphs;
+  std::vector<store::FunctionAudit> functions;
+  int64_t malformed = 0;  // rows skipped (damaged graph keys)
+};
 
-int audit_command(const CacheCommandOptions& options) {
-  Result<std::unique_ptr<store::CacheDb>> db = open_existing_db(options.db);
-  if (!db.is_ok()) return report_open_error(db.status());
-  Result<store::AuditFilter> filter = audit_filter(options, **db);
-  if (!filter.is_ok()) return report_error(filter.status());
-  int64_t malformed = 0;
-  Result<std::vector<store::GraphAudit>> rows = (*db)->audit(&malformed, *filter);
-  if (!rows.is_ok()) return report_error(rows.status());
-  if (malformed > 0) warn(fmt::format("{} malformed audit rows skipped (damaged graph keys)", malformed));
-  // Guard entries have no kind, time or graph: with those filters only graph rows are shown.
-  const bool functions_apply = options.kind.empty() && options.since.empty() && options.graph.empty();
-  Result<std::vector<store::FunctionAudit>> functions =
-      functions_apply ? (*db)->function_audit(*filter) : Result<std::vector<store::FunctionAudit>>(std::vector<store::FunctionAudit>{});
-  if (!functions.is_ok()) return report_error(functions.status());
+Result<AuditRows> read_audit(store::CacheDb& db, const CacheCommandOptions& options) {
+  Result<store::AuditFilter> filter = audit_filter(options, db);
+  if (!filter.is_ok()) return filter.status();
+  AuditRows rows;
+  Result<std::vector<store::GraphAudit>> graphs = db.audit(&rows.malformed, *filter);
+  if (!graphs.is_ok()) return graphs.status();
+  rows.graphs = std::move(*graphs);
+  if (options.kind.empty() && options.since.empty() && options.graph.empty()) {
+    Result<std::vector<store::FunctionAudit>> functions = db.function_audit(*filter);
+    if (!functions.is_ok()) return functions.status();
+    rows.functions = std::move(*functions);
+  }
+  return rows;
+}
 
-  if (options.json) {
-    JsonWriter j;
+std::string audit_document(const std::string& db_path, const AuditRows& rows) {
+  JsonWriter j;
+  j.begin_object();
+  j.key("db").value(db_path);
+  j.key("graphs").begin_array();
+  for (const store::GraphAudit& a : rows.graphs) {
     j.begin_object();
-    j.key("db").value((*db)->path());
-    j.key("graphs").begin_array();
-    for (const store::GraphAudit& a : *rows) {
+    j.key("hash").value(a.graph.to_hex());
+    j.key("program").value(a.program);
+    j.key("hits_memory").value(a.hits_memory);
+    j.key("hits_disk").value(a.hits_disk);
+    j.key("misses").value(a.misses);
+    j.key("compiles").value(a.compiles);
+    j.key("corrupt").value(a.corrupt);
+    j.key("compile_ms_total").value(a.compile_ms_total);
+    j.key("saved_ms").value(a.saved_ms);
+    j.key("last_use").value(a.last_use);
+    j.key("recent_misses").begin_array();
+    for (const auto& m : a.recent_misses) {
       j.begin_object();
-      j.key("hash").value(a.graph.to_hex());
-      j.key("program").value(a.program);
-      j.key("hits_memory").value(a.hits_memory);
-      j.key("hits_disk").value(a.hits_disk);
-      j.key("misses").value(a.misses);
-      j.key("compiles").value(a.compiles);
-      j.key("corrupt").value(a.corrupt);
-      j.key("compile_ms_total").value(a.compile_ms_total);
-      j.key("saved_ms").value(a.saved_ms);
-      j.key("last_use").value(a.last_use);
-      j.key("recent_misses").begin_array();
-      for (const auto& m : a.recent_misses) {
-        j.begin_object();
-        j.key("time").value(m.time);
-        j.key("reason").value(m.reason);
-        j.key("backend").value(m.backend);
-        j.key("program").value(m.program);
-        j.key("detail").value(m.detail);
-        j.end_object();
-      }
-      j.end_array();
-      j.end_object();
-    }
-    j.end_array();
-    j.key("functions").begin_array();
-    for (const store::FunctionAudit& f : *functions) {
-      j.begin_object();
-      j.key("name").value(f.key.name);
-      j.key("user_version").value(f.key.user_version);
-      j.key("toolkit_version").value(f.key.toolkit_version);
-      j.key("entries").begin_array();
-      for (const auto& e : f.entries) {
-        j.begin_object();
-        j.key("entry").value(e.entry);
-        j.key("hits").value(e.hits);
-        j.key("bytes").value(e.bytes);
-        j.end_object();
-      }
-      j.end_array();
-      j.key("recent_recompiles").begin_array();
-      for (const std::string& r : f.recent_recompiles) j.value(r);
-      j.end_array();
+      j.key("time").value(m.time);
+      j.key("reason").value(m.reason);
+      j.key("backend").value(m.backend);
+      j.key("program").value(m.program);
+      j.key("detail").value(m.detail);
       j.end_object();
     }
     j.end_array();
     j.end_object();
-    out(j.str() + "\n");
+  }
+  j.end_array();
+  j.key("functions").begin_array();
+  for (const store::FunctionAudit& f : rows.functions) {
+    j.begin_object();
+    j.key("name").value(f.key.name);
+    j.key("user_version").value(f.key.user_version);
+    j.key("toolkit_version").value(f.key.toolkit_version);
+    j.key("entries").begin_array();
+    for (const auto& e : f.entries) {
+      j.begin_object();
+      j.key("entry").value(e.entry);
+      j.key("hits").value(e.hits);
+      j.key("bytes").value(e.bytes);
+      j.end_object();
+    }
+    j.end_array();
+    j.key("recent_recompiles").begin_array();
+    for (const std::string& r : f.recent_recompiles) j.value(r);
+    j.end_array();
+    j.end_object();
+  }
+  j.end_array();
+  j.end_object();
+  return j.str();
+}
+
+}  // namespace
+
+Result<std::string> audit_json(const CacheCommandOptions& options, int64_t* malformed) {
+  Result<std::unique_ptr<store::CacheDb>> db = open_existing_db(options.db);
+  if (!db.is_ok()) return db.status();
+  Result<AuditRows> rows = read_audit(**db, options);
+  if (!rows.is_ok()) return rows.status();
+  if (malformed) *malformed = rows->malformed;
+  return audit_document((*db)->path(), *rows);
+}
+
+int audit_command(const CacheCommandOptions& options) {
+  Result<std::unique_ptr<store::CacheDb>> db = open_existing_db(options.db);
+  if (!db.is_ok()) return report_open_error(db.status());
+  Result<AuditRows> rows = read_audit(**db, options);
+  if (!rows.is_ok()) return report_error(rows.status());
+  if (rows->malformed > 0) warn(fmt::format("{} malformed audit rows skipped (damaged graph keys)", rows->malformed));
+  if (options.json) {
+    out(audit_document((*db)->path(), *rows) + "\n");
     return kExitOk;
   }
 
-  for (const store::FunctionAudit& f : *functions) {
+  for (const store::FunctionAudit& f : rows->functions) {
     out(fmt::format("function {} (version '{}', {}): {} entries\n", f.key.name, f.key.user_version,
                     f.key.toolkit_version, f.entries.size()));
     for (const auto& e : f.entries) out(fmt::format("    entry {}: {} hits, {} bytes\n", e.entry, e.hits, e.bytes));
@@ -192,7 +219,7 @@ int audit_command(const CacheCommandOptions& options) {
   }
   out(fmt::format("{:<16}  {:>8} {:>8} {:>7} {:>8} {:>7} {:>11} {:>10}  {:<19}  {}\n", "graph", "hits:mem",
                   "hits:disk", "misses", "compiles", "corrupt", "compile ms", "saved ms", "last use (UTC)", "program"));
-  for (const store::GraphAudit& a : *rows) {
+  for (const store::GraphAudit& a : rows->graphs) {
     out(fmt::format("{:<16}  {:>8} {:>9} {:>7} {:>8} {:>7} {:>11.2f} {:>10.2f}  {:<19}  {}\n", short_key(a.graph),
                     a.hits_memory, a.hits_disk, a.misses, a.compiles, a.corrupt, a.compile_ms_total,
                     a.saved_ms, format_time(a.last_use), a.program.empty() ? "-" : a.program));
@@ -201,7 +228,7 @@ int audit_command(const CacheCommandOptions& options) {
       if (!m.detail.empty()) out(fmt::format("      {}\n", m.detail));
     }
   }
-  if (rows->empty()) out("(no cache events yet)\n");
+  if (rows->graphs.empty()) out("(no cache events yet)\n");
   return kExitOk;
 }
 

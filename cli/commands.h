@@ -145,6 +145,10 @@ struct CacheCommandOptions {
   std::string program, function, kind, since, graph;
 };
 int audit_command(const CacheCommandOptions& options);
+// `audit --json`'s document for the options' database and filters (one builder for the CLI and
+// the Python package's tracecache.audit()); *malformed (if given): rows skipped as damaged.
+// Errors: no database at the path (kNotFound), a bad filter (kInvalidArgument), the database's.
+Result<std::string> audit_json(const CacheCommandOptions& options, int64_t* malformed);
 int ls_command(const CacheCommandOptions& options);
 int stats_command(const CacheCommandOptions& options);
 int gc_command(const CacheCommandOptions& options);

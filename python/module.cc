@@ -17,6 +17,7 @@
 
 #include "capture/ops/ops.h"
 #include "capture/trace/autograd.h"
+#include "cli/commands.h"
 #include "frontend/program/op_call.h"
 #include "python/py_session.h"
 #include "runtime/compiled_function.h"
@@ -358,6 +359,17 @@ class PyCompiledFunction {
   const std::string& name() const { return spec_.name; }
   const std::string& version() const { return spec_.version; }
 
+  // The note of the entry being traced (CompiledFunctionOptions::entry_note); set by `fn`.
+  void set_note(std::string note) {
+    PackageLock lock;
+    pending_note_ = std::move(note);
+  }
+  // CompiledFunction::last_note(): the note of the entry that served the last call.
+  py::bytes last_note() const {
+    PackageLock lock;
+    return py::bytes(fn_ ? fn_->last_note() : std::string());
+  }
+
   ~PyCompiledFunction() {
     PackageLock lock;
     py::gil_scoped_release release;  // flushes hit counts to the database
@@ -401,6 +413,7 @@ class PyCompiledFunction {
     o.automatic_dynamic = spec_.automatic_dynamic;
     o.recompile_limit = spec_.recompile_limit;
     o.canonicalize = session->session->context().options().canonicalize;
+    o.entry_note = [this] { return std::exchange(pending_note_, std::string()); };
     kinds_ = kinds;
     dynamic_scalar_.assign(ns, false);
     for (size_t s : o.dynamic_scalars) dynamic_scalar_[s] = true;
@@ -413,6 +426,7 @@ class PyCompiledFunction {
   // Calls the Python fn on proxies of `a` (the C++ side holds the package lock, GIL released).
   std::vector<Tensor> trace(LazyContext& ctx, const TraceArgs& a) {
     py::gil_scoped_acquire gil;
+    pending_note_.clear();
     auto scope = std::make_shared<TraceScope>();
     scope->ctx = &ctx;
     push_trace(scope);
@@ -478,6 +492,7 @@ class PyCompiledFunction {
   std::vector<ArgKind> kinds_;
   std::vector<bool> dynamic_scalar_;  // per scalar argument
   std::unique_ptr<CompiledFunction> fn_;
+  std::string pending_note_;
 };
 
 // ---- settings, counters, metrics, audit -----------------------------------------------------
@@ -492,7 +507,10 @@ py::dict settings_dict(const PySession& s) {
   return d;
 }
 
-py::dict audit(const std::optional<std::string>& db_flag) {
+// tracecache.audit(): `tracecache audit --json`'s document (cli::audit_json, the same builder)
+// as Python objects; filters as the CLI's.
+py::object audit(const std::optional<std::string>& db_flag, const std::string& program, const std::string& function,
+                 const std::string& kind, const std::string& since, const std::string& graph) {
   PackageLock lock;
   std::string path;
   if (db_flag) {
@@ -505,8 +523,16 @@ py::dict audit(const std::optional<std::string>& db_flag) {
     const char* h = std::getenv("HOME");
     path = store::resolve_cache_path("", {v ? v : "", x ? x : "", h ? h : ""});
   }
-  std::vector<store::GraphAudit> graphs;
-  std::vector<store::FunctionAudit> functions;
+  cli::CacheCommandOptions options;
+  options.json = true;
+  options.db.flag = path;
+  options.program = program;
+  options.function = function;
+  options.kind = kind;
+  options.since = since;
+  options.graph = graph;
+  std::string document;
+  int64_t malformed = 0;
   {
     py::gil_scoped_release release;
     if (Runtime* r = current_session()->session->runtime()) r->flush();
@@ -514,59 +540,13 @@ py::dict audit(const std::optional<std::string>& db_flag) {
     if (!std::filesystem::exists(path, ec)) {
       fail(not_found(fmt::format("no cache database at '{}' (run a program first, or pass db=PATH)", path)));
     }
-    std::unique_ptr<store::CacheDb> db = store::CacheDb::open({.path = path}).value_or_throw();
-    graphs = db->audit().value_or_throw();
-    functions = db->function_audit().value_or_throw();
+    document = cli::audit_json(options, &malformed).value_or_throw();
   }
-  py::list graph_list;
-  for (const store::GraphAudit& a : graphs) {
-    py::dict g;
-    g["hash"] = a.graph.to_hex();
-    g["program"] = a.program;
-    g["hits_memory"] = a.hits_memory;
-    g["hits_disk"] = a.hits_disk;
-    g["misses"] = a.misses;
-    g["compiles"] = a.compiles;
-    g["corrupt"] = a.corrupt;
-    g["compile_ms_total"] = a.compile_ms_total;
-    g["saved_ms"] = a.saved_ms;
-    g["last_use"] = a.last_use;
-    py::list misses;
-    for (const auto& m : a.recent_misses) {
-      py::dict md;
-      md["time"] = m.time;
-      md["reason"] = m.reason;
-      md["backend"] = m.backend;
-      md["program"] = m.program;
-      md["detail"] = m.detail;
-      misses.append(md);
-    }
-    g["recent_misses"] = misses;
-    graph_list.append(g);
+  if (malformed > 0) {
+    const std::string message = fmt::format("{} malformed audit rows skipped (damaged graph keys)", malformed);
+    if (PyErr_WarnEx(PyExc_RuntimeWarning, message.c_str(), 1) != 0) throw py::error_already_set();
   }
-  py::list function_list;
-  for (const store::FunctionAudit& f : functions) {
-    py::dict fd;
-    fd["name"] = f.key.name;
-    fd["user_version"] = f.key.user_version;
-    fd["toolkit_version"] = f.key.toolkit_version;
-    py::list entries;
-    for (const auto& e : f.entries) {
-      py::dict ed;
-      ed["entry"] = e.entry;
-      ed["hits"] = e.hits;
-      ed["bytes"] = e.bytes;
-      entries.append(ed);
-    }
-    fd["entries"] = entries;
-    fd["recent_recompiles"] = f.recent_recompiles;
-    function_list.append(fd);
-  }
-  py::dict out;
-  out["db"] = path;
-  out["graphs"] = graph_list;
-  out["functions"] = function_list;
-  return out;
+  return py::module_::import("json").attr("loads")(document);
 }
 
 }  // namespace
@@ -689,7 +669,8 @@ PYBIND11_MODULE(_tracecache, m) {
     PackageLock lock;
     return current_session()->metrics.report();
   });
-  m.def("audit", &audit, py::arg("db") = py::none());
+  m.def("audit", &audit, py::arg("db") = py::none(), py::arg("program") = "", py::arg("function") = "",
+        py::arg("kind") = "", py::arg("since") = "", py::arg("graph") = "");
   m.def("_shutdown", [] {
     PackageLock lock;
     reset_current_session();
@@ -712,6 +693,8 @@ PYBIND11_MODULE(_tracecache, m) {
       .def("stats", &PyCompiledFunction::stats)
       .def("recompile_reasons", &PyCompiledFunction::recompile_reasons)
       .def("flush", &PyCompiledFunction::flush)
+      .def("_set_note", &PyCompiledFunction::set_note, py::arg("note"))
+      .def_property_readonly("_last_note", &PyCompiledFunction::last_note)
       .def_property_readonly("name", &PyCompiledFunction::name)
       .def_property_readonly("version", &PyCompiledFunction::version);
 }

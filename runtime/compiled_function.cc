@@ -136,6 +136,10 @@ struct CompiledFunction::Impl {
   // Set by a replay that took an argument to donate and then did not finish: the call's error
   // (the argument is gone, so the call can neither trace nor try another entry).
   std::optional<Status> lost;
+  // last_note(): the entry that served the last call (-1: none), or the note of a trace that
+  // kept no entry.
+  int64_t last_entry = -1;
+  std::string unkept_note;
 
   // A value guard's read of a segment output: its host bytes, counted as Tensor::buffer() counts.
   BufferRef read_value(const DataRef& d) const {
@@ -158,6 +162,8 @@ struct CompiledFunction::Impl {
   // ---- the call, phase by phase --------------------------------------------------------------
 
   Result<std::vector<DataRef>> call(const CallArgs& args) {
+    last_entry = -1;
+    unkept_note.clear();
     if (stats.fell_back_to_lazy) return trace(args, /*keep=*/false);
     LookupMisses misses;
     if (std::optional<std::vector<DataRef>> out = look_up_and_replay(args, misses)) return std::move(*out);
@@ -218,6 +224,7 @@ struct CompiledFunction::Impl {
       }
       ++entries[e].hits;
       ++entries[e].unflushed_hits;
+      last_entry = static_cast<int64_t>(e);
       return std::move(**r);
     }
     return std::nullopt;
@@ -478,6 +485,7 @@ struct CompiledFunction::Impl {
     if (keep && !dynamic_dims.empty()) lo.capture = &tmpl;
     std::vector<Tensor> outputs;
     std::vector<ArgumentUpdate> donated;
+    std::string entry_note;
     {
       LazyContext tctx(&rec, lo);
       TraceArgs targs;
@@ -501,6 +509,11 @@ struct CompiledFunction::Impl {
         if (Status st = check_no_argument_assigned(args, targs); !st.is_ok()) return st;
         if (Status st = record_updates(tctx, args, targs, outputs, lo.capture != nullptr, donated); !st.is_ok()) {
           return st;
+        }
+        if (options.entry_note) entry_note = options.entry_note();
+        if (entry_note.size() > kMaxGuardEntryNoteBytes) {
+          return invalid_argument(fmt::format("{}: the note on its entry has {} bytes (at most {})", key.name,
+                                              entry_note.size(), kMaxGuardEntryNoteBytes));
         }
         rec.trace.segments_inside_fn = rec.trace.segments.size();
         tctx.mark_step();
@@ -543,8 +556,12 @@ struct CompiledFunction::Impl {
                                       entry.dynamic ? std::span<const DynamicDim>(entry.dynamic->dims)
                                                     : std::span<const DynamicDim>(),
                                       dynamic_scalar);
+      entry.note = std::move(entry_note);
       save(entry);
       entries.push_back(std::move(entry));
+      last_entry = static_cast<int64_t>(entries.size()) - 1;
+    } else {
+      unkept_note = std::move(entry_note);
     }
     return result;
   }
@@ -707,6 +724,13 @@ int CompiledFunction::find_entry(const CallArgs& args) const {
 }
 
 const std::string& CompiledFunction::name() const { return impl_->key.name; }
+
+const std::string& CompiledFunction::last_note() const {
+  const Impl& i = *impl_;
+  return i.last_entry >= 0 && static_cast<size_t>(i.last_entry) < i.entries.size()
+             ? i.entries[static_cast<size_t>(i.last_entry)].note
+             : i.unkept_note;
+}
 
 size_t CompiledFunction::num_entries() const { return impl_->entries.size(); }
 

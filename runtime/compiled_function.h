@@ -132,6 +132,12 @@ struct CompiledFunctionOptions {
   // called in the recompile events the audit log keeps ("step 3: entry 0: ...").
   std::vector<std::string> scalar_names{};
   std::string call_name = "call";
+  // Optional: called after each trace of `fn` (which may set what it returns); the result is
+  // stored with the entry the trace makes (also in the cache) and returned by last_note() for
+  // every call that entry serves. For a caller's own record of a traced call that the graphs do
+  // not hold (tracecache.torch keeps the Python structure of the outputs there). At most
+  // kMaxGuardEntryNoteBytes (runtime/guards/guard_entry_codec.h), else the trace fails.
+  std::function<std::string()> entry_note;
 };
 
 // What a compiled function did in this process; derived from its entries and counters.
@@ -166,6 +172,12 @@ class CompiledFunction {
   // argument to overwrite, an error (kInternal) saying so, never a retrace or a fallback over a
   // value that may be half updated: that argument is left undefined in `args`.
   Result<std::vector<Tensor>> operator()(LazyContext& ctx, CallArgs&& args);
+
+  // The note (CompiledFunctionOptions::entry_note) of the entry that served or was made by the
+  // last successful call; after a call that traced without keeping an entry (lazy fallback),
+  // that trace's note; empty before the first call and after a failed one. The reference stays
+  // valid until the next call.
+  const std::string& last_note() const;
 
   // Marks dim `dim` of tensor argument `input` dynamic for the traces that follow.
   void mark_dynamic(size_t input, int dim);

@@ -5,6 +5,7 @@
 #include <sqlite3.h>
 
 #include <tuple>
+#include <utility>
 
 #include "runtime/compiled_function.h"
 #include "runtime/guards/guard_entry_codec.h"
@@ -225,6 +226,96 @@ TEST(PersistentGuards, ArgumentUpdatesAreStoredAndForgedOnesRefused) {
     ASSERT_FALSE(bad.is_ok()) << output << " " << argument << " " << twice;
     EXPECT_EQ(bad.status().code(), StatusCode::kCorruption);
   }
+}
+
+// An entry's note (CompiledFunctionOptions::entry_note): what the trace's callback returned is
+// given by last_note() for every call the entry serves, also in a new process that never
+// traces; each entry keeps its own; a stored note over the limit makes the entry corrupt.
+struct NoteProcess {
+  explicit NoteProcess(const std::string& db_path)
+      : db(std::move(store::CacheDb::open({.path = db_path})).value_or_throw()),
+        runtime(&cpu, db.get(), &metrics),
+        ctx(&runtime, LazyOptions{.canonicalize = {}, .metrics = &metrics}),
+        f("noted", [this](LazyContext&, const TraceArgs& a) {
+            ++traces;
+            pending = fmt::format("rows={}", a.tensor(0).shape()[0]);
+            return std::vector<Tensor>{relu(a.tensor(0))};
+          }, &runtime, options(this)) {}
+  static CompiledFunctionOptions options(NoteProcess* p) {
+    CompiledFunctionOptions o;
+    o.user_version = "v1";
+    o.automatic_dynamic = false;
+    o.entry_note = [p] { return std::exchange(p->pending, std::string()); };
+    return o;
+  }
+  std::string call(int rows) {
+    HostBuffer x(DType::kF32, {rows, 2});
+    for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = static_cast<float>(i) - 3;
+    auto out = f(ctx, {{ctx.from_buffer(std::move(x))}, {}});
+    EXPECT_TRUE(out.is_ok()) << out.status().to_string();
+    return f.last_note();
+  }
+  CpuBackend cpu;
+  Metrics metrics;
+  std::unique_ptr<store::CacheDb> db;
+  Runtime runtime;
+  LazyContext ctx;
+  int traces = 0;
+  std::string pending;
+  CompiledFunction f;
+};
+
+TEST(PersistentGuards, EntryNotesAreKeptPerEntryAndSurviveRestarts) {
+  TempDir dir;
+  {
+    NoteProcess p(dir.db());
+    EXPECT_EQ(p.f.last_note(), "");
+    EXPECT_EQ(p.call(2), "rows=2");
+    EXPECT_EQ(p.call(3), "rows=3");
+    EXPECT_EQ(p.call(2), "rows=2") << "a replay gives the note of the entry that served it";
+    EXPECT_EQ(p.traces, 2);
+  }
+  NoteProcess q(dir.db());
+  EXPECT_EQ(q.call(3), "rows=3");
+  EXPECT_EQ(q.call(2), "rows=2");
+  EXPECT_EQ(q.traces, 0) << "the notes came from the cache";
+}
+
+TEST(PersistentGuards, AStoredNoteOverTheLimitIsCorrupt) {
+  TempDir dir;
+  { NoteProcess p(dir.db()); p.call(2); }
+  {
+    auto db = std::move(store::CacheDb::open({.path = dir.db()})).value_or_throw();
+    store::FunctionKey key{"noted", "v1", std::string(kToolkitVersion)};
+    auto rows = db->function_entries(key);
+    ASSERT_TRUE(rows.is_ok());
+    ASSERT_EQ(rows->size(), 1u);
+    proto::GuardEntry pe;
+    ASSERT_TRUE(pe.ParseFromString((*rows)[0].blob));
+    EXPECT_EQ(pe.note(), "rows=2");
+    pe.set_note(std::string(kMaxGuardEntryNoteBytes + 1, 'x'));
+    Result<GuardEntry> decoded = decode_guard_entry(pe.SerializeAsString());
+    ASSERT_FALSE(decoded.is_ok());
+    EXPECT_EQ(decoded.status().code(), StatusCode::kCorruption);
+    ASSERT_TRUE(db->put_function_entry(key, 0, pe.SerializeAsString()).is_ok());
+  }
+  NoteProcess q(dir.db());
+  EXPECT_EQ(q.call(2), "rows=2") << "the bad entry was dropped and the call traced";
+  EXPECT_EQ(q.traces, 1);
+}
+
+TEST(PersistentGuards, ATraceWithANoteOverTheLimitFails) {
+  TempDir dir;
+  NoteProcess p(dir.db());
+  CompiledFunctionOptions o;
+  o.entry_note = [] { return std::string(kMaxGuardEntryNoteBytes + 1, 'x'); };
+  CompiledFunction g("big_note", [](LazyContext&, const TraceArgs& a) { return std::vector<Tensor>{relu(a.tensor(0))}; },
+                     &p.runtime, o);
+  HostBuffer x(DType::kF32, {1, 2});
+  auto out = g(p.ctx, {{p.ctx.from_buffer(std::move(x))}, {}});
+  ASSERT_FALSE(out.is_ok());
+  EXPECT_NE(out.status().message().find("note"), std::string::npos) << out.status().message();
+  EXPECT_EQ(g.num_entries(), 0u);
 }
 
 }  // namespace

@@ -220,6 +220,18 @@ class CompiledFunction:
         """Writes the hit counts of this process's replays to the cache (also done on deletion)."""
         self._core.flush()
 
+    def set_note(self, note):
+        """Called by fn while it is traced: bytes (or str) stored with the guard entry the trace
+        makes, in the cache too, and returned by `last_note` for every call that entry serves
+        (for what the caller must know about a traced call that its graphs do not hold, such as
+        the structure of its results). At most 1 MiB."""
+        self._core._set_note(note.encode() if isinstance(note, str) else bytes(note))
+
+    @property
+    def last_note(self):
+        """The note (bytes) of the entry that served the last call; b"" if none was set."""
+        return self._core._last_note
+
     @property
     def name(self):
         return self._core.name

@@ -61,6 +61,10 @@ struct GuardEntry {
   // The arguments this entry's graphs update in place (a donation in the last segment's graph):
   // a replay may give each one's storage to its run (CompiledFunctionOptions::updates).
   std::vector<ArgumentUpdate> updates;
+  // What the caller attached when it traced this entry (CompiledFunctionOptions::entry_note),
+  // returned by CompiledFunction::last_note() for every call the entry serves. Opaque bytes, at
+  // most kMaxGuardEntryNoteBytes (guard_entry_codec.h).
+  std::string note;
   // False for an entry loaded from the cache until its outputs were compared with
   // CompiledFunctionOptions::output_types (routes are the same for every call of an entry).
   bool outputs_verified = true;

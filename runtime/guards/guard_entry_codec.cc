@@ -166,6 +166,7 @@ std::string encode_guard_entry(const GuardEntry& e) {
     pu->set_output(u.output);
     pu->set_argument(u.argument);
   }
+  pe.set_note(e.note);
   if (e.dynamic) {
     const DynamicPlan& d = *e.dynamic;
     proto::DynamicPlan* pd = pe.mutable_dynamic();
@@ -215,10 +216,11 @@ Result<GuardEntry> decode_guard_entry(const std::string& bytes) {
   }
   if (static_cast<uint64_t>(pe.checks_size()) > max_checks(num_tensors, num_scalars) ||
       pe.segments_size() > kMaxSegments || pe.outputs_size() > kMaxRoutes ||
-      pe.options_label().size() > kMaxLabelBytes) {
-    return corruption("guard entry has more checks, segments or outputs than its arguments allow");
+      pe.options_label().size() > kMaxLabelBytes || pe.note().size() > kMaxGuardEntryNoteBytes) {
+    return corruption("guard entry has more checks, segments, outputs or note bytes than it may");
   }
   GuardEntry e;
+  e.note = pe.note();
   std::vector<GuardCheck> checks;
   // What the checks guard, per tensor: dtype, rank, and each dim's size (-1: dynamic).
   std::vector<int64_t> dtype(num_tensors, -1), rank(num_tensors, -1);

@@ -29,8 +29,12 @@
 namespace tracecache {
 
 // The format of a serialized guard entry; a change to what encode_guard_entry writes bumps it.
-// 3: output types recorded; 4: the arguments updated in place (donation)
-inline constexpr uint32_t kGuardEntryFormat = 4;
+// 3: output types recorded; 4: the arguments updated in place (donation); 5: the caller's note
+inline constexpr uint32_t kGuardEntryFormat = 5;
+
+// The largest note (GuardEntry::note) an entry may carry; a stored entry with a longer one is
+// corrupt, and a trace whose note is longer fails.
+inline constexpr size_t kMaxGuardEntryNoteBytes = size_t{1} << 20;
 
 // Deterministic bytes of `e` (its guards, segments, routes, output types, argument updates and
 // dynamic plan; not

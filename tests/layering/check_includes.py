@@ -47,7 +47,7 @@ ALLOWED = {
     "runtime/guards": BELOW_RUNTIME,
     "runtime": BELOW_RUNTIME + ["runtime/guards"],
     "cli": BELOW_RUNTIME + ["runtime/guards", "runtime"],
-    "python": BELOW_RUNTIME + ["runtime/guards", "runtime"],
+    "python": BELOW_RUNTIME + ["runtime/guards", "runtime", "cli"],
 }
 # A project include, "..." or <...> (an <...> one is the project's when its first path
 # component is a layer root; the others are system and library headers).

@@ -103,6 +103,31 @@ class Cache(unittest.TestCase):
             tc.audit(os.path.join(TMP, "missing.db"))
         self.assertIn("no cache database", str(e.exception))
 
+    def test_audit_filters_match_cli(self):
+        db = os.path.join(TMP, "audit_filters.db")
+        tc.configure(db=db)
+        python_steps()
+        f = tc.compile(lambda a: a + 1.0, name="filtered", version="v1")
+        f(np.ones(3, np.float32))
+        f(np.ones(4, np.float32))
+        f.flush()
+        everything = tc.audit()
+        prefix = everything["graphs"][0]["hash"][:10]
+        for kwargs, flags in [({"function": "filtered"}, ["--function", "filtered"]),
+                              ({"kind": "compile"}, ["--kind", "compile"]),
+                              ({"since": "1h"}, ["--since", "1h"]),
+                              ({"graph": prefix}, ["--graph", prefix])]:
+            ours = tc.audit(**kwargs)
+            self.assertEqual(ours, json.loads(run_cli("audit", "--json", "--db", db, *flags)), kwargs)
+        self.assertEqual([g["hash"][:10] for g in tc.audit(graph=prefix)["graphs"]], [prefix])
+        self.assertEqual(tc.audit(function="no such function")["functions"], [])
+        with self.assertRaises(tc.Error) as e:
+            tc.audit(since="yesterday-ish")
+        self.assertIn("is not a time", str(e.exception))
+        with self.assertRaises(tc.Error) as e:
+            tc.audit(kind="recompile")
+        self.assertIn("is not a kind of graph event", str(e.exception))
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -35,7 +35,6 @@ import hashlib
 import inspect
 import json
 import os
-import tempfile
 import warnings
 
 import torch
@@ -160,49 +159,32 @@ def _spec_from_json(data):
     return pytree.TreeSpec(dict, list(data["k"]), children)
 
 
-class _SpecStore:
-    """Output structures by compiled-function key, in a JSON file beside the cache database
-    (`<db>.torch-outputs.json`), or in memory only without a database."""
+def _structure_note(spec, constants):
+    """The output structure as the compiled function's entry note (JSON), or None when the
+    structure has no JSON form (then a new process captures once to learn it)."""
+    encoded = _spec_to_json(spec)
+    if encoded is None:
+        return None
+    try:
+        return json.dumps({"spec": encoded, "constants": constants}).encode()
+    except (TypeError, ValueError):
+        return None
 
-    def __init__(self, db):
-        self.path = None if not db else str(db) + ".torch-outputs.json"
-        self.memory = {}
 
-    def _load(self):
-        if self.path is None or not os.path.exists(self.path):
-            return {}
-        try:
-            with open(self.path) as f:
-                data = json.load(f)
-            return data if isinstance(data, dict) else {}
-        except (OSError, ValueError):
-            return {}
-
-    def get(self, key):
-        if key not in self.memory:
-            data = self._load().get(key)
-            if data is not None:
-                try:
-                    self.memory[key] = (_spec_from_json(data["spec"]), data["constants"])
-                except (KeyError, TypeError, ValueError):
-                    return None
-        return self.memory.get(key)
-
-    def put(self, key, spec, constants):
-        self.memory[key] = (spec, constants)
-        encoded = _spec_to_json(spec)
-        if self.path is None or encoded is None:
-            return
-        data = self._load()
-        data[key] = {"spec": encoded, "constants": constants}
-        try:
-            directory = os.path.dirname(os.path.abspath(self.path))
-            fd, tmp = tempfile.mkstemp(dir=directory, prefix=".torch-outputs.")
-            with os.fdopen(fd, "w") as f:
-                json.dump(data, f)
-            os.replace(tmp, self.path)
-        except OSError:
-            pass  # the structure stays known in this process; a new one captures again
+def _structure_from_note(note):
+    """(spec, constants) from an entry note, or None when there is none or it is malformed
+    (notes come from the cache: untrusted)."""
+    if not note:
+        return None
+    try:
+        data = json.loads(note.decode())
+        spec, constants = _spec_from_json(data["spec"]), data["constants"]
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError, UnicodeDecodeError, RecursionError):
+        return None
+    if not isinstance(constants, list) or len(constants) != spec.num_leaves or \
+            not all(c is None or isinstance(c, (bool, int, float)) for c in constants):
+        return None
+    return spec, constants
 
 
 # -- the compiled module ---------------------------------------------------------------------
@@ -249,7 +231,6 @@ class CompiledModule:
         self._call_inputs = None
         self._compiled = None
         self._compiled_key = None
-        self._specs = None
         self._structures = {}
         self._count = 0
         self._warned = False
@@ -345,12 +326,11 @@ class CompiledModule:
                                    f"but {t.dtype}{list(t.shape)} in torch")
         graph = self._capture(state, inputs)
         tensors, spec, constants = self._lower(graph, proxies)
-        self._specs.put(self._spec_key(state, inputs), spec, constants)
+        self._structures[self._signature(state, inputs)] = (spec, constants)
+        note = _structure_note(spec, constants)
+        if note is not None:
+            self._compiled.set_note(note)
         return tuple(tensors)
-
-    def _spec_key(self, state, inputs):
-        sig = ";".join(f"{TORCH_DTYPES[t.dtype]}{list(t.shape)}" for t in list(state) + list(inputs))
-        return hashlib.sha256(f"{self.name}\0{self.version}\0{sig}".encode()).hexdigest()[:32]
 
     def _input_names(self, count):
         """Names of the call's inputs for recompile reasons: the forward's parameter names."""
@@ -387,7 +367,6 @@ class CompiledModule:
                 digest = hashlib.sha256(f"{self._base_version}{flags}".encode()).hexdigest()[:32]
                 self.version = digest if self.is_module else self._base_version
                 self._flags = flags
-            self._specs = _SpecStore(None if settings.get("no_cache") else settings.get("db"))
             self._structures = {}
 
             def traced(*proxies):
@@ -437,16 +416,14 @@ class CompiledModule:
         sig = self._signature(state, inputs)
         known = self._structures.get(sig)
         if known is None:
-            known = self._specs.get(self._spec_key(state, inputs))
-        if known is not None:
-            self._structures[sig] = known
-            return known
-        # Served from a stored entry whose output structure is not on record (the file beside
-        # the database was removed): capture once more to learn it.
-        graph = self._capture(state, inputs)
-        spec, constants = self._structure(graph)
-        self._specs.put(self._spec_key(state, inputs), spec, constants)
-        return spec, constants
+            known = _structure_from_note(self._compiled.last_note)
+        if known is None:
+            # Served by a stored entry without a usable note (a structure with no JSON form, or
+            # a damaged note): capture once more to learn it.
+            graph = self._capture(state, inputs)
+            known = self._structure(graph)
+        self._structures[sig] = known
+        return known
 
     def _structure(self, graph):
         output = next(n for n in graph.graph.graph.nodes if n.op == "output")

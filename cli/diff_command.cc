@@ -54,7 +54,8 @@ int diff_command(const DiffOptions& options) {
     out("identical graphs (same hash)\n");
     return kExitOk;
   }
-  out(fmt::format("{} differences ({} nodes aligned{}{})\n", d.differences.size(), d.aligned,
+  out(fmt::format("{} difference{} ({} nodes aligned{}{})\n", d.differences.size(),
+                  d.differences.size() == 1 ? "" : "s", d.aligned,
                   d.by_index ? " by index" : " by op sequence",
                   d.derived ? fmt::format("; {} types follow from an input's", d.derived) : std::string()));
   for (const NodeDifference& x : d.differences) out(fmt::format("  {}\n", x.to_string()));

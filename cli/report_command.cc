@@ -595,10 +595,10 @@ details summary{cursor:pointer;color:#334e68}
     if (!ga || !gb) return "<div class=note>(a graph is no longer stored: no node-by-node diff)</div>";
     ++diffs_shown_;
     const GraphDiff diff = diff_graphs(ga->first, gb->first, &ga->second, &gb->second);
-    std::string out = fmt::format("<details><summary>node by node: {} differences ({} nodes aligned{})</summary>"
+    std::string out = fmt::format("<details><summary>node by node: {} difference{} ({} nodes aligned{})</summary>"
                                   "<table><tr><th>kind</th><th>node</th><th>what</th><th>closest</th><th>this graph</th>"
                                   "<th>program line</th></tr>",
-                                  diff.differences.size(), diff.aligned,
+                                  diff.differences.size(), diff.differences.size() == 1 ? "" : "s", diff.aligned,
                                   diff.derived ? fmt::format(", {} types follow from an input's", diff.derived) : "");
     for (size_t i = 0; i < diff.differences.size() && i < kMaxDiffRows; ++i) {
       const NodeDifference& x = diff.differences[i];

@@ -1,9 +1,19 @@
 # Every command answers --help with exit code 0 and a usage line.
 source "$(dirname "$0")/lib.sh"
-for cmd in "" run show audit ls stats gc verify bench zoo; do
+# The commands as the top-level help lists them (so a new one cannot be missed), and zoo's.
+expect_exit 0 "$TC" --help
+commands=$(sed -n '/^Subcommands:/,$s/^  \([a-z][a-z-]*\) .*/\1/p' "$TMP/out")
+for c in run show diff audit report zoo; do
+  grep -qx "$c" <<< "$commands" || fail "'tracecache --help' does not list '$c'"
+done
+expect_exit 0 "$TC" zoo --help
+zoo_commands=$(sed -n '/^Subcommands:/,$s/^  \([a-z][a-z-]*\) .*/zoo \1/p' "$TMP/out")
+[ -n "$zoo_commands" ] || fail "'tracecache zoo --help' lists no subcommands"
+while read -r cmd; do
   expect_exit 0 "$TC" $cmd --help
   grep -qi "usage" "$TMP/out" || fail "'$cmd --help' printed no usage"
-done
+done <<< "$commands
+$zoo_commands"
 expect_exit 0 "$TC" --version
 # One version: CMake's project(VERSION) plus the format versions; compiled functions persist
 # their guard entries under the same string (audit shows it).

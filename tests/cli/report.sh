@@ -87,7 +87,7 @@ for want in ("Summary", "hit rate", "saved by the cache", "Compiles and why", "n
              "Cache size by tier", "Executables by backend"):
     assert want in page, f"the page lacks {want!r}"
 # The node-by-node diff table of a compile, and the timeline chart (an inline SVG of our own).
-assert "node by node: 1 differences" in page, "a compile's node-by-node diff"
+assert "node by node: 1 difference " in page, "a compile's node-by-node diff"
 assert text.count('<svg class="chart"') == 3, "one timeline per program/function (batch, rows, the forged one)"
 # The graphs as pictures (Graphviz) or, without dot, as text with a note saying so.
 assert ('class="node"' in text) or ("dot is not installed" in page), "graph pictures"

@@ -665,6 +665,22 @@ PYBIND11_MODULE(_tracecache, m) {
     for (const auto& [name, value] : run_counters(current_session()->metrics)) d[py::str(name)] = value;
     return d;
   });
+  m.def("timers", [] {  // run --json's timers_ms: per timer count, total, p50, p90, max (ms)
+    PackageLock lock;
+    const Metrics& metrics = current_session()->metrics;
+    py::dict d;
+    for (const std::string& name : metrics.timer_names()) {
+      const TimerStats t = metrics.timer(name);
+      py::dict s;
+      s["count"] = t.count;
+      s["total"] = t.total_ms;
+      s["p50"] = t.p50_ms;
+      s["p90"] = t.p90_ms;
+      s["max"] = t.max_ms;
+      d[py::str(name)] = s;
+    }
+    return d;
+  });
   m.def("metrics_report", [] {
     PackageLock lock;
     return current_session()->metrics.report();

@@ -10,11 +10,11 @@ import numpy as _np
 
 from . import _tracecache
 from ._tracecache import (Error, Tensor, op, op_names, mark_step, settings, counters,
-                          metrics_report, audit, warnings)
+                          metrics_report, timers, audit, warnings)
 
 __all__ = ["Error", "Tensor", "CompiledFunction", "configure", "settings", "tensor", "from_numpy",
            "from_torch", "op", "ops", "op_names", "mark_step", "grad", "no_grad", "compile",
-           "counters", "metrics_report", "audit", "warnings"]
+           "counters", "timers", "metrics_report", "audit", "warnings"]
 
 _atexit.register(_tracecache._shutdown)
 

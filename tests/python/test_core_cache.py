@@ -69,6 +69,22 @@ class Cache(unittest.TestCase):
         self.assertEqual(tc.counters()["compiles"], 1)
         self.assertEqual(tc.counters()["cache_hits_memory"], 1)
 
+    def test_timers_as_run_json(self):
+        path = os.path.join(TMP, "p.trace")
+        with open(path, "w") as f:
+            f.write(PROGRAM)
+        cli = json.loads(run_cli("run", path, "--json", "--no-cache"))
+        tc.configure(no_cache=True)
+        python_steps()
+        timers = tc.timers()
+        self.assertEqual(sorted(timers), sorted(cli["timers_ms"]))
+        for name, t in timers.items():
+            self.assertEqual(sorted(t), sorted(cli["timers_ms"][name]), name)
+            self.assertLessEqual(t["p50"], t["max"], name)
+        self.assertEqual(timers["trace"]["count"], 2)
+        self.assertEqual(timers["compile"]["count"], 1)
+        self.assertEqual(timers["run"]["count"], 2)
+
     def test_metrics_report_layout(self):
         tc.configure(no_cache=True)
         python_steps()

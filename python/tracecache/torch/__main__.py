@@ -151,7 +151,13 @@ def _ops(args):
 
 def _bench(args):
     from .bench import run
-    run(args.model, args.calls, args.resolution, args.length)
+    for name, value, low in (("--calls", args.calls, 1), ("--resolution", args.resolution, 32),
+                             ("--length", args.length, 1), ("--threads", args.threads or 1, 1)):
+        if value < low:
+            raise UsageError(f"{name} {value}: must be at least {low}")
+    if args.length > 512:
+        raise UsageError(f"--length {args.length}: bert's positions go up to 512")
+    run(args.model, args.calls, args.resolution, args.length, args.threads)
 
 
 def main(argv=None):
@@ -177,6 +183,9 @@ def main(argv=None):
     bench.add_argument("--calls", type=int, default=20, help="timed calls per model (default 20)")
     bench.add_argument("--resolution", type=int, default=224, help="resnet18's image size (default 224)")
     bench.add_argument("--length", type=int, default=128, help="bert's sequence length (default 128)")
+    bench.add_argument("--threads", type=int, default=None,
+                       help="threads for both PyTorch (torch.set_num_threads) and tracecache (default: each "
+                            "library's own default)")
     args = parser.parse_args(argv)
     try:
         if args.command == "export":

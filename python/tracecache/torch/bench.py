@@ -55,11 +55,13 @@ def _median_ms(fn, args, calls):
     return statistics.median(times) * 1e3
 
 
-def run(names, calls, resolution, length):
+def run(names, calls, resolution, length, threads=None):
     import tracecache
     from . import capture as capture_mod
     from .compiled import compile as tc_compile
-    tracecache.configure(mode="once", no_cache=True)
+    if threads is not None:
+        torch.set_num_threads(threads)
+    tracecache.configure(mode="once", no_cache=True, threads=threads)
     rows = []
     for name, model, inputs in _models(resolution, length):
         if names and name not in names:
@@ -75,7 +77,7 @@ def run(names, calls, resolution, length):
             traced = torch.jit.trace(model, inputs, check_trace=False)
             traced(*inputs)
             jit = _median_ms(traced, inputs, calls)
-        tracecache.configure(mode="once", no_cache=True)  # its timers count this model only
+        tracecache.configure(mode="once", no_cache=True, threads=threads)  # timers of this model only
         compiled = tc_compile(model)
         start = time.perf_counter()
         compiled(*inputs)
@@ -83,6 +85,8 @@ def run(names, calls, resolution, length):
         once = _median_ms(compiled, inputs, calls)
         host = once - tracecache.timers()["run"]["p50"]
         rows.append((name, eager, jit, once, host, first_ms, capture_ms, ops))
+    print(f"PyTorch {torch.__version__}, {torch.get_num_threads()} threads; tracecache "
+          f"{tracecache.settings()['threads'] or 'default'} threads; {calls} calls, medians\n")
     print("| model | eager ms | jit.trace ms | tracecache once ms | tracecache host ms/call "
           "| first call ms (capture + compile) | capture ms | ATen ops | capture us/op |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")

@@ -19,7 +19,8 @@ int report_open_error(const Status& status) {
   return status.code() == StatusCode::kCorruption ? kExitBadInput : code;
 }
 
-// "3600", "90m", "12h", "30d" -> seconds.
+}  // namespace
+
 Result<double> parse_age(std::string_view text) {
   double unit = 1;
   std::string_view digits = text;
@@ -41,8 +42,6 @@ Result<double> parse_age(std::string_view text) {
   }
   return static_cast<double>(n) * unit;
 }
-
-}  // namespace
 
 int audit_command(const CacheCommandOptions& options) {
   Result<std::unique_ptr<store::CacheDb>> db = open_existing_db(options.db);

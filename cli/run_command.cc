@@ -378,10 +378,16 @@ int run_loaded_program(const Program& program, const RunOptions& options) {
     if (!opened.is_ok()) return report_error(opened.status());
     db = std::move(*opened);
   }
+  std::unique_ptr<store::RedisClient> remote;
+  if (options.backend != "reference" && *mode != SessionMode::kEager) {
+    Result<std::unique_ptr<store::RedisClient>> opened = open_remote(options.remote, &metrics);
+    if (!opened.is_ok()) return report_error(opened.status());
+    remote = std::move(*opened);
+  }
   Result<std::unique_ptr<ProgramSession>> session = ProgramSession::create(
       program, {.session = {.mode = *mode, .backend = options.backend,
                             .backend_options = {.threads = options.threads}, .db = db.get(),
-                            .bake_scalars = options.bake_scalars, .metrics = &metrics},
+                            .remote = remote.get(), .bake_scalars = options.bake_scalars, .metrics = &metrics},
                 .automatic_dynamic = !options.no_auto_dynamic});
   if (!session.is_ok()) return report_error(session.status());
   ProgramSession& s = **session;

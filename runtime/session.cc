@@ -57,7 +57,9 @@ Result<std::unique_ptr<Session>> Session::create(SessionOptions options) {
     s->backend_ = std::move(*backend);
     s->sim_ = dynamic_cast<SimBackend*>(s->backend_.get());
     if (s->sim_) options.metrics->set_span_observer(&s->sim_->timeline());
-    s->runtime_ = std::make_unique<Runtime>(s->backend_.get(), options.db, options.metrics);
+    RuntimeOptions runtime_options;
+    runtime_options.remote = options.remote;
+    s->runtime_ = std::make_unique<Runtime>(s->backend_.get(), options.db, options.metrics, runtime_options);
     executor = s->runtime_.get();
   } else {
     s->reference_ = std::make_unique<ReferenceExecutor>();

@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "cli/commands.h"
@@ -23,6 +24,11 @@ void add_remote_options(CLI::App* command, RemoteCliOptions& options) {
   command->add_option("--remote-ttl", options.ttl,
                       "Remote entries written expire after this: seconds, or with m/h/d; 0: never")
       ->capture_default_str();
+  command->add_option("--remote-backoff", options.backoff_s,
+                      "Seconds to skip the remote after it failed before trying it again (doubles with each "
+                      "failure in a row, up to 30 s or this)")
+      ->check(CLI::Range(0.001, 86400.0))
+      ->capture_default_str();
 }
 
 Result<std::unique_ptr<store::RedisClient>> open_remote(const RemoteCliOptions& options, Metrics* metrics) {
@@ -35,6 +41,7 @@ Result<std::unique_ptr<store::RedisClient>> open_remote(const RemoteCliOptions& 
   remote.connect_timeout_ms = options.timeout_ms;
   remote.command_timeout_ms = options.timeout_ms;
   remote.ttl_s = static_cast<int64_t>(std::llround(*ttl));
+  remote.backoff = {.initial_s = options.backoff_s, .max_s = std::max(options.backoff_s, remote.backoff.max_s)};
   return store::RedisClient::create(std::move(remote), metrics);
 }
 

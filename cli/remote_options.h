@@ -1,6 +1,7 @@
 // The remote cache tier's flags, shared by `run`, `zoo run`, `zoo train`, `bench`, `stats` and
 // `gc`: --remote URL (default $TRACECACHE_REMOTE, read once in main), --remote-mode
-// read-write|read-only, --remote-timeout-ms, --remote-ttl; and opening the client from them.
+// read-write|read-only, --remote-timeout-ms, --remote-ttl, --remote-backoff; and opening the
+// client from them.
 // Errors: open_remote() returns kInvalidArgument for a bad URL or mode (exit 2). Opening never
 // connects: an unreachable server is found at the first lookup and costs only caching.
 // Thread-safety: one thread. Ownership: the client is the caller's.
@@ -26,11 +27,12 @@ struct RemoteCliOptions {
   std::string mode = "read-write";
   int timeout_ms = store::RemoteOptions{}.command_timeout_ms;
   std::string ttl = "7d";
+  double backoff_s = store::BackoffOptions{}.initial_s;  // first wait after a failure
   // --remote, else $TRACECACHE_REMOTE; "" for none.
   const std::string& url() const { return flag.empty() ? env : flag; }
 };
 
-// Adds the four flags to `command`.
+// Adds the flags to `command`.
 void add_remote_options(CLI::App* command, RemoteCliOptions& options);
 // Null when no URL is set.
 Result<std::unique_ptr<store::RedisClient>> open_remote(const RemoteCliOptions& options, Metrics* metrics);

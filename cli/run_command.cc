@@ -553,10 +553,12 @@ int run_loaded_program(const Program& program, const RunOptions& options) {
       }
     }
   }
-  out(fmt::format("{} steps ({} mode), {} traces, {} compiles, {} memory hits, {} disk hits, {} misses\n",
+  out(fmt::format("{} steps ({} mode), {} traces, {} compiles, {} memory hits, {} disk hits, {}{} misses\n",
                   steps->size(), mode_name(*mode), metrics.counter(counters::kTraces),
                   metrics.counter(counters::kCompiles), metrics.counter(counters::kHitsMemory),
-                  metrics.counter(counters::kHitsDisk), metrics.counter(counters::kMisses)));
+                  metrics.counter(counters::kHitsDisk),
+                  remote ? fmt::format("{} remote hits, ", metrics.counter("cache_hits_remote")) : std::string(),
+                  metrics.counter(counters::kMisses)));
   out(step_time_summary(step_ms) + "\n");
   if (*mode == SessionMode::kOnce) {
     out(fmt::format("{} guard checks, {} guard failures, {} recompiles\n",

@@ -38,10 +38,8 @@ void ignore_sigpipe_if_default() {
 
 }  // namespace
 
-namespace {
-template <typename R>
-R convert(const redisReply* r) {
-  R out;
+RedisClient::Reply RedisClient::convert(const redisReply* r) {
+  Reply out;
   out.type = r->type;
   if (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS || r->type == REDIS_REPLY_ERROR) {
     out.str.assign(r->str, r->len);
@@ -49,11 +47,10 @@ R convert(const redisReply* r) {
     out.integer = r->integer;
   } else if (r->type == REDIS_REPLY_ARRAY) {
     out.elements.reserve(r->elements);
-    for (size_t i = 0; i < r->elements; ++i) out.elements.push_back(convert<R>(r->element[i]));
+    for (size_t i = 0; i < r->elements; ++i) out.elements.push_back(convert(r->element[i]));
   }
   return out;
 }
-}  // namespace
 
 Result<std::unique_ptr<RedisClient>> RedisClient::create(RemoteOptions options, Metrics* metrics) {
   Result<RemoteEndpoint> endpoint = parse_remote_url(options.url);
@@ -132,7 +129,7 @@ Result<RedisClient::Reply> RedisClient::command(std::initializer_list<std::strin
     metrics_->add(remote_metrics::kBytesSent, static_cast<int64_t>(sent));
   }
   if (!r) return fail(fmt::format("{} failed: {}", *args.begin(), context_->errstr[0] ? context_->errstr : "no reply"));
-  Reply out = convert<Reply>(r);
+  Reply out = convert(r);
   freeReplyObject(r);
   backoff_.succeeded();
   if (out.type == REDIS_REPLY_ERROR) {

@@ -36,6 +36,7 @@
 #include "store/remote/remote_url.h"
 
 struct redisContext;
+struct redisReply;
 
 namespace tracecache::store {
 
@@ -102,6 +103,7 @@ class RedisClient {
 
  private:
   struct Reply;
+  static Reply convert(const redisReply* r);
   RedisClient(RemoteOptions options, RemoteEndpoint endpoint, Metrics* metrics);
   double now() const { return options_.clock ? options_.clock() : steady_seconds(); }
   // Connects if needed; kIOError (and the back-off) on failure, or the skip.

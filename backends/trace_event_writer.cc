@@ -8,6 +8,8 @@
 #include <cstring>
 #include <tuple>
 
+#include "capture/core/text_escape.h"
+
 namespace tracecache {
 
 namespace {
@@ -15,25 +17,7 @@ namespace {
 constexpr int kHostTid = 1;
 constexpr int kDeviceTid = 2;
 
-void append_string(std::string& out, std::string_view s) {
-  out += '"';
-  for (char c : s) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      case '\r': out += "\\r"; break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          out += fmt::format("\\u{:04x}", static_cast<unsigned>(static_cast<unsigned char>(c)));
-        } else {
-          out += c;
-        }
-    }
-  }
-  out += '"';
-}
+void append_string(std::string& out, std::string_view s) { append_json_string(out, s); }
 
 // Picoseconds as microseconds, exactly: "12.345678".
 std::string micros(int64_t ps) {

@@ -1,6 +1,7 @@
 // `tracecache audit | ls | stats | gc | verify`: reading and maintaining the cache.
 #include <charconv>
 #include <chrono>
+#include <optional>
 
 #include "cli/common.h"
 #include "cli/json.h"
@@ -43,14 +44,88 @@ Result<double> parse_age(std::string_view text) {
   return static_cast<double>(n) * unit;
 }
 
+// `audit --since`: "2026-11-23", "2026-11-23 10:00[:30]", "2026-11-23T10:00[:30][Z]" (UTC), or an
+// age before now ("30s", "10m", "2h", "1d") -> Unix time.
+Result<double> parse_since(std::string_view text) {
+  const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  if (!text.empty() && text.back() != 'Z' && text.find('-') == std::string_view::npos) {
+    Result<double> age = parse_age(text);
+    if (age.is_ok()) return now - *age;
+  }
+  int year = 0, month = 0, day = 0, hour = 0, minute = 0, second = 0;
+  std::string_view rest = text;
+  if (rest.ends_with('Z')) rest.remove_suffix(1);
+  auto number = [&rest](int digits, int* out) {
+    if (rest.size() < static_cast<size_t>(digits)) return false;
+    auto [end, ec] = std::from_chars(rest.data(), rest.data() + digits, *out);
+    if (ec != std::errc() || end != rest.data() + digits) return false;
+    rest.remove_prefix(static_cast<size_t>(digits));
+    return true;
+  };
+  auto sep = [&rest](std::string_view chars) {
+    if (rest.empty() || chars.find(rest.front()) == std::string_view::npos) return false;
+    rest.remove_prefix(1);
+    return true;
+  };
+  bool ok = number(4, &year) && sep("-") && number(2, &month) && sep("-") && number(2, &day);
+  if (ok && !rest.empty()) ok = sep("T ") && number(2, &hour) && sep(":") && number(2, &minute);
+  if (ok && !rest.empty()) ok = sep(":") && number(2, &second);
+  ok = ok && rest.empty() && month >= 1 && month <= 12 && day >= 1 && day <= 31 && hour <= 23 && minute <= 59 &&
+       second <= 60;
+  if (!ok) {
+    return invalid_argument(fmt::format("--since '{}' is not a time: give an ISO date or date and time in UTC "
+                                        "(2026-11-23, 2026-11-23T10:00) or an age (30s, 10m, 2h, 1d)", text));
+  }
+  const std::chrono::year_month_day date(std::chrono::year(year), std::chrono::month(static_cast<unsigned>(month)),
+                                         std::chrono::day(static_cast<unsigned>(day)));
+  if (!date.ok()) return invalid_argument(fmt::format("--since '{}': no such date", text));
+  const std::chrono::sys_days days(date);
+  return static_cast<double>(days.time_since_epoch().count()) * 86400.0 + hour * 3600.0 + minute * 60.0 + second;
+}
+
+namespace {
+
+// The audit filter the options ask for; bad input is kInvalidArgument (exit 2).
+Result<store::AuditFilter> audit_filter(const CacheCommandOptions& options, store::CacheDb& db) {
+  store::AuditFilter f{options.program, options.function, options.kind, 0, std::nullopt};
+  if (!options.kind.empty()) {
+    std::optional<store::ParsedEventName> kind = store::parse_event_name(options.kind);
+    const bool graph_kind = kind && kind->kind != store::EventKind::kRecompile && kind->kind != store::EventKind::kFallback;
+    if (!graph_kind) {
+      return invalid_argument(fmt::format("--kind '{}' is not a kind of graph event (kinds: hit_memory, hit_disk, "
+                                          "hit_remote, miss, compile, store, evict, corrupt, store_failed; the "
+                                          "remote tier's: miss_remote, store_remote, unavailable_remote, "
+                                          "skip_remote, store_failed_remote)", options.kind));
+    }
+  }
+  if (!options.since.empty()) {
+    Result<double> since = parse_since(options.since);
+    if (!since.is_ok()) return since.status();
+    f.since = *since;
+  }
+  if (!options.graph.empty()) {
+    Result<GraphKey> key = store::resolve_graph_key(db, options.graph);
+    if (!key.is_ok()) return key.status();
+    f.graph = *key;
+  }
+  return f;
+}
+
+}  // namespace
+
 int audit_command(const CacheCommandOptions& options) {
   Result<std::unique_ptr<store::CacheDb>> db = open_existing_db(options.db);
   if (!db.is_ok()) return report_open_error(db.status());
+  Result<store::AuditFilter> filter = audit_filter(options, **db);
+  if (!filter.is_ok()) return report_error(filter.status());
   int64_t malformed = 0;
-  Result<std::vector<store::GraphAudit>> rows = (*db)->audit(&malformed);
+  Result<std::vector<store::GraphAudit>> rows = (*db)->audit(&malformed, *filter);
   if (!rows.is_ok()) return report_error(rows.status());
   if (malformed > 0) warn(fmt::format("{} malformed audit rows skipped (damaged graph keys)", malformed));
-  Result<std::vector<store::FunctionAudit>> functions = (*db)->function_audit();
+  // Guard entries have no kind, time or graph: with those filters only graph rows are shown.
+  const bool functions_apply = options.kind.empty() && options.since.empty() && options.graph.empty();
+  Result<std::vector<store::FunctionAudit>> functions =
+      functions_apply ? (*db)->function_audit(*filter) : Result<std::vector<store::FunctionAudit>>(std::vector<store::FunctionAudit>{});
   if (!functions.is_ok()) return report_error(functions.status());
 
   if (options.json) {
@@ -61,8 +136,10 @@ int audit_command(const CacheCommandOptions& options) {
     for (const store::GraphAudit& a : *rows) {
       j.begin_object();
       j.key("hash").value(a.graph.to_hex());
+      j.key("program").value(a.program);
       j.key("hits_memory").value(a.hits_memory);
       j.key("hits_disk").value(a.hits_disk);
+      j.key("hits_remote").value(a.hits_remote);
       j.key("misses").value(a.misses);
       j.key("compiles").value(a.compiles);
       j.key("corrupt").value(a.corrupt);
@@ -75,6 +152,8 @@ int audit_command(const CacheCommandOptions& options) {
         j.key("time").value(m.time);
         j.key("reason").value(m.reason);
         j.key("backend").value(m.backend);
+        j.key("program").value(m.program);
+        j.key("detail").value(m.detail);
         j.end_object();
       }
       j.end_array();
@@ -113,14 +192,16 @@ int audit_command(const CacheCommandOptions& options) {
     for (const auto& e : f.entries) out(fmt::format("    entry {}: {} hits, {} bytes\n", e.entry, e.hits, e.bytes));
     for (const std::string& r : f.recent_recompiles) out(fmt::format("    recompile: {}\n", r));
   }
-  out(fmt::format("{:<16}  {:>8} {:>8} {:>7} {:>8} {:>7} {:>11} {:>10}  {}\n", "graph", "hits:mem",
-                  "hits:disk", "misses", "compiles", "corrupt", "compile ms", "saved ms", "last use (UTC)"));
+  out(fmt::format("{:<16}  {:>8} {:>9} {:>11} {:>7} {:>8} {:>7} {:>11} {:>10}  {:<19}  {}\n", "graph", "hits:mem",
+                  "hits:disk", "hits:remote", "misses", "compiles", "corrupt", "compile ms", "saved ms",
+                  "last use (UTC)", "program"));
   for (const store::GraphAudit& a : *rows) {
-    out(fmt::format("{:<16}  {:>8} {:>9} {:>7} {:>8} {:>7} {:>11.2f} {:>10.2f}  {}\n", short_key(a.graph),
-                    a.hits_memory, a.hits_disk, a.misses, a.compiles, a.corrupt, a.compile_ms_total,
-                    a.saved_ms, format_time(a.last_use)));
+    out(fmt::format("{:<16}  {:>8} {:>9} {:>11} {:>7} {:>8} {:>7} {:>11.2f} {:>10.2f}  {:<19}  {}\n",
+                    short_key(a.graph), a.hits_memory, a.hits_disk, a.hits_remote, a.misses, a.compiles, a.corrupt,
+                    a.compile_ms_total, a.saved_ms, format_time(a.last_use), a.program.empty() ? "-" : a.program));
     for (const auto& m : a.recent_misses) {
       out(fmt::format("    miss {}  {} ({})\n", format_time(m.time), m.reason, m.backend));
+      if (!m.detail.empty()) out(fmt::format("      {}\n", m.detail));
     }
   }
   if (rows->empty()) out("(no cache events yet)\n");
@@ -182,6 +263,7 @@ int stats_command(const CacheCommandOptions& options) {
     j.key("file_bytes").value(s->file_bytes);
     j.key("hits_memory").value(s->hits_memory);
     j.key("hits_disk").value(s->hits_disk);
+    j.key("hits_remote").value(s->hits_remote);
     j.key("misses").value(s->misses);
     j.key("compiles").value(s->compiles);
     j.key("hit_rate").value(s->hit_rate);
@@ -191,9 +273,9 @@ int stats_command(const CacheCommandOptions& options) {
   }
   out(fmt::format(
       "cache {}\n  graphs {}, executables {} ({} bytes), graph blobs {} bytes, file {} bytes\n"
-      "  lookups: {} memory hits, {} disk hits, {} misses; hit rate {:.1f}%; {} compiles\n",
+      "  lookups: {} memory hits, {} disk hits, {} remote hits, {} misses; hit rate {:.1f}%; {} compiles\n",
       (*db)->path(), s->graphs, s->executables, s->executable_bytes, s->graph_bytes, s->file_bytes,
-      s->hits_memory, s->hits_disk, s->misses, 100.0 * s->hit_rate, s->compiles));
+      s->hits_memory, s->hits_disk, s->hits_remote, s->misses, 100.0 * s->hit_rate, s->compiles));
   return kExitOk;
 }
 

@@ -47,6 +47,8 @@ struct RunOptions {
   // One class label per line for the top classes of classifier outputs ("": class numbers).
   std::string labels;
   bool quiet = false;  // print nothing but errors (and the JSON object with --json)
+  // -v or TRACECACHE_VERBOSE: one line per step and graph on stderr (cli/step_report.h).
+  bool verbose = false;
 };
 int run_command(const RunOptions& options);
 // The help of the flags `run`, `zoo run` and `zoo train` share.
@@ -119,9 +121,21 @@ struct ShowOptions {
   bool json = false;
   bool bake_scalars = false;
   bool source = false;
+  bool dot = false;  // Graphviz DOT text instead (cli/graph_dot.h): one digraph per graph
   DbOptions db;
 };
 int show_command(const ShowOptions& options);
+
+// `diff A B` (cli/diff_command.cc): A and B are graph hashes (or unique prefixes) in the cache,
+// or trace programs (their graph at `step`).
+struct DiffOptions {
+  std::string a, b;
+  int step = 0;
+  bool json = false;
+  bool bake_scalars = false;
+  DbOptions db;
+};
+int diff_command(const DiffOptions& options);
 
 struct CacheCommandOptions {
   bool json = false;
@@ -130,6 +144,9 @@ struct CacheCommandOptions {
   uint64_t max_bytes = 0;  // gc
   int64_t max_events = store::kDefaultMaxEvents;  // gc: audit events kept (newest first)
   std::string older_than;  // gc: drop events, hit counts and stale function versions older than this
+  // audit: what to report on (store::AuditFilter); since: an ISO date/time (UTC) or an age
+  // ("10m", "2h", "1d"); graph: a hash or unique prefix.
+  std::string program, function, kind, since, graph;
 };
 int audit_command(const CacheCommandOptions& options);
 int ls_command(const CacheCommandOptions& options);
@@ -141,6 +158,17 @@ int verify_command(const CacheCommandOptions& options);
 // their seal.
 int remote_stats_command(const CacheCommandOptions& options);
 int remote_gc_command(const CacheCommandOptions& options);
+
+// `report -o FILE` (cli/report_command.cc): one self-contained HTML page of the audit (per program
+// and function: a timeline of hits, misses, compiles and recompiles, each compile's reason and
+// diff, the graphs drawn by Graphviz's `dot` when it is on PATH, time saved, cache size, corrupt
+// and fallback events); program, function and since filter as audit's.
+struct ReportOptions {
+  std::string output;
+  std::string program, function, since;
+  DbOptions db;
+};
+int report_command(const ReportOptions& options);
 
 // Prints "tracecache: <message>" to stderr and returns the exit code for `status`:
 // kExitBadInput for errors in what the user gave us, kExitFailure otherwise.

@@ -19,6 +19,10 @@ inline void warn(const std::string& s) { std::fputs(fmt::format("tracecache: war
 // Opens the cache for a maintenance command (audit, ls, ...): the database must exist.
 Result<std::unique_ptr<store::CacheDb>> open_existing_db(const DbOptions& db);
 
+// `--since` of audit and report: "2026-11-23", "2026-11-23 10:00[:30]", "2026-11-23T10:00[:30][Z]"
+// (UTC), or an age before now ("30s", "10m", "2h", "1d") -> Unix time; else kInvalidArgument.
+Result<double> parse_since(std::string_view text);
+
 // "2026-11-22 03:04:05" (UTC) for a Unix time.
 std::string format_time(double unix_seconds);
 

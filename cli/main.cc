@@ -85,7 +85,13 @@ int main(int argc, char** argv) {
       "this process may run on); results do not depend on it";
   run_cmd->add_option("--threads", run.threads, threads_help)->check(whole_number_in(1));
   run_cmd->add_flag("--no-cache", run.no_cache, "Compile in memory only; do not open the cache database");
-  run_cmd->add_flag("--json", run.json, "Print one JSON object: steps, outputs, graph_hashes, counters");
+  run_cmd->add_flag("--json", run.json,
+                    "Print one JSON object: steps, outputs, graph_hashes, counters, steps_detail (each "
+                    "step's cache outcomes)");
+  run_cmd->add_flag("-v,--verbose", run.verbose,
+                    "One line per step and graph on stderr: hit (tier) or miss (reason, compile time, what "
+                    "differs from the closest cached graph); once mode: the guard entry or the recompile "
+                    "(also: TRACECACHE_VERBOSE=1)");
   run_cmd->add_option("--labels", run.labels, kLabelsHelp);
   run_cmd->add_flag("-q,--quiet", run.quiet, kQuietHelp);
   run_cmd->add_flag("--metrics", run.metrics, "Print the metrics report (counters, timers with percentiles)");
@@ -136,7 +142,22 @@ int main(int argc, char** argv) {
   show_cmd->add_flag("--json", show.json, "Print JSON instead of text");
   show_cmd->add_flag("--bake-scalars", show.bake_scalars, "As for run");
   show_cmd->add_flag("--source", show.source, "Also print the program in canonical trace syntax");
+  show_cmd->add_flag("--dot", show.dot,
+                     "Print Graphviz DOT instead (one digraph per graph; render with `dot -Tsvg`)")
+      ->excludes("--json")->excludes("--source");
 
+  DiffOptions diff;
+  diff.db.env = cache_env;
+  CLI::App* diff_cmd = app.add_subcommand(
+      "diff", "What differs, node by node, between two graphs, with the program lines they came from.");
+  diff_cmd->add_option("a", diff.a, "A graph hash or unique prefix in the cache, or a trace program (.trace)")
+      ->required();
+  diff_cmd->add_option("b", diff.b, "The same, for the second graph")->required();
+  diff_cmd->add_option("--step", diff.step, "For programs: the step whose (first) graph is compared (default 0)")
+      ->check(whole_number_in(0));
+  diff_cmd->add_option("--db", diff.db.flag, db_help);
+  diff_cmd->add_flag("--json", diff.json, "Print JSON instead of text");
+  diff_cmd->add_flag("--bake-scalars", diff.bake_scalars, "As for run (programs)");
   CacheCommandOptions cache;
   cache.db.env = cache_env;
   std::string max_bytes;
@@ -146,7 +167,19 @@ int main(int argc, char** argv) {
     c->add_flag("--json", cache.json, "Print JSON instead of text");
     return c;
   };
-  CLI::App* audit_cmd = cache_cmd("audit", "Per graph: hits (memory/disk), misses with reasons, compiles, time saved.");
+  CLI::App* audit_cmd = cache_cmd(
+      "audit", "Per graph: its program, hits (memory/disk), misses with reasons and what differed, compiles, time saved.");
+  audit_cmd->add_option("--program", cache.program,
+                        "Only this program's events (its path as run, or its file name with or without .trace)");
+  audit_cmd->add_option("--function", cache.function, "Only this compiled function's events (once mode: FILE:step)");
+  audit_cmd->add_option("--kind", cache.kind,
+                        "Only events of this kind: hit_memory, hit_disk, hit_remote, miss, compile, store, evict, "
+                        "corrupt, store_failed, or the remote tier's miss_remote, store_remote, unavailable_remote, "
+                        "skip_remote, store_failed_remote");
+  audit_cmd->add_option("--since", cache.since,
+                        "Only events since this time: an ISO date or date and time in UTC (2026-11-23, "
+                        "2026-11-23T10:00), or an age (30s, 10m, 2h, 1d)");
+  audit_cmd->add_option("--graph", cache.graph, "Only this graph: a hash or a unique prefix");
   CLI::App* ls_cmd = cache_cmd("ls", "List cached executables, most recently used first.");
   CLI::App* stats_cmd = cache_cmd("stats", "Entries, bytes and hit rate of the cache (--remote URL: of the remote tier).");
   stats_cmd->add_option("--remote", cache.remote.flag, "The remote tier's server to report on instead: redis://HOST:PORT[/DB] or unix:///PATH.sock");
@@ -161,6 +194,18 @@ int main(int argc, char** argv) {
                      "Also drop events, hit counts and superseded function versions older than this: "
                      "seconds, or with m/h/d (e.g. 30d)");
   CLI::App* verify_cmd = cache_cmd("verify", "Check every stored blob; exit 1 if any is bad.");
+
+  ReportOptions report;
+  report.db.env = cache_env;
+  CLI::App* report_cmd = app.add_subcommand(
+      "report", "Write the audit as one self-contained HTML page: per program and function a timeline of hits, "
+                "misses and compiles, each compile's reason and diff, recompiles, the graphs drawn (Graphviz), "
+                "time saved, cache size, corrupt and fallback events.");
+  report_cmd->add_option("-o,--output", report.output, "The HTML file to write (e.g. report.html)")->required();
+  report_cmd->add_option("--db", report.db.flag, db_help);
+  report_cmd->add_option("--program", report.program, "Only this program (as audit --program)");
+  report_cmd->add_option("--function", report.function, "Only this compiled function (as audit --function)");
+  report_cmd->add_option("--since", report.since, "Only events since this time (as audit --since)");
 
   if (report_unknown_command(app, std::span<char*>(argv + 1, static_cast<size_t>(argc - 1)), "")) {
     return kExitBadInput;
@@ -193,15 +238,22 @@ int main(int argc, char** argv) {
     }
   }
 
+  // TRACECACHE_VERBOSE=1 is -v for the commands that run programs.
+  if (const std::string verbose_env = env("TRACECACHE_VERBOSE"); !verbose_env.empty() && verbose_env != "0") {
+    run.verbose = true;
+    zoo.run.verbose = true;
+  }
   try {
     if (*run_cmd) return run_command(run);
     if (*show_cmd) return show_command(show);
+    if (*diff_cmd) return diff_command(diff);
     if (*bench_cmd) return bench_command(bench);
     if (*zoo_cmd) return zoo_command(*zoo_cmd, zoo);
     if (*audit_cmd) return audit_command(cache);
     if (*ls_cmd) return ls_command(cache);
     if (*stats_cmd) return cache.remote.flag.empty() ? stats_command(cache) : remote_stats_command(cache);
     if (*verify_cmd) return verify_command(cache);
+    if (*report_cmd) return report_command(report);
     if (*gc_cmd && !cache.remote.flag.empty()) return remote_gc_command(cache);
     if (*gc_cmd) {
       if (max_bytes.empty()) return report_error(tracecache::invalid_argument("gc needs --max-bytes (or --remote URL)"));

@@ -18,7 +18,10 @@
 #include "capture/reference/reference.h"
 #include "capture/trace/recording_executor.h"
 #include "cli/common.h"
+#include "cli/graph_dot.h"
+#include "cli/graph_targets.h"
 #include "cli/json.h"
+#include "cli/step_report.h"
 #include "runtime/program_session.h"
 #include "backends/cpu/cpu_backend.h"
 #include "backends/trace_event_writer.h"
@@ -387,7 +390,8 @@ int run_loaded_program(const Program& program, const RunOptions& options) {
   Result<std::unique_ptr<ProgramSession>> session = ProgramSession::create(
       program, {.session = {.mode = *mode, .backend = options.backend,
                             .backend_options = {.threads = options.threads}, .db = db.get(),
-                            .remote = remote.get(), .bake_scalars = options.bake_scalars, .metrics = &metrics},
+                            .remote = remote.get(), .bake_scalars = options.bake_scalars, .metrics = &metrics,
+                            .record_outcomes = options.verbose || options.json},
                 .automatic_dynamic = !options.no_auto_dynamic});
   if (!session.is_ok()) return report_error(session.status());
   ProgramSession& s = **session;
@@ -415,6 +419,7 @@ int run_loaded_program(const Program& program, const RunOptions& options) {
   std::vector<SimInterval> sim_steps;
 
   std::vector<double> step_ms;  // each step's run (recording or guards, execution), not its inputs
+  StepReport report(options.verbose, options.json);
   Result<std::vector<StepSummary>> steps = [&]() -> Result<std::vector<StepSummary>> {
     int64_t n = options.steps == -1 ? program.default_steps() : options.steps;
     std::vector<StepSummary> results;
@@ -425,6 +430,7 @@ int run_loaded_program(const Program& program, const RunOptions& options) {
       const SimSnapshot before = s.sim() ? s.sim()->snapshot() : SimSnapshot{};
       const size_t graphs_before = timeline ? timeline->graphs_run().size() : 0;
       const int64_t timeline_start = timeline ? timeline->host_now_ps() : 0;
+      report.before_step(s);
       auto start = std::chrono::steady_clock::now();
       Result<std::vector<BufferRef>> values = s.run(*prepared);
       step_ms.push_back(
@@ -441,6 +447,7 @@ int run_loaded_program(const Program& program, const RunOptions& options) {
                                {"graph", fmt::format("{}", fmt::join(graphs, ","))}});
       }
       if (!values.is_ok()) return values.status();
+      report.after_step(step, s);
       if (s.sim()) sim_steps.push_back(sim_interval(before, s.sim()->snapshot()));
       std::vector<std::pair<std::string, BufferRef>> outputs;
       for (size_t k = 0; k < values->size(); ++k) {
@@ -485,6 +492,7 @@ int run_loaded_program(const Program& program, const RunOptions& options) {
     warn(fmt::format("--labels {}: no output is a classifier's logits (a floating [N, C] output named *logits*); "
                      "the labels name nothing", options.labels));
   }
+  report.finish(*mode, steps->size());
 
   if (timeline) {
     Status st = write_timeline(options.timeline, s, *timeline, options);
@@ -519,6 +527,7 @@ int run_loaded_program(const Program& program, const RunOptions& options) {
     j.key("recompile_reasons").begin_array();
     for (const std::string& r : reasons) j.value(r);
     j.end_array();
+    report.write_json(j);
     if (s.sim()) write_sim_json(j, *s.sim(), sim_steps);
     j.end_object();
     out(j.str() + "\n");
@@ -604,10 +613,23 @@ int show_cached_graph(const ShowOptions& options, const GraphKey& key) {
   if (!graph.is_ok()) return report_error(graph.status());
   Result<std::vector<store::EntryInfo>> entries = (*db)->list_executables();
   if (!entries.is_ok()) return report_error(entries.status());
+  Result<std::optional<GraphSources>> stored_sources = (*db)->get_graph_sources(key);
+  if (!stored_sources.is_ok()) warn(stored_sources.status().message());
+  const GraphSources sources =
+      stored_sources.is_ok() && stored_sources->has_value() ? **stored_sources : GraphSources{};
+  if (options.dot) {
+    out(graph_to_dot(*graph, sources, key.to_hex()));
+    return kExitOk;
+  }
   if (options.json) {
     JsonWriter j;
     j.begin_object();
     j.key("hash").value(key.to_hex());
+    j.key("program").value(sources.program);
+    j.key("function").value(sources.function);
+    j.key("sources").begin_array();
+    for (const std::string& n : sources.nodes) j.value(n);
+    j.end_array();
     j.key("nodes").value(graph->size());
     j.key("params").value(graph->params().size());
     j.key("outputs").value(graph->outputs().size());
@@ -630,7 +652,11 @@ int show_cached_graph(const ShowOptions& options, const GraphKey& key) {
   }
   out(fmt::format("graph {}  ({} nodes, {} params, {} outputs)\n", key.to_hex(), graph->size(),
                   graph->params().size(), graph->outputs().size()));
-  out(graph->to_text());
+  if (!sources.program.empty()) {
+    out(fmt::format("program {}{}\n", sources.program,
+                    sources.function.empty() ? std::string() : fmt::format(", function {}", sources.function)));
+  }
+  out(graph_text_with_sources(*graph, sources));
   for (const store::EntryInfo& e : *entries) {
     if (e.key.graph != key) continue;
     out(fmt::format("executable: backend {} options {} compiler v{}  {} bytes, {} uses\n",
@@ -693,6 +719,9 @@ int show_command(const ShowOptions& options) {
       for (size_t s : steps_of[cg->key]) j.value(s);
       j.end_array();
       j.key("graph").value(cg->graph.to_text());
+      j.key("sources").begin_array();
+      for (const std::string& n : graph_sources(*cg).nodes) j.value(n);
+      j.end_array();
       j.end_object();
     }
     j.end_array();
@@ -702,12 +731,16 @@ int show_command(const ShowOptions& options) {
     return kExitOk;
   }
 
+  if (options.dot) {
+    for (const CanonicalGraph* cg : distinct) out(graph_to_dot(cg->graph, graph_sources(*cg), cg->key.to_hex()));
+    return kExitOk;
+  }
   if (options.source) out(print_program(*program) + "\n");
   for (const CanonicalGraph* cg : distinct) {
     out(fmt::format("graph {}  ({} nodes, {} params, {} outputs; steps {})\n", cg->key.to_hex(),
                     cg->graph.size(), cg->graph.params().size(), cg->graph.outputs().size(),
                     fmt::join(steps_of[cg->key], ",")));
-    out(cg->graph.to_text() + "\n");
+    out(graph_text_with_sources(cg->graph, graph_sources(*cg)) + "\n");
   }
   out(fmt::format("hash {}\n", distinct.empty() ? std::string("none") : distinct.front()->key.to_hex()));
   return kExitOk;

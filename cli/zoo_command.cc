@@ -329,6 +329,7 @@ CLI::App* add_zoo_command(CLI::App& app, ZooOptions& o, const std::string& db_he
   run->add_option("--timeline", o.run.timeline, kTimelineHelp);
   run->add_option("--labels", o.run.labels, kLabelsHelp);
   run->add_flag("-q,--quiet", o.run.quiet, kQuietHelp);
+  run->add_flag("-v,--verbose", o.run.verbose, "As `tracecache run -v`: each step's cache outcomes on stderr");
   run->add_option("--save-outputs", o.run.save_outputs,
                   "Write every output of every step to DIR/step<N>_<name>.npy");
   CLI::App* train = zoo->add_subcommand(
@@ -358,6 +359,7 @@ CLI::App* add_zoo_command(CLI::App& app, ZooOptions& o, const std::string& db_he
   train->add_flag("--metrics", o.run.metrics, "Print the metrics report");
   train->add_option("--timeline", o.run.timeline, kTimelineHelp);
   train->add_flag("-q,--quiet", o.run.quiet, kQuietHelp);
+  train->add_flag("-v,--verbose", o.run.verbose, "As `tracecache run -v`: each step's cache outcomes on stderr");
   train->add_option("--save-outputs", o.run.save_outputs,
                     "Write every output of every step to DIR/step<N>_<name>.npy");
   train->add_flag("--output-params", o.output_params,

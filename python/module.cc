@@ -524,8 +524,10 @@ py::dict audit(const std::optional<std::string>& db_flag) {
   for (const store::GraphAudit& a : graphs) {
     py::dict g;
     g["hash"] = a.graph.to_hex();
+    g["program"] = a.program;
     g["hits_memory"] = a.hits_memory;
     g["hits_disk"] = a.hits_disk;
+    g["hits_remote"] = a.hits_remote;
     g["misses"] = a.misses;
     g["compiles"] = a.compiles;
     g["corrupt"] = a.corrupt;
@@ -538,6 +540,8 @@ py::dict audit(const std::optional<std::string>& db_flag) {
       md["time"] = m.time;
       md["reason"] = m.reason;
       md["backend"] = m.backend;
+      md["program"] = m.program;
+      md["detail"] = m.detail;
       misses.append(md);
     }
     g["recent_misses"] = misses;

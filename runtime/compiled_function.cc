@@ -78,6 +78,7 @@ class Recorder final : public GraphExecutor {
 // Why the lookup found no entry to replay, besides failed guards.
 struct LookupMisses {
   bool value_guard_failed = false;  // a value read inside the function changed
+  std::string value_change;         // the first such value: "segment 0 output 1: expected 3, actual 5"
   std::string template_failure;     // a dynamic entry's template did not apply ("entry N: ...")
 };
 
@@ -87,6 +88,17 @@ struct Closest {
   std::vector<GuardFailure> failures;
   std::vector<GuardCheck> failed;
 };
+
+// A value as a recompile reason shows it: "3", "[1, 2, 3]", or for more than 8 elements its type
+// and checksum.
+std::string value_preview(const HostBuffer& b) {
+  constexpr int64_t kShown = 8;
+  if (b.numel() > kShown) return fmt::format("{} (checksum {})", type_to_string({b.dtype(), b.shape()}), b.checksum());
+  std::vector<std::string> items;
+  for (int64_t i = 0; i < b.numel(); ++i) items.push_back(fmt::format("{}", b.element_as_double(i)));
+  if (b.shape().rank() == 0 && items.size() == 1) return items[0];
+  return fmt::format("[{}]", fmt::join(items, ", "));
+}
 
 }  // namespace
 
@@ -139,7 +151,9 @@ struct CompiledFunction::Impl {
   // rest (recompiles, hits_per_entry) from the reasons and `entries`.
   FunctionStats stats;
 
-  GuardEnvironment env() const { return {options_digest, options_label, options.input_names}; }
+  GuardEnvironment env() const { return {options_digest, options_label, options.input_names, options.scalar_names}; }
+  // Set by replay() when a value guard failed: which value, read and expected.
+  std::string value_change;
 
   // ---- the call, phase by phase --------------------------------------------------------------
 
@@ -194,6 +208,7 @@ struct CompiledFunction::Impl {
       }
       if (!r->has_value()) {
         if (why.empty()) {
+          if (!misses.value_guard_failed) misses.value_change = std::move(value_change);
           misses.value_guard_failed = true;
         } else if (misses.template_failure.empty()) {
           misses.template_failure = fmt::format("entry {}: {}", e, why);
@@ -230,6 +245,7 @@ struct CompiledFunction::Impl {
       reason = misses.template_failure;
     } else if (closest.failures.empty() && misses.value_guard_failed) {
       reason += "a value read inside the function changed";
+      if (!misses.value_change.empty()) reason += " (" + misses.value_change + ")";
     }
     for (size_t i = 0; i < closest.failures.size(); ++i) reason += (i ? "; " : "") + closest.failures[i].to_string();
     return reason;
@@ -237,7 +253,8 @@ struct CompiledFunction::Impl {
 
   void record_recompile(std::string reason) {
     runtime->metrics().add(counters::kRecompiles);
-    runtime->function_event(store::EventKind::kRecompile, key.name, reason);
+    runtime->function_event(store::EventKind::kRecompile, key.name,
+                            fmt::format("{} {}: {}", options.call_name, stats.calls - 1, reason));
     stats.recompile_reasons.push_back(std::move(reason));
   }
 
@@ -385,9 +402,17 @@ struct CompiledFunction::Impl {
       }
       if (!outs.is_ok()) return corruption("guard entry does not fit its executable: " + outs.status().message());
       seg_out[k] = std::move(*outs);
-      for (const auto& [o, expected] : seg.value_guards) {
+      for (size_t g = 0; g < seg.value_guards.size(); ++g) {
+        const auto& [o, expected] = seg.value_guards[g];
         if (o >= seg_out[k].size()) return corruption("guard entry checks an output that does not exist");
-        if (!XXH128_isEqual(value_hash(*read_value(seg_out[k][o])), expected)) return std::optional<std::vector<DataRef>>();
+        BufferRef read = read_value(seg_out[k][o]);
+        if (!XXH128_isEqual(value_hash(*read), expected)) {
+          value_change = fmt::format("segment {} output {}: expected {}, actual {}", k, o,
+                                     g < seg.value_previews.size() ? seg.value_previews[g]
+                                                                   : std::string("the value traced (not kept in a stored entry)"),
+                                     value_preview(*read));
+          return std::optional<std::vector<DataRef>>();
+        }
       }
     }
     std::vector<DataRef> outputs;
@@ -500,7 +525,9 @@ struct CompiledFunction::Impl {
     // Everything materialized while fn ran may have been read by it: guard the contents.
     for (size_t k = 0; k < rec.trace.segments_inside_fn; ++k) {
       for (uint32_t o = 0; o < rec.last_outputs[k].size(); ++o) {
-        rec.trace.segments[k].value_guards.emplace_back(o, value_hash(*read_value(rec.last_outputs[k][o])));
+        BufferRef read = read_value(rec.last_outputs[k][o]);
+        rec.trace.segments[k].value_guards.emplace_back(o, value_hash(*read));
+        rec.trace.segments[k].value_previews.push_back(value_preview(*read));
       }
     }
     if (keep) {

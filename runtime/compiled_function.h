@@ -128,6 +128,10 @@ struct CompiledFunctionOptions {
   // argument at most once; output k and argument i must have the same type (else the trace is
   // an error).
   std::vector<ArgumentUpdate> updates;
+  // For messages: the scalar arguments' names ("scalar 0 'N'"; optional), and what a call is
+  // called in the recompile events the audit log keeps ("step 3: entry 0: ...").
+  std::vector<std::string> scalar_names{};
+  std::string call_name = "call";
 };
 
 // What a compiled function did in this process; derived from its entries and counters.

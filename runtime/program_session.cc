@@ -24,6 +24,11 @@ std::vector<int64_t> dim_values(const std::vector<DimSource>& sources, TensorAt 
   return dims;
 }
 
+// The compiled function a program's steps are in once mode: "<program file name>:step".
+std::string function_name(const Program& program) {
+  return std::filesystem::path(program.file_name).filename().string() + ":step";
+}
+
 }  // namespace
 
 ProgramSession::ProgramSession(const Program& program, std::unique_ptr<Session> session)
@@ -33,6 +38,10 @@ ProgramSession::~ProgramSession() = default;
 
 Result<std::unique_ptr<ProgramSession>> ProgramSession::create(const Program& program,
                                                                ProgramSessionOptions options) {
+  if (options.session.program.empty()) options.session.program = program.file_name;
+  if (options.session.mode == SessionMode::kOnce && options.session.function.empty()) {
+    options.session.function = function_name(program);
+  }
   Result<std::unique_ptr<Session>> session = Session::create(options.session);
   if (!session.is_ok()) return session.status();
   std::unique_ptr<ProgramSession> s(new ProgramSession(program, std::move(*session)));
@@ -46,13 +55,17 @@ Result<std::unique_ptr<ProgramSession>> ProgramSession::create(const Program& pr
     // function's code, so an edited program never replays the old program's entries.
     const std::string text = print_program(program);
     fo.user_version = hex64(XXH3_64bits(text.data(), text.size()));
-    std::string name =
-        std::filesystem::path(program.file_name).filename().string() + ":step";
+    std::string name = options.session.function;
     // The graph may depend on nothing but the arguments, never on the step number. A dim that
     // some argument's declared type uses is read from that argument's size, and attributes
     // written with it are bound to that size, so the step is shape-polymorphic in it: a new
     // batch size needs no retrace once the dim is dynamic. Other dims are guarded scalars.
     s->dim_sources_ = dim_sources(program);
+    // Dims no argument's shape carries are scalar arguments: named as the program names them.
+    for (size_t d = 0; d < program.dims.size(); ++d) {
+      if (s->dim_sources_[d].tensor < 0) fo.scalar_names.push_back(program.dims[d].name);
+    }
+    fo.call_name = "step";
     TracedFn fn = [&program, sources = s->dim_sources_](LazyContext& ctx, const TraceArgs& args) {
       const std::vector<int64_t> dims = dim_values(
           sources, [&](size_t i) -> const Tensor& { return args.tensor(i); },

@@ -76,6 +76,7 @@ Runtime::Runtime(Backend* backend, store::CacheDb* disk, store::AuditLog* audit,
       tiers_(tier_list(memory_, disk_, remote_)),
       remote_index_(disk_ ? 2 : 1),
       pid_(static_cast<int64_t>(::getpid())),
+      recent_graphs_(options.explain_candidates),
       mirror_token_(next_mirror_token++) {
   if (options.remote) {
     remote_guards_.emplace(options.remote);
@@ -112,6 +113,11 @@ store::Event Runtime::make_event(store::EventKind kind, const GraphKey& graph, s
   e.reason = std::move(reason);
   e.duration_ms = duration_ms;
   e.detail = std::move(detail);
+  // Decision events carry their scope; hits (counted, not logged one row each) do not need it.
+  if (kind != store::EventKind::kHit) {
+    e.program = options_.program;
+    e.function = options_.function;
+  }
   return e;
 }
 
@@ -146,6 +152,7 @@ void Runtime::hit(const GraphKey& graph, size_t tier) {
   }
   ++it->hits;
   it->time = e.time;
+  if (options_.record_outcomes) outcomes_.push_back({graph, e.tier, {}, 0, false, {}, {}});
   keep(std::move(e));
   if (++pending_hits_ >= options_.event_batch) flush();
 }
@@ -285,7 +292,17 @@ Result<std::shared_ptr<const Executable>> Runtime::prepare(const CanonicalGraph&
   ScopedTimer lookup(metrics_, timers::kLookup);
   Tiers::Lookup found = tiers_.get(key);
   std::optional<store::MissReason> reason = note_lookup(key, found);
-  if (found.exe) return std::move(found.exe);
+  if (found.exe) {
+    // A graph first met through the remote tier is now in the local database: its sources go
+    // there too, as after a compile (the audit names its program; later misses compare with it).
+    if (remote_ && found.tier == remote_index_) {
+      GraphSources sources = graph_sources(cg);
+      sources.program = options_.program;
+      sources.function = options_.function;
+      remember_graph(cg, sources);
+    }
+    return std::move(found.exe);
+  }
   if (audit_ && !reason) {
     Result<store::MissReason> r = audit_->classify_miss(key);
     reason = r.is_ok() ? *r : store::MissReason::kUnreadable;
@@ -302,8 +319,22 @@ Result<std::shared_ptr<const Executable>> Runtime::prepare(const CanonicalGraph&
     }
   } write_on_exit{this};
   hold_decisions_ = disk_.has_value();
-  event(store::EventKind::kMiss, cg.key,
-        std::string(store::miss_reason_name(reason.value_or(store::MissReason::kNewGraph))));
+  GraphSources sources = graph_sources(cg);
+  sources.program = options_.program;
+  sources.function = options_.function;
+  std::optional<ClosestGraph> closest = explain_miss(cg, sources);
+  const std::string reason_name(store::miss_reason_name(reason.value_or(store::MissReason::kNewGraph)));
+  event(store::EventKind::kMiss, cg.key, reason_name, 0,
+        closest ? fmt::format("closest {}: {}", closest->key.to_hex(), closest->diff.summary(8)) : std::string());
+  GraphOutcome* outcome = nullptr;
+  if (options_.record_outcomes) {
+    outcomes_.push_back({cg.key, {}, reason_name, 0, false, {}, {}});
+    outcome = &outcomes_.back();
+    if (closest) {
+      outcome->closest = closest->key;
+      outcome->diff = std::move(closest->diff);
+    }
+  }
 
   for (NodeId id = 0; id < cg.graph.size(); ++id) {
     const Node& n = cg.graph.node(id);
@@ -311,21 +342,45 @@ Result<std::shared_ptr<const Executable>> Runtime::prepare(const CanonicalGraph&
       Status declined = unsupported(fmt::format("backend '{}' does not support op '{}'",
                                                 backend_->name(), op_info(n.op).name));
       event(store::EventKind::kFallback, cg.key, "unsupported op", 0, declined.message());
+      if (outcome) outcome->fell_back = true;
       return declined;
     }
   }
   ScopedTimer compile_timer(metrics_, timers::kCompile);
   Result<Executable> exe = backend_->compile(cg.graph, cg.key, compiler_version_);
   double compile_ms = compile_timer.stop();
+  if (outcome) outcome->compile_ms = compile_ms;
   if (!exe.is_ok()) {
     event(store::EventKind::kFallback, cg.key, "compile failed", compile_ms, exe.status().message());
+    if (outcome) outcome->fell_back = true;
     return exe.status();
   }
   metrics_->add(counters::kCompiles);
   event(store::EventKind::kCompile, cg.key, {}, compile_ms);
   auto shared = std::make_shared<const Executable>(std::move(*exe));
   store_compiled(key, shared, cg.graph, compile_ms);
+  remember_graph(cg, sources);
   return shared;
+}
+
+std::optional<ClosestGraph> Runtime::explain_miss(const CanonicalGraph& cg, const GraphSources& sources) {
+  if (options_.explain_candidates == 0) return std::nullopt;
+  return recent_graphs_.closest(cg.key, cg.graph, sources, disk_db_);
+}
+
+void Runtime::remember_graph(const CanonicalGraph& cg, const GraphSources& sources) {
+  if (options_.explain_candidates == 0) return;
+  recent_graphs_.add(cg.key, cg.graph, sources);
+  // Best-effort, like the explanations it serves: a database that cannot take the sources
+  // already reported its state through the executable's own store (store_failed, a warning).
+  // A graph compiled without locations (one loaded by key, a template's specialization) never
+  // replaces the locations stored for it.
+  if (!disk_db_ || disk_db_->read_only() || sources.empty()) return;
+  if (sources.nodes.empty()) {
+    Result<std::optional<GraphSources>> stored = disk_db_->get_graph_sources(cg.key);
+    if (!stored.is_ok() || stored->has_value()) return;
+  }
+  (void)disk_db_->put_graph_sources(cg.key, sources);
 }
 
 Result<std::shared_ptr<const Executable>> Runtime::prepare_by_key(const GraphKey& key) {
@@ -501,11 +556,8 @@ Result<std::vector<DataRef>> Runtime::execute(const CanonicalGraph& cg, std::vec
 
 void Runtime::function_event(store::EventKind kind, const std::string& function, std::string detail,
                              std::string_view tier) {
-  if (tier.empty()) {
-    event(kind, GraphKey{}, function, 0, std::move(detail));
-    return;
-  }
   store::Event e = make_event(kind, GraphKey{}, function, 0, std::move(detail));
+  e.function = function;
   e.tier = std::string(tier);
   keep(e);
   unwritten_.push_back(std::move(e));

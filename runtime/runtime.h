@@ -24,7 +24,8 @@
 // log grows with decisions, not with steps.
 //
 // The remote tier (options.remote, a shared Redis server) comes after the disk: memory -> disk ->
-// remote -> compile. A remote hit is copied into memory and disk; a compiled executable and its
+// remote -> compile. A remote hit is copied into memory and disk (with the graph's sources, as
+// after a compile, so the audit names its program); a compiled executable and its
 // canonical graph are written to it (set-if-absent); compiled functions' guard entries are read
 // from it when the local store has none (store/tiers/tiered_guard_entry_store.h). Its values are
 // checked like the disk's (a bad one is a `corrupt` event and a recompile). Each remote lookup
@@ -49,12 +50,15 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "capture/core/metrics.h"
+#include "capture/ir/graph_diff.h"
 #include "capture/trace/tensor.h"
 #include "backends/backend.h"
 #include "compile/compiler.h"
+#include "runtime/closest_graph.h"
 #include "store/core/audit_log.h"
 #include "store/core/guard_entry_store.h"
 #include "store/sqlite/cache_db.h"
@@ -78,6 +82,29 @@ struct RuntimeOptions {
   size_t max_events_in_memory = 10000;  // events() keeps the first this many; later ones are counted
   // The remote tier's connection (not owned; must outlive the runtime); null: no remote tier.
   store::RedisClient* remote = nullptr;
+  // The scope of every event (store::Event::program, function): the program or model that runs,
+  // and the compiled function (once mode). The program also names the stored graphs a miss is
+  // compared with (runtime/closest_graph.h) and the graphs' stored sources.
+  std::string program{};
+  std::string function{};
+  // On a miss, compare the graph with the closest recent graph (at most this many in memory and
+  // as many stored of the same program) and record what differs as the miss event's detail;
+  // 0: no explanations. Hits never pay for it.
+  size_t explain_candidates = 8;
+  // Keep one GraphOutcome per lookup for take_outcomes() (per-step reports: `run -v`).
+  bool record_outcomes = false;
+};
+
+// What one graph's lookup came to (RuntimeOptions::record_outcomes).
+struct GraphOutcome {
+  GraphKey graph;
+  std::string tier;         // a hit: the tier that served it ("memory", "disk"); "" for a miss
+  std::string reason;       // a miss: store::miss_reason_name(...)
+  double compile_ms = 0;    // a miss that compiled
+  bool fell_back = false;   // the graph ran on the reference evaluator (declined, compile failed)
+  std::optional<GraphKey> closest;  // a miss: the closest recent graph, when there was one
+  GraphDiff diff;           // from `closest` to this graph
+  bool hit() const { return !tier.empty(); }
 };
 
 class Runtime final : public GraphExecutor {
@@ -125,6 +152,10 @@ class Runtime final : public GraphExecutor {
   // names the one tier it is about (the remote tier's guard entries), if any.
   void function_event(store::EventKind kind, const std::string& function, std::string detail,
                       std::string_view tier = {});
+
+  // The outcomes of the lookups since the last call, in order (RuntimeOptions::record_outcomes;
+  // empty otherwise).
+  std::vector<GraphOutcome> take_outcomes() { return std::exchange(outcomes_, {}); }
 
   Backend& backend() { return *backend_; }
   Metrics& metrics() { return *metrics_; }
@@ -236,6 +267,13 @@ class Runtime final : public GraphExecutor {
   size_t pending_hits_ = 0;
   std::vector<std::string> warnings_;
   int64_t pid_;
+  RecentGraphs recent_graphs_;           // what misses are explained against
+  std::vector<GraphOutcome> outcomes_;   // options_.record_outcomes
+  // On a miss: the closest recent graph and what differs (nullopt: none, or not explaining), and
+  // the new graph's sources with this runtime's program and function.
+  std::optional<ClosestGraph> explain_miss(const CanonicalGraph& graph, const GraphSources& sources);
+  // After a compile: the graph is a candidate for later misses, and its sources are stored.
+  void remember_graph(const CanonicalGraph& graph, const GraphSources& sources);
 
   // Host data copied to a backend with its own memory (sim) keeps its device copy as its mirror
   // (HostData::mirror, under this runtime's token): weights are copied to the device once, not

@@ -59,6 +59,9 @@ Result<std::unique_ptr<Session>> Session::create(SessionOptions options) {
     if (s->sim_) options.metrics->set_span_observer(&s->sim_->timeline());
     RuntimeOptions runtime_options;
     runtime_options.remote = options.remote;
+    runtime_options.program = options.program;
+    runtime_options.function = options.function;
+    runtime_options.record_outcomes = options.record_outcomes;
     s->runtime_ = std::make_unique<Runtime>(s->backend_.get(), options.db, options.metrics, runtime_options);
     executor = s->runtime_.get();
   } else {

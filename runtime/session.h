@@ -56,6 +56,11 @@ struct SessionOptions {
   bool bake_scalars = false;          // canonicalization (lazy and once)
   Metrics* metrics = nullptr;         // REQUIRED: counters and timers of every part
   const BackendRegistry* registry = nullptr;  // null: default_backend_registry()
+  // The scope of the runtime's events and stored graph sources (RuntimeOptions::program,
+  // function): the program or model that runs, and the compiled function (once mode).
+  std::string program{};
+  std::string function{};
+  bool record_outcomes = false;       // RuntimeOptions::record_outcomes (per-step reports)
 };
 
 class Session {

@@ -1,7 +1,7 @@
 // The one toolkit version string: the release version (CMake's project(VERSION), through the
 // generated capture/core/version.h) and every persisted format's version,
 //
-//   tracecache-0.4.0/ir2/schema3/compiler1/guards4
+//   tracecache-0.4.0/ir2/schema4/compiler1/guards4
 //
 // so that anything keyed by it (persistent guard entries) is never read by a build that would
 // encode, store, lower or guard differently. `tracecache --version`, `audit` and every --json

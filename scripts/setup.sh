@@ -2,7 +2,9 @@
 # Installs the Debian packages tracecache builds with, if any is missing.
 # Idempotent and non-interactive; does nothing when everything is present.
 #
-#   scripts/setup.sh           the build dependencies (what scripts/build.sh runs)
+#   scripts/setup.sh           the build dependencies (what scripts/build.sh runs), and the
+#                              tools of `tracecache report` and its test: graphviz (dot draws
+#                              the graphs) and chromium (the test opens the page headless)
 #   scripts/setup.sh --peers   only the PyTorch peer's: Debian's python3-torch 1.13 and
 #                              python3-torchvision 0.14 (they import under /usr/bin/python3)
 #                              with OpenBLAS, for bench/peers/ and
@@ -13,11 +15,12 @@ packages=(
   libsqlite3-dev sqlite3 libxxhash-dev libprotobuf-dev protobuf-compiler libhiredis-dev redis-server
   libcli11-dev libfmt-dev libgtest-dev libgmock-dev libbenchmark-dev libopenblas-dev
   pybind11-dev python3-dev python3-numpy
+  graphviz chromium
 )
 for arg in "$@"; do
   case "$arg" in
     --peers) packages=(python3-torch python3-torchvision libopenblas-dev) ;;
-    -h|--help) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "setup: unknown option '$arg' (try --help)" >&2; exit 2 ;;
   esac
 done

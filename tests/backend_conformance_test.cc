@@ -9,7 +9,7 @@
 //    without a case fails;
 //  - each case is a one-op graph compiled and run by the backend: bitwise equal to the reference
 //    (any NaN matching any NaN), except the BLAS ops (f32 matmul, linear, conv2d and its
-//    gradients conv2d_input_grad, conv2d_weight_grad: the GEMM bound
+//    gradients conv2d_input_grad, conv2d_weight_grad, and conv_transpose2d: the GEMM bound
 //    of cpu_kernels.h / cpu_nn_layers.h; scaled_dot_product_attention: the bound of
 //    cpu_nn_ops.h), and bitwise equal between all backends (sim computes with the cpu kernels);
 //  - a backend that declines an op: the Runtime never compiles that graph and runs it on the
@@ -132,6 +132,8 @@ int64_t gemm_k(OpKind kind, const std::vector<TensorType>& in) {
     // images x output positions
     case OpKind::kConv2dInputGrad: return w[0] * w[2] * w[3];
     case OpKind::kConv2dWeightGrad: return a[0] * a[2] * a[3];
+    // conv_transpose2d (conv2d_input_grad, weight [C, O / groups, kh, kw]) and its bias
+    case OpKind::kConvTranspose2d: return w[1] * w[2] * w[3] + 1;
     default: return w[1] * w[2] * w[3];  // conv2d: in channels x kernel
   }
 }
@@ -145,7 +147,8 @@ void expect_matches_reference(const OpInfo& op, const Graph& g, std::span<const 
   const Node& node = g.node(g.outputs()[0]);
   const bool gemm = node.dtype == DType::kF32 &&
                     (op.kind == OpKind::kMatmul || op.kind == OpKind::kLinear || op.kind == OpKind::kConv2d ||
-                     op.kind == OpKind::kConv2dInputGrad || op.kind == OpKind::kConv2dWeightGrad);
+                     op.kind == OpKind::kConv2dInputGrad || op.kind == OpKind::kConv2dWeightGrad ||
+                     op.kind == OpKind::kConvTranspose2d);
   if (gemm) {
     std::vector<BufferRef> abs_params;
     for (const BufferRef& p : params) {

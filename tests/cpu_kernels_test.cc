@@ -245,13 +245,14 @@ std::vector<OpCase> cases_for(const OpInfo& op) {
       break;
     }
     case OpClass::kReduce: {
-      if (op.kind == OpKind::kArgmax) {
+      if (op.kind == OpKind::kArgmax || op.kind == OpKind::kArgmin) {
         const std::vector<Shape> shapes = {{2, 3, 4}, {7}, {1, 5}, {4, 0}, {300, 300}, {3, 1, 700}};
         for (DType t : kAll) {
           for (const Shape& s : shapes) {
             for (int axis = 0; axis < s.rank(); ++axis) {
               add({{t, s}}, {{"axis", num(axis)}});
               add({{t, s}}, {{"axis", num(axis - s.rank())}, {"keepdim", flag(true)}});
+              if (op.kind == OpKind::kArgmin) add({{t, s}}, {{"axis", num(axis)}, {"select_last_index", flag(true)}});
             }
           }
         }
@@ -346,6 +347,74 @@ std::vector<OpCase> cases_for(const OpInfo& op) {
           for (const Shape& x : std::vector<Shape>{{2, 3, 4}, {7}, {1, 5}, {4, 0}, {300, 300}, {3, 700, 40}, {2, 1, 70}}) {
             for (int axis = 0; axis < x.rank(); ++axis) add({{DType::kF32, x}}, {{"axis", num(axis)}});
             add({{DType::kF32, x}}, {{"axis", num(-1)}});
+          }
+          break;
+        case OpKind::kResizeNearest2d:
+        case OpKind::kResizeLinear2d: {
+          const std::vector<DType> dtypes = op.kind == OpKind::kResizeLinear2d ? std::vector<DType>{DType::kF32} : kAll;
+          const std::vector<std::pair<Shape, IntList>> shapes = {
+              {{1, 2, 3, 4}, {6, 8}}, {{2, 1, 5, 7}, {3, 2}}, {{1, 1, 4, 4}, {1, 1}}, {{0, 3, 2, 2}, {4, 4}},
+              {{2, 3, 5, 3}, {7, 13}}, {{1, 3, 150, 150}, {300, 300}}};
+          for (DType t : dtypes) {
+            for (const auto& [x, size] : shapes) {
+              for (int64_t mode = 0; mode < 5; ++mode) {
+                NamedAttrs attrs = {{"size", ints(size)}, {"coordinate_transformation_mode", num(mode)}};
+                if (op.kind == OpKind::kResizeNearest2d) attrs.push_back({"nearest_mode", num(mode % 4)});
+                add({{t, x}}, attrs);
+              }
+              add({{t, x}}, {{"size", ints(size)}, {"scale_h", real(1.5)}, {"scale_w", real(2.25)}});
+            }
+          }
+          break;
+        }
+        case OpKind::kTopk:
+        case OpKind::kTopkIndices: {
+          const std::vector<std::pair<Shape, int64_t>> shapes = {
+              {{2, 7}, 3}, {{2, 7}, 7}, {{5, 4, 3}, 2}, {{9}, 0}, {{0, 4}, 2}, {{300, 300}, 5}, {{3, 1000}, 17}};
+          for (DType t : kAll) {
+            for (const auto& [x, k] : shapes) {
+              for (int axis = 0; axis < x.rank(); ++axis) {
+                if (k > x[axis]) continue;
+                add({{t, x}}, {{"k", num(k)}, {"axis", num(axis)}});
+                add({{t, x}}, {{"k", num(k)}, {"axis", num(axis - x.rank())}, {"largest", flag(false)}});
+              }
+            }
+          }
+          break;
+        }
+        case OpKind::kScatterElements:
+          for (DType t : kAll) {
+            for (DType it : {DType::kI32, DType::kI64}) {
+              for (int64_t reduction = 0; reduction < 3; ++reduction) {
+                add({{t, {4, 5}}, {it, {3, 5}}, {t, {3, 5}}}, {{"axis", num(0)}, {"reduction", num(reduction)}});
+                add({{t, {4, 5}}, {it, {4, 2}}, {t, {4, 2}}}, {{"axis", num(-1)}, {"reduction", num(reduction)}});
+                add({{t, {2, 3, 4}}, {it, {2, 3, 9}}, {t, {2, 3, 9}}}, {{"axis", num(2)}, {"reduction", num(reduction)}});
+                add({{t, {3, 0}}, {it, {2, 0}}, {t, {2, 0}}}, {{"axis", num(0)}, {"reduction", num(reduction)}});
+              }
+            }
+          }
+          break;
+        case OpKind::kGatherNd:
+          for (DType t : kAll) {
+            for (DType it : {DType::kI32, DType::kI64}) {
+              add({{t, {4, 5}}, {it, {3, 2}}});
+              add({{t, {4, 5, 6}}, {it, {2, 3, 1}}});
+              add({{t, {2, 4, 5}}, {it, {2, 3, 1}}}, {{"batch_dims", num(1)}});
+              add({{t, {2, 3, 4, 5}}, {it, {2, 3, 2}}}, {{"batch_dims", num(2)}});
+              add({{t, {4, 5}}, {it, {0, 2}}});
+              add({{t, {300, 300}}, {it, {50, 1}}});
+            }
+          }
+          break;
+        case OpKind::kResizeNearest2dGrad:
+        case OpKind::kResizeLinear2dGrad:
+          for (const auto& [g, size] : std::vector<std::pair<Shape, IntList>>{
+                   {{1, 2, 6, 8}, {3, 4}}, {{2, 1, 3, 2}, {5, 7}}, {{1, 1, 1, 1}, {4, 4}}, {{0, 3, 4, 4}, {2, 2}}}) {
+            for (int64_t mode = 0; mode < 5; ++mode) {
+              NamedAttrs attrs = {{"input_size", ints(size)}, {"coordinate_transformation_mode", num(mode)}};
+              if (op.kind == OpKind::kResizeNearest2dGrad) attrs.push_back({"nearest_mode", num(mode % 4)});
+              add({{DType::kF32, g}}, attrs);
+            }
           }
           break;
         case OpKind::kDropoutMask:
@@ -522,6 +591,9 @@ bool nn_layer(OpKind k) {
     case OpKind::kConv2dInputGrad: case OpKind::kConv2dWeightGrad: case OpKind::kMaxPool2dGrad:
     case OpKind::kAvgPool2dGrad: case OpKind::kAdaptiveAvgPool2dGrad:
       return true;
+    // tests/onnx_ops_test.cc compares it with the reference (GEMM bound)
+    case OpKind::kConvTranspose2d:
+      return true;
     default:
       return false;
   }
@@ -542,8 +614,8 @@ INSTANTIATE_TEST_SUITE_P(EveryOp, CpuOp, ::testing::ValuesIn(ops_with_kernels())
 TEST(CpuKernels, EveryOpButParameterIsTested) {
   // A new op joins the parameterized suite automatically; this count is a reminder to give it
   // cases in cases_for().
-  EXPECT_EQ(ops_with_kernels().size(), static_cast<size_t>(kOpCount - 1 - 16));
-  EXPECT_EQ(kOpCount, 66);
+  EXPECT_EQ(ops_with_kernels().size(), static_cast<size_t>(kOpCount - 1 - 17));
+  EXPECT_EQ(kOpCount, 85);
   for (const std::string& name : ops_with_kernels()) EXPECT_FALSE(cases_for(*find_op(name)).empty()) << name;
 }
 

@@ -32,6 +32,9 @@
 
 #include "capture/ops/attr_views.h"
 #include "capture/ops/elementwise.h"
+#include "capture/ops/reference_kernels.h"
+#include "capture/ops/resize.h"
+#include "capture/ops/topk.h"
 #include "backends/cpu/cpu_grad_nn_ops.h"
 #include "backends/cpu/cpu_nn_ops.h"
 #include "backends/cpu/cpu_nn_layers.h"
@@ -439,7 +442,7 @@ TileFn convert_fn(DType from, DType to) {
 // A fused chain has no reference fallback, so every elementwise op (OpInfo::elementwise()) needs a
 // case in op_fn; other ops fall back to their reference kernel in run_op when they have no fast
 // kernel here or in cpu_nn_*.cc. A new op: decide, then update the count.
-static_assert(kOpCount == 66, "a new op: give it a cpu kernel (required here if elementwise)");
+static_assert(kOpCount == 85, "a new op: give it a cpu kernel (required here if elementwise)");
 
 // nullptr if the inference rules never let `op` compute in `c`. The two ops with attributes:
 // gelu's tile function comes from gelu_fn(), and a clamp instruction also carries its bounds in
@@ -470,6 +473,14 @@ TileFn op_fn(OpKind op, DType c) {
     case OpKind::kEq: return compare<ew::Eq>(c);
     case OpKind::kLt: return compare<ew::Lt>(c);
     case OpKind::kGt: return compare<ew::Gt>(c);
+    case OpKind::kFloor: return numeric_unary<ew::Floor>(c);
+    case OpKind::kCeil: return numeric_unary<ew::Ceil>(c);
+    case OpKind::kRound: return numeric_unary<ew::Round>(c);
+    case OpKind::kSin: return unary_tile<float, float, ew::Sin>;
+    case OpKind::kCos: return unary_tile<float, float, ew::Cos>;
+    case OpKind::kRemainder: return numeric_binary<ew::Remainder>(c);
+    case OpKind::kFmod: return numeric_binary<ew::Fmod>(c);
+    case OpKind::kTruncDiv: return numeric_binary<ew::TruncDiv>(c);
     default: return nullptr;
   }
 }
@@ -853,7 +864,7 @@ void reduce_in_order(const T* x, const ReduceView& v, R* o, Acc init, Step step,
   });
 }
 
-// sum, mean or max on the fast path. False if the axes do not allow it.
+// sum, mean, max or min on the fast path. False if the axes do not allow it.
 bool reduce_fast(OpKind op, const HostBuffer& x, const IntList& axes, HostBuffer& out) {
   const std::optional<ReduceView> view = reduce_view(x.shape(), axes);
   if (!view) return false;
@@ -886,9 +897,23 @@ bool reduce_fast(OpKind op, const HostBuffer& x, const IntList& axes, HostBuffer
     });
     return true;
   }
-  // max: the first NaN seen makes the result NaN, and each later NaN replaces it (as the
-  // reference's `o = v` on NaN); otherwise the first of equal maxima stays (strict >).
+  // max and min: the first NaN seen makes the result NaN, and each later NaN replaces it (as
+  // the reference's `o = v` on NaN); otherwise the first of equal extremes stays (strict).
+  const bool smallest = op == OpKind::kMin;
   dispatch_dtype(x.dtype(), [&]<typename T>() {
+    if (smallest) {
+      T init = std::numeric_limits<T>::max();
+      if constexpr (std::is_floating_point_v<T>) init = std::numeric_limits<T>::infinity();
+      reduce_in_order(x.data<T>(), v, out.data<T>(), init,
+                      [](T acc, T e) -> T {
+                        if constexpr (std::is_floating_point_v<T>) {
+                          if (std::isnan(e)) return e;
+                        }
+                        return e < acc ? e : acc;
+                      },
+                      [](T acc) { return acc; });
+      return;
+    }
     T init = std::numeric_limits<T>::lowest();
     if constexpr (std::is_floating_point_v<T>) init = -std::numeric_limits<T>::infinity();
     reduce_in_order(x.data<T>(), v, out.data<T>(), init,
@@ -903,20 +928,23 @@ bool reduce_fast(OpKind op, const HostBuffer& x, const IntList& axes, HostBuffer
   return true;
 }
 
-// argmax over `axis`: the index of the first maximal element, the first NaN winning.
-void argmax(const HostBuffer& x, int axis, HostBuffer& out) {
+// argmax (kSmallest false) and argmin over `axis`: the index of the first extreme element, or
+// the last with kLast; a NaN counts as the extreme (the first NaN wins, the last with kLast).
+template <bool kSmallest, bool kLast>
+void arg_extreme(const HostBuffer& x, int axis, HostBuffer& out) {
   const AxisSplit split = split_at_axis(x.shape(), axis);
   const int64_t outer = split.outer, len = split.len, inner = split.inner;
   int64_t* o = out.data<int64_t>();
   dispatch_dtype(x.dtype(), [&]<typename T>() {
     const T* p = x.data<T>();
-    // Replaces (best, at) with (v, i) when v wins; a NaN best never loses.
+    // Replaces (best, at) with (v, i) when v wins.
     auto wins = [](T v, T best) {
       if constexpr (std::is_floating_point_v<T>) {
-        if (std::isnan(best)) return false;
+        if (std::isnan(best)) return kLast && std::isnan(v);
         if (std::isnan(v)) return true;
       }
-      return v > best;
+      if constexpr (kSmallest) return kLast ? v <= best : v < best;
+      else return kLast ? v >= best : v > best;
     };
     constexpr int64_t kBlock = 256;
     const int64_t blocks = (inner + kBlock - 1) / kBlock;
@@ -965,6 +993,89 @@ void concat(std::span<const HostBuffer* const> in, int axis, HostBuffer& out) {
     }
     at += row;
   }
+}
+
+// conv_transpose2d: the cpu conv2d_input_grad (cpu_grad_nn_layers.h) into the output plane, then
+// the bias added in f32 as the reference does. False if that kernel declines (sizes BLAS cannot
+// index): the caller falls back to the reference.
+bool conv_transpose2d(std::span<const HostBuffer* const> in, std::span<const AttrValue> attrs, HostBuffer& out) {
+  const Shape& s = out.shape();
+  const std::array<AttrValue, 5> grad_attrs = ref::conv_transpose2d_input_grad_attrs(attrs, s);
+  const std::array<const HostBuffer*, 2> operands = {in[0], in[1]};
+  if (!run_grad_nn_layer(OpKind::kConv2dInputGrad, operands, grad_attrs, out)) return false;
+  if (in.size() < 3) return true;
+  const float* bias = in[2]->data<float>();
+  float* o = out.data<float>();
+  const int64_t plane = s[2] * s[3];
+  parallel_chunks(s[0] * s[1], out.numel(), [&](int64_t begin, int64_t end) {
+    for (int64_t nc = begin; nc < end; ++nc) {
+      const float b = bias[nc % s[1]];
+      float* p = o + nc * plane;
+      for (int64_t i = 0; i < plane; ++i) p[i] += b;
+    }
+  });
+  return true;
+}
+
+// resize_nearest2d and resize_linear2d: the reference's taps and plane loops (resize.h), planes
+// split over threads: the reference's bits.
+void resize_nearest2d(const HostBuffer& x, std::span<const AttrValue> attrs, HostBuffer& out) {
+  const ResizeNearest2dAttrs a(attrs);
+  const Shape& xs = x.shape();
+  const Shape& s = out.shape();
+  const auto mode = static_cast<resize::CoordMode>(a.coordinate_transformation_mode());
+  const auto nearest = static_cast<resize::NearestMode>(a.nearest_mode());
+  const std::vector<int64_t> rows = resize::nearest_taps(mode, nearest, xs[2], s[2], a.scale_h());
+  const std::vector<int64_t> cols = resize::nearest_taps(mode, nearest, xs[3], s[3], a.scale_w());
+  const size_t elem = dtype_size(out.dtype());
+  const size_t in_plane = static_cast<size_t>(xs[2] * xs[3]) * elem;
+  const size_t out_plane = static_cast<size_t>(s[2] * s[3]) * elem;
+  parallel_chunks(s[0] * s[1], out.numel(), [&](int64_t begin, int64_t end) {
+    for (int64_t p = begin; p < end; ++p) {
+      resize::nearest_plane(x.bytes() + static_cast<size_t>(p) * in_plane, xs[3],
+                            out.bytes() + static_cast<size_t>(p) * out_plane, rows, cols, elem);
+    }
+  });
+}
+
+void resize_linear2d(const HostBuffer& x, std::span<const AttrValue> attrs, HostBuffer& out) {
+  const ResizeLinear2dAttrs a(attrs);
+  const Shape& xs = x.shape();
+  const Shape& s = out.shape();
+  const auto mode = static_cast<resize::CoordMode>(a.coordinate_transformation_mode());
+  const std::vector<resize::LinearTap> rows = resize::linear_taps(mode, xs[2], s[2], a.scale_h());
+  const std::vector<resize::LinearTap> cols = resize::linear_taps(mode, xs[3], s[3], a.scale_w());
+  parallel_chunks(s[0] * s[1], 6 * out.numel(), [&](int64_t begin, int64_t end) {
+    for (int64_t p = begin; p < end; ++p) {
+      resize::linear_plane(x.data<float>() + p * xs[2] * xs[3], xs[3], out.data<float>() + p * s[2] * s[3], rows, cols);
+    }
+  });
+}
+
+// topk's values (kIndices false) or indices: the reference's selection (topk.h), rows split
+// over threads.
+template <bool kIndices>
+void topk_rows(const HostBuffer& x, std::span<const AttrValue> attrs, HostBuffer& out) {
+  const TopkAttrs a(attrs);
+  const AxisSplit split = split_at_axis(x.shape(), static_cast<int>(a.axis()));
+  const int64_t k = a.k();
+  dispatch_dtype(x.dtype(), [&]<typename T>() {
+    const T* p = x.data<T>();
+    parallel_chunks(split.outer * split.inner, x.numel(), [&](int64_t begin, int64_t end) {
+      std::vector<int64_t> order;
+      for (int64_t r = begin; r < end; ++r) {
+        const int64_t o = r / split.inner, c = r % split.inner;
+        const T* row = p + o * split.len * split.inner + c;
+        topk::select_row(row, split.len, split.inner, k, a.largest(), order);
+        for (int64_t j = 0; j < k; ++j) {
+          const int64_t at = (o * k + j) * split.inner + c;
+          const int64_t i = order[static_cast<size_t>(j)];
+          if constexpr (kIndices) out.data<int64_t>()[at] = i;
+          else out.data<T>()[at] = row[i * split.inner];
+        }
+      }
+    });
+  });
 }
 
 }  // namespace
@@ -1022,11 +1133,19 @@ void run_op(const Graph& g, NodeId node, std::span<const HostBuffer* const> inpu
     case OpKind::kSum:
     case OpKind::kMean:
     case OpKind::kMax:
+    case OpKind::kMin:
       if (reduce_fast(n.op, *inputs[0], ReduceAttrs(attrs).axes(), out)) return;
       break;
     case OpKind::kArgmax:
-      argmax(*inputs[0], static_cast<int>(ArgmaxAttrs(attrs).axis()), out);
+      arg_extreme<false, false>(*inputs[0], static_cast<int>(ArgmaxAttrs(attrs).axis()), out);
       return;
+    case OpKind::kArgmin: {
+      const ArgminAttrs a(attrs);
+      const int axis = static_cast<int>(a.axis());
+      if (a.select_last_index()) arg_extreme<true, true>(*inputs[0], axis, out);
+      else arg_extreme<true, false>(*inputs[0], axis, out);
+      return;
+    }
     case OpKind::kReshape:
       std::memcpy(out.bytes(), inputs[0]->bytes(), out.nbytes());
       return;
@@ -1059,6 +1178,21 @@ void run_op(const Graph& g, NodeId node, std::span<const HostBuffer* const> inpu
     }
     case OpKind::kConcat:
       concat(inputs, static_cast<int>(AxisAttrs(attrs).axis()), out);
+      return;
+    case OpKind::kConvTranspose2d:
+      if (conv_transpose2d(inputs, attrs, out)) return;
+      break;
+    case OpKind::kResizeNearest2d:
+      resize_nearest2d(*inputs[0], attrs, out);
+      return;
+    case OpKind::kResizeLinear2d:
+      resize_linear2d(*inputs[0], attrs, out);
+      return;
+    case OpKind::kTopk:
+      topk_rows<false>(*inputs[0], attrs, out);
+      return;
+    case OpKind::kTopkIndices:
+      topk_rows<true>(*inputs[0], attrs, out);
       return;
     default:
       break;

@@ -21,13 +21,15 @@ class Canonicalizer {
   Canonicalizer(const Graph& trace, const CanonicalizeOptions& options)
       : trace_(trace), options_(options), canon_of_(trace.size(), kUnvisited) {}
 
-  CanonicalGraph run(std::span<const NodeId> roots, std::span<const TraceDonation> donations) {
+  CanonicalGraph run(std::span<const NodeId> roots, std::span<const TraceDonation> donations,
+                     std::span<const uint32_t> trace_sources) {
     std::vector<NodeId> outputs;
     outputs.reserve(roots.size());
     for (NodeId r : roots) outputs.push_back(visit(r));
     out_.graph.set_outputs(std::move(outputs));
     for (const TraceDonation& d : donations) add_donation(roots, d);
     out_.key = hash_graph(out_.graph);
+    if (!trace_sources.empty()) map_sources(trace_sources);
     return std::move(out_);
   }
 
@@ -76,6 +78,15 @@ class Canonicalizer {
     inputs_.clear();
     for (NodeId in : trace_.inputs(n)) inputs_.push_back(canon_of_[in]);
     return add_unique(n.op, inputs_, attrs, n.type());
+  }
+
+  // Each canonical node takes the location of the first traced node it stands for.
+  void map_sources(std::span<const uint32_t> trace_sources) {
+    out_.node_sources.assign(out_.graph.size(), kNoSource);
+    for (NodeId t = 0; t < canon_of_.size() && t < trace_sources.size(); ++t) {
+      const NodeId c = canon_of_[t];
+      if (c != kUnvisited && out_.node_sources[c] == kNoSource) out_.node_sources[c] = trace_sources[t];
+    }
   }
 
   void add_donation(std::span<const NodeId> roots, const TraceDonation& d) {
@@ -158,8 +169,19 @@ class Canonicalizer {
 
 CanonicalGraph canonicalize(const Graph& trace, std::span<const NodeId> roots,
                             const CanonicalizeOptions& options,
-                            std::span<const TraceDonation> donations) {
-  return Canonicalizer(trace, options).run(roots, donations);
+                            std::span<const TraceDonation> donations,
+                            std::span<const uint32_t> trace_sources) {
+  return Canonicalizer(trace, options).run(roots, donations, trace_sources);
+}
+
+GraphSources graph_sources(const CanonicalGraph& graph) {
+  GraphSources s;
+  if (graph.node_sources.empty() || !graph.source_names) return s;
+  s.nodes.reserve(graph.node_sources.size());
+  for (uint32_t id : graph.node_sources) {
+    s.nodes.push_back(id < graph.source_names->size() ? (*graph.source_names)[id] : std::string());
+  }
+  return s;
 }
 
 HostBuffer scalar_buffer(const ParamSource& source) {

@@ -16,10 +16,13 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "capture/ir/graph.h"
+#include "capture/ir/graph_sources.h"
 #include "capture/ir/hash.h"
 
 namespace tracecache {
@@ -41,11 +44,23 @@ struct ParamSource {
   double value = 0;
 };
 
+// A node whose source location is unknown (CanonicalGraph::node_sources).
+inline constexpr uint32_t kNoSource = 0xffffffffu;
+
 struct CanonicalGraph {
   Graph graph;                       // outputs() correspond to the roots, in order
   std::vector<ParamSource> sources;  // one per graph.params(), in order
   GraphKey key;
+  // Where each node came from (graph_sources.h), outside the key: per node an index into
+  // `source_names` (kNoSource: unknown), the location of the first traced node it stands for.
+  // Empty when the tracer recorded no locations. The names are shared with the tracer, which
+  // only appends to a copy once a graph holds them.
+  std::vector<uint32_t> node_sources;
+  std::shared_ptr<const std::vector<std::string>> source_names;
 };
+
+// The graph's per-node locations as strings (GraphSources::nodes; program and function empty).
+GraphSources graph_sources(const CanonicalGraph& graph);
 
 // A donation requested in a trace (LazyContext::assign): the value of trace node `node` may be
 // written into the storage of the traced graph's parameter `trace_param`.
@@ -57,9 +72,12 @@ struct TraceDonation {
 // REQUIRES: every root < trace.size(). A donation that does not apply (its node is not a root or
 // is a parameter, its parameter is not read, the types differ, or the output or parameter is
 // already donated) is dropped: the graph then copies, with the same values.
+// `trace_sources`, when not empty, holds one source index per trace node (kNoSource: unknown);
+// the result's node_sources then holds one per canonical node (the key does not change).
 CanonicalGraph canonicalize(const Graph& trace, std::span<const NodeId> roots,
                             const CanonicalizeOptions& options = {},
-                            std::span<const TraceDonation> donations = {});
+                            std::span<const TraceDonation> donations = {},
+                            std::span<const uint32_t> trace_sources = {});
 
 // The rank-0 host value a kScalar source stands for.
 HostBuffer scalar_buffer(const ParamSource& source);

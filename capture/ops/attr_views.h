@@ -81,7 +81,7 @@ struct CastAttrs : AttrView<A> {
   decltype(auto) dtype() const { return TRACECACHE_ATTR("dtype", dtype); }
 };
 
-// sum, mean, max
+// sum, mean, max, min
 template <typename A>
 struct ReduceAttrs : AttrView<A> {
   static constexpr AttrNames<2> kNames{"axes", "keepdim"};
@@ -97,6 +97,16 @@ struct ArgmaxAttrs : AttrView<A> {
   using AttrView<A>::AttrView;
   decltype(auto) axis() const { return TRACECACHE_ATTR("axis", i); }
   bool keepdim() const { return TRACECACHE_ATTR("keepdim", as_bool()); }
+};
+
+// argmin
+template <typename A>
+struct ArgminAttrs : AttrView<A> {
+  static constexpr AttrNames<3> kNames{"axis", "keepdim", "select_last_index"};
+  using AttrView<A>::AttrView;
+  decltype(auto) axis() const { return TRACECACHE_ATTR("axis", i); }
+  bool keepdim() const { return TRACECACHE_ATTR("keepdim", as_bool()); }
+  bool select_last_index() const { return TRACECACHE_ATTR("select_last_index", as_bool()); }
 };
 
 // reshape, broadcast_to
@@ -354,6 +364,91 @@ struct AdaptiveAvgPool2dGradAttrs : AttrView<A> {
   decltype(auto) input_size() const { return TRACECACHE_ATTR("input_size", ints); }
 };
 
+// conv_transpose2d
+template <typename A>
+struct ConvTranspose2dAttrs : AttrView<A> {
+  static constexpr AttrNames<5> kNames{"stride", "padding", "output_padding", "dilation", "groups"};
+  using AttrView<A>::AttrView;
+  decltype(auto) stride() const { return TRACECACHE_ATTR("stride", ints); }
+  decltype(auto) padding() const { return TRACECACHE_ATTR("padding", ints); }
+  decltype(auto) output_padding() const { return TRACECACHE_ATTR("output_padding", ints); }
+  decltype(auto) dilation() const { return TRACECACHE_ATTR("dilation", ints); }
+  decltype(auto) groups() const { return TRACECACHE_ATTR("groups", i); }
+};
+
+// resize_nearest2d; resize_linear2d has the first four (ResizeLinear2dAttrs)
+template <typename A>
+struct ResizeNearest2dAttrs : AttrView<A> {
+  static constexpr AttrNames<5> kNames{"size", "scale_h", "scale_w", "coordinate_transformation_mode",
+                                       "nearest_mode"};
+  using AttrView<A>::AttrView;
+  decltype(auto) size() const { return TRACECACHE_ATTR("size", ints); }
+  decltype(auto) scale_h() const { return TRACECACHE_ATTR("scale_h", f); }
+  decltype(auto) scale_w() const { return TRACECACHE_ATTR("scale_w", f); }
+  decltype(auto) coordinate_transformation_mode() const { return TRACECACHE_ATTR("coordinate_transformation_mode", i); }
+  decltype(auto) nearest_mode() const { return TRACECACHE_ATTR("nearest_mode", i); }
+};
+
+template <typename A>
+struct ResizeLinear2dAttrs : AttrView<A> {
+  static constexpr AttrNames<4> kNames{"size", "scale_h", "scale_w", "coordinate_transformation_mode"};
+  using AttrView<A>::AttrView;
+  decltype(auto) size() const { return TRACECACHE_ATTR("size", ints); }
+  decltype(auto) scale_h() const { return TRACECACHE_ATTR("scale_h", f); }
+  decltype(auto) scale_w() const { return TRACECACHE_ATTR("scale_w", f); }
+  decltype(auto) coordinate_transformation_mode() const { return TRACECACHE_ATTR("coordinate_transformation_mode", i); }
+};
+
+// topk, topk_indices
+template <typename A>
+struct TopkAttrs : AttrView<A> {
+  static constexpr AttrNames<3> kNames{"k", "axis", "largest"};
+  using AttrView<A>::AttrView;
+  decltype(auto) k() const { return TRACECACHE_ATTR("k", i); }
+  decltype(auto) axis() const { return TRACECACHE_ATTR("axis", i); }
+  bool largest() const { return TRACECACHE_ATTR("largest", as_bool()); }
+};
+
+// scatter_elements
+template <typename A>
+struct ScatterElementsAttrs : AttrView<A> {
+  static constexpr AttrNames<2> kNames{"axis", "reduction"};
+  using AttrView<A>::AttrView;
+  decltype(auto) axis() const { return TRACECACHE_ATTR("axis", i); }
+  decltype(auto) reduction() const { return TRACECACHE_ATTR("reduction", i); }
+};
+
+// gather_nd
+template <typename A>
+struct GatherNdAttrs : AttrView<A> {
+  static constexpr AttrNames<1> kNames{"batch_dims"};
+  using AttrView<A>::AttrView;
+  decltype(auto) batch_dims() const { return TRACECACHE_ATTR("batch_dims", i); }
+};
+
+// resize_nearest2d_grad; resize_linear2d_grad has the first four (ResizeLinear2dGradAttrs)
+template <typename A>
+struct ResizeNearest2dGradAttrs : AttrView<A> {
+  static constexpr AttrNames<5> kNames{"input_size", "scale_h", "scale_w", "coordinate_transformation_mode",
+                                       "nearest_mode"};
+  using AttrView<A>::AttrView;
+  decltype(auto) input_size() const { return TRACECACHE_ATTR("input_size", ints); }
+  decltype(auto) scale_h() const { return TRACECACHE_ATTR("scale_h", f); }
+  decltype(auto) scale_w() const { return TRACECACHE_ATTR("scale_w", f); }
+  decltype(auto) coordinate_transformation_mode() const { return TRACECACHE_ATTR("coordinate_transformation_mode", i); }
+  decltype(auto) nearest_mode() const { return TRACECACHE_ATTR("nearest_mode", i); }
+};
+
+template <typename A>
+struct ResizeLinear2dGradAttrs : AttrView<A> {
+  static constexpr AttrNames<4> kNames{"input_size", "scale_h", "scale_w", "coordinate_transformation_mode"};
+  using AttrView<A>::AttrView;
+  decltype(auto) input_size() const { return TRACECACHE_ATTR("input_size", ints); }
+  decltype(auto) scale_h() const { return TRACECACHE_ATTR("scale_h", f); }
+  decltype(auto) scale_w() const { return TRACECACHE_ATTR("scale_w", f); }
+  decltype(auto) coordinate_transformation_mode() const { return TRACECACHE_ATTR("coordinate_transformation_mode", i); }
+};
+
 #undef TRACECACHE_ATTR
 
 // Deduction: a view over std::span<A> is a view of A (const AttrValue reads, AttrValue writes).
@@ -364,6 +459,7 @@ TRACECACHE_ATTR_VIEW_GUIDE(ParameterAttrs)
 TRACECACHE_ATTR_VIEW_GUIDE(CastAttrs)
 TRACECACHE_ATTR_VIEW_GUIDE(ReduceAttrs)
 TRACECACHE_ATTR_VIEW_GUIDE(ArgmaxAttrs)
+TRACECACHE_ATTR_VIEW_GUIDE(ArgminAttrs)
 TRACECACHE_ATTR_VIEW_GUIDE(ShapeAttrs)
 TRACECACHE_ATTR_VIEW_GUIDE(PermuteAttrs)
 TRACECACHE_ATTR_VIEW_GUIDE(TransposeAttrs)
@@ -390,6 +486,14 @@ TRACECACHE_ATTR_VIEW_GUIDE(Conv2dInputGradAttrs)
 TRACECACHE_ATTR_VIEW_GUIDE(Conv2dWeightGradAttrs)
 TRACECACHE_ATTR_VIEW_GUIDE(AvgPool2dGradAttrs)
 TRACECACHE_ATTR_VIEW_GUIDE(AdaptiveAvgPool2dGradAttrs)
+TRACECACHE_ATTR_VIEW_GUIDE(ConvTranspose2dAttrs)
+TRACECACHE_ATTR_VIEW_GUIDE(ResizeNearest2dAttrs)
+TRACECACHE_ATTR_VIEW_GUIDE(ResizeLinear2dAttrs)
+TRACECACHE_ATTR_VIEW_GUIDE(TopkAttrs)
+TRACECACHE_ATTR_VIEW_GUIDE(ScatterElementsAttrs)
+TRACECACHE_ATTR_VIEW_GUIDE(GatherNdAttrs)
+TRACECACHE_ATTR_VIEW_GUIDE(ResizeNearest2dGradAttrs)
+TRACECACHE_ATTR_VIEW_GUIDE(ResizeLinear2dGradAttrs)
 #undef TRACECACHE_ATTR_VIEW_GUIDE
 
 }  // namespace tracecache

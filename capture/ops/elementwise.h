@@ -235,6 +235,72 @@ struct Clamp {
   T operator()(T x) const { return x < lo ? lo : x > hi ? hi : x; }
 };
 
+// ---- the ops ONNX models need (issue 16) ----
+
+// floor, ceil, round: integers are unchanged; NaN and ±inf stay. round is half to even
+// (std::nearbyint in the default rounding mode), as ONNX Round and torch.round.
+struct Floor {
+  template <typename T> T operator()(T x) const {
+    if constexpr (std::is_floating_point_v<T>) return std::floor(x);
+    else return x;
+  }
+};
+struct Ceil {
+  template <typename T> T operator()(T x) const {
+    if constexpr (std::is_floating_point_v<T>) return std::ceil(x);
+    else return x;
+  }
+};
+struct Round {
+  template <typename T> T operator()(T x) const {
+    if constexpr (std::is_floating_point_v<T>) return std::nearbyint(x);
+    else return x;
+  }
+};
+struct Sin { float operator()(float x) const { return std::sin(x); } };
+struct Cos { float operator()(float x) const { return std::cos(x); } };
+
+// remainder: the result has the sign of the divisor (Python's %, ONNX Mod with fmod=0). Floats
+// as NumPy's np.mod (ONNX's reference): fmod, plus the divisor when the signs differ, and a
+// zero result takes the divisor's sign; x % 0 is NaN. Integers: x % 0 is 0 (ONNX leaves it
+// undefined; NumPy gives 0), and x % -1 is 0 (no INT_MIN overflow).
+struct Remainder {
+  template <typename T> T operator()(T a, T b) const {
+    if constexpr (std::is_floating_point_v<T>) {
+      T m = std::fmod(a, b);
+      if (b == T{0}) return m;
+      if (m != T{0}) {
+        if ((b < T{0}) != (m < T{0})) m += b;
+      } else {
+        m = std::copysign(T{0}, b);
+      }
+      return m;
+    } else {
+      if (b == 0 || b == -1) return T{0};
+      T m = static_cast<T>(a % b);
+      if (m != 0 && ((m < 0) != (b < 0))) m = static_cast<T>(m + b);
+      return m;
+    }
+  }
+};
+// fmod: the result has the sign of the dividend (C's fmod, ONNX Mod with fmod=1). Integers:
+// x fmod 0 is 0, x fmod -1 is 0.
+struct Fmod {
+  template <typename T> T operator()(T a, T b) const {
+    if constexpr (std::is_floating_point_v<T>) return std::fmod(a, b);
+    else return (b == 0 || b == -1) ? T{0} : static_cast<T>(a % b);
+  }
+};
+// Division rounded toward zero (ONNX Div on integers, torch.div(rounding_mode='trunc')).
+// Integers: x / 0 is 0 (ONNX leaves it undefined), INT_MIN / -1 wraps to INT_MIN. Floats:
+// trunc(a / b), the quotient rounded once first.
+struct TruncDiv {
+  template <typename T> T operator()(T a, T b) const {
+    if constexpr (std::is_floating_point_v<T>) return std::trunc(a / b);
+    else return b == 0 ? T{0} : b == -1 ? wrap_sub(T{0}, a) : static_cast<T>(a / b);
+  }
+};
+
 }  // namespace ew
 
 // True for unary ops whose output (and compute) dtype is always f32.
@@ -242,7 +308,8 @@ constexpr bool is_float_unary(OpKind op) {
   switch (op) {
     case OpKind::kExp: case OpKind::kLog: case OpKind::kSqrt: case OpKind::kRsqrt:
     case OpKind::kTanh: case OpKind::kSigmoid: case OpKind::kGelu: case OpKind::kSilu:
-    case OpKind::kHardswish: case OpKind::kHardsigmoid: case OpKind::kErf:
+    case OpKind::kHardswish: case OpKind::kHardsigmoid: case OpKind::kErf: case OpKind::kSin:
+    case OpKind::kCos:
       return true;
     default:
       return false;
@@ -251,9 +318,9 @@ constexpr bool is_float_unary(OpKind op) {
 
 // The dtype elementwise op `op` computes in, given its input dtypes and its output dtype (as
 // inferred): comparisons compute in promote(a, b); the f32 unary ops (exp, log, sqrt, rsqrt,
-// tanh, sigmoid, gelu, silu, hardswish, hardsigmoid, erf) and div in f32 (their output dtype);
-// every other op (neg, abs, relu, clamp, add, sub, mul, pow, maximum, minimum, where, cast) in
-// its output dtype. For `where` this is the dtype of
+// tanh, sigmoid, gelu, silu, hardswish, hardsigmoid, erf, sin, cos) and div in f32 (their output
+// dtype); every other op (neg, abs, relu, clamp, floor, ceil, round, add, sub, mul, pow, maximum,
+// minimum, remainder, fmod, trunc_div, where, cast) in its output dtype. For `where` this is the dtype of
 // the two values (the condition is bool); for `cast` it is the target dtype.
 // REQUIRES: op_info(op).elementwise().
 constexpr DType compute_dtype(OpKind op, std::span<const DType> in, DType out) {

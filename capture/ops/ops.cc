@@ -15,7 +15,9 @@
 #include "capture/ops/grad_nn_ops.h"
 #include "capture/ops/grad_train.h"
 #include "capture/ops/grad_nn_layers.h"
+#include "capture/ops/grad_onnx.h"
 #include "capture/ops/reference_kernels.h"
+#include "capture/ops/resize.h"
 
 namespace tracecache {
 
@@ -48,6 +50,9 @@ const AttrSpec kReduceAttrs[] = {{"axes", AttrKind::kInts, false, none_ints()},
                                  {"keepdim", AttrKind::kBool, false, AttrValue::of_bool(false)}};
 const AttrSpec kArgmaxAttrs[] = {{"axis", AttrKind::kInt, true, AttrValue::of_int(0)},
                                  {"keepdim", AttrKind::kBool, false, AttrValue::of_bool(false)}};
+const AttrSpec kArgminAttrs[] = {{"axis", AttrKind::kInt, true, AttrValue::of_int(0)},
+                                 {"keepdim", AttrKind::kBool, false, AttrValue::of_bool(false)},
+                                 {"select_last_index", AttrKind::kBool, false, AttrValue::of_bool(false)}};
 const AttrSpec kShapeAttrs[] = {{"shape", AttrKind::kInts, true, none_ints()}};
 const AttrSpec kPermuteAttrs[] = {{"perm", AttrKind::kInts, true, none_ints()}};
 const AttrSpec kTransposeAttrs[] = {{"dim0", AttrKind::kInt, true, AttrValue::of_int(0)},
@@ -127,6 +132,35 @@ const AttrSpec kAvgPool2dGradAttrs[] = {{"kernel", AttrKind::kInts, true, none_i
                                         {"padding", AttrKind::kInts, false, pair_of(0)},
                                         {"count_include_pad", AttrKind::kBool, false, AttrValue::of_bool(true)},
                                         {"input_size", AttrKind::kInts, true, none_ints()}};
+const AttrSpec kConvTranspose2dAttrs[] = {{"stride", AttrKind::kInts, false, pair_of(1)},
+                                          {"padding", AttrKind::kInts, false, pair_of(0)},
+                                          {"output_padding", AttrKind::kInts, false, pair_of(0)},
+                                          {"dilation", AttrKind::kInts, false, pair_of(1)},
+                                          {"groups", AttrKind::kInt, false, AttrValue::of_int(1)}};
+const AttrSpec kResizeNearest2dAttrs[] = {{"size", AttrKind::kInts, true, none_ints()},
+                                          {"scale_h", AttrKind::kFloat, false, AttrValue::of_float(0)},
+                                          {"scale_w", AttrKind::kFloat, false, AttrValue::of_float(0)},
+                                          {"coordinate_transformation_mode", AttrKind::kInt, false, AttrValue::of_int(0)},
+                                          {"nearest_mode", AttrKind::kInt, false, AttrValue::of_int(0)}};
+const AttrSpec kResizeLinear2dAttrs[] = {{"size", AttrKind::kInts, true, none_ints()},
+                                         {"scale_h", AttrKind::kFloat, false, AttrValue::of_float(0)},
+                                         {"scale_w", AttrKind::kFloat, false, AttrValue::of_float(0)},
+                                         {"coordinate_transformation_mode", AttrKind::kInt, false, AttrValue::of_int(0)}};
+const AttrSpec kTopkAttrs[] = {{"k", AttrKind::kInt, true, AttrValue::of_int(0)},
+                               {"axis", AttrKind::kInt, false, AttrValue::of_int(-1)},
+                               {"largest", AttrKind::kBool, false, AttrValue::of_bool(true)}};
+const AttrSpec kScatterElementsAttrs[] = {{"axis", AttrKind::kInt, false, AttrValue::of_int(0)},
+                                          {"reduction", AttrKind::kInt, false, AttrValue::of_int(0)}};
+const AttrSpec kGatherNdAttrs[] = {{"batch_dims", AttrKind::kInt, false, AttrValue::of_int(0)}};
+const AttrSpec kResizeNearest2dGradAttrs[] = {{"input_size", AttrKind::kInts, true, none_ints()},
+                                              {"scale_h", AttrKind::kFloat, false, AttrValue::of_float(0)},
+                                              {"scale_w", AttrKind::kFloat, false, AttrValue::of_float(0)},
+                                              {"coordinate_transformation_mode", AttrKind::kInt, false, AttrValue::of_int(0)},
+                                              {"nearest_mode", AttrKind::kInt, false, AttrValue::of_int(0)}};
+const AttrSpec kResizeLinear2dGradAttrs[] = {{"input_size", AttrKind::kInts, true, none_ints()},
+                                             {"scale_h", AttrKind::kFloat, false, AttrValue::of_float(0)},
+                                             {"scale_w", AttrKind::kFloat, false, AttrValue::of_float(0)},
+                                             {"coordinate_transformation_mode", AttrKind::kInt, false, AttrValue::of_int(0)}};
 const AttrSpec kAdaptiveAvgPool2dGradAttrs[] = {{"input_size", AttrKind::kInts, true, none_ints()}};
 
 // ---- shared checks ------------------------------------------------------------------------
@@ -307,26 +341,32 @@ Check infer_mean(std::span<const TensorType> in, std::span<AttrValue> attrs, Ten
   return std::nullopt;
 }
 
-Check infer_max(std::span<const TensorType> in, std::span<AttrValue> attrs, TensorType* result) {
+// max and min.
+template <OpKind K>
+Check infer_extreme(std::span<const TensorType> in, std::span<AttrValue> attrs, TensorType* result) {
+  const std::string_view name = op_info(K).name;
   ReduceAttrs a(attrs);
   Shape s;
-  RETURN_IF_ERROR(reduce_shape("max", in[0].shape, a.axes(), a.keepdim(), &s));
+  RETURN_IF_ERROR(reduce_shape(name, in[0].shape, a.axes(), a.keepdim(), &s));
   for (int64_t axis : a.axes()) {
     if (in[0].shape[static_cast<int>(axis)] == 0) {
-      return fail("max", fmt::format("cannot reduce {} over its empty dim {}", describe(in[0]), axis));
+      return fail(name, fmt::format("cannot reduce {} over its empty dim {}", describe(in[0]), axis));
     }
   }
   *result = TensorType{in[0].dtype, s};
   return std::nullopt;
 }
 
-Check infer_argmax(std::span<const TensorType> in, std::span<AttrValue> attrs, TensorType* result) {
-  ArgmaxAttrs a(attrs);
+// argmax and argmin (ArgmaxAttrs and ArgminAttrs both lead with axis, keepdim).
+template <OpKind K>
+Check infer_arg_extreme(std::span<const TensorType> in, std::span<AttrValue> attrs, TensorType* result) {
+  const std::string_view name = op_info(K).name;
+  ArgmaxAttrs a(attrs.first(2));
   int rank = in[0].shape.rank();
-  RETURN_IF_ERROR(normalize_axis("argmax", a.axis(), rank));
+  RETURN_IF_ERROR(normalize_axis(name, a.axis(), rank));
   const int64_t axis = a.axis();
   if (in[0].shape[static_cast<int>(axis)] == 0) {
-    return fail("argmax", fmt::format("cannot reduce {} over its empty dim {}", describe(in[0]), axis));
+    return fail(name, fmt::format("cannot reduce {} over its empty dim {}", describe(in[0]), axis));
   }
   Shape out;
   for (int i = 0; i < rank; ++i) {
@@ -970,27 +1010,34 @@ Check infer_attention(std::span<const TensorType> in, std::span<AttrValue> attrs
 
 // ---- gradients of the lookups ----------------------------------------------------------------
 
+// The checks scatter_add and scatter_elements share: `axis` normalized; `src` has the shape of
+// `index`, which has the rank of `x` and no dim larger than x's outside `axis`.
+Check check_scatter(std::string_view op, const TensorType& x, const TensorType& idx, const TensorType& src,
+                    int64_t& axis) {
+  const int rank = x.shape.rank();
+  RETURN_IF_ERROR(normalize_axis(op, axis, rank));
+  if (!(src.shape == idx.shape)) {
+    return fail(op, fmt::format("src {} must have the shape of index {}", describe(src), describe(idx)));
+  }
+  bool fits = idx.shape.rank() == rank;
+  for (int d = 0; fits && d < rank; ++d) fits = d == axis || idx.shape[d] <= x.shape[d];
+  if (!fits) {
+    return fail(op, fmt::format("index {} must have the rank of the input {} and no dim larger than "
+                                "the input's outside axis {}", describe(idx), describe(x), axis));
+  }
+  if (x.shape[static_cast<int>(axis)] == 0 && idx.shape.numel() > 0) {
+    return fail(op, fmt::format("input {} is empty along axis {}", describe(x), axis));
+  }
+  return std::nullopt;
+}
+
 Check infer_scatter_add(std::span<const TensorType> in, std::span<AttrValue> attrs, TensorType* result) {
   constexpr std::string_view kOp = "scatter_add";
   const TensorType &x = in[0], &idx = in[1], &src = in[2];
   RETURN_IF_ERROR(require_f32(kOp, "input", x));
   RETURN_IF_ERROR(require_index(kOp, idx));
   RETURN_IF_ERROR(require_f32(kOp, "src", src));
-  const int rank = x.shape.rank();
-  int64_t& axis = AxisAttrs(attrs).axis();
-  RETURN_IF_ERROR(normalize_axis(kOp, axis, rank));
-  if (!(src.shape == idx.shape)) {
-    return fail(kOp, fmt::format("src {} must have the shape of index {}", describe(src), describe(idx)));
-  }
-  bool fits = idx.shape.rank() == rank;
-  for (int d = 0; fits && d < rank; ++d) fits = d == axis || idx.shape[d] <= x.shape[d];
-  if (!fits) {
-    return fail(kOp, fmt::format("index {} must have the rank of the input {} and no dim larger than "
-                                 "the input's outside axis {}", describe(idx), describe(x), axis));
-  }
-  if (x.shape[static_cast<int>(axis)] == 0 && idx.shape.numel() > 0) {
-    return fail(kOp, fmt::format("input {} is empty along axis {}", describe(x), axis));
-  }
+  RETURN_IF_ERROR(check_scatter(kOp, x, idx, src, AxisAttrs(attrs).axis()));
   *result = x;
   return std::nullopt;
 }
@@ -1145,6 +1192,213 @@ Check infer_adaptive_avg_pool2d_grad(std::span<const TensorType> in, std::span<A
   return std::nullopt;
 }
 
+// ---- the ops ONNX models need (issue 16) ------------------------------------------------------
+
+// conv_transpose2d(x [N, C, H, W], weight [C, O / groups, kh, kw], bias [O]?) -> [N, O, OH, OW]
+// with OH = (H - 1) stride - 2 padding + dilation (kh - 1) + output_padding + 1 (ONNX
+// ConvTranspose with explicit symmetric pads): conv2d_input_grad of a conv2d from [N, O, OH, OW]
+// to x's plane, plus the bias.
+Check infer_conv_transpose2d(std::span<const TensorType> in, std::span<AttrValue> attrs, TensorType* result) {
+  constexpr std::string_view kOp = "conv_transpose2d";
+  const TensorType& x = in[0];
+  const TensorType& w = in[1];
+  RETURN_IF_ERROR(require_nchw(kOp, x));
+  RETURN_IF_ERROR(require_f32(kOp, "weight", w));
+  ConvTranspose2dAttrs a(attrs);
+  RETURN_IF_ERROR(normalize_pair(kOp, "stride", a.stride(), 1));
+  RETURN_IF_ERROR(normalize_pair(kOp, "padding", a.padding(), 0));
+  RETURN_IF_ERROR(normalize_pair(kOp, "output_padding", a.output_padding(), 0));
+  RETURN_IF_ERROR(normalize_pair(kOp, "dilation", a.dilation(), 1));
+  const int64_t groups = a.groups();
+  if (groups < 1) return fail(kOp, fmt::format("groups must be >= 1, got {}", groups));
+  const int64_t c = x.shape[1];
+  if (w.shape.rank() != 4 || w.shape[0] != c || c % groups != 0 || w.shape[2] < 1 || w.shape[3] < 1 ||
+      w.shape[2] > kMaxWindowAttr || w.shape[3] > kMaxWindowAttr) {
+    return fail(kOp, fmt::format("weight {} must be [C, O / groups, kh, kw] with C = {} (the channels of "
+                                 "input {}) divisible by groups={}", describe(w), c, describe(x), groups));
+  }
+  if (w.shape[1] > kMaxElements / groups) {
+    return fail(kOp, fmt::format("weight {} with groups={} has too many output channels", describe(w), groups));
+  }
+  const int64_t o = w.shape[1] * groups;
+  if (in.size() == 3) {
+    const TensorType& b = in[2];
+    RETURN_IF_ERROR(require_f32(kOp, "bias", b));
+    if (b.shape.rank() != 1 || b.shape[0] != o) {
+      return fail(kOp, fmt::format("bias {} must be [{}] (one per output channel of weight {} with groups={})",
+                                   describe(b), o, describe(w), groups));
+    }
+  }
+  Shape out{x.shape[0], o, 0, 0};
+  for (int d = 0; d < 2; ++d) {
+    const int64_t stride = a.stride()[d], pad = a.output_padding()[d];
+    if (pad >= stride) {
+      return fail(kOp, fmt::format("output_padding {} must be smaller than stride {} in each dim",
+                                   a.output_padding().to_string(), a.stride().to_string()));
+    }
+    if (x.shape[2 + d] < 1 || x.shape[2 + d] > kMaxWindowAttr) {
+      return fail(kOp, fmt::format("input {} must have spatial dims in [1, 2^24]", describe(x)));
+    }
+    const int64_t size = (x.shape[2 + d] - 1) * stride - 2 * a.padding()[d] +
+                         a.dilation()[d] * (w.shape[2 + d] - 1) + pad + 1;
+    if (size < 1 || size > kMaxWindowAttr) {
+      return fail(kOp, fmt::format("input {} with weight {}, stride {} and padding {} gives an output dim of "
+                                   "{}; it must be in [1, 2^24]", describe(x), describe(w),
+                                   a.stride().to_string(), a.padding().to_string(), size));
+    }
+    out[2 + d] = size;
+  }
+  *result = TensorType{DType::kF32, out};
+  return std::nullopt;
+}
+
+// resize_nearest2d and resize_linear2d (capture/ops/resize.h): x [N, C, H, W] (H, W >= 1) ->
+// [N, C, size]. The attributes shared by both lead their tables; nearest_mode is checked by
+// infer_resize_nearest2d.
+template <OpKind K>
+Check check_resize(std::span<const TensorType> in, std::span<AttrValue> attrs, TensorType* result) {
+  const std::string_view name = op_info(K).name;
+  const TensorType& x = in[0];
+  ResizeLinear2dAttrs a(attrs.first(4));
+  if (x.shape.rank() != 4) return fail(name, fmt::format("input {} must have rank 4 (N, C, H, W)", describe(x)));
+  if (x.shape[2] < 1 || x.shape[3] < 1) {
+    return fail(name, fmt::format("input {} has an empty spatial dim: there is nothing to sample", describe(x)));
+  }
+  RETURN_IF_ERROR(normalize_pair(name, "size", a.size(), 1));
+  for (double scale : {a.scale_h(), a.scale_w()}) {
+    if (!std::isfinite(scale) || scale < 0) {
+      return fail(name, fmt::format("scales must be finite and > 0 (or 0: size / input size), got {} and {}",
+                                    a.scale_h(), a.scale_w()));
+    }
+  }
+  const int64_t mode = a.coordinate_transformation_mode();
+  if (mode < 0 || mode >= resize::kCoordModes) {
+    return fail(name, fmt::format("coordinate_transformation_mode must be 0 (half_pixel), 1 (asymmetric), "
+                                  "2 (align_corners), 3 (pytorch_half_pixel) or 4 "
+                                  "(tf_half_pixel_for_nearest), got {}", mode));
+  }
+  *result = TensorType{x.dtype, Shape{x.shape[0], x.shape[1], a.size()[0], a.size()[1]}};
+  return std::nullopt;
+}
+
+Check infer_resize_nearest2d(std::span<const TensorType> in, std::span<AttrValue> attrs, TensorType* result) {
+  RETURN_IF_ERROR(check_resize<OpKind::kResizeNearest2d>(in, attrs, result));
+  const int64_t mode = ResizeNearest2dAttrs(attrs).nearest_mode();
+  if (mode < 0 || mode >= resize::kNearestModes) {
+    return fail("resize_nearest2d", fmt::format("nearest_mode must be 0 (round_prefer_floor), 1 "
+                                                "(round_prefer_ceil), 2 (floor) or 3 (ceil), got {}", mode));
+  }
+  return std::nullopt;
+}
+
+Check infer_resize_linear2d(std::span<const TensorType> in, std::span<AttrValue> attrs, TensorType* result) {
+  RETURN_IF_ERROR(require_f32("resize_linear2d", "input", in[0]));
+  return check_resize<OpKind::kResizeLinear2d>(in, attrs, result);
+}
+
+// resize_nearest2d_grad and resize_linear2d_grad (grad_out [N, C, OH, OW] -> [N, C, input_size]):
+// the forward's checks on the forward's input type, with the plane of grad_out as its size.
+template <OpKind K, OpKind Forward>
+Check infer_resize_grad(std::span<const TensorType> in, std::span<AttrValue> attrs, TensorType* result) {
+  const std::string_view name = op_info(K).name;
+  const TensorType& g = in[0];
+  RETURN_IF_ERROR(require_grad_out(name, g));
+  IntList& input_size = ResizeLinear2dGradAttrs(attrs.first(4)).input_size();
+  RETURN_IF_ERROR(normalize_pair(name, "input_size", input_size, 1));
+  const TensorType x{DType::kF32, Shape{g.shape[0], g.shape[1], input_size[0], input_size[1]}};
+  std::array<AttrValue, 5> forward;
+  std::copy(attrs.begin(), attrs.end(), forward.begin());
+  forward[0] = AttrValue::of_ints({g.shape[2], g.shape[3]});
+  const std::span<AttrValue> forward_attrs(forward.data(), attrs.size());
+  TensorType y;
+  RETURN_IF_ERROR(op_info(Forward).infer(std::span(&x, 1), forward_attrs, &y));
+  *result = x;
+  return std::nullopt;
+}
+
+// topk (values, x's dtype) and topk_indices (i64): x's shape with `axis` of size k.
+template <OpKind K>
+Check infer_topk(std::span<const TensorType> in, std::span<AttrValue> attrs, TensorType* result) {
+  const std::string_view name = op_info(K).name;
+  const TensorType& x = in[0];
+  TopkAttrs a(attrs);
+  if (x.shape.rank() == 0) return fail(name, fmt::format("input {} must have rank >= 1", describe(x)));
+  RETURN_IF_ERROR(normalize_axis(name, a.axis(), x.shape.rank()));
+  const int axis = static_cast<int>(a.axis());
+  if (a.k() < 0 || a.k() > x.shape[axis]) {
+    return fail(name, fmt::format("k must be in [0, {}] (dim {} of input {}), got {}", x.shape[axis], axis,
+                                  describe(x), a.k()));
+  }
+  Shape out = x.shape;
+  out[axis] = a.k();
+  *result = TensorType{K == OpKind::kTopk ? x.dtype : DType::kI64, out};
+  return std::nullopt;
+}
+
+// scatter_elements(x, index, updates; axis, reduction): ONNX ScatterElements (opset 16:
+// reduction 0 none, 1 add, 2 mul). x and updates of one dtype.
+Check infer_scatter_elements(std::span<const TensorType> in, std::span<AttrValue> attrs, TensorType* result) {
+  constexpr std::string_view kOp = "scatter_elements";
+  const TensorType &x = in[0], &idx = in[1], &src = in[2];
+  RETURN_IF_ERROR(require_index(kOp, idx));
+  if (src.dtype != x.dtype) {
+    return fail(kOp, fmt::format("updates {} must have the dtype of the input {}", describe(src), describe(x)));
+  }
+  ScatterElementsAttrs a(attrs);
+  RETURN_IF_ERROR(check_scatter(kOp, x, idx, src, a.axis()));
+  if (a.reduction() < 0 || a.reduction() > 2) {
+    return fail(kOp, fmt::format("reduction must be 0 (none), 1 (add) or 2 (mul), got {}", a.reduction()));
+  }
+  if (a.reduction() != 0) RETURN_IF_ERROR(reject_bool(kOp, x));
+  *result = x;
+  return std::nullopt;
+}
+
+// gather_nd(data, indices; batch_dims): ONNX GatherND. With b = batch_dims and k the last dim of
+// indices: [indices dims but the last] + data.shape[b + k:].
+Check infer_gather_nd(std::span<const TensorType> in, std::span<AttrValue> attrs, TensorType* result) {
+  constexpr std::string_view kOp = "gather_nd";
+  const TensorType &x = in[0], &idx = in[1];
+  RETURN_IF_ERROR(require_index(kOp, idx));
+  const int r = x.shape.rank(), q = idx.shape.rank();
+  const int64_t b = GatherNdAttrs(attrs).batch_dims();
+  if (r < 1 || q < 1) return fail(kOp, fmt::format("data {} and indices {} must have rank >= 1", describe(x), describe(idx)));
+  if (b < 0 || b >= std::min(r, q)) {
+    return fail(kOp, fmt::format("batch_dims must be in [0, {}) for data {} and indices {}, got {}", std::min(r, q),
+                                 describe(x), describe(idx), b));
+  }
+  const int64_t k = idx.shape[q - 1];
+  if (k < 1 || k > r - b) {
+    return fail(kOp, fmt::format("the last dim of indices {} must be in [1, {}] (data {} after {} batch dims)",
+                                 describe(idx), r - b, describe(x), b));
+  }
+  for (int d = 0; d < b; ++d) {
+    if (x.shape[d] != idx.shape[d]) {
+      return fail(kOp, fmt::format("data {} and indices {} must agree on their {} batch dims", describe(x),
+                                   describe(idx), b));
+    }
+  }
+  if (q - 1 + r - b - k > kMaxRank) {
+    return fail(kOp, fmt::format("data {} and indices {} give a result of rank above {}", describe(x), describe(idx),
+                                 kMaxRank));
+  }
+  Shape out;
+  for (int d = 0; d < q - 1; ++d) out.push_back(idx.shape[d]);
+  for (int d = static_cast<int>(b + k); d < r; ++d) out.push_back(x.shape[d]);
+  if (idx.shape.numel() > 0) {
+    for (int d = static_cast<int>(b); d < b + k; ++d) {
+      if (x.shape[d] == 0) return fail(kOp, fmt::format("data {} is empty along indexed dim {}", describe(x), d));
+    }
+  }
+  *result = TensorType{x.dtype, out};
+  return std::nullopt;
+}
+
+// scatter_elements: one per output element (the copy) and one per update.
+OpCost cost_scatter_elements(std::span<const TensorType> in, const TensorType& out, std::span<const AttrValue>) {
+  return {out.shape.numel() + in[2].shape.numel(), false};
+}
+
 // ---- costs (see OpCost in ops.h) ------------------------------------------------------------
 // Inputs are as the inference rule accepted them (so arities and ranks hold) and `attrs` are
 // normalized.
@@ -1225,6 +1479,12 @@ OpCost cost_pool_grad(std::span<const TensorType> in, const TensorType&, std::sp
   return {in[0].shape.numel() * window, false};
 }
 
+// conv_transpose2d: conv2d_input_grad's contraction, 2 * input * (O/groups) * kh * kw.
+OpCost cost_conv_transpose2d(std::span<const TensorType> in, const TensorType&, std::span<const AttrValue>) {
+  const Shape& w = in[1].shape;
+  return {2 * in[0].shape.numel() * (w[0] == 0 ? 0 : w.numel() / w[0]), true};
+}
+
 constexpr CostFn kPerOut = cost_per_out<1>;
 constexpr CostFn kTranscendental = cost_per_out<kTranscendentalFlops>;
 constexpr CostFn kPerIn = cost_per_in<1>;
@@ -1261,8 +1521,8 @@ const OpInfo kOps[] = {
     {OpKind::kMatmul, "matmul", C::kMatmul, 2, 2, kNoAttrs, infer_matmul, ref::matmul, cost_contract_last_dim, grad::matmul},
     {OpKind::kSum, "sum", C::kReduce, 1, 1, kReduceAttrs, infer_sum, ref::sum, kPerIn, grad::sum},
     {OpKind::kMean, "mean", C::kReduce, 1, 1, kReduceAttrs, infer_mean, ref::mean, kPerIn, grad::mean},
-    {OpKind::kMax, "max", C::kReduce, 1, 1, kReduceAttrs, infer_max, ref::max, kPerIn, grad::max},
-    {OpKind::kArgmax, "argmax", C::kReduce, 1, 1, kArgmaxAttrs, infer_argmax, ref::argmax, kPerIn, nullptr},
+    {OpKind::kMax, "max", C::kReduce, 1, 1, kReduceAttrs, infer_extreme<OpKind::kMax>, ref::max, kPerIn, grad::max},
+    {OpKind::kArgmax, "argmax", C::kReduce, 1, 1, kArgmaxAttrs, infer_arg_extreme<OpKind::kArgmax>, ref::argmax, kPerIn, nullptr},
     {OpKind::kReshape, "reshape", C::kLayout, 1, 1, kShapeAttrs, infer_reshape, ref::reshape, cost_free, grad::reshape},
     {OpKind::kPermute, "permute", C::kLayout, 1, 1, kPermuteAttrs, infer_permute, ref::permute, cost_free, grad::permute},
     {OpKind::kTranspose, "transpose", C::kLayout, 1, 1, kTransposeAttrs, infer_transpose, ref::transpose, cost_free, grad::transpose},
@@ -1310,6 +1570,35 @@ const OpInfo kOps[] = {
      ref::avg_pool2d_grad, cost_pool_grad<AvgPool2dGradAttrs>, nullptr},
     {OpKind::kAdaptiveAvgPool2dGrad, "adaptive_avg_pool2d_grad", C::kNn, 1, 1, kAdaptiveAvgPool2dGradAttrs,
      infer_adaptive_avg_pool2d_grad, ref::adaptive_avg_pool2d_grad, kPerOut, nullptr},
+    // the ops ONNX models need (issue 16)
+    {OpKind::kFloor, "floor", C::kUnary, 1, 1, kNoAttrs, infer_unary_same<OpKind::kFloor>, ref::floor, kPerOut, grad::floor},
+    {OpKind::kCeil, "ceil", C::kUnary, 1, 1, kNoAttrs, infer_unary_same<OpKind::kCeil>, ref::ceil, kPerOut, grad::ceil},
+    {OpKind::kRound, "round", C::kUnary, 1, 1, kNoAttrs, infer_unary_same<OpKind::kRound>, ref::round, kPerOut, grad::round},
+    {OpKind::kSin, "sin", C::kUnary, 1, 1, kNoAttrs, infer_unary_float, ref::sin, kTranscendental, grad::sin},
+    {OpKind::kCos, "cos", C::kUnary, 1, 1, kNoAttrs, infer_unary_float, ref::cos, kTranscendental, grad::cos},
+    {OpKind::kRemainder, "remainder", C::kBinary, 2, 2, kNoAttrs, infer_arith<OpKind::kRemainder>, ref::remainder, kPerOut, grad::remainder},
+    {OpKind::kFmod, "fmod", C::kBinary, 2, 2, kNoAttrs, infer_arith<OpKind::kFmod>, ref::fmod, kPerOut, grad::fmod},
+    {OpKind::kTruncDiv, "trunc_div", C::kBinary, 2, 2, kNoAttrs, infer_arith<OpKind::kTruncDiv>, ref::trunc_div, kPerOut, grad::trunc_div},
+    {OpKind::kMin, "min", C::kReduce, 1, 1, kReduceAttrs, infer_extreme<OpKind::kMin>, ref::min, kPerIn, grad::min},
+    {OpKind::kArgmin, "argmin", C::kReduce, 1, 1, kArgminAttrs, infer_arg_extreme<OpKind::kArgmin>, ref::argmin, kPerIn, nullptr},
+    {OpKind::kConvTranspose2d, "conv_transpose2d", C::kNn, 2, 3, kConvTranspose2dAttrs, infer_conv_transpose2d,
+     ref::conv_transpose2d, cost_conv_transpose2d, grad::conv_transpose2d},
+    {OpKind::kResizeNearest2d, "resize_nearest2d", C::kNn, 1, 1, kResizeNearest2dAttrs, infer_resize_nearest2d,
+     ref::resize_nearest2d, kPerOut, grad::resize_nearest2d},
+    {OpKind::kResizeLinear2d, "resize_linear2d", C::kNn, 1, 1, kResizeLinear2dAttrs, infer_resize_linear2d,
+     ref::resize_linear2d, cost_per_out<6>, grad::resize_linear2d},
+    {OpKind::kTopk, "topk", C::kNn, 1, 1, kTopkAttrs, infer_topk<OpKind::kTopk>, ref::topk, kPerIn, grad::topk},
+    {OpKind::kTopkIndices, "topk_indices", C::kNn, 1, 1, kTopkAttrs, infer_topk<OpKind::kTopkIndices>,
+     ref::topk_indices, kPerIn, nullptr},
+    {OpKind::kScatterElements, "scatter_elements", C::kNn, 3, 3, kScatterElementsAttrs, infer_scatter_elements,
+     ref::scatter_elements, cost_scatter_elements, grad::scatter_elements},
+    {OpKind::kGatherNd, "gather_nd", C::kNn, 2, 2, kGatherNdAttrs, infer_gather_nd, ref::gather_nd, kPerOut, nullptr},
+    {OpKind::kResizeNearest2dGrad, "resize_nearest2d_grad", C::kNn, 1, 1, kResizeNearest2dGradAttrs,
+     infer_resize_grad<OpKind::kResizeNearest2dGrad, OpKind::kResizeNearest2d>, ref::resize_nearest2d_grad,
+     cost_per_in<1>, nullptr},
+    {OpKind::kResizeLinear2dGrad, "resize_linear2d_grad", C::kNn, 1, 1, kResizeLinear2dGradAttrs,
+     infer_resize_grad<OpKind::kResizeLinear2dGrad, OpKind::kResizeLinear2d>, ref::resize_linear2d_grad,
+     cost_per_in<8>, nullptr},
 };
 static_assert(std::size(kOps) == kOpCount, "every OpKind needs exactly one registry row");
 

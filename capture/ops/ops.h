@@ -94,6 +94,13 @@ enum class OpKind : uint16_t {
   kDropoutMask,  // the seeded per-step dropout mask (capture/trace/train_layers.h)
   // gradients of the nn layers (capture/ops/grad_nn_layers.h)
   kConv2dInputGrad, kConv2dWeightGrad, kMaxPool2dGrad, kAvgPool2dGrad, kAdaptiveAvgPool2dGrad,
+  // the ops ONNX models need (issue 16): elementwise unary and binary, then reductions
+  kFloor, kCeil, kRound, kSin, kCos,
+  kRemainder, kFmod, kTruncDiv,
+  kMin, kArgmin,
+  kConvTranspose2d, kResizeNearest2d, kResizeLinear2d,
+  kTopk, kTopkIndices, kScatterElements, kGatherNd,
+  kResizeNearest2dGrad, kResizeLinear2dGrad,
   kCount
 };
 inline constexpr int kOpCount = static_cast<int>(OpKind::kCount);
@@ -129,11 +136,11 @@ inline constexpr int64_t kTranscendentalFlops = 4;
 // The work of one op node, for cost models:
 //   flops   arithmetic operations. Elementwise ops, comparisons, where, cast, and the sources
 //           full/arange/uniform: 1 per output element; exp log sqrt rsqrt tanh sigmoid pow
-//           gelu silu erf and normal: kTranscendentalFlops per output element. Layout ops
+//           gelu silu erf sin cos and normal: kTranscendentalFlops per output element. Layout ops
 //           and parameters: 0 (memory only). matmul, linear: 2 * out * K (K = the left
 //           operand's last dim). conv2d: 2 * out * (C/groups) * kh * kw. Attention:
-//           2 * B*Lq*Lk * (E + Ev) + (kTranscendentalFlops + 3) * B*Lq*Lk. sum mean max argmax
-//           adaptive_avg_pool2d: 1 per input element. max/avg_pool2d: out * kh * kw.
+//           2 * B*Lq*Lk * (E + Ev) + (kTranscendentalFlops + 3) * B*Lq*Lk. sum mean max min argmax
+//           argmin adaptive_avg_pool2d: 1 per input element. max/avg_pool2d: out * kh * kw.
 //           batch_norm: 2 per output element; layer_norm: 8 per input element; softmax and
 //           log_softmax: kTranscendentalFlops + 3 per input element. The nn layers not named
 //           (flatten, pad, dropout, embedding, gather, index_select) and hardswish,
@@ -141,9 +148,13 @@ inline constexpr int64_t kTranscendentalFlops = 4;
 //           scatter_add: 1 per src element. The gradients: conv2d_input_grad and
 //           conv2d_weight_grad as conv2d, 2 * grad_out * (C/groups) * kh * kw;
 //           max/avg_pool2d_grad: grad_out * kh * kw; adaptive_avg_pool2d_grad: 1 per output
-//           element.
+//           element. conv_transpose2d: as conv2d_input_grad, 2 * input * (O/groups) * kh * kw.
+//           resize_nearest2d: 1 per output element; resize_linear2d: 6 per output element.
+//           topk, topk_indices: 1 per input element. scatter_elements: 1 per output and
+//           update element; gather_nd: 1 per output element. resize_nearest2d_grad: 1 per
+//           grad_out element; resize_linear2d_grad: 8 per grad_out element.
 //   matrix  the work is a contraction a matrix unit can run (matmul, linear, conv2d and its
-//           two gradients, attention). Whether it does (e.g. only for f32) is the device's business.
+//           two gradients, conv_transpose2d, attention). Whether it does (e.g. only for f32) is the device's business.
 // Memory traffic is not an op fact: it depends on which nodes a kernel fuses and which inputs
 // are the same node, so cost models compute it from the graph.
 struct OpCost {

@@ -388,13 +388,20 @@ void mean(std::span<const HostBuffer* const> in, std::span<const AttrValue> attr
   }
 }
 
-void max(std::span<const HostBuffer* const> in, std::span<const AttrValue> attrs, HostBuffer& out) {
+namespace {
+
+// max (kSmallest false) and min: the first NaN seen makes the result NaN and each later NaN
+// replaces it; otherwise the first of equal extremes stays (strict comparison).
+template <bool kSmallest>
+void reduce_extreme(std::span<const HostBuffer* const> in, std::span<const AttrValue> attrs, HostBuffer& out) {
   const HostBuffer& x = *in[0];
   dispatch_dtype(x.dtype(), [&]<typename T>() {
     // The inference rule rejects reducing an empty dim, so every output element sees at least
-    // one input and the lowest value never survives by itself.
-    T init = std::numeric_limits<T>::lowest();
-    if constexpr (std::is_floating_point_v<T>) init = -std::numeric_limits<T>::infinity();
+    // one input and the initial value never survives by itself.
+    T init = kSmallest ? std::numeric_limits<T>::max() : std::numeric_limits<T>::lowest();
+    if constexpr (std::is_floating_point_v<T>) {
+      init = kSmallest ? std::numeric_limits<T>::infinity() : -std::numeric_limits<T>::infinity();
+    }
     T* o = out.data<T>();
     for (int64_t j = 0; j < out.numel(); ++j) o[j] = init;
     const T* p = x.data<T>();
@@ -404,14 +411,15 @@ void max(std::span<const HostBuffer* const> in, std::span<const AttrValue> attrs
       if constexpr (std::is_floating_point_v<T>) {
         if (std::isnan(v)) { o[j] = v; return; }
       }
-      if (v > o[j]) o[j] = v;
+      if (kSmallest ? v < o[j] : v > o[j]) o[j] = v;
     });
   });
 }
 
-void argmax(std::span<const HostBuffer* const> in, std::span<const AttrValue> attrs, HostBuffer& out) {
-  const HostBuffer& x = *in[0];
-  const int axis = static_cast<int>(ArgmaxAttrs(attrs).axis());
+// argmax (kSmallest false) and argmin over `axis`: the index of the first extreme element (the
+// last with `last`), a NaN counting as the extreme (the first NaN, or the last with `last`).
+template <bool kSmallest>
+void arg_extreme(const HostBuffer& x, int axis, bool last, HostBuffer& out) {
   const AxisSplit split = split_at_axis(x.shape(), axis);
   const int64_t outer = split.outer, len = split.len, inner = split.inner;
   int64_t* o = out.data<int64_t>();
@@ -424,15 +432,39 @@ void argmax(std::span<const HostBuffer* const> in, std::span<const AttrValue> at
         for (int64_t i = 1; i < len; ++i) {
           T v = row[i * inner], b = row[best * inner];
           if constexpr (std::is_floating_point_v<T>) {
-            if (std::isnan(b)) break;  // the first NaN wins
+            if (std::isnan(b)) {
+              if (!last) break;  // the first NaN wins
+              if (std::isnan(v)) best = i;
+              continue;
+            }
             if (std::isnan(v)) { best = i; continue; }
           }
-          if (v > b) best = i;  // strict: the first of equal maxima wins
+          const bool better = kSmallest ? v < b : v > b;
+          if (better || (last && v == b)) best = i;
         }
         o[a * inner + c] = best;
       }
     }
   });
+}
+
+}  // namespace
+
+void max(std::span<const HostBuffer* const> in, std::span<const AttrValue> attrs, HostBuffer& out) {
+  reduce_extreme<false>(in, attrs, out);
+}
+
+void min(std::span<const HostBuffer* const> in, std::span<const AttrValue> attrs, HostBuffer& out) {
+  reduce_extreme<true>(in, attrs, out);
+}
+
+void argmax(std::span<const HostBuffer* const> in, std::span<const AttrValue> attrs, HostBuffer& out) {
+  arg_extreme<false>(*in[0], static_cast<int>(ArgmaxAttrs(attrs).axis()), false, out);
+}
+
+void argmin(std::span<const HostBuffer* const> in, std::span<const AttrValue> attrs, HostBuffer& out) {
+  const ArgminAttrs a(attrs);
+  arg_extreme<true>(*in[0], static_cast<int>(a.axis()), a.select_last_index(), out);
 }
 
 // ---- layout ---------------------------------------------------------------------------------
@@ -546,6 +578,40 @@ void clamp(std::span<const HostBuffer* const> in, std::span<const AttrValue> att
     const ClampAttrs a(attrs);
     unary<T, T>(in, out, ew::Clamp<T>::make(a.min(), a.max()));
   });
+}
+
+// ---- the ops ONNX models need (issue 16): elementwise ---------------------------------------------
+
+void floor(std::span<const HostBuffer* const> in, std::span<const AttrValue>, HostBuffer& out) {
+  unary_same(in, out, ew::Floor{});
+}
+
+void ceil(std::span<const HostBuffer* const> in, std::span<const AttrValue>, HostBuffer& out) {
+  unary_same(in, out, ew::Ceil{});
+}
+
+void round(std::span<const HostBuffer* const> in, std::span<const AttrValue>, HostBuffer& out) {
+  unary_same(in, out, ew::Round{});
+}
+
+void sin(std::span<const HostBuffer* const> in, std::span<const AttrValue>, HostBuffer& out) {
+  unary_float(in, out, ew::Sin{});
+}
+
+void cos(std::span<const HostBuffer* const> in, std::span<const AttrValue>, HostBuffer& out) {
+  unary_float(in, out, ew::Cos{});
+}
+
+void remainder(std::span<const HostBuffer* const> in, std::span<const AttrValue>, HostBuffer& out) {
+  binary_arith(OpKind::kRemainder, in, out, ew::Remainder{});
+}
+
+void fmod(std::span<const HostBuffer* const> in, std::span<const AttrValue>, HostBuffer& out) {
+  binary_arith(OpKind::kFmod, in, out, ew::Fmod{});
+}
+
+void trunc_div(std::span<const HostBuffer* const> in, std::span<const AttrValue>, HostBuffer& out) {
+  binary_arith(OpKind::kTruncDiv, in, out, ew::TruncDiv{});
 }
 
 }  // namespace tracecache::ref

@@ -8,6 +8,7 @@
 // dtype and shape and is fully overwritten. Thread-safe: no shared state.
 #pragma once
 
+#include <array>
 #include <span>
 
 #include "capture/ops/attrs.h"
@@ -97,6 +98,41 @@ TRACECACHE_REF_KERNEL(conv2d_weight_grad);
 TRACECACHE_REF_KERNEL(max_pool2d_grad);
 TRACECACHE_REF_KERNEL(avg_pool2d_grad);
 TRACECACHE_REF_KERNEL(adaptive_avg_pool2d_grad);
+
+// the ops ONNX models need (issue 16). The elementwise ones and min/argmin live in
+// reference_kernels.cc beside their families.
+TRACECACHE_REF_KERNEL(floor);
+TRACECACHE_REF_KERNEL(ceil);
+TRACECACHE_REF_KERNEL(round);
+TRACECACHE_REF_KERNEL(sin);
+TRACECACHE_REF_KERNEL(cos);
+TRACECACHE_REF_KERNEL(remainder);
+TRACECACHE_REF_KERNEL(fmod);
+TRACECACHE_REF_KERNEL(trunc_div);
+TRACECACHE_REF_KERNEL(min);
+TRACECACHE_REF_KERNEL(argmin);
+// In capture/ops/reference_onnx_ops.cc. conv_transpose2d is conv2d_input_grad (sums in double,
+// rounded once) plus the bias in f32.
+TRACECACHE_REF_KERNEL(conv_transpose2d);
+// The attributes of the conv2d_input_grad that computes a conv_transpose2d with these attributes
+// and this output shape (shared by the reference and cpu kernels).
+std::array<AttrValue, 5> conv_transpose2d_input_grad_attrs(std::span<const AttrValue> attrs, const Shape& out);
+// resize: plane by plane with the taps and plane loops of capture/ops/resize.h.
+TRACECACHE_REF_KERNEL(resize_nearest2d);
+TRACECACHE_REF_KERNEL(resize_linear2d);
+// topk: row by row with the selection of capture/ops/topk.h.
+TRACECACHE_REF_KERNEL(topk);
+TRACECACHE_REF_KERNEL(topk_indices);
+// scatter_elements and gather_nd: negative indices count from the end of their dim (ONNX), then
+// out-of-range ones are clamped as the lookups' are. scatter_elements applies the updates in
+// row-major order of the index (the last of duplicate indices wins with reduction none; add and
+// mul accumulate in the dtype, in that order).
+TRACECACHE_REF_KERNEL(scatter_elements);
+TRACECACHE_REF_KERNEL(gather_nd);
+// The resize gradients: each input element sums, in double, grad_out times the weight with which
+// every output read it (row-major output order), rounded once. The cpu backend runs these.
+TRACECACHE_REF_KERNEL(resize_nearest2d_grad);
+TRACECACHE_REF_KERNEL(resize_linear2d_grad);
 
 #undef TRACECACHE_REF_KERNEL
 

@@ -34,6 +34,8 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -63,6 +65,9 @@ struct TensorImpl {
   // of this struct so that tensors of programs that never train stay as small as before).
   bool requires_grad = false;
   bool has_grad_fn = false;
+  // The location name_tensor() gave this value (an index into the context's source names), in
+  // the same padding: kNoTensorSource when none.
+  uint16_t source = 0xffff;
   LazyContext* ctx = nullptr;
   TensorType type;
   NodeId node = kNoNode;
@@ -209,6 +214,40 @@ class LazyContext {
                   std::span<const AttrValue>(attrs.begin(), attrs.size()));
   }
 
+  // Source locations (capture/ir/graph_sources.h), kept outside the graph hash. Once a location
+  // is set, every node recorded carries the location last set ("mlp.trace:7 h", "resnet18
+  // layer1.0.conv1", a C++ or Python "file:line"), and a barrier's CanonicalGraph carries them
+  // per node (node_sources). A context never given a location records none and pays nothing for
+  // it; in eager mode these are no-ops. Locations are one line each (line breaks become spaces).
+  //
+  // The location of the ops recorded from now on ("" : none). Interns the text on each call.
+  void set_source(std::string_view location);
+  // The same by id (source_id()): no text is hashed, for per-op use on hot paths.
+  void set_source(uint32_t id);
+  // The id of the location of `site` (a program statement, a layer: any address that stands
+  // for one location while this context lives); `make()` gives its text and is called only the
+  // first time a site is seen. kNoSource in eager mode.
+  // Sites asked in the same order as last time (a program's statements, step after step) cost
+  // one comparison each; others one hash lookup.
+  template <typename MakeLocation>
+  uint32_t source_id(const void* site, MakeLocation&& make) {
+    if (options_.eager) return kNoSource;
+    if (next_site_ < site_order_.size() && site_order_[next_site_].first == site) {
+      return site_order_[next_site_++].second;
+    }
+    auto it = site_index_.find(site);
+    if (it == site_index_.end()) {
+      it = site_index_.emplace(site, site_order_.size()).first;
+      site_order_.emplace_back(site, intern_source(make()));
+    }
+    next_site_ = it->second + 1;
+    return site_order_[it->second].second;
+  }
+  // The location (an id from source_id()) of a materialized tensor when it enters a graph as a
+  // parameter ("mlp.trace:3 input x : f32[B, 4]"); without one, or with an id past 65534, a
+  // parameter takes the location of the op that first reads it. Kept with the tensor handle.
+  void name_tensor(const Tensor& tensor, uint32_t id);
+
   // The barrier: materializes every live pending tensor as one graph. A no-op if none (always,
   // in eager mode).
   void mark_step();
@@ -234,6 +273,11 @@ class LazyContext {
   friend struct AutogradAccess;
   NodeId node_for(TensorImpl* t);
   void observe(const TensorImpl* t);
+  // The index of `location` in source_names_ (added if new, copying the names first when a
+  // graph still shares them).
+  uint32_t intern_source(std::string_view location);
+  // Node `id`'s location is `source` (tracking sources only).
+  void note_source(NodeId id, uint32_t source);
   TraceTemplate* capturing() const;  // the template, while it still mirrors the trace
   Tensor run_eager(OpKind op, std::span<const Tensor> inputs, std::span<const AttrValue> attrs,
                    const TensorType& type);
@@ -264,6 +308,17 @@ class LazyContext {
   bool grad_enabled_ = true;
   // The autodiff tape: the GradNode of every live tensor with has_grad_fn.
   std::unordered_map<const TensorImpl*, std::unique_ptr<GradNode>> tape_;
+  // Source locations (set_source): off until the first location is given.
+  bool track_sources_ = false;
+  uint32_t current_source_ = kNoSource;
+  std::shared_ptr<std::vector<std::string>> source_names_;
+  std::unordered_map<std::string, uint32_t> source_ids_;
+  // source_id(): every site with its location, in the order first seen; where each is in it;
+  // the position the next site is expected at.
+  std::vector<std::pair<const void*, uint32_t>> site_order_;
+  std::unordered_map<const void*, size_t> site_index_;
+  size_t next_site_ = 0;
+  std::vector<uint32_t> trace_sources_;  // per trace_ node, this trace
 };
 
 // ---- the op API -------------------------------------------------------------------------

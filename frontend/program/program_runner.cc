@@ -120,7 +120,8 @@ struct GradPlan {
 
 // Replays the op stream with dims bound to `dims` (one value per program.dims entry). `Ops`
 // supplies Value (a tensor or a type), dtype_of(v), scalar(value, dtype), apply(op, inputs,
-// attrs), grad(op, inputs, retain) (one value per input after the loss), set_taped(bool) and
+// attrs), grad(op, inputs, retain) (one value per input after the loss), at_statement(op) (the statement
+// whose values come next: a source location), set_taped(bool) and
 // differentiable(v) (marks an intermediate a grad statement differentiates by); env maps names
 // to values and receives each op's results.
 template <typename Ops>
@@ -130,6 +131,7 @@ Status replay(const Program& p, std::span<const int64_t> dims, Ops& ops,
   const GradPlan plan(p);
   for (size_t k = 0; k < p.ops.size(); ++k) {
     const OpStmt& op = p.ops[k];
+    ops.at_statement(op);
     try {
       auto lookup = [&](const Literal& l) -> const Value& {
         auto it = env.find(l.name);
@@ -233,6 +235,7 @@ struct TypeOps {
     return {in.begin() + 1, in.end()};
   }
   void set_taped(bool) const {}
+  void at_statement(const OpStmt&) const {}
   void differentiable(const TensorType&) const {}
 };
 
@@ -282,6 +285,11 @@ struct TensorOps {
     return tracecache::grad(in[0], in.subspan(1), {.retain_graph = retain});
   }
   void set_taped(bool on) const { ctx.set_grad_enabled(on); }
+  // The statement's nodes carry "FILE:LINE RESULT" (capture/ir/graph_sources.h), made once per
+  // statement and context.
+  void at_statement(const OpStmt& op) const {
+    ctx.set_source(ctx.source_id(&op, [&] { return fmt::format("{}:{} {}", program.file_name, op.pos.line, op.result); }));
+  }
   // An intermediate differentiated by: a leaf of the tape from here on, unless it is on it
   // already. A non-floating one is left to grad() to report.
   void differentiable(Tensor& t) const {
@@ -593,6 +601,18 @@ Result<std::vector<Tensor>> record_step(const Program& program, LazyContext& ctx
         return at(program, op.operands[k].pos, e.status());
       }
     }
+  }
+  // A parameter node carries "FILE:LINE input|param NAME : TYPE" with the type as declared
+  // ("f32[B, 32]"), so a shape difference names the program's dim (capture/ir/graph_sources.h).
+  for (size_t i = 0; i < program.tensors.size(); ++i) {
+    const TensorDecl& d = program.tensors[i];
+    ctx.name_tensor(args[i], ctx.source_id(&d, [&] {
+      std::vector<std::string> declared;
+      for (const DimRef& r : d.dims) declared.push_back(r.name.empty() ? std::to_string(r.value) : r.name);
+      return fmt::format("{}:{} {} {} : {}[{}]", program.file_name, d.pos.line,
+                         d.role == TensorDecl::Role::kParam ? "param" : "input", d.name, dtype_name(d.dtype),
+                         fmt::join(declared, ", "));
+    }));
   }
   TensorOps ops{ctx, program, bound, args};
   const bool grad_enabled = ctx.grad_enabled();

@@ -158,17 +158,30 @@ def no_grad():
         _tracecache._set_grad_enabled(previous)
 
 
+def _stable_repr(value):
+    """repr, with sets and frozensets sorted: their order follows string hashing, which changes
+    from process to process (PYTHONHASHSEED), and a digest of code must not."""
+    if isinstance(value, (set, frozenset)):
+        return f"{type(value).__name__}({sorted(_stable_repr(v) for v in value)})"
+    if isinstance(value, tuple):
+        return "(" + ", ".join(_stable_repr(v) for v in value) + ")"
+    return repr(value)
+
+
+def _feed_code(h, code):
+    """Feeds a code object (its bytecode, names and constants, nested code included) to hash h."""
+    h.update(code.co_code)
+    h.update(repr(code.co_names).encode())
+    for const in code.co_consts:
+        if isinstance(const, _types.CodeType):
+            _feed_code(h, const)
+        else:
+            h.update(_stable_repr(const).encode())
+
+
 def _code_digest(code):
     h = _hashlib.sha256()
-    def feed(c):
-        h.update(c.co_code)
-        h.update(repr(c.co_names).encode())
-        for const in c.co_consts:
-            if isinstance(const, _types.CodeType):
-                feed(const)
-            else:
-                h.update(repr(const).encode())
-    feed(code)
+    _feed_code(h, code)
     return h.hexdigest()[:16]
 
 

@@ -44,6 +44,9 @@ struct Segment {
   // Contents of outputs that `fn` may have read (all outputs of a segment that ended inside
   // `fn`): output index -> value_hash of the output.
   std::vector<std::pair<uint32_t, XXH128_hash_t>> value_guards;
+  // The values those guards were taken from, as read when traced ("[1, 2]"; one per value guard),
+  // for recompile reasons only: kept in this process, not stored (a loaded entry has none).
+  std::vector<std::string> value_previews;
 };
 
 struct DynamicPlan;  // runtime/guards/shape_specialization.h

@@ -69,6 +69,11 @@ std::string GuardEnvironment::input_name(uint32_t i) const {
   return i < input_names.size() ? fmt::format("input {} '{}'", i, input_names[i]) : fmt::format("input {}", i);
 }
 
+std::string GuardEnvironment::scalar_name(uint32_t i) const {
+  return i < scalar_names.size() && !scalar_names[i].empty() ? fmt::format("scalar {} '{}'", i, scalar_names[i])
+                                                             : fmt::format("scalar {}", i);
+}
+
 GuardSet::GuardSet(std::vector<GuardCheck> checks, std::string options_label)
     : checks_(std::move(checks)), options_label_(std::move(options_label)) {}
 
@@ -170,7 +175,7 @@ std::vector<GuardFailure> GuardSet::explain(const CallArgs& args, const GuardEnv
         break;
       }
       case Kind::kScalarValue:
-        f = {fmt::format("scalar {}: value", c.arg), fmt::format("{}", std::bit_cast<double>(c.expected)),
+        f = {fmt::format("{}: value", env.scalar_name(c.arg)), fmt::format("{}", std::bit_cast<double>(c.expected)),
              fmt::format("{}", args.scalars[c.arg])};
         break;
       case Kind::kSizeRange:

@@ -99,6 +99,8 @@ struct GuardEnvironment {
   std::string_view options_label;              // readable form of the digest: "sim:h100"
   std::span<const std::string> input_names;    // optional, per tensor argument
   std::string input_name(uint32_t i) const;    // "input 0 'x'", or "input 0" unnamed
+  std::span<const std::string> scalar_names{}; // optional, per scalar argument
+  std::string scalar_name(uint32_t i) const;   // "scalar 0 'N'", or "scalar 0" unnamed
 };
 
 class GuardSet {

@@ -77,7 +77,11 @@ struct Event {
   std::string options_digest;  // the backend's options digest (part of the executable key)
   std::string reason;    // kMiss: miss_reason_name(...)
   double duration_ms = 0;
-  std::string detail;
+  std::string detail;    // kMiss: what differs from the closest cached graph, when one was found
+  // The scope the decision belongs to: the program or model that ran (a trace file's name, a zoo
+  // model) and the compiled function (once mode); "" when unknown. For filtering, never parsed.
+  std::string program;
+  std::string function;
 };
 
 // Hits are counted, not logged one row each (invariant 8): the runtime adds these counts.

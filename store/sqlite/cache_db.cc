@@ -50,7 +50,9 @@ CREATE TABLE IF NOT EXISTS events (
   reason TEXT NOT NULL,
   duration_ms REAL NOT NULL,
   detail TEXT NOT NULL,
-  options_digest TEXT NOT NULL DEFAULT ''
+  options_digest TEXT NOT NULL DEFAULT '',
+  program TEXT NOT NULL DEFAULT '',
+  function TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS events_by_graph ON events (graph_key);
 )sql";
@@ -85,6 +87,19 @@ CREATE TABLE IF NOT EXISTS hit_counts (
 );
 )sql";
 
+// Added in schema version 4: where each graph's nodes came from (capture/ir/graph_sources.h),
+// kept beside the graph (outside its blob and its key), and the program recent graphs of which
+// a miss is compared with.
+constexpr const char* kGraphSourcesTable = R"sql(
+CREATE TABLE IF NOT EXISTS graph_sources (
+  graph_key TEXT PRIMARY KEY,
+  program TEXT NOT NULL,
+  function TEXT NOT NULL,
+  sources TEXT NOT NULL,
+  created REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS graph_sources_by_program ON graph_sources (program, created);
+)sql";
 
 // Failures that mean "this connection may not write (or read) here", as opposed to bad contents:
 // the cue to retry with a read-only connection.
@@ -143,8 +158,18 @@ Status CacheDb::Impl::prepare_all() {
        "SELECT 1 FROM events WHERE graph_key = ?1 AND backend = ?2 AND options_digest <> ?3 AND "
        "kind IN ('store', 'evict', 'corrupt') LIMIT 1"},
       {&append_event,
-       "INSERT INTO events (time, pid, kind, graph_key, backend, reason, duration_ms, detail, options_digest) "
-       "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)"},
+       "INSERT INTO events (time, pid, kind, graph_key, backend, reason, duration_ms, detail, options_digest, "
+       "program, function) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)"},
+      {&put_sources,
+       "INSERT INTO graph_sources (graph_key, program, function, sources, created) VALUES (?1, ?2, ?3, ?4, ?5) "
+       "ON CONFLICT(graph_key) DO UPDATE SET program = excluded.program, function = excluded.function, "
+       "sources = excluded.sources, created = excluded.created"},
+      {&get_sources,
+       "SELECT s.sources, COALESCE(g.nodes, -1) FROM graph_sources s LEFT JOIN graphs g ON g.key = s.graph_key "
+       "WHERE s.graph_key = ?1"},
+      {&recent_program_graphs,
+       "SELECT s.graph_key FROM graph_sources s JOIN graphs g ON g.key = s.graph_key WHERE s.program = ?1 "
+       "ORDER BY s.created DESC LIMIT ?2"},
       {&add_hit,
        "INSERT INTO hit_counts (graph_key, backend, options_digest, tier, hits, first_time, last_time) "
        "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6) ON CONFLICT(graph_key, backend, options_digest, tier) DO UPDATE SET "
@@ -163,8 +188,8 @@ Status CacheDb::Impl::prepare_all() {
        "SELECT key FROM graphs WHERE substr(key, 1, ?2) = ?1 UNION "
        "SELECT graph_key FROM executables WHERE substr(graph_key, 1, ?2) = ?1 ORDER BY 1 LIMIT ?3"},
       {&events_after,
-       "SELECT id, time, pid, kind, graph_key, backend, reason, duration_ms, detail FROM events "
-       "WHERE id > ?1 ORDER BY id LIMIT ?2"},
+       "SELECT id, time, pid, kind, graph_key, backend, reason, duration_ms, detail, options_digest, program, "
+       "function FROM events WHERE id > ?1 ORDER BY id LIMIT ?2"},
       {&list_exes, fmt::format("SELECT {} ORDER BY e.last_used DESC, e.created DESC, e.rowid DESC", kEntryColumns)},
       {&lru_exes, fmt::format("SELECT {} ORDER BY e.last_used, e.created, e.rowid", kEntryColumns)},
       {&remove_exe_row, "DELETE FROM executables WHERE rowid = ?1"},
@@ -173,22 +198,10 @@ Status CacheDb::Impl::prepare_all() {
       {&count_events,
        "SELECT COALESCE(SUM(kind = 'hit_memory'), 0) + (SELECT COALESCE(SUM(hits), 0) FROM hit_counts WHERE "
        "tier = 'hit_memory'), COALESCE(SUM(kind = 'hit_disk'), 0) + (SELECT COALESCE(SUM(hits), 0) FROM "
-       "hit_counts WHERE tier = 'hit_disk'), COALESCE(SUM(kind = 'miss'), 0), COALESCE(SUM(kind = 'compile'), 0) "
-       "FROM events"},
+       "hit_counts WHERE tier = 'hit_disk'), COALESCE(SUM(kind = 'miss'), 0), COALESCE(SUM(kind = 'compile'), 0), "
+       "(SELECT COALESCE(SUM(hits), 0) FROM hit_counts WHERE tier = 'hit_remote') FROM events"},
       {&page_count, "PRAGMA page_count"},
       {&page_size, "PRAGMA page_size"},
-      {&audit_graphs,
-       "SELECT graph_key, SUM(hm), SUM(hd), SUM(ms), SUM(cp), SUM(cr), SUM(cms), MAX(t) FROM ("
-       "SELECT graph_key, kind = 'hit_memory' AS hm, kind = 'hit_disk' AS hd, kind = 'miss' AS ms, "
-       "kind = 'compile' AS cp, kind = 'corrupt' AS cr, CASE WHEN kind = 'compile' THEN duration_ms ELSE 0 END "
-       "AS cms, time AS t FROM events WHERE kind IN ('hit_memory', 'hit_disk', 'miss', 'compile', 'corrupt', 'store', "
-       "'evict', 'store_failed') UNION ALL "
-       "SELECT graph_key, CASE WHEN tier = 'hit_memory' THEN hits ELSE 0 END, CASE WHEN tier = 'hit_disk' THEN "
-       "hits ELSE 0 END, 0, 0, 0, 0, last_time FROM hit_counts) "
-       "GROUP BY graph_key ORDER BY MAX(t) DESC, graph_key"},
-      {&recent_misses,
-       "SELECT time, reason, backend FROM events WHERE graph_key = ?1 AND kind = 'miss' "
-       "ORDER BY time DESC, id DESC LIMIT 5"},
       {&all_graph_blobs, "SELECT key, blob, checksum, bytes FROM graphs ORDER BY key"},
       {&put_fn_entry,
        "INSERT OR REPLACE INTO functions (name, user_version, toolkit_version, entry, blob, checksum, hits, "
@@ -290,6 +303,7 @@ Status CacheDb::Impl::check_schema() {
       st = exec(kSchema, "creating the schema");
       if (st.is_ok()) st = exec(kFunctionsTable, "creating the schema");
       if (st.is_ok()) st = exec(kHitCountsTable, "creating the schema");
+      if (st.is_ok()) st = exec(kGraphSourcesTable, "creating the schema");
     } else if (st.is_ok() && snap.version < kSchemaVersion) {
       st = upgrade_schema();
     }
@@ -311,21 +325,29 @@ Status CacheDb::Impl::check_schema() {
   return Status::ok();
 }
 
-// Versions 1 and 2 to 3, inside the caller's write transaction. Each step checks what exists, so
-// a file half-upgraded by hand (or by a test) is completed, not broken.
+// Versions 1, 2 and 3 to 4, inside the caller's write transaction. Each step checks what exists,
+// so a file half-upgraded by hand (or by a test) is completed, not broken. Existing rows keep
+// their values; the new event columns read '' for them (no program known).
 Status CacheDb::Impl::upgrade_schema() {
   Status st = exec(kFunctionsTable, "upgrading the schema");
   if (st.is_ok()) st = exec(kHitCountsTable, "upgrading the schema");
+  if (st.is_ok()) st = exec(kGraphSourcesTable, "upgrading the schema");
   if (!st.is_ok()) return st;
-  sqlite3_stmt* stmt = nullptr;
-  int rc = sqlite3_prepare_v2(db, "SELECT COUNT(*) FROM pragma_table_info('events') WHERE name = 'options_digest'",
-                              -1, &stmt, nullptr);
-  if (rc == SQLITE_OK) rc = sqlite3_step(stmt);
-  bool has_column = rc == SQLITE_ROW && sqlite3_column_int64(stmt, 0) > 0;
-  sqlite3_finalize(stmt);
-  if (rc != SQLITE_ROW) return error(rc, "upgrading the schema");
-  if (has_column) return Status::ok();
-  return exec("ALTER TABLE events ADD COLUMN options_digest TEXT NOT NULL DEFAULT ''", "upgrading the schema");
+  for (const char* column : {"options_digest", "program", "function"}) {
+    sqlite3_stmt* stmt = nullptr;
+    int rc = sqlite3_prepare_v2(db, "SELECT COUNT(*) FROM pragma_table_info('events') WHERE name = ?1", -1, &stmt,
+                                nullptr);
+    if (rc == SQLITE_OK) rc = sqlite3_bind_text(stmt, 1, column, -1, SQLITE_STATIC);
+    if (rc == SQLITE_OK) rc = sqlite3_step(stmt);
+    const bool has_column = rc == SQLITE_ROW && sqlite3_column_int64(stmt, 0) > 0;
+    sqlite3_finalize(stmt);
+    if (rc != SQLITE_ROW) return error(rc, "upgrading the schema");
+    if (has_column) continue;
+    st = exec(fmt::format("ALTER TABLE events ADD COLUMN {} TEXT NOT NULL DEFAULT ''", column).c_str(),
+              "upgrading the schema");
+    if (!st.is_ok()) return st;
+  }
+  return Status::ok();
 }
 
 // Switching to WAL needs every other connection out of the file, and SQLite does not call the

@@ -39,6 +39,7 @@
 #include <string_view>
 #include <vector>
 
+#include "capture/ir/graph_sources.h"
 #include "capture/ir/hash.h"
 #include "capture/core/status.h"
 #include "store/core/audit_log.h"
@@ -49,9 +50,10 @@
 namespace tracecache::store {
 
 // 1: graphs, executables, events. 2: + functions (guard entries). 3: + hit_counts (hits counted
-// per executable key and tier instead of one event row each), events.options_digest. Version 1
-// and 2 files are upgraded in place when opened with write access.
-inline constexpr int kSchemaVersion = 3;
+// per executable key and tier instead of one event row each), events.options_digest. 4: +
+// graph_sources (per graph: program, function, node locations), events.program and
+// events.function. Version 1 to 3 files are upgraded in place when opened with write access.
+inline constexpr int kSchemaVersion = 4;
 
 // `gc` keeps at most this many audit events unless told otherwise.
 inline constexpr int64_t kDefaultMaxEvents = 100000;
@@ -95,17 +97,39 @@ struct CacheStats {     // `tracecache stats`
   uint64_t graph_bytes = 0;
   uint64_t file_bytes = 0;    // page_count * page_size
   int64_t hits_memory = 0, hits_disk = 0, misses = 0, compiles = 0;
-  double hit_rate = 0;        // (hits_memory + hits_disk) / (hits + misses), 0 if no lookups
+  int64_t hits_remote = 0;    // served by the remote tier (store/tiers/remote_tier.h)
+  double hit_rate = 0;        // all hits / (hits + misses), 0 if no lookups
+};
+
+// What `tracecache audit` reports on: every field that is set must hold.
+struct AuditFilter {
+  std::string program{};   // events of this program (its name as recorded, or that name's file name)
+  std::string function{};  // events of this compiled function
+  std::string kind{};      // one event name ("miss", "compile", "hit_disk", ...)
+  double since = 0;        // events (and hit counts) at or after this Unix time; 0: all
+  std::optional<GraphKey> graph{};  // this graph only
 };
 
 struct GraphAudit {     // `tracecache audit`: one row per graph key seen in events
   GraphKey graph;
+  std::string program;  // the program its sources or latest event name ("" unknown)
   int64_t hits_memory = 0, hits_disk = 0, misses = 0, compiles = 0, corrupt = 0;
+  int64_t hits_remote = 0;    // served by the remote tier (a function's guard entries found there
+                              // are `hit_remote` events with no graph, not counted here)
   double compile_ms_total = 0;
-  double saved_ms = 0;        // hits * (compile_ms_total / compiles), 0 if never compiled
+  double saved_ms = 0;        // hits (every tier's) * (compile_ms_total / compiles), 0 if never compiled
   double last_use = 0;
-  struct Miss { double time; std::string reason; std::string backend; };
+  // detail: what differed from the closest cached graph (Event::detail), "" if not explained.
+  struct Miss { double time; std::string reason; std::string backend; std::string detail; std::string program; };
   std::vector<Miss> recent_misses;  // newest first, at most 5
+};
+
+struct HitSpan {        // `tracecache report`: one hit count (hit_counts row)
+  GraphKey graph;
+  std::string backend, options_digest;
+  std::string tier;     // the tier that served them (kMemoryTier, kDiskTier)
+  int64_t hits = 0;
+  double first_time = 0, last_time = 0;  // of the first and the latest hit counted
 };
 
 struct VerifyProblem {  // `tracecache verify`
@@ -150,6 +174,16 @@ class CacheDb final : public AuditLog, public GuardEntryStore {
   Status put_graph(const GraphKey& key, std::string_view blob, int64_t nodes);
   // nullopt if absent; kCorruption if its checksum fails.
   Result<std::optional<std::string>> get_graph(const GraphKey& key);
+  // Where graph `key`'s nodes came from (capture/ir/graph_sources.h), kept beside the graph and
+  // outside its blob and key. Replaces what was stored for the key (the latest program to build
+  // a graph names it).
+  Status put_graph_sources(const GraphKey& key, const GraphSources& sources);
+  // nullopt if none stored; kCorruption if the stored text does not decode or has more node
+  // locations than the stored graph has nodes.
+  Result<std::optional<GraphSources>> get_graph_sources(const GraphKey& key);
+  // The keys of the graphs (with a stored graph row) whose sources name `program`, newest first,
+  // at most `limit`: the candidates a miss of that program is compared with.
+  Result<std::vector<GraphKey>> recent_graphs_of(std::string_view program, int64_t limit);
 
   // ---- executables (cache_db_executables.cc) ----
   // nullopt if absent; kCorruption if the checksum fails. Does not update use statistics.
@@ -181,15 +215,25 @@ class CacheDb final : public AuditLog, public GuardEntryStore {
   Status remove_function_entry(const FunctionKey& key, int64_t entry) override;
 
   // ---- queries and maintenance for the CLI (cache_db_maintenance.cc) ----
-  // One row per compiled function version with its entries' hits and sizes (`tracecache audit`).
-  Result<std::vector<FunctionAudit>> function_audit();
+  // One row per compiled function version with its entries' hits and sizes (`tracecache audit`),
+  // those the filter's program and function fields select (its kind, since and graph do not
+  // apply to guard entries).
+  Result<std::vector<FunctionAudit>> function_audit(const AuditFilter& filter = {});
   // Most recently used first. Rows whose key columns are damaged are left out (verify() reports
   // them; gc() removes them).
   Result<std::vector<EntryInfo>> list_executables();
   Result<CacheStats> stats();
   // Most recently used first; hits are event rows plus hit counts. Rows with a damaged graph key
-  // are skipped and counted in *malformed if given (never an error).
-  Result<std::vector<GraphAudit>> audit(int64_t* malformed = nullptr);
+  // are skipped and counted in *malformed if given (never an error). Only the events and hit
+  // counts `filter` selects count; a graph none of whose rows is selected is left out. Hit counts
+  // carry no program: a program filter selects a graph's counts when its stored sources name
+  // the program.
+  Result<std::vector<GraphAudit>> audit(int64_t* malformed = nullptr, const AuditFilter& filter = {});
+  // The events `filter` selects (hit rows of schema 1 and 2 included), newest first, at most
+  // `limit` (> 0); rows with a damaged kind or key are skipped and counted in *malformed if given.
+  Result<std::vector<Event>> audit_events(const AuditFilter& filter, int64_t limit, int64_t* malformed = nullptr);
+  // The hit counts `filter` selects (as audit() selects them), latest first, at most `limit` (> 0).
+  Result<std::vector<HitSpan>> hit_spans(const AuditFilter& filter, int64_t limit);
   // Evicts executables, least recently used first, until they take at most max_bytes; records
   // an `evict` event for each. Returns the evicted entries. Also removes rows whose key columns
   // are damaged (they could never be served).

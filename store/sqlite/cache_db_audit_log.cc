@@ -39,6 +39,27 @@ Status CacheDb::add_hits(std::span<const HitCount> hits) {
   });
 }
 
+std::optional<Event> CacheDb::Impl::event_from_row(const Query& q) {
+  std::optional<ParsedEventName> name = parse_event_name(q.col_text(3));
+  std::optional<GraphKey> key = GraphKey::from_hex(q.col_text(4));
+  if (!name || !key) return std::nullopt;
+  Event e;
+  e.id = q.col_i64(0);
+  e.time = q.col_real(1);
+  e.pid = q.col_i64(2);
+  e.kind = name->kind;
+  e.tier = std::move(name->tier);
+  e.graph = *key;
+  e.backend = q.col_text(5);
+  e.reason = q.col_text(6);
+  e.duration_ms = q.col_real(7);
+  e.detail = q.col_text(8);
+  e.options_digest = q.col_text(9);
+  e.program = q.col_text(10);
+  e.function = q.col_text(11);
+  return e;
+}
+
 Result<std::vector<Event>> CacheDb::events(int64_t after_id, int64_t limit, int64_t* malformed) {
   if (malformed) *malformed = 0;
   Query q(impl_->events_after);
@@ -46,24 +67,12 @@ Result<std::vector<Event>> CacheDb::events(int64_t after_id, int64_t limit, int6
   std::vector<Event> out;
   int rc;
   while ((rc = q.step()) == SQLITE_ROW) {
-    Event e;
-    e.id = q.col_i64(0);
-    e.time = q.col_real(1);
-    e.pid = q.col_i64(2);
-    std::optional<ParsedEventName> name = parse_event_name(q.col_text(3));
-    std::optional<GraphKey> key = GraphKey::from_hex(q.col_text(4));
-    if (!name || !key) {  // a damaged row costs its own information, not the whole log
+    std::optional<Event> e = Impl::event_from_row(q);
+    if (!e) {  // a damaged row costs its own information, not the whole log
       if (malformed) ++*malformed;
       continue;
     }
-    e.kind = name->kind;
-    e.tier = std::move(name->tier);
-    e.graph = *key;
-    e.backend = q.col_text(5);
-    e.reason = q.col_text(6);
-    e.duration_ms = q.col_real(7);
-    e.detail = q.col_text(8);
-    out.push_back(std::move(e));
+    out.push_back(std::move(*e));
   }
   if (rc != SQLITE_DONE) return impl_->error(rc, "reading the audit log");
   return out;

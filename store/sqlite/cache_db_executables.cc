@@ -36,6 +36,47 @@ Result<std::optional<std::string>> CacheDb::get_graph(const GraphKey& key) {
   return std::optional<std::string>(std::move(blob));
 }
 
+Status CacheDb::put_graph_sources(const GraphKey& key, const GraphSources& sources) {
+  return impl_->write_transaction("store a graph's sources", [&] {
+    Query q(impl_->put_sources);
+    q.text(1, key.to_hex())
+        .text(2, one_line(sources.program))
+        .text(3, one_line(sources.function))
+        .text(4, sources.encode())
+        .real(5, now_seconds());
+    int rc = q.step();
+    return rc == SQLITE_DONE ? Status::ok() : impl_->error(rc, "storing a graph's sources");
+  });
+}
+
+Result<std::optional<GraphSources>> CacheDb::get_graph_sources(const GraphKey& key) {
+  Query q(impl_->get_sources);
+  q.text(1, key.to_hex());
+  int rc = q.step();
+  if (rc == SQLITE_DONE) return std::optional<GraphSources>();
+  if (rc != SQLITE_ROW) return impl_->error(rc, "loading a graph's sources");
+  // Without a graph row the node count is unknown: at most as many locations as a graph may
+  // have nodes is still a bound.
+  const int64_t nodes = q.col_i64(1);
+  Result<GraphSources> s = GraphSources::decode(q.col_text(0), nodes >= 0 ? static_cast<size_t>(nodes) : size_t{1} << 24);
+  if (!s.is_ok()) {
+    return corruption(fmt::format("cache database '{}': graph {}: {}", impl_->path, key.to_hex(), s.status().message()));
+  }
+  return std::optional<GraphSources>(std::move(*s));
+}
+
+Result<std::vector<GraphKey>> CacheDb::recent_graphs_of(std::string_view program, int64_t limit) {
+  Query q(impl_->recent_program_graphs);
+  q.text(1, program).i64(2, limit);
+  std::vector<GraphKey> out;
+  int rc;
+  while ((rc = q.step()) == SQLITE_ROW) {
+    if (std::optional<GraphKey> k = GraphKey::from_hex(q.col_text(0))) out.push_back(*k);
+  }
+  if (rc != SQLITE_DONE) return impl_->error(rc, "listing a program's graphs");
+  return out;
+}
+
 // ---- executables ----
 
 Result<std::optional<StoredExecutable>> CacheDb::get_executable(const ExecutableKey& key) {

@@ -131,7 +131,7 @@ struct CacheDb::Impl {
   Stmt trim_events_count, trim_events_age, trim_hits_age, trim_function_versions, keys_with_prefix;
   Stmt list_exes, lru_exes, remove_exe_row;
   Stmt count_graphs, count_exes, count_events, page_count, page_size;
-  Stmt audit_graphs, recent_misses;
+  Stmt put_sources, get_sources, recent_program_graphs;
   Stmt all_graph_blobs, all_exe_blobs;
   Stmt put_fn_entry, get_fn_entries, add_fn_hits, remove_fn_entry, list_fn_entries, recent_recompiles;
 
@@ -230,6 +230,8 @@ struct CacheDb::Impl {
     return *k;
   }
   Result<EntryInfo> entry_from_row(const Query& q) const;
+  // An events row in events_after's column order; nullopt if its kind or graph key is damaged.
+  static std::optional<Event> event_from_row(const Query& q);
 
   // One row of the audit log, inside the caller's transaction.
   Status insert_event(const Event& e) {
@@ -242,7 +244,9 @@ struct CacheDb::Impl {
         .text(6, e.reason)
         .real(7, e.duration_ms)
         .text(8, e.detail)
-        .text(9, e.options_digest);
+        .text(9, e.options_digest)
+        .text(10, e.program)
+        .text(11, e.function);
     int rc = q.step();
     return rc == SQLITE_DONE ? Status::ok() : error(rc, "appending to the audit log");
   }

@@ -79,30 +79,111 @@ Result<CacheStats> CacheDb::stats() {
         s.hits_disk = q.col_i64(1);
         s.misses = q.col_i64(2);
         s.compiles = q.col_i64(3);
+        s.hits_remote = q.col_i64(4);
       });
     }
     if (st.is_ok()) st = one_row(impl_->page_count, [&](const Query& q) { page_count = q.col_i64(0); });
     if (st.is_ok()) st = one_row(impl_->page_size, [&](const Query& q) { page_size = q.col_i64(0); });
     if (!st.is_ok()) return st;
     s.file_bytes = static_cast<uint64_t>(std::max<int64_t>(page_count * page_size, 0));
-    int64_t hits = s.hits_memory + s.hits_disk;
+    int64_t hits = s.hits_memory + s.hits_disk + s.hits_remote;
     int64_t lookups = hits + s.misses;
     s.hit_rate = lookups > 0 ? static_cast<double>(hits) / static_cast<double>(lookups) : 0;
     return s;
   });
 }
 
-Result<std::vector<GraphAudit>> CacheDb::audit(int64_t* malformed) {
+namespace {
+
+// SQL true when column `col` names the program bound as ?1: the name as recorded, or a file
+// name of it with or without ".trace" ("mlp" and "mlp.trace" select "fixtures/programs/mlp.trace").
+std::string program_matches(std::string_view col) {
+  return fmt::format("({0} IN (?1, ?1 || '.trace') OR substr({0}, -length(?1) - 1) = '/' || ?1 OR "
+                     "substr({0}, -length(?1) - 7) = '/' || ?1 || '.trace')", col);
+}
+
+// The conditions `f` puts on events (the parameters: ?1 program, ?2 function, ?3 kind, ?4 since,
+// ?5 graph key), as " AND ..." clauses.
+std::string event_conditions(const AuditFilter& f) {
+  std::string sql;
+  if (!f.program.empty()) sql += " AND " + program_matches("program");
+  if (!f.function.empty()) sql += " AND function = ?2";
+  if (!f.kind.empty()) sql += " AND kind = ?3";
+  if (f.since > 0) sql += " AND time >= ?4";
+  if (f.graph) sql += " AND graph_key = ?5";
+  return sql;
+}
+
+// The same for hit_counts, which know no program or function: those select through the graph's
+// stored sources.
+std::string hit_conditions(const AuditFilter& f) {
+  std::string sql;
+  if (!f.program.empty()) {
+    sql += fmt::format(" AND graph_key IN (SELECT graph_key FROM graph_sources WHERE {})", program_matches("program"));
+  }
+  if (!f.function.empty()) sql += " AND graph_key IN (SELECT graph_key FROM graph_sources WHERE function = ?2)";
+  if (!f.kind.empty()) sql += " AND tier = ?3";
+  if (f.since > 0) sql += " AND last_time >= ?4";
+  if (f.graph) sql += " AND graph_key = ?5";
+  return sql;
+}
+
+// A statement made for one query (its text depends on the filter), finalized when done.
+class AdHoc {
+ public:
+  ~AdHoc() { sqlite3_finalize(stmt_.get()); }
+  Stmt& stmt() { return stmt_; }
+  // Binds the filter's parameters (?1 to ?5; unused ones are harmless).
+  static void bind(Query& q, const AuditFilter& f) {
+    q.text(1, f.program).text(2, f.function).text(3, f.kind).real(4, f.since);
+    q.text(5, f.graph ? f.graph->to_hex() : std::string());
+  }
+
+ private:
+  Stmt stmt_;
+};
+
+}  // namespace
+
+Result<std::vector<GraphAudit>> CacheDb::audit(int64_t* malformed, const AuditFilter& filter) {
   if (malformed) *malformed = 0;
+  const std::string sql = fmt::format(
+      "SELECT graph_key, SUM(hm), SUM(hd), SUM(ms), SUM(cp), SUM(cr), SUM(cms), MAX(t), SUM(hr) FROM ("
+      "SELECT graph_key, kind = 'hit_memory' AS hm, kind = 'hit_disk' AS hd, kind = 'miss' AS ms, "
+      "kind = 'compile' AS cp, kind = 'corrupt' AS cr, CASE WHEN kind = 'compile' THEN duration_ms ELSE 0 END "
+      "AS cms, time AS t, 0 AS hr FROM events WHERE kind IN ('hit_memory', 'hit_disk', 'miss', 'compile', "
+      "'corrupt', 'store', 'evict', 'store_failed'){} UNION ALL "
+      "SELECT graph_key, CASE WHEN tier = 'hit_memory' THEN hits ELSE 0 END, CASE WHEN tier = 'hit_disk' THEN "
+      "hits ELSE 0 END, 0, 0, 0, 0, last_time, CASE WHEN tier = 'hit_remote' THEN hits ELSE 0 END FROM hit_counts "
+      "WHERE 1{}) "
+      "GROUP BY graph_key ORDER BY MAX(t) DESC, graph_key",
+      event_conditions(filter), hit_conditions(filter));
+  const std::string misses_sql = fmt::format(
+      "SELECT time, reason, backend, detail, program FROM events WHERE graph_key = ?6 AND kind = 'miss'{} "
+      "ORDER BY time DESC, id DESC LIMIT 5",
+      event_conditions(filter));
+  constexpr const char* kProgramSql =
+      "SELECT program FROM (SELECT program, 1 AS o FROM graph_sources WHERE graph_key = ?1 AND program <> '' "
+      "UNION ALL SELECT program, 2 FROM (SELECT program FROM events WHERE graph_key = ?1 AND program <> '' "
+      "ORDER BY id DESC LIMIT 1)) ORDER BY o LIMIT 1";
+  AdHoc rows_stmt, misses_stmt, program_stmt;
+  for (auto [stmt, text] : {std::pair{&rows_stmt, sql.c_str()}, std::pair{&misses_stmt, misses_sql.c_str()},
+                            std::pair{&program_stmt, kProgramSql}}) {
+    Status st = impl_->prepare(stmt->stmt(), text);
+    if (!st.is_ok()) return st;
+  }
   return impl_->read_transaction("reading the audit log", [&]() -> Result<std::vector<GraphAudit>> {
     std::vector<GraphAudit> out;
     {
-      Query q(impl_->audit_graphs);
+      Query q(rows_stmt.stmt());
+      AdHoc::bind(q, filter);
       int rc;
       while ((rc = q.step()) == SQLITE_ROW) {
         std::optional<GraphKey> key = GraphKey::from_hex(q.col_text(0));
         if (!key) {  // rows with a damaged key: skipped and counted, never fatal
-          if (malformed) *malformed += q.col_i64(1) + q.col_i64(2) + q.col_i64(3) + q.col_i64(4) + q.col_i64(5);
+          if (malformed) {
+            *malformed += q.col_i64(1) + q.col_i64(2) + q.col_i64(3) + q.col_i64(4) + q.col_i64(5) + q.col_i64(8);
+          }
           continue;
         }
         GraphAudit a;
@@ -114,8 +195,9 @@ Result<std::vector<GraphAudit>> CacheDb::audit(int64_t* malformed) {
         a.corrupt = q.col_i64(5);
         a.compile_ms_total = q.col_real(6);
         a.last_use = q.col_real(7);
+        a.hits_remote = q.col_i64(8);
         if (a.compiles > 0) {
-          a.saved_ms = static_cast<double>(a.hits_memory + a.hits_disk) * a.compile_ms_total /
+          a.saved_ms = static_cast<double>(a.hits_memory + a.hits_disk + a.hits_remote) * a.compile_ms_total /
                        static_cast<double>(a.compiles);
         }
         out.push_back(std::move(a));
@@ -123,17 +205,73 @@ Result<std::vector<GraphAudit>> CacheDb::audit(int64_t* malformed) {
       if (rc != SQLITE_DONE) return impl_->error(rc, "reading the audit log");
     }
     for (GraphAudit& a : out) {
+      {
+        Query q(program_stmt.stmt());
+        q.text(1, a.graph.to_hex());
+        int rc = q.step();
+        if (rc == SQLITE_ROW) a.program = q.col_text(0);
+        else if (rc != SQLITE_DONE) return impl_->error(rc, "reading the audit log");
+      }
       if (a.misses == 0) continue;
-      Query q(impl_->recent_misses);
-      q.text(1, a.graph.to_hex());
+      Query q(misses_stmt.stmt());
+      AdHoc::bind(q, filter);
+      q.text(6, a.graph.to_hex());
       int rc;
       while ((rc = q.step()) == SQLITE_ROW) {
-        a.recent_misses.push_back({q.col_real(0), q.col_text(1), q.col_text(2)});
+        a.recent_misses.push_back({q.col_real(0), q.col_text(1), q.col_text(2), q.col_text(3), q.col_text(4)});
       }
       if (rc != SQLITE_DONE) return impl_->error(rc, "reading the audit log");
     }
     return out;
   });
+}
+
+Result<std::vector<Event>> CacheDb::audit_events(const AuditFilter& filter, int64_t limit, int64_t* malformed) {
+  if (malformed) *malformed = 0;
+  const std::string sql = fmt::format(
+      "SELECT id, time, pid, kind, graph_key, backend, reason, duration_ms, detail, options_digest, program, "
+      "function FROM events WHERE 1{} ORDER BY id DESC LIMIT ?6", event_conditions(filter));
+  AdHoc stmt;
+  Status st = impl_->prepare(stmt.stmt(), sql.c_str());
+  if (!st.is_ok()) return st;
+  Query q(stmt.stmt());
+  AdHoc::bind(q, filter);
+  q.i64(6, std::max<int64_t>(limit, 1));
+  std::vector<Event> out;
+  int rc;
+  while ((rc = q.step()) == SQLITE_ROW) {
+    std::optional<Event> e = Impl::event_from_row(q);
+    if (!e) {
+      if (malformed) ++*malformed;
+      continue;
+    }
+    out.push_back(std::move(*e));
+  }
+  if (rc != SQLITE_DONE) return impl_->error(rc, "reading the audit log");
+  return out;
+}
+
+Result<std::vector<HitSpan>> CacheDb::hit_spans(const AuditFilter& filter, int64_t limit) {
+  const std::string sql = fmt::format(
+      "SELECT graph_key, backend, options_digest, tier, hits, first_time, last_time FROM hit_counts WHERE 1{} "
+      "ORDER BY last_time DESC, graph_key LIMIT ?6", hit_conditions(filter));
+  AdHoc stmt;
+  Status st = impl_->prepare(stmt.stmt(), sql.c_str());
+  if (!st.is_ok()) return st;
+  Query q(stmt.stmt());
+  AdHoc::bind(q, filter);
+  q.i64(6, std::max<int64_t>(limit, 1));
+  std::vector<HitSpan> out;
+  int rc;
+  while ((rc = q.step()) == SQLITE_ROW) {
+    std::optional<GraphKey> key = GraphKey::from_hex(q.col_text(0));
+    std::optional<ParsedEventName> tier = parse_event_name(q.col_text(3));
+    if (!key || !tier || tier->kind != EventKind::kHit) continue;  // damaged: audit() counts these
+    out.push_back({*key, q.col_text(1), q.col_text(2), std::move(tier->tier), q.col_i64(4), q.col_real(5),
+                   q.col_real(6)});
+  }
+  if (rc != SQLITE_DONE) return impl_->error(rc, "reading hit counts");
+  return out;
 }
 
 Result<std::vector<EntryInfo>> CacheDb::gc(uint64_t max_bytes) {
@@ -334,7 +472,20 @@ Result<GraphKey> resolve_graph_key(CacheDb& db, std::string_view text) {
   return invalid_argument(fmt::format("graph hash prefix '{}' is ambiguous; candidates:{}", text, list));
 }
 
-Result<std::vector<FunctionAudit>> CacheDb::function_audit() {
+namespace {
+
+// Whether compiled function `name` ("mlp.trace:step": a program's file name, then what it runs)
+// belongs to `program` as AuditFilter::program names one.
+bool function_of_program(std::string_view name, std::string_view program) {
+  const size_t colon = name.rfind(':');
+  std::string_view file = colon == std::string_view::npos ? name : name.substr(0, colon);
+  std::string_view base = program.substr(program.rfind('/') == std::string_view::npos ? 0 : program.rfind('/') + 1);
+  return file == base || file == fmt::format("{}.trace", base);
+}
+
+}  // namespace
+
+Result<std::vector<FunctionAudit>> CacheDb::function_audit(const AuditFilter& filter) {
   return impl_->read_transaction("auditing functions", [&]() -> Result<std::vector<FunctionAudit>> {
     std::vector<FunctionAudit> out;
     {
@@ -347,6 +498,10 @@ Result<std::vector<FunctionAudit>> CacheDb::function_audit() {
       }
       if (rc != SQLITE_DONE) return impl_->error(rc, "auditing functions");
     }
+    std::erase_if(out, [&](const FunctionAudit& f) {
+      return (!filter.function.empty() && f.key.name != filter.function) ||
+             (!filter.program.empty() && !function_of_program(f.key.name, filter.program));
+    });
     for (FunctionAudit& f : out) {
       Query q(impl_->recent_recompiles);
       q.text(1, f.key.name);

@@ -30,6 +30,24 @@ import sqlite3, sys
 rows = sqlite3.connect(sys.argv[1]).execute("SELECT SUM(hits) FROM hit_counts WHERE tier = 'hit_remote'").fetchone()
 assert rows[0] and rows[0] >= 1, rows
 PY
+# The per-step outcomes, the audit and stats name the remote tier; remote events carry the program.
+[ "$(json_field "$TMP/b.json" "sum(g.get('tier') == 'remote' for s in j['steps_detail'] for g in s['graphs'])")" -ge 1 ] \
+  || fail "run --json's steps_detail names no remote hit"
+"$TC" audit --db "$TMP/b.db" --json > "$TMP/b_audit.json"
+[ "$(json_field "$TMP/b_audit.json" "sum(g['hits_remote'] for g in j['graphs'])")" -ge 1 ] || fail "audit counts no remote hit"
+[ "$(json_field "$TMP/b_audit.json" "all(g['program'].endswith('mlp.trace') for g in j['graphs'])")" = True ] \
+  || fail "audit names no program for the remote hits: $(cat "$TMP/b_audit.json")"
+"$TC" audit --db "$TMP/b.db" | grep -q "hits:remote" || fail "audit's table has no remote column"
+"$TC" stats --db "$TMP/b.db" --json > "$TMP/b_stats.json"
+[ "$(json_field "$TMP/b_stats.json" "j['hits_remote'] >= 1 and j['hit_rate'] > 0")" = True ] || fail "stats: $(cat "$TMP/b_stats.json")"
+python3 - "$TMP/a.db" <<'PY' || fail "machine A's remote events lack their program"
+import sqlite3, sys
+rows = sqlite3.connect(sys.argv[1]).execute(
+    "SELECT kind, program FROM events WHERE kind IN ('miss_remote', 'store_remote')").fetchall()
+assert rows and all(p.endswith("mlp.trace") for _, p in rows), rows
+PY
+"$TC" run "$lazy_prog" --db "$TMP/b1.db" --remote "$REMOTE" -v > /dev/null 2> "$TMP/b1.err"
+grep -q "hit (remote)" "$TMP/b1.err" || fail "run -v names no remote hit: $(cat "$TMP/b1.err")"
 # The remote hit was copied into B's database: a third run on B needs no remote at all.
 "$TC" run "$lazy_prog" --db "$TMP/b.db" --json > "$TMP/b2.json"
 [ "$(json_field "$TMP/b2.json" "j['counters']['compiles']")" = 0 ] || fail "the remote hit was not copied locally"
@@ -42,7 +60,7 @@ same_outputs "$TMP/once_base.json" "$TMP/c.json"
 same_outputs "$TMP/once_base.json" "$TMP/d.json"
 [ "$(json_field "$TMP/d.json" "(j['counters']['traces'], j['counters']['compiles'])")" = "(0, 0)" ] \
   || fail "machine B traced or compiled in once mode: $(json_field "$TMP/d.json" "j['counters']")"
-events "$TMP/d.db" hit_remote | grep -q "guard entries" || fail "no hit_remote for the guard entries: $(events "$TMP/d.db")"
+events "$TMP/d.db" hit_remote | grep "guard entries" > /dev/null || fail "no hit_remote for the guard entries: $(events "$TMP/d.db")"
 [ "$(count_events "$TMP/c.db" store_remote)" -ge 2 ] || fail "machine A stored no guard entry remotely"
 
 # ---- stats --remote ----
@@ -56,7 +74,7 @@ conv="$SRC/fixtures/programs/convnet.trace"
 "$TC" run "$conv" --no-cache --json > "$TMP/conv_base.json"
 "$TC" run "$conv" --db "$TMP/e.db" --remote "$REMOTE" --remote-mode read-only --json > "$TMP/e.json"
 same_outputs "$TMP/conv_base.json" "$TMP/e.json"
-events "$TMP/e.db" skip_remote | grep -q "read-only" || fail "read-only mode recorded no skip_remote: $(events "$TMP/e.db")"
+events "$TMP/e.db" skip_remote | grep "read-only" > /dev/null || fail "read-only mode recorded no skip_remote: $(events "$TMP/e.db")"
 [ "$(count_events "$TMP/e.db" store_remote)" = 0 ] || fail "read-only mode wrote to the remote"
 "$TC" stats --remote "$REMOTE" --json > "$TMP/stats2.json"
 [ "$(json_field "$TMP/stats2.json" "j['executables']")" = "$executables_before" ] || fail "read-only mode added entries"
@@ -85,7 +103,7 @@ same_outputs "$TMP/lazy_base.json" "$TMP/f.json"
 [ "$(json_field "$TMP/f.json" "j['counters']['compiles']")" -ge 1 ] || fail "a poisoned executable was not recompiled"
 "$TC" run "$once_prog" --mode once --db "$TMP/g.db" --remote "$REMOTE" --json > "$TMP/g.json"
 same_outputs "$TMP/once_base.json" "$TMP/g.json"
-events "$TMP/g.db" corrupt | grep -q "guard entry" || fail "a poisoned guard entry was no corrupt event: $(events "$TMP/g.db")"
+events "$TMP/g.db" corrupt | grep "guard entry" > /dev/null || fail "a poisoned guard entry was no corrupt event: $(events "$TMP/g.db")"
 # The recompiled executables replaced the removed bad values: a new machine is served again.
 "$TC" run "$lazy_prog" --db "$TMP/h.db" --remote "$REMOTE" --json > "$TMP/h.json"
 same_outputs "$TMP/lazy_base.json" "$TMP/h.json"

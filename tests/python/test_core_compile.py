@@ -154,6 +154,23 @@ class Persistent(unittest.TestCase):
         self.assertEqual(second["stats"]["traces"], 0)
         self.assertEqual(second["out"], first["out"])
 
+    def test_default_version_is_the_same_in_every_process(self):
+        # The default user version digests fn's code; a set literal's order follows string
+        # hashing (PYTHONHASHSEED), so it is digested sorted.
+        code = textwrap.dedent("""
+            import tracecache as tc
+            def fn(x):
+                return x if "a" in {"alpha", "beta", "gamma", "delta"} else x
+            print(tc._code_digest(fn.__code__))
+        """)
+        digests = set()
+        for seed in ("1", "2", "3"):
+            env = dict(os.environ, PYTHONHASHSEED=seed)
+            r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                               text=True, check=True)
+            digests.add(r.stdout.strip())
+        self.assertEqual(len(digests), 1, digests)
+
 
 if __name__ == "__main__":
     unittest.main()

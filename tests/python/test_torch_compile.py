@@ -1,0 +1,210 @@
+"""tracecache.torch.compile in once mode: guards (a new batch size and a new dtype recompile,
+with reasons naming the input), a second process with the same database does zero captures and
+zero compiles, parameter updates between calls are seen, an unmapped op names itself and the
+user's line.
+
+Run by ctest as python.test_torch_compile (tests/python/run_test.sh: TRACECACHE_DB points into
+a fresh temporary directory)."""
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import torch
+from torch import nn
+
+import torch_models
+import tracecache
+import tracecache.torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+class Mlp(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(8, 16)
+        self.fc2 = nn.Linear(16, 4)
+
+    def forward(self, x):
+        return self.fc2(torch.relu(self.fc1(x)))
+
+
+def scaled(x, y):
+    return x * 2 + y
+
+
+class Guards(unittest.TestCase):
+    def setUp(self):
+        tracecache.configure(mode="once", no_cache=True)
+
+    def test_same_types_replay_without_capturing(self):
+        torch.manual_seed(0)
+        model = Mlp().eval()
+        compiled = tracecache.torch.compile(model)
+        x = torch.randn(3, 8)
+        before = tracecache.torch.stats()["captures"]
+        for _ in range(3):
+            torch.testing.assert_close(compiled(x), torch_models.eager(model, x)[0], rtol=1e-5, atol=1e-6)
+        self.assertEqual(tracecache.torch.stats()["captures"] - before, 1)
+        self.assertEqual(compiled.stats()["traces"], 1)
+
+    def test_new_batch_size_recompiles_naming_the_input_and_dim(self):
+        torch.manual_seed(0)
+        model = Mlp().eval()
+        compiled = tracecache.torch.compile(model)
+        compiled(torch.randn(3, 8))
+        x = torch.randn(5, 8)
+        torch.testing.assert_close(compiled(x), torch_models.eager(model, x)[0], rtol=1e-5, atol=1e-6)
+        reasons = compiled.recompile_reasons()
+        self.assertEqual(len(reasons), 1, reasons)
+        # The state comes first (fc1.weight, fc1.bias, fc2.weight, fc2.bias): x is argument 4.
+        self.assertIn("input 4", reasons[0])
+        self.assertIn("dim 0 expected 3, actual 5", reasons[0])
+
+    def test_new_dtype_recompiles(self):
+        compiled = tracecache.torch.compile(scaled)
+        a, b = torch.arange(6, dtype=torch.int32), torch.arange(6, dtype=torch.int32)
+        self.assertTrue(torch.equal(compiled(a, b), a * 2 + b))
+        af, bf = a.float(), b.float()
+        self.assertTrue(torch.equal(compiled(af, bf), af * 2 + bf))
+        reasons = compiled.recompile_reasons()
+        self.assertEqual(len(reasons), 1, reasons)
+        self.assertIn("input 0", reasons[0])
+        self.assertIn("dtype", reasons[0])
+
+    def test_parameter_updates_are_seen(self):
+        torch.manual_seed(0)
+        model = Mlp().eval()
+        compiled = tracecache.torch.compile(model)
+        x = torch.randn(3, 8)
+        compiled(x)
+        with torch.no_grad():
+            model.fc1.weight.mul_(-0.5)           # in place
+        torch.testing.assert_close(compiled(x), torch_models.eager(model, x)[0], rtol=1e-5, atol=1e-6)
+        model.fc2.bias = nn.Parameter(torch.full((4,), 3.0))   # a new tensor
+        torch.testing.assert_close(compiled(x), torch_models.eager(model, x)[0], rtol=1e-5, atol=1e-6)
+        model.fc2.weight.data.copy_(torch.randn(4, 16))        # through .data
+        torch.testing.assert_close(compiled(x), torch_models.eager(model, x)[0], rtol=1e-5, atol=1e-6)
+        self.assertEqual(compiled.stats()["traces"], 1)
+
+    def test_train_and_eval_are_different_graphs(self):
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.0), nn.ReLU()).eval()
+        compiled = tracecache.torch.compile(model)
+        x = torch.randn(2, 4)
+        compiled(x)
+        version = compiled.version
+        model.train()
+        with self.assertWarnsRegex(UserWarning, "carry no autograd history"):
+            got = compiled(x)
+        torch.testing.assert_close(got, torch_models.eager(model, x)[0], rtol=1e-5, atol=1e-6)
+        self.assertNotEqual(compiled.version, version)
+
+    def test_frozen_parameters_keep_the_composite_attention(self):
+        # requires_grad_(False) and no_grad would let PyTorch take _native_multi_head_attention and
+        # nested tensors; the capture still sees the composite path.
+        model = torch_models.bert()
+        inputs = torch_models.bert_inputs()
+        want = torch_models.eager(model, *inputs)
+        for p in model.parameters():
+            p.requires_grad_(False)
+        with torch.no_grad():
+            got = tracecache.torch.compile(model)(*inputs)
+        for k, (g, w) in enumerate(zip(got, want)):
+            self.assertLessEqual(torch_models.relative_error(g, w), 1e-4, f"output {k}")
+
+    def test_output_structure_is_kept(self):
+        def fn(x):
+            return {"double": x * 2, "pair": (x + 1, x.sum())}
+        out = tracecache.torch.compile(fn)(torch.ones(3))
+        self.assertEqual(set(out), {"double", "pair"})
+        self.assertTrue(torch.equal(out["pair"][0], torch.full((3,), 2.0)))
+        self.assertEqual(out["pair"][1].item(), 3.0)
+
+
+UNMAPPED_LINE = "return torch.cumsum(x, dim=0)"
+
+
+def uses_cumsum(x):
+    return torch.cumsum(x, dim=0)
+
+
+class Errors(unittest.TestCase):
+    def test_unmapped_op_names_itself_and_the_user_line(self):
+        for mode in ("lazy", "once"):
+            tracecache.configure(mode=mode, no_cache=True)
+            with self.assertRaises(tracecache.torch.UnsupportedOpError) as caught:
+                tracecache.torch.compile(uses_cumsum)(torch.ones(4))
+            message = str(caught.exception)
+            self.assertIn("aten.cumsum.default", message)
+            self.assertIn(f"{__file__}:", message)
+            self.assertIn(UNMAPPED_LINE, message)
+
+    def test_a_parameter_read_from_outside_points_to_compile_step(self):
+        tracecache.configure(mode="once", no_cache=True)
+        model = Mlp()
+
+        def predict(x):
+            return model(x)
+        with self.assertRaises(tracecache.torch.CaptureError) as caught:
+            tracecache.torch.compile(predict)(torch.ones(2, 8))
+        self.assertIn("reads a parameter", str(caught.exception))
+        self.assertIn("compile_step", str(caught.exception))
+
+    def test_arguments_must_be_torch_tensors(self):
+        tracecache.configure(mode="once", no_cache=True)
+        with self.assertRaises(TypeError):
+            tracecache.torch.compile(scaled)(torch.ones(2), 3)
+        with self.assertRaises(TypeError):
+            tracecache.torch.compile(scaled)(torch.ones(2, dtype=torch.float64), torch.ones(2))
+
+
+SECOND_PROCESS = r'''
+import json, sys
+import torch
+import tracecache, tracecache.torch
+sys.path.insert(0, sys.argv[2])
+import torch_models
+tracecache.configure(mode="once", db=sys.argv[1])
+model = torch_models.zoo_model("resnet18")
+bert = torch_models.bert()
+x = torch.randn(1, 3, 32, 32, generator=torch.Generator().manual_seed(5))
+out = tracecache.torch.compile(model)(x)
+h, pooled = tracecache.torch.compile(bert)(*torch_models.bert_inputs())
+want = torch_models.eager(model, x)[0]
+print(json.dumps({"torch": tracecache.torch.stats(), "counters": tracecache.counters(),
+                  "error": torch_models.relative_error(out, want), "checksum": float(out.double().sum()),
+                  "pooled": float(pooled.double().sum())}))
+'''
+
+
+class SecondProcess(unittest.TestCase):
+    def test_zero_captures_and_zero_compiles(self):
+        directory = tempfile.mkdtemp(dir=os.environ.get("TRACECACHE_TEST_TMP"))
+        script = os.path.join(directory, "second.py")
+        with open(script, "w") as f:
+            f.write(SECOND_PROCESS)
+        db = os.path.join(directory, "cache.db")
+        runs = []
+        for _ in range(2):
+            p = subprocess.run([sys.executable, script, db, HERE], capture_output=True, text=True)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            runs.append(json.loads(p.stdout.strip().splitlines()[-1]))
+        first, second = runs
+        self.assertEqual(first["torch"]["captures"], 2)
+        self.assertGreater(first["counters"]["compiles"], 0)
+        self.assertEqual(second["torch"]["captures"], 0)
+        self.assertEqual(second["torch"]["lowerings"], 0)
+        self.assertEqual(second["counters"]["compiles"], 0)
+        self.assertEqual(second["counters"]["traces"], 0)
+        self.assertLessEqual(second["error"], 1e-4)
+        self.assertEqual(first["checksum"], second["checksum"])
+        self.assertEqual(first["pooled"], second["pooled"])
+
+
+if __name__ == "__main__":
+    unittest.main()

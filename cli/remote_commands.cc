@@ -1,5 +1,5 @@
 // `tracecache stats --remote URL` and `tracecache gc --remote URL`: the remote cache tier seen
-// from the command line (docs/cache.md, "Remote tier"). Both scan only tracecache's keys
+// from the command line (docs/remote-cache.md). Both scan only tracecache's keys
 // ("tracecache:*"), never the rest of a shared server.
 #include <cstdint>
 #include <string>
@@ -84,7 +84,7 @@ int remote_stats_command(const CacheCommandOptions& options) {
                   c.endpoint().url, store::remote_key_prefix(), executables, graphs, functions, other_versions, bytes,
                   used_memory, maxmemory, policy));
   if (maxmemory == "0" || policy != "allkeys-lru") {
-    out("  note: set maxmemory and maxmemory-policy allkeys-lru on the server to bound it (docs/cache.md)\n");
+    out("  note: set maxmemory and maxmemory-policy allkeys-lru on the server to bound it (docs/remote-cache.md)\n");
   }
   return kExitOk;
 }
@@ -100,8 +100,14 @@ int remote_gc_command(const CacheCommandOptions& options) {
   for (const std::string& k : *keys) {
     const std::string_view kind = store::remote_key_kind(k);
     bool remove = kind.empty();
+    // A value the client will not read (over its size limit, of the wrong type) is a bad value.
     if (kind == "fn") {
       Result<std::vector<std::pair<std::string, std::string>>> fields = c.hash_get_all(k);
+      if (!fields.is_ok() && fields.status().code() == StatusCode::kCorruption) {
+        remove = true;
+        ++bad_values;
+        fields = std::vector<std::pair<std::string, std::string>>();
+      }
       if (!fields.is_ok()) return report_error(fields.status());
       for (const auto& [field, value] : *fields) {
         if (store::unseal_blob(value).is_ok()) continue;
@@ -110,8 +116,10 @@ int remote_gc_command(const CacheCommandOptions& options) {
       }
     } else if (!remove) {
       Result<std::optional<std::string>> value = c.get(k);
-      if (!value.is_ok()) return report_error(value.status());
-      if (!value->has_value()) {
+      if (!value.is_ok() && value.status().code() != StatusCode::kCorruption) return report_error(value.status());
+      if (!value.is_ok()) {
+        remove = true;
+      } else if (!value->has_value()) {
         remove = true;  // a key of ours holding another type
       } else {
         Result<std::string_view> blob = store::unseal_blob(**value);

@@ -83,7 +83,11 @@ Runtime::Runtime(Backend* backend, store::CacheDb* disk, store::AuditLog* audit,
     tiered_guards_.emplace(guard_entries_, &*remote_guards_,
                            [this](store::EventKind kind, const store::FunctionKey& function, std::string detail) {
                              if (kind == store::EventKind::kUnavailable) warn_remote_unavailable(detail);
-                             function_event(kind, function.name, std::move(detail), store::kRemoteTier);
+                             // A corrupt value is a `corrupt` event wherever it was (its detail
+                             // names the remote); the other kinds name the tier.
+                             if (kind == store::EventKind::kCorrupt) metrics_->add(counters::kCorrupt);
+                             function_event(kind, function.name, std::move(detail),
+                                            kind == store::EventKind::kCorrupt ? std::string_view() : store::kRemoteTier);
                            });
     guard_entries_ = &*tiered_guards_;
   }

@@ -1,10 +1,21 @@
 // The remote cache tier's pure parts: URL parsing, key building, the back-off (a fake clock), the
-// seal every remote value carries, tier-named event names, and the client's skip-after-failure
-// against a server that is not there (no server needed; the fake clock decides when it retries).
-// Runs against a real Redis are tests/cli/remote*.sh.
+// seal every remote value carries, tier-named event names, the client's skip-after-failure
+// against a server that is not there (no server needed; the fake clock decides when it retries),
+// and the client against a hostile fake server (a thread on a unix socket answering with canned
+// bytes): oversized, endless, mistyped, truncated and garbage replies are refused, never
+// allocated or trusted. Runs against a real Redis are tests/cli/remote*.sh.
 #include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <memory>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "store/core/blob_checksum.h"
 #include "store/core/events.h"
@@ -13,6 +24,7 @@
 #include "store/remote/remote_keys.h"
 #include "store/remote/remote_url.h"
 #include "store/sqlite/cache_db.h"
+#include "tests/test_support.h"
 
 namespace tracecache::store {
 namespace {
@@ -167,6 +179,143 @@ TEST(RemoteClient, RefusesBadOptions) {
   o.url = "redis://h:1";
   o.command_timeout_ms = 0;
   EXPECT_EQ(RedisClient::create(o, nullptr).status().code(), StatusCode::kInvalidArgument);
+}
+
+// A fake Redis server on a unix socket: its i-th command (over all connections) is answered with
+// answers[i] (the last answer for every later one). An endless answer is followed by filler bytes
+// until the client hangs up (at most 64 MiB); a closing one ends the connection after it.
+class FakeServer {
+ public:
+  struct Answer {
+    std::string bytes;
+    bool endless = false;
+    bool close_after = false;
+  };
+
+  explicit FakeServer(std::vector<Answer> answers) : answers_(std::move(answers)) {
+    sock_ = (dir_.path() / "fake.sock").string();
+    listen_fd_ = ::socket(AF_UNIX, SOCK_STREAM, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", sock_.c_str());
+    EXPECT_EQ(::bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    EXPECT_EQ(::listen(listen_fd_, 4), 0);
+    thread_ = std::thread([this] { serve(); });
+  }
+  ~FakeServer() {
+    ::shutdown(listen_fd_, SHUT_RDWR);  // accept() returns
+    thread_.join();
+    ::close(listen_fd_);
+  }
+  std::string url() const { return "unix://" + sock_; }
+  int connections() const { return connections_; }
+
+ private:
+  void serve() {
+    for (;;) {
+      const int fd = ::accept(listen_fd_, nullptr, nullptr);
+      if (fd < 0) return;
+      ++connections_;
+      char buf[65536];
+      while (::read(fd, buf, sizeof(buf)) > 0) {
+        const Answer& a = answers_[std::min(commands_++, answers_.size() - 1)];
+        bool open = ::send(fd, a.bytes.data(), a.bytes.size(), MSG_NOSIGNAL) >= 0;
+        const std::string filler(65536, 'x');
+        for (size_t sent = 0; open && a.endless && sent < (size_t{64} << 20); sent += filler.size()) {
+          open = ::send(fd, filler.data(), filler.size(), MSG_NOSIGNAL) >= 0;
+        }
+        if (!open || a.endless || a.close_after) break;
+      }
+      ::close(fd);
+    }
+  }
+
+  testing::TempDir dir_;
+  std::string sock_;
+  std::vector<Answer> answers_;
+  int listen_fd_ = -1;
+  size_t commands_ = 0;
+  std::atomic<int> connections_{0};
+  std::thread thread_;
+};
+
+std::unique_ptr<RedisClient> client_for(const FakeServer& server, Metrics* metrics = nullptr) {
+  RemoteOptions o;
+  o.url = server.url();
+  o.max_value_bytes = 1024;
+  o.command_timeout_ms = 2000;  // the fake server answers at once; a slow machine must not fail
+  o.connect_timeout_ms = 2000;
+  Result<std::unique_ptr<RedisClient>> c = RedisClient::create(o, metrics);
+  EXPECT_TRUE(c.is_ok()) << c.status().message();
+  return std::move(*c);
+}
+
+// A value over the limit, whole or endless, is refused as it arrives; the connection is dropped
+// without a back-off, and the next command (on a new connection) is answered.
+TEST(RemoteClientReplies, ValuesOverTheLimitAreRefusedNotAllocated) {
+  FakeServer server({{"$2000\r\n" + std::string(2000, 'v') + "\r\n"},
+                     {"$100000000000\r\n", /*endless=*/true},
+                     {"$5\r\nhello\r\n"}});
+  Metrics metrics;
+  std::unique_ptr<RedisClient> client = client_for(server, &metrics);
+  for (int i = 0; i < 2; ++i) {
+    Result<std::optional<std::string>> r = client->get("k");
+    ASSERT_FALSE(r.is_ok());
+    EXPECT_EQ(r.status().code(), StatusCode::kCorruption) << r.status().message();
+    EXPECT_NE(r.status().message().find("over the limit"), std::string::npos) << r.status().message();
+    EXPECT_EQ(client->last_call(), RemoteCall::kDone);
+  }
+  Result<std::optional<std::string>> ok = client->get("k");
+  ASSERT_TRUE(ok.is_ok()) << ok.status().message();
+  EXPECT_EQ(ok->value_or(""), "hello");
+  EXPECT_EQ(server.connections(), 3);
+  EXPECT_EQ(metrics.counter(remote_metrics::kFailures), 0);
+}
+
+TEST(RemoteClientReplies, HugeArraysAndMistypedRepliesAreCorrupt) {
+  FakeServer server({{"*2000000000\r\n"},
+                     {":5\r\n"},
+                     {"+OK\r\n"},
+                     {"*2\r\n:1\r\n:2\r\n"},
+                     {"*1\r\n$1\r\na\r\n"},
+                     {"*2\r\n$1\r\n0\r\n$1\r\nv\r\n"}});
+  std::unique_ptr<RedisClient> client = client_for(server);
+  EXPECT_EQ(client->hash_get_all("h").status().code(), StatusCode::kCorruption);  // 2e9 elements
+  EXPECT_EQ(client->get("k").status().code(), StatusCode::kCorruption);           // an integer
+  EXPECT_EQ(client->get("k").status().code(), StatusCode::kCorruption);           // a status
+  EXPECT_EQ(client->hash_get_all("h").status().code(), StatusCode::kCorruption);  // integers
+  EXPECT_EQ(client->hash_get_all("h").status().code(), StatusCode::kCorruption);  // odd count
+  Result<std::vector<std::pair<std::string, std::string>>> fields = client->hash_get_all("h");
+  ASSERT_TRUE(fields.is_ok()) << fields.status().message();
+  ASSERT_EQ(fields->size(), 1u);
+  EXPECT_EQ((*fields)[0], (std::pair<std::string, std::string>("0", "v")));
+}
+
+// A reply cut off by the server's end, or bytes that are not the protocol, are failures of the
+// connection (the back-off starts), never values.
+TEST(RemoteClientReplies, TruncatedAndGarbageRepliesFailTheConnection) {
+  for (const char* bytes : {"$10\r\nabc", "hello there\r\n"}) {
+    FakeServer server({{bytes, false, /*close_after=*/true}});
+    std::unique_ptr<RedisClient> client = client_for(server);
+    Result<std::optional<std::string>> r = client->get("k");
+    ASSERT_FALSE(r.is_ok()) << bytes;
+    EXPECT_EQ(r.status().code(), StatusCode::kIOError) << r.status().message();
+    EXPECT_EQ(client->last_call(), RemoteCall::kFailed);
+  }
+}
+
+// A value over the limit is never sent: the client refuses it before connecting.
+TEST(RemoteClientReplies, ValuesOverTheLimitAreNotWritten) {
+  FakeServer server({{"+OK\r\n"}});
+  std::unique_ptr<RedisClient> client = client_for(server);
+  const std::string big(1025, 'v');
+  EXPECT_EQ(client->set_if_absent("k", big).status().code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(client->last_call(), RemoteCall::kRefused);
+  EXPECT_EQ(client->hash_set_if_absent("h", "0", big).status().code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(server.connections(), 0);
+  Result<bool> small = client->set_if_absent("k", std::string(1024, 'v'));
+  ASSERT_TRUE(small.is_ok()) << small.status().message();
+  EXPECT_TRUE(*small);
 }
 
 }  // namespace

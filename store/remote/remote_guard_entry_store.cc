@@ -52,6 +52,11 @@ Result<std::vector<StoredFunctionEntry>> RemoteGuardEntryStore::function_entries
   return out;
 }
 
+Status RemoteGuardEntryStore::remove_function(const FunctionKey& key) {
+  if (read_only()) return read_only_error(*client_);
+  return client_->del(remote_function_key(key));
+}
+
 Status RemoteGuardEntryStore::remove_function_entry(const FunctionKey& key, int64_t entry) {
   if (read_only()) return read_only_error(*client_);
   return client_->hash_del(remote_function_key(key), std::to_string(entry));

@@ -6,7 +6,9 @@
 // under the same number stays; last_put_written() says which happened). Hits are not shared
 // (add_function_hits() does nothing: they are counted in the local database). A value that fails
 // its seal comes back with corrupt = true, like the SQLite store's rows; a field that is not an
-// entry number is skipped and counted (malformed_fields()).
+// entry number is skipped and counted (malformed_fields()). A hash the client will not read (over
+// its size limit, or not a hash of strings) is kCorruption from function_entries();
+// remove_function() deletes it.
 // Errors: the client's (kIOError: unreachable, timed out, skipped, refused); in read-only mode
 // every write fails with kIOError without reaching the server.
 // Thread-safety: as RedisClient (one thread). Ownership: the client is not owned and must outlive
@@ -31,6 +33,8 @@ class RemoteGuardEntryStore final : public GuardEntryStore {
   Result<std::vector<StoredFunctionEntry>> function_entries(const FunctionKey& key) override;
   Status add_function_hits(const FunctionKey&, int64_t, int64_t) override { return Status::ok(); }
   Status remove_function_entry(const FunctionKey& key, int64_t entry) override;
+  // Deletes every entry of `key` (a hash that failed to read). kIOError in read-only mode.
+  Status remove_function(const FunctionKey& key);
 
   bool last_put_written() const { return last_put_written_; }
   int64_t malformed_fields() const { return malformed_fields_; }

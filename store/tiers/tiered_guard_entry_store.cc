@@ -36,6 +36,17 @@ Result<std::vector<StoredFunctionEntry>> TieredGuardEntryStore::function_entries
     if (!rows.is_ok() || !rows->empty()) return rows;
   }
   Result<std::vector<StoredFunctionEntry>> rows = remote_->function_entries(key);
+  if (!rows.is_ok() && rows.status().code() == StatusCode::kCorruption) {
+    // The whole hash is unreadable: it goes (unless read-only), and the function traces anew.
+    std::string detail = fmt::format("remote guard entries: {}", rows.status().message());
+    if (!remote_->read_only()) {
+      if (Status removed = remote_->remove_function(key); !removed.is_ok()) {
+        detail += fmt::format(" (not removed: {})", removed.message());
+      }
+    }
+    sink_(EventKind::kCorrupt, key, std::move(detail));
+    return std::vector<StoredFunctionEntry>();
+  }
   if (!rows.is_ok()) {
     remote_failed(key, rows.status(), /*write=*/false);
     return std::vector<StoredFunctionEntry>();

@@ -8,7 +8,9 @@
 // remove_function_entry(): both (a bad entry is gone everywhere it could be served from).
 // add_function_hits(): the local store only. Every remote read and write is reported to the
 // event sink with what became of it: kHit (entries found), kMiss, kStore (written, or already
-// there), kUnavailable (failed), kSkip (backing off, or read-only), kStoreFailed (refused).
+// there), kUnavailable (failed), kSkip (backing off, or read-only), kStoreFailed (refused or over
+// the size limit), kCorrupt (the remote's hash could not be read: over the limit or malformed;
+// it is deleted unless read-only).
 //
 // Errors: the local store's; the remote's failures are reported to the sink and never fail a
 // call (a process goes on with its local tiers). read_only(): the local store's, or the remote's

@@ -13,7 +13,7 @@ namespace tracecache::cli {
 void add_remote_options(CLI::App* command, RemoteCliOptions& options) {
   command->add_option("--remote", options.flag,
                       "Shared cache tier on a Redis server after the local ones: redis://HOST:PORT[/DB] or "
-                      "unix:///PATH.sock (default: $TRACECACHE_REMOTE; docs/cache.md)");
+                      "unix:///PATH.sock (default: $TRACECACHE_REMOTE; docs/remote-cache.md)");
   command->add_option("--remote-mode", options.mode, "read-write, or read-only (never writes or deletes remote entries)")
       ->check(CLI::IsMember({"read-write", "read-only"}))
       ->capture_default_str();

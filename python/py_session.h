@@ -37,7 +37,7 @@ struct Settings {
   std::string db;          // "" : the CLI's default (TRACECACHE_DB, XDG_CACHE_HOME, HOME)
   bool no_cache = false;
   int threads = 0;         // 0: TRACECACHE_THREADS, else every CPU this process may use
-  std::string remote;      // the remote tier's URL; "": TRACECACHE_REMOTE, else none (docs/cache.md)
+  std::string remote;      // the remote tier's URL; "": TRACECACHE_REMOTE, else none (docs/remote-cache.md)
   std::string remote_mode = "read-write";  // or "read-only"
 };
 

@@ -26,7 +26,7 @@ def configure(mode="lazy", backend="cpu", db=None, no_cache=False, threads=None,
     $XDG_CACHE_HOME/tracecache/cache.db, else ~/.cache/tracecache/cache.db), no_cache (compile in
     memory only), threads (None: $TRACECACHE_THREADS, else every CPU), and the shared remote tier
     (remote: "redis://HOST:PORT[/DB]" or "unix:///PATH.sock"; None: $TRACECACHE_REMOTE, else
-    none; remote_mode "read-write" or "read-only"; docs/cache.md). Tensors of the previous
+    none; remote_mode "read-write" or "read-only"; docs/remote-cache.md). Tensors of the previous
     session stay valid but cannot be mixed with the new one's."""
     _tracecache.configure(mode=mode, backend=backend, db=None if db is None else str(db),
                           no_cache=no_cache, threads=threads, remote=remote, remote_mode=remote_mode)

@@ -2,7 +2,7 @@
 // (`--remote`, $TRACECACHE_REMOTE): `redis://HOST:PORT[/DB]` (TCP; PORT 1-65535, DB a database
 // number 0-65535, default 0) or `unix:///PATH` (a unix socket, absolute path; database 0).
 // `redis://HOST` without a port means 6379. No user, password or TLS: the client has none
-// (docs/cache.md: a private network or a unix socket).
+// (docs/remote-cache.md: a private network or a unix socket).
 // Errors: parse_remote_url() returns kInvalidArgument saying what is wrong and what is expected.
 // Thread-safety: pure function, plain values.
 #pragma once

@@ -1,4 +1,4 @@
-"""The remote cache tier from Python (docs/cache.md, "Remote tier"): configure(remote=...) with a
+"""The remote cache tier from Python (docs/remote-cache.md): configure(remote=...) with a
 real redis-server on a unix socket; a second session on a new local database compiles nothing,
 its hit served by the remote; settings() reports the remote; a bad URL or mode is a tc.Error."""
 import os

@@ -101,10 +101,16 @@ Result<BenchRow> bench_one(const Program& program, const std::string& target, Se
                            int steps, int warmup, const BenchOptions& options,
                            store::CacheDb* db) {
   Metrics metrics;
+  std::unique_ptr<store::RedisClient> remote;
+  if (mode != SessionMode::kEager && options.backend != "reference") {
+    Result<std::unique_ptr<store::RedisClient>> opened = open_remote(options.remote, &metrics);
+    if (!opened.is_ok()) return opened.status();
+    remote = std::move(*opened);
+  }
   Result<std::unique_ptr<ProgramSession>> session = ProgramSession::create(
       program, {.session = {.mode = mode, .backend = options.backend,
                             .backend_options = {.threads = options.threads}, .db = db,
-                            .metrics = &metrics}});
+                            .remote = remote.get(), .metrics = &metrics}});
   if (!session.is_ok()) return session.status();
   ProgramSession& s = **session;
   Progress progress(target, mode);

@@ -20,7 +20,8 @@ int report_open_error(const Status& status) {
   return status.code() == StatusCode::kCorruption ? kExitBadInput : code;
 }
 
-// "3600", "90m", "12h", "30d" -> seconds.
+}  // namespace
+
 Result<double> parse_age(std::string_view text) {
   double unit = 1;
   std::string_view digits = text;
@@ -42,8 +43,6 @@ Result<double> parse_age(std::string_view text) {
   }
   return static_cast<double>(n) * unit;
 }
-
-}  // namespace
 
 // `audit --since`: "2026-11-23", "2026-11-23 10:00[:30]", "2026-11-23T10:00[:30][Z]" (UTC), or an
 // age before now ("30s", "10m", "2h", "1d") -> Unix time.
@@ -94,7 +93,9 @@ Result<store::AuditFilter> audit_filter(const CacheCommandOptions& options, stor
     const bool graph_kind = kind && kind->kind != store::EventKind::kRecompile && kind->kind != store::EventKind::kFallback;
     if (!graph_kind) {
       return invalid_argument(fmt::format("--kind '{}' is not a kind of graph event (kinds: hit_memory, hit_disk, "
-                                          "miss, compile, store, evict, corrupt, store_failed)", options.kind));
+                                          "hit_remote, miss, compile, store, evict, corrupt, store_failed; the "
+                                          "remote tier's: miss_remote, store_remote, unavailable_remote, "
+                                          "skip_remote, store_failed_remote)", options.kind));
     }
   }
   if (!options.since.empty()) {
@@ -144,6 +145,7 @@ std::string audit_document(const std::string& db_path, const AuditRows& rows) {
     j.key("program").value(a.program);
     j.key("hits_memory").value(a.hits_memory);
     j.key("hits_disk").value(a.hits_disk);
+    j.key("hits_remote").value(a.hits_remote);
     j.key("misses").value(a.misses);
     j.key("compiles").value(a.compiles);
     j.key("corrupt").value(a.corrupt);
@@ -217,12 +219,13 @@ int audit_command(const CacheCommandOptions& options) {
     for (const auto& e : f.entries) out(fmt::format("    entry {}: {} hits, {} bytes\n", e.entry, e.hits, e.bytes));
     for (const std::string& r : f.recent_recompiles) out(fmt::format("    recompile: {}\n", r));
   }
-  out(fmt::format("{:<16}  {:>8} {:>8} {:>7} {:>8} {:>7} {:>11} {:>10}  {:<19}  {}\n", "graph", "hits:mem",
-                  "hits:disk", "misses", "compiles", "corrupt", "compile ms", "saved ms", "last use (UTC)", "program"));
+  out(fmt::format("{:<16}  {:>8} {:>9} {:>11} {:>7} {:>8} {:>7} {:>11} {:>10}  {:<19}  {}\n", "graph", "hits:mem",
+                  "hits:disk", "hits:remote", "misses", "compiles", "corrupt", "compile ms", "saved ms",
+                  "last use (UTC)", "program"));
   for (const store::GraphAudit& a : rows->graphs) {
-    out(fmt::format("{:<16}  {:>8} {:>9} {:>7} {:>8} {:>7} {:>11.2f} {:>10.2f}  {:<19}  {}\n", short_key(a.graph),
-                    a.hits_memory, a.hits_disk, a.misses, a.compiles, a.corrupt, a.compile_ms_total,
-                    a.saved_ms, format_time(a.last_use), a.program.empty() ? "-" : a.program));
+    out(fmt::format("{:<16}  {:>8} {:>9} {:>11} {:>7} {:>8} {:>7} {:>11.2f} {:>10.2f}  {:<19}  {}\n",
+                    short_key(a.graph), a.hits_memory, a.hits_disk, a.hits_remote, a.misses, a.compiles, a.corrupt,
+                    a.compile_ms_total, a.saved_ms, format_time(a.last_use), a.program.empty() ? "-" : a.program));
     for (const auto& m : a.recent_misses) {
       out(fmt::format("    miss {}  {} ({})\n", format_time(m.time), m.reason, m.backend));
       if (!m.detail.empty()) out(fmt::format("      {}\n", m.detail));
@@ -287,6 +290,7 @@ int stats_command(const CacheCommandOptions& options) {
     j.key("file_bytes").value(s->file_bytes);
     j.key("hits_memory").value(s->hits_memory);
     j.key("hits_disk").value(s->hits_disk);
+    j.key("hits_remote").value(s->hits_remote);
     j.key("misses").value(s->misses);
     j.key("compiles").value(s->compiles);
     j.key("hit_rate").value(s->hit_rate);
@@ -296,9 +300,9 @@ int stats_command(const CacheCommandOptions& options) {
   }
   out(fmt::format(
       "cache {}\n  graphs {}, executables {} ({} bytes), graph blobs {} bytes, file {} bytes\n"
-      "  lookups: {} memory hits, {} disk hits, {} misses; hit rate {:.1f}%; {} compiles\n",
+      "  lookups: {} memory hits, {} disk hits, {} remote hits, {} misses; hit rate {:.1f}%; {} compiles\n",
       (*db)->path(), s->graphs, s->executables, s->executable_bytes, s->graph_bytes, s->file_bytes,
-      s->hits_memory, s->hits_disk, s->misses, 100.0 * s->hit_rate, s->compiles));
+      s->hits_memory, s->hits_disk, s->hits_remote, s->misses, 100.0 * s->hit_rate, s->compiles));
   return kExitOk;
 }
 

@@ -9,6 +9,7 @@
 
 #include "frontend/program/program.h"
 #include "capture/core/status.h"
+#include "cli/remote_options.h"
 #include "store/sqlite/cache_db.h"
 
 namespace CLI {
@@ -42,6 +43,7 @@ struct RunOptions {
   std::string timeline;  // cpu or sim: write a Chrome trace-event file here ("": none)
   int threads = 0;       // cpu: CpuBackendOptions::threads (0: the CPUs this process may use)
   DbOptions db;
+  RemoteCliOptions remote;  // lazy and once: the shared tier after the disk
   // One class label per line for the top classes of classifier outputs ("": class numbers).
   std::string labels;
   bool quiet = false;  // print nothing but errors (and the JSON object with --json)
@@ -73,6 +75,7 @@ struct BenchOptions {
   int warmup = -1;
   bool json = false;
   std::string db;  // empty: no disk cache (compiles stay in memory)
+  RemoteCliOptions remote;
   int threads = 0;  // as RunOptions::threads
 };
 inline constexpr int kBenchSteps = 20, kBenchWarmup = 5;
@@ -137,6 +140,7 @@ int diff_command(const DiffOptions& options);
 struct CacheCommandOptions {
   bool json = false;
   DbOptions db;
+  RemoteCliOptions remote;  // stats, gc: the remote tier's instead of the database's (--remote)
   uint64_t max_bytes = 0;  // gc
   int64_t max_events = store::kDefaultMaxEvents;  // gc: audit events kept (newest first)
   std::string older_than;  // gc: drop events, hit counts and stale function versions older than this
@@ -153,6 +157,11 @@ int ls_command(const CacheCommandOptions& options);
 int stats_command(const CacheCommandOptions& options);
 int gc_command(const CacheCommandOptions& options);
 int verify_command(const CacheCommandOptions& options);
+// `stats --remote URL` and `gc --remote URL` (cli/remote_commands.cc): the remote tier's keys by
+// kind and the server's memory settings; deleting keys of other versions and values that fail
+// their seal.
+int remote_stats_command(const CacheCommandOptions& options);
+int remote_gc_command(const CacheCommandOptions& options);
 
 // `report -o FILE` (cli/report_command.cc): one self-contained HTML page of the audit (per program
 // and function: a timeline of hits, misses, compiles and recompiles, each compile's reason and
@@ -168,6 +177,9 @@ int report_command(const ReportOptions& options);
 // Prints "tracecache: <message>" to stderr and returns the exit code for `status`:
 // kExitBadInput for errors in what the user gave us, kExitFailure otherwise.
 int report_error(const Status& status);
+
+// Parses an age: "3600" or "3600s", "90m", "12h", "30d" -> seconds.
+Result<double> parse_age(std::string_view text);
 
 // Parses "1048576", "64K", "10M", "2G" (powers of 1024).
 Result<uint64_t> parse_byte_size(std::string_view text);

@@ -1,5 +1,6 @@
 // The `tracecache` command. Subcommands live in cli/commands.h; this file wires CLI11, reads
-// the environment (once, here: TRACECACHE_DB, XDG_CACHE_HOME, HOME, TRACECACHE_THREADS), and
+// the environment (once, here: TRACECACHE_DB, XDG_CACHE_HOME, HOME, TRACECACHE_THREADS,
+// TRACECACHE_REMOTE), and
 // maps failures to exit codes: 0 success, 2 bad input (unreadable or malformed program, bad
 // flags, shape errors, unknown cache schema), 1 anything else.
 #include <CLI/CLI.hpp>
@@ -56,12 +57,14 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string(tracecache::kToolkitVersion));
   tracecache::store::CachePathEnv cache_env{env("TRACECACHE_DB"), env("XDG_CACHE_HOME"), env("HOME")};
+  const std::string remote_env = env("TRACECACHE_REMOTE");
   const std::string db_help =
       "Cache database (default: $TRACECACHE_DB, else $XDG_CACHE_HOME/tracecache/cache.db, else "
       "~/.cache/tracecache/cache.db)";
 
   RunOptions run;
   run.db.env = cache_env;
+  run.remote.env = remote_env;
   CLI::App* run_cmd = app.add_subcommand("run", "Run a trace program step by step through lazy capture and the graph cache.");
   run_cmd->add_option("program", run.program, "Trace program (.trace)")->required();
   run_cmd->add_option("--steps", run.steps, "Steps to run (default: the program's)")->check(whole_number_in(1));
@@ -76,6 +79,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   run_cmd->add_option("--timeline", run.timeline, kTimelineHelp);
   run_cmd->add_option("--db", run.db.flag, db_help);
+  add_remote_options(run_cmd, run.remote);
   const std::string threads_help =
       "cpu: threads for OpenBLAS and the kernels' loops (default: $TRACECACHE_THREADS, else the CPUs "
       "this process may run on); results do not depend on it";
@@ -100,6 +104,7 @@ int main(int argc, char** argv) {
                     "dynamic (shape-polymorphic)");
 
   BenchOptions bench;
+  bench.remote.env = remote_env;
   CLI::App* bench_cmd = app.add_subcommand(
       "bench", "Median step time and host overhead per step of trace programs in eager, lazy and once mode.");
   bench_cmd->add_option("targets", bench.targets, "Trace programs (.trace) or zoo model names")->required();
@@ -120,10 +125,12 @@ int main(int argc, char** argv) {
       ->check(whole_number_in(0));
   bench_cmd->add_option("--threads", bench.threads, threads_help)->check(whole_number_in(1));
   bench_cmd->add_option("--db", bench.db, "Cache database to use (default: none, compile in memory)");
+  add_remote_options(bench_cmd, bench.remote);
   bench_cmd->add_flag("--json", bench.json, "Print one JSON object: rows (per target and mode), speedups, summary (per target) and geomean");
 
   ZooOptions zoo;
   zoo.run.db.env = cache_env;
+  zoo.run.remote.env = remote_env;
   CLI::App* zoo_cmd = add_zoo_command(app, zoo, db_help, threads_help);
 
   ShowOptions show;
@@ -166,16 +173,21 @@ int main(int argc, char** argv) {
                         "Only this program's events (its path as run, or its file name with or without .trace)");
   audit_cmd->add_option("--function", cache.function, "Only this compiled function's events (once mode: FILE:step)");
   audit_cmd->add_option("--kind", cache.kind,
-                        "Only events of this kind: hit_memory, hit_disk, miss, compile, store, evict, corrupt, "
-                        "store_failed");
+                        "Only events of this kind: hit_memory, hit_disk, hit_remote, miss, compile, store, evict, "
+                        "corrupt, store_failed, or the remote tier's miss_remote, store_remote, unavailable_remote, "
+                        "skip_remote, store_failed_remote");
   audit_cmd->add_option("--since", cache.since,
                         "Only events since this time: an ISO date or date and time in UTC (2026-11-23, "
                         "2026-11-23T10:00), or an age (30s, 10m, 2h, 1d)");
   audit_cmd->add_option("--graph", cache.graph, "Only this graph: a hash or a unique prefix");
   CLI::App* ls_cmd = cache_cmd("ls", "List cached executables, most recently used first.");
-  CLI::App* stats_cmd = cache_cmd("stats", "Entries, bytes and hit rate of the cache.");
-  CLI::App* gc_cmd = cache_cmd("gc", "Evict least recently used executables down to a byte budget.");
-  gc_cmd->add_option("--max-bytes", max_bytes, "Budget for executables: bytes, or with K/M/G")->required();
+  CLI::App* stats_cmd = cache_cmd("stats", "Entries, bytes and hit rate of the cache (--remote URL: of the remote tier).");
+  stats_cmd->add_option("--remote", cache.remote.flag, "The remote tier's server to report on instead: redis://HOST:PORT[/DB] or unix:///PATH.sock");
+  CLI::App* gc_cmd = cache_cmd("gc", "Evict least recently used executables down to a byte budget (--remote URL: clean the remote tier).");
+  gc_cmd->add_option("--max-bytes", max_bytes, "Budget for executables: bytes, or with K/M/G (required without --remote)");
+  gc_cmd->add_option("--remote", cache.remote.flag,
+                     "Clean the remote tier instead: delete entries of other tracecache versions and entries "
+                     "that fail verification");
   gc_cmd->add_option("--max-events", cache.max_events, "Audit events to keep, newest first (default 100000)")
       ->check(CLI::NonNegativeNumber);
   gc_cmd->add_option("--older-than", cache.older_than,
@@ -239,10 +251,12 @@ int main(int argc, char** argv) {
     if (*zoo_cmd) return zoo_command(*zoo_cmd, zoo);
     if (*audit_cmd) return audit_command(cache);
     if (*ls_cmd) return ls_command(cache);
-    if (*stats_cmd) return stats_command(cache);
+    if (*stats_cmd) return cache.remote.flag.empty() ? stats_command(cache) : remote_stats_command(cache);
     if (*verify_cmd) return verify_command(cache);
     if (*report_cmd) return report_command(report);
+    if (*gc_cmd && !cache.remote.flag.empty()) return remote_gc_command(cache);
     if (*gc_cmd) {
+      if (max_bytes.empty()) return report_error(tracecache::invalid_argument("gc needs --max-bytes (or --remote URL)"));
       auto bytes = parse_byte_size(max_bytes);
       if (!bytes.is_ok()) return report_error(bytes.status());
       cache.max_bytes = *bytes;

@@ -323,11 +323,12 @@ details summary{cursor:pointer;color:#334e68}
   }
 
   void summary() {
-    int64_t hm = 0, hd = 0, misses = 0, compiles = 0, corrupt = 0;
+    int64_t hm = 0, hd = 0, hr = 0, misses = 0, compiles = 0, corrupt = 0;
     double compile_ms = 0, saved_ms = 0;
     for (const store::GraphAudit& a : graphs_) {
       hm += a.hits_memory;
       hd += a.hits_disk;
+      hr += a.hits_remote;
       misses += a.misses;
       compiles += a.compiles;
       corrupt += a.corrupt;
@@ -340,12 +341,16 @@ details summary{cursor:pointer;color:#334e68}
       fallbacks += e.kind == store::EventKind::kFallback;
       corrupt += e.kind == store::EventKind::kCorrupt && is_function_event(e);
     }
-    const int64_t lookups = hm + hd + misses;
+    const int64_t lookups = hm + hd + hr + misses;
     html_ += "<section id=\"summary\"><h2>Summary</h2><div class=\"cards\">";
-    card(lookups ? fmt::format("{:.1f}%", 100.0 * static_cast<double>(hm + hd) / static_cast<double>(lookups)) : "-",
+    card(lookups ? fmt::format("{:.1f}%", 100.0 * static_cast<double>(hm + hd + hr) / static_cast<double>(lookups)) : "-",
          "hit rate", "good");
     card(fmt::format("{}", lookups), "graph lookups");
-    card(fmt::format("{} / {}", hm, hd), "hits: memory / disk");
+    if (hr > 0) {
+      card(fmt::format("{} / {} / {}", hm, hd, hr), "hits: memory / disk / remote");
+    } else {
+      card(fmt::format("{} / {}", hm, hd), "hits: memory / disk");
+    }
     card(fmt::format("{}", misses), "misses", misses ? "bad" : "");
     card(fmt::format("{}", compiles), "compiles");
     card(fmt::format("{}", recompiles), "recompiles (once mode)", recompiles ? "bad" : "");

@@ -381,10 +381,16 @@ int run_loaded_program(const Program& program, const RunOptions& options) {
     if (!opened.is_ok()) return report_error(opened.status());
     db = std::move(*opened);
   }
+  std::unique_ptr<store::RedisClient> remote;
+  if (options.backend != "reference" && *mode != SessionMode::kEager) {
+    Result<std::unique_ptr<store::RedisClient>> opened = open_remote(options.remote, &metrics);
+    if (!opened.is_ok()) return report_error(opened.status());
+    remote = std::move(*opened);
+  }
   Result<std::unique_ptr<ProgramSession>> session = ProgramSession::create(
       program, {.session = {.mode = *mode, .backend = options.backend,
                             .backend_options = {.threads = options.threads}, .db = db.get(),
-                            .bake_scalars = options.bake_scalars, .metrics = &metrics,
+                            .remote = remote.get(), .bake_scalars = options.bake_scalars, .metrics = &metrics,
                             .record_outcomes = options.verbose || options.json},
                 .automatic_dynamic = !options.no_auto_dynamic});
   if (!session.is_ok()) return report_error(session.status());
@@ -556,10 +562,12 @@ int run_loaded_program(const Program& program, const RunOptions& options) {
       }
     }
   }
-  out(fmt::format("{} steps ({} mode), {} traces, {} compiles, {} memory hits, {} disk hits, {} misses\n",
+  out(fmt::format("{} steps ({} mode), {} traces, {} compiles, {} memory hits, {} disk hits, {}{} misses\n",
                   steps->size(), mode_name(*mode), metrics.counter(counters::kTraces),
                   metrics.counter(counters::kCompiles), metrics.counter(counters::kHitsMemory),
-                  metrics.counter(counters::kHitsDisk), metrics.counter(counters::kMisses)));
+                  metrics.counter(counters::kHitsDisk),
+                  remote ? fmt::format("{} remote hits, ", metrics.counter("cache_hits_remote")) : std::string(),
+                  metrics.counter(counters::kMisses)));
   out(step_time_summary(step_ms) + "\n");
   if (*mode == SessionMode::kOnce) {
     out(fmt::format("{} guard checks, {} guard failures, {} recompiles\n",

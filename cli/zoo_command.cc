@@ -322,6 +322,7 @@ CLI::App* add_zoo_command(CLI::App& app, ZooOptions& o, const std::string& db_he
       ->check(whole_number_in(1));
   run->add_option("--threads", o.run.threads, threads_help)->check(whole_number_in(1));
   run->add_option("--db", o.run.db.flag, db_help);
+  add_remote_options(run, o.run.remote);
   run->add_flag("--no-cache", o.run.no_cache, "Compile in memory only; do not open the cache database");
   run->add_flag("--json", o.run.json, "Print one JSON object, as `tracecache run --json`");
   run->add_flag("--metrics", o.run.metrics, "Print the metrics report");
@@ -352,6 +353,7 @@ CLI::App* add_zoo_command(CLI::App& app, ZooOptions& o, const std::string& db_he
       ->capture_default_str();
   train->add_option("--threads", o.run.threads, threads_help)->check(whole_number_in(1));
   train->add_option("--db", o.run.db.flag, db_help);
+  add_remote_options(train, o.run.remote);
   train->add_flag("--no-cache", o.run.no_cache, "Compile in memory only; do not open the cache database");
   train->add_flag("--json", o.run.json, "Print one JSON object, as `tracecache run --json` (each loss as \"value\")");
   train->add_flag("--metrics", o.run.metrics, "Print the metrics report");

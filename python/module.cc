@@ -504,6 +504,8 @@ py::dict settings_dict(const PySession& s) {
   d["db"] = s.settings.db.empty() ? py::object(py::none()) : py::object(py::str(s.settings.db));
   d["no_cache"] = s.settings.no_cache;
   d["threads"] = s.settings.threads == 0 ? py::object(py::none()) : py::object(py::int_(s.settings.threads));
+  d["remote"] = s.settings.remote.empty() ? py::object(py::none()) : py::object(py::str(s.settings.remote));
+  d["remote_mode"] = s.settings.remote_mode;
   return d;
 }
 
@@ -638,14 +640,15 @@ PYBIND11_MODULE(_tracecache, m) {
     return current_context().set_grad_enabled(on);
   });
   m.def("configure", [](const std::string& mode, const std::string& backend, const std::optional<std::string>& db,
-                        bool no_cache, const std::optional<int>& threads) {
+                        bool no_cache, const std::optional<int>& threads, const std::optional<std::string>& remote,
+                        const std::string& remote_mode) {
     PackageLock lock;
     if (threads && *threads < 1) throw py::value_error(fmt::format("threads must be at least 1, not {}", *threads));
     std::shared_ptr<PySession> s;
     {
       py::gil_scoped_release release;
       s = make_session({.mode = mode, .backend = backend, .db = db.value_or(""), .no_cache = no_cache,
-                        .threads = threads.value_or(0)})
+                        .threads = threads.value_or(0), .remote = remote.value_or(""), .remote_mode = remote_mode})
               .value_or_throw();
     }
     // Level 2: the caller of tracecache.configure, not the package's wrapper.
@@ -654,7 +657,8 @@ PYBIND11_MODULE(_tracecache, m) {
     }
     set_current_session(std::move(s));
   }, py::kw_only(), py::arg("mode") = "lazy", py::arg("backend") = "cpu", py::arg("db") = py::none(),
-     py::arg("no_cache") = false, py::arg("threads") = py::none());
+     py::arg("no_cache") = false, py::arg("threads") = py::none(), py::arg("remote") = py::none(),
+     py::arg("remote_mode") = "read-write");
   m.def("settings", [] {
     PackageLock lock;
     return settings_dict(*current_session());

@@ -82,11 +82,23 @@ Result<std::shared_ptr<PySession>> make_session(Settings settings) {
     }
   }
   settings.db = path;
+  if (settings.remote_mode != "read-write" && settings.remote_mode != "read-only") {
+    return invalid_argument(fmt::format("remote_mode must be 'read-write' or 'read-only', not '{}'", settings.remote_mode));
+  }
+  if (settings.remote.empty()) settings.remote = env("TRACECACHE_REMOTE");
+  if (!settings.remote.empty() && settings.backend != kReferenceBackend && *mode != SessionMode::kEager) {
+    store::RemoteOptions remote;
+    remote.url = settings.remote;
+    remote.read_only = settings.remote_mode == "read-only";
+    Result<std::unique_ptr<store::RedisClient>> client = store::RedisClient::create(std::move(remote), &s->metrics);
+    if (!client.is_ok()) return client.status();
+    s->remote = std::move(*client);
+  }
   s->settings = settings;
   Result<std::unique_ptr<Session>> session =
       Session::create({.mode = *mode, .backend = settings.backend,
                        .backend_options = {.threads = settings.threads}, .db = s->db.get(),
-                       .metrics = &s->metrics});
+                       .remote = s->remote.get(), .metrics = &s->metrics});
   if (!session.is_ok()) return session.status();
   s->session = std::move(*session);
   return s;

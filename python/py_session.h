@@ -25,6 +25,7 @@
 #include "capture/core/metrics.h"
 #include "capture/trace/tensor.h"
 #include "runtime/session.h"
+#include "store/remote/redis_client.h"
 #include "store/sqlite/cache_db.h"
 
 namespace tracecache::python {
@@ -36,12 +37,15 @@ struct Settings {
   std::string db;          // "" : the CLI's default (TRACECACHE_DB, XDG_CACHE_HOME, HOME)
   bool no_cache = false;
   int threads = 0;         // 0: TRACECACHE_THREADS, else every CPU this process may use
+  std::string remote;      // the remote tier's URL; "": TRACECACHE_REMOTE, else none (docs/remote-cache.md)
+  std::string remote_mode = "read-write";  // or "read-only"
 };
 
 struct PySession {
   Settings settings;       // as given, db resolved ("" when the session has no database)
   Metrics metrics;
   std::unique_ptr<store::CacheDb> db;
+  std::unique_ptr<store::RedisClient> remote;  // null without a remote tier
   std::unique_ptr<Session> session;
   std::string cache_warning;  // why the session runs without its database, if it does
   size_t warnings_reported = 0;  // of session->runtime()->warnings(), raised as RuntimeWarning
@@ -54,8 +58,8 @@ struct PySession {
 // GIL and PackageLock held.
 void report_new_warnings(PySession& session);
 
-// Makes a session from `settings` (reading TRACECACHE_DB, XDG_CACHE_HOME, HOME and
-// TRACECACHE_THREADS for what they leave unset), as `tracecache run` does: a database that
+// Makes a session from `settings` (reading TRACECACHE_DB, XDG_CACHE_HOME, HOME,
+// TRACECACHE_THREADS and TRACECACHE_REMOTE for what they leave unset), as `tracecache run` does: a database that
 // cannot be opened costs caching (cache_warning says why), except one of a newer schema or a
 // path that can never be a database, which is an error.
 Result<std::shared_ptr<PySession>> make_session(Settings settings);

@@ -23,6 +23,15 @@ double now_seconds() {
 // The disk tier's position among the runtime's tiers (memory first).
 constexpr size_t kDiskTierIndex = 1;
 
+// Memory, then disk and remote when there are.
+template <typename Memory, typename Disk, typename Remote>
+std::vector<store::ExecutableStore<Executable>*> tier_list(Memory& memory, Disk& disk, Remote& remote) {
+  std::vector<store::ExecutableStore<Executable>*> tiers{&memory};
+  if (disk) tiers.push_back(&*disk);
+  if (remote) tiers.push_back(&*remote);
+  return tiers;
+}
+
 // The counter a tier's hits add to: "cache_hits_" and the tier's name (counters::kHitsMemory,
 // counters::kHitsDisk for today's tiers).
 std::string hit_counter(std::string_view tier) { return fmt::format("cache_hits_{}", tier); }
@@ -62,11 +71,26 @@ Runtime::Runtime(Backend* backend, store::CacheDb* disk, store::AuditLog* audit,
       codec_(backend),
       memory_(options.memory_cache_bytes),
       disk_(disk ? std::optional<store::SqliteTier<Executable>>(std::in_place, disk, &codec_) : std::nullopt),
-      tiers_(disk_ ? std::vector<store::ExecutableStore<Executable>*>{&memory_, &*disk_}
-                   : std::vector<store::ExecutableStore<Executable>*>{&memory_}),
+      remote_(options.remote ? std::optional<store::RemoteTier<Executable>>(std::in_place, options.remote, &codec_)
+                             : std::nullopt),
+      tiers_(tier_list(memory_, disk_, remote_)),
+      remote_index_(disk_ ? 2 : 1),
       pid_(static_cast<int64_t>(::getpid())),
       recent_graphs_(options.explain_candidates),
       mirror_token_(next_mirror_token++) {
+  if (options.remote) {
+    remote_guards_.emplace(options.remote);
+    tiered_guards_.emplace(guard_entries_, &*remote_guards_,
+                           [this](store::EventKind kind, const store::FunctionKey& function, std::string detail) {
+                             if (kind == store::EventKind::kUnavailable) warn_remote_unavailable(detail);
+                             // A corrupt value is a `corrupt` event wherever it was (its detail
+                             // names the remote); the other kinds name the tier.
+                             if (kind == store::EventKind::kCorrupt) metrics_->add(counters::kCorrupt);
+                             function_event(kind, function.name, std::move(detail),
+                                            kind == store::EventKind::kCorrupt ? std::string_view() : store::kRemoteTier);
+                           });
+    guard_entries_ = &*tiered_guards_;
+  }
   if (audit_ && audit_->read_only()) {
     warn(fmt::format("cache database '{}' is read-only: results are correct, but nothing new is "
                      "cached or audited", audit_->location()));
@@ -193,20 +217,28 @@ const store::ExecutableKey& Runtime::executable_key(const GraphKey& graph) {
 std::optional<store::MissReason> Runtime::note_lookup(const store::ExecutableKey& key,
                                                       const Tiers::Lookup& found) {
   std::optional<store::MissReason> reason;
+  bool remote_answered = remote_ && (!found.exe || found.tier == remote_index_);
   for (const Tiers::Problem& p : found.problems) {
+    const bool remote = remote_ && p.tier == remote_index_;
     if (p.status.code() == StatusCode::kCorruption) {
       metrics_->add(counters::kCorrupt);
       event(store::EventKind::kCorrupt, key.graph, {}, 0, p.status.message());
-      // A read-only database keeps its bad entry; it fails verification again next time.
-      if (!p.removal.is_ok() && !(disk_db_ && disk_db_->read_only())) {
+      // A read-only database or remote keeps its bad entry; it fails verification again next time.
+      const bool read_only = remote ? remote_->client().read_only() : disk_db_ && disk_db_->read_only();
+      if (!p.removal.is_ok() && !read_only) {
         warn(fmt::format("could not remove a corrupt cache entry: {}", p.removal.message()));
       }
       reason = store::MissReason::kCorrupt;
+      remote_answered = remote_answered && !remote;
+    } else if (remote) {  // the local tiers' view of the miss stands; the remote's failure is its own event
+      remote_failed(key.graph, p.status, /*write=*/false);
+      remote_answered = false;
     } else {
       warn(fmt::format("could not read the cache: {}", p.status.message()));
       reason = store::MissReason::kUnreadable;
     }
   }
+  if (remote_answered && !found.exe) remote_event(store::EventKind::kMiss, key.graph, {});
   if (found.exe) {
     hit(key.graph, found.tier);
     note_puts(found.promotions);
@@ -217,7 +249,7 @@ std::optional<store::MissReason> Runtime::note_lookup(const store::ExecutableKey
 void Runtime::note_puts(const std::vector<Tiers::Put>& puts) {
   for (const Tiers::Put& put : puts) {
     std::string_view tier = tiers_.tier(put.tier).name();
-    if (!put.status.is_ok() && put.tier != kDiskTierIndex) {
+    if (!put.status.is_ok() && put.tier != kDiskTierIndex && !(remote_ && put.tier == remote_index_)) {
       warn(fmt::format("could not keep an executable in the {} cache: {}", tier, put.status.message()));
     }
     for (const store::ExecutableKey& evicted : put.evicted) {
@@ -246,6 +278,16 @@ void Runtime::store_compiled(const store::ExecutableKey& key, const std::shared_
     }
   }
   write_decisions();
+  if (remote_) {
+    const Status& st = puts.at(remote_index_).status;
+    if (remote_->client().read_only()) {
+      remote_event(store::EventKind::kSkip, key.graph, "not written: read-only mode");
+    } else if (!st.is_ok()) {
+      remote_failed(key.graph, st, /*write=*/true);
+    } else {
+      remote_event(store::EventKind::kStore, key.graph, remote_->last_put_written() ? "" : "already stored, kept");
+    }
+  }
   note_puts(puts);
 }
 
@@ -254,7 +296,17 @@ Result<std::shared_ptr<const Executable>> Runtime::prepare(const CanonicalGraph&
   ScopedTimer lookup(metrics_, timers::kLookup);
   Tiers::Lookup found = tiers_.get(key);
   std::optional<store::MissReason> reason = note_lookup(key, found);
-  if (found.exe) return std::move(found.exe);
+  if (found.exe) {
+    // A graph first met through the remote tier is now in the local database: its sources go
+    // there too, as after a compile (the audit names its program; later misses compare with it).
+    if (remote_ && found.tier == remote_index_) {
+      GraphSources sources = graph_sources(cg);
+      sources.program = options_.program;
+      sources.function = options_.function;
+      remember_graph(cg, sources);
+    }
+    return std::move(found.exe);
+  }
   if (audit_ && !reason) {
     Result<store::MissReason> r = audit_->classify_miss(key);
     reason = r.is_ok() ? *r : store::MissReason::kUnreadable;
@@ -341,11 +393,27 @@ Result<std::shared_ptr<const Executable>> Runtime::prepare_by_key(const GraphKey
   Tiers::Lookup found = tiers_.get(exe_key);
   (void)note_lookup(exe_key, found);
   if (found.exe) return std::move(found.exe);
-  if (!disk_db_) return not_found(fmt::format("graph {} is not cached (no cache database)", key.to_hex()));
-  Result<std::optional<std::string>> blob = disk_db_->get_graph(key);
-  if (!blob.is_ok()) return blob.status();
-  if (!blob->has_value()) return not_found(fmt::format("graph {} is not in the cache", key.to_hex()));
-  Result<Graph> graph = store::parse_graph(**blob);
+  if (!disk_db_ && !remote_) return not_found(fmt::format("graph {} is not cached (no cache database)", key.to_hex()));
+  std::optional<std::string> blob;
+  if (disk_db_) {
+    Result<std::optional<std::string>> local = disk_db_->get_graph(key);
+    if (!local.is_ok()) return local.status();
+    blob = std::move(*local);
+  }
+  if (!blob && remote_) {
+    Result<std::optional<std::string>> shared = remote_->get_graph(key);
+    if (shared.is_ok()) {
+      blob = std::move(*shared);
+    } else if (shared.status().code() == StatusCode::kCorruption) {
+      metrics_->add(counters::kCorrupt);
+      event(store::EventKind::kCorrupt, key, {}, 0, shared.status().message());
+      return shared.status();
+    } else {
+      remote_failed(key, shared.status(), /*write=*/false);
+    }
+  }
+  if (!blob) return not_found(fmt::format("graph {} is not in the cache", key.to_hex()));
+  Result<Graph> graph = store::parse_graph(*blob);
   if (!graph.is_ok()) return graph.status();
   CanonicalGraph cg;
   cg.graph = std::move(*graph);
@@ -490,12 +558,39 @@ Result<std::vector<DataRef>> Runtime::execute(const CanonicalGraph& cg, std::vec
   }
 }
 
-void Runtime::function_event(store::EventKind kind, const std::string& function, std::string detail) {
+void Runtime::function_event(store::EventKind kind, const std::string& function, std::string detail,
+                             std::string_view tier) {
   store::Event e = make_event(kind, GraphKey{}, function, 0, std::move(detail));
   e.function = function;
+  e.tier = std::string(tier);
   keep(e);
   unwritten_.push_back(std::move(e));
   write_decisions();
+}
+
+void Runtime::warn_remote_unavailable(const std::string& detail) {
+  if (remote_warned_) return;
+  remote_warned_ = true;
+  warn(fmt::format("{}: continuing with the local cache; the remote is tried again after a back-off", detail));
+}
+
+void Runtime::remote_event(store::EventKind kind, const GraphKey& graph, std::string detail) {
+  if (kind == store::EventKind::kUnavailable) warn_remote_unavailable(detail);
+  store::Event e = make_event(kind, graph, {}, 0, std::move(detail));
+  e.tier = std::string(store::kRemoteTier);
+  keep(e);
+  unwritten_.push_back(std::move(e));
+  write_decisions();
+}
+
+void Runtime::remote_failed(const GraphKey& graph, const Status& st, bool write) {
+  switch (remote_->client().last_call()) {
+    case store::RemoteCall::kSkipped: remote_event(store::EventKind::kSkip, graph, st.message()); return;
+    case store::RemoteCall::kRefused:
+      remote_event(write ? store::EventKind::kStoreFailed : store::EventKind::kUnavailable, graph, st.message());
+      return;
+    default: remote_event(store::EventKind::kUnavailable, graph, st.message()); return;
+  }
 }
 
 }  // namespace tracecache

@@ -23,6 +23,16 @@
 // the audit log's hit counts every `event_batch` hits and at flush() (and on destruction): the
 // log grows with decisions, not with steps.
 //
+// The remote tier (options.remote, a shared Redis server) comes after the disk: memory -> disk ->
+// remote -> compile. A remote hit is copied into memory and disk (with the graph's sources, as
+// after a compile, so the audit names its program); a compiled executable and its
+// canonical graph are written to it (set-if-absent); compiled functions' guard entries are read
+// from it when the local store has none (store/tiers/tiered_guard_entry_store.h). Its values are
+// checked like the disk's (a bad one is a `corrupt` event and a recompile). Each remote lookup
+// and write is an event naming the remote tier: hit_remote, miss_remote, store_remote,
+// unavailable_remote (it failed: one warning per process, then the local tiers alone until the
+// client's back-off passes), skip_remote (backing off, or read-only), store_failed_remote.
+//
 // Stores (store/core): decisions and hit counts go to a store::AuditLog, compiled functions' guard
 // entries to a store::GuardEntryStore (guard_entries()), executables through the tiers. A
 // store::CacheDb is all of these: the runtime over one has the SQLite disk tier, and its
@@ -53,8 +63,12 @@
 #include "store/core/guard_entry_store.h"
 #include "store/sqlite/cache_db.h"
 #include "store/tiers/executable_store.h"
+#include "store/remote/redis_client.h"
+#include "store/remote/remote_guard_entry_store.h"
 #include "store/tiers/memory_tier.h"
+#include "store/tiers/remote_tier.h"
 #include "store/tiers/sqlite_tier.h"
+#include "store/tiers/tiered_guard_entry_store.h"
 #include "store/tiers/tiered_store.h"
 
 namespace tracecache {
@@ -66,6 +80,8 @@ struct RuntimeOptions {
   uint64_t memory_cache_bytes = uint64_t{64} << 20;
   size_t event_batch = 256;  // add hit counts to the audit log after this many hits
   size_t max_events_in_memory = 10000;  // events() keeps the first this many; later ones are counted
+  // The remote tier's connection (not owned; must outlive the runtime); null: no remote tier.
+  store::RedisClient* remote = nullptr;
   // The scope of every event (store::Event::program, function): the program or model that runs,
   // and the compiled function (once mode). The program also names the stored graphs a miss is
   // compared with (runtime/closest_graph.h) and the graphs' stored sources.
@@ -132,8 +148,10 @@ class Runtime final : public GraphExecutor {
   // the reference would read a value the backend may have begun to overwrite).
   Result<std::vector<DataRef>> run_or_fall_back(const Executable& exe, std::vector<DataRef>& params);
 
-  // Records an event about a compiled function (recompile, fallback) in the audit log.
-  void function_event(store::EventKind kind, const std::string& function, std::string detail);
+  // Records an event about a compiled function (recompile, fallback) in the audit log; `tier`
+  // names the one tier it is about (the remote tier's guard entries), if any.
+  void function_event(store::EventKind kind, const std::string& function, std::string detail,
+                      std::string_view tier = {});
 
   // The outcomes of the lookups since the last call, in order (RuntimeOptions::record_outcomes;
   // empty otherwise).
@@ -192,6 +210,13 @@ class Runtime final : public GraphExecutor {
   // Counts a hit served by tiers_.tier(tier).
   void hit(const GraphKey& graph, size_t tier);
   void warn(std::string message);
+  // An event about the remote tier (tier = kRemoteTier), written at once; a failure (kUnavailable)
+  // is also the process's one warning about the remote.
+  void remote_event(store::EventKind kind, const GraphKey& graph, std::string detail);
+  // The process's one warning that the remote failed (later failures are events only).
+  void warn_remote_unavailable(const std::string& detail);
+  // The event for a remote call that failed with `st` (unavailable, skip, or refused).
+  void remote_failed(const GraphKey& graph, const Status& st, bool write);
   // Writes unwritten_ (decision events) unless holding them for an executable's transaction.
   void write_decisions();
   // The one fallback to the reference evaluator: a warning saying why, then the evaluation.
@@ -223,7 +248,14 @@ class Runtime final : public GraphExecutor {
   BackendCodec codec_;
   store::MemoryTier<Executable> memory_;
   std::optional<store::SqliteTier<Executable>> disk_;  // when disk_db_
-  Tiers tiers_;                                         // memory_, then disk_
+  std::optional<store::RemoteTier<Executable>> remote_;  // when options.remote
+  Tiers tiers_;                                         // memory_, then disk_, then remote_
+  size_t remote_index_ = 0;                             // remote_'s position in tiers_
+  // With a remote tier: the guard entries' remote store, and the local and remote together
+  // (guard_entries_ then points at it).
+  std::optional<store::RemoteGuardEntryStore> remote_guards_;
+  std::optional<store::TieredGuardEntryStore> tiered_guards_;
+  bool remote_warned_ = false;
   // The counter each tier's hits add to ("cache_hits_" + the tier's name), by tier position,
   // made at the tier's first hit.
   std::vector<std::string> hit_counters_;

@@ -58,6 +58,7 @@ Result<std::unique_ptr<Session>> Session::create(SessionOptions options) {
     s->sim_ = dynamic_cast<SimBackend*>(s->backend_.get());
     if (s->sim_) options.metrics->set_span_observer(&s->sim_->timeline());
     RuntimeOptions runtime_options;
+    runtime_options.remote = options.remote;
     runtime_options.program = options.program;
     runtime_options.function = options.function;
     runtime_options.record_outcomes = options.record_outcomes;

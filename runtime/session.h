@@ -19,8 +19,8 @@
 // context throws Error (capture/trace/tensor.h) for an op on incompatible tensors and for an
 // execution failure, at mark_step (eager: at the op). A cache that cannot be read or written only costs caching
 // (the Runtime records it and warns, invariant 6); it never reaches the driver as an error.
-// Thread-safety: one thread. Ownership: the database (nullable), the metrics registry and the
-// backend registry belong to the caller and must outlive the session.
+// Thread-safety: one thread. Ownership: the database and the remote client (nullable), the
+// metrics registry and the backend registry belong to the caller and must outlive the session.
 #pragma once
 
 #include <memory>
@@ -52,6 +52,7 @@ struct SessionOptions {
   std::string backend = "cpu";
   BackendOptions backend_options;     // threads
   store::CacheDb* db = nullptr;       // the disk cache for lazy and once; null: memory only
+  store::RedisClient* remote = nullptr;  // the remote tier after the disk (runtime.h); null: none
   bool bake_scalars = false;          // canonicalization (lazy and once)
   Metrics* metrics = nullptr;         // REQUIRED: counters and timers of every part
   const BackendRegistry* registry = nullptr;  // null: default_backend_registry()

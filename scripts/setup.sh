@@ -12,7 +12,7 @@
 set -euo pipefail
 packages=(
   cmake ninja-build g++ pkg-config clang libclang-rt-14-dev
-  libsqlite3-dev sqlite3 libxxhash-dev libprotobuf-dev protobuf-compiler
+  libsqlite3-dev sqlite3 libxxhash-dev libprotobuf-dev protobuf-compiler libhiredis-dev redis-server
   libcli11-dev libfmt-dev libgtest-dev libgmock-dev libbenchmark-dev libopenblas-dev
   pybind11-dev python3-dev python3-numpy
   graphviz chromium

@@ -64,6 +64,33 @@ TEST(StoreEvents, HitsAreCountedInOneRowPerKeyAndTier) {
   EXPECT_EQ(stats->hits_memory, 150);
 }
 
+// The remote tier's hits are counted like the local tiers' (audit, stats, the hit rate); its
+// events about a function's guard entries (no graph) are no graph's row.
+TEST(StoreEvents, RemoteHitsAreCountedWithTheOthers) {
+  TempDb t;
+  auto db = t.open();
+  ASSERT_TRUE(db);
+  std::vector<HitCount> hits = {{GraphKey{1, 1}, "cpu", "", std::string(kRemoteTier), 2, 10.0},
+                                {GraphKey{1, 1}, "cpu", "", std::string(kMemoryTier), 6, 11.0}};
+  ASSERT_TRUE(db->add_hits(hits).is_ok());
+  Event guard_entries = event(EventKind::kHit, 0, 12.0);
+  guard_entries.graph = GraphKey{};
+  guard_entries.tier = std::string(kRemoteTier);
+  guard_entries.function = "f";
+  const std::vector<Event> events = {guard_entries, event(EventKind::kMiss, 1, 9.0)};
+  ASSERT_TRUE(db->append_events(events).is_ok());
+  auto audit = db->audit();
+  ASSERT_TRUE(audit.is_ok());
+  ASSERT_EQ(audit->size(), 1u);
+  EXPECT_EQ((*audit)[0].hits_remote, 2);
+  EXPECT_EQ((*audit)[0].hits_memory, 6);
+  auto stats = db->stats();
+  ASSERT_TRUE(stats.is_ok());
+  EXPECT_EQ(stats->hits_remote, 2);
+  EXPECT_EQ(stats->misses, 1);
+  EXPECT_DOUBLE_EQ(stats->hit_rate, 8.0 / 9.0);
+}
+
 TEST(StoreEvents, AnExecutableAndItsEventsAreStoredTogether) {
   TempDb t;
   auto db = t.open();

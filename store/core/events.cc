@@ -3,6 +3,8 @@
 #include <iterator>
 #include <utility>
 
+#include <fmt/format.h>
+
 namespace tracecache::store {
 
 std::string_view miss_reason_name(MissReason r) {
@@ -27,8 +29,9 @@ constexpr std::pair<EventKind, std::string_view> kEventKindNames[] = {
     {EventKind::kStore, "store"},       {EventKind::kEvict, "evict"},
     {EventKind::kCorrupt, "corrupt"},   {EventKind::kStoreFailed, "store_failed"},
     {EventKind::kRecompile, "recompile"}, {EventKind::kFallback, "fallback"},
+    {EventKind::kUnavailable, "unavailable"}, {EventKind::kSkip, "skip"},
 };
-static_assert(std::size(kEventKindNames) == static_cast<size_t>(EventKind::kFallback),
+static_assert(std::size(kEventKindNames) == static_cast<size_t>(EventKind::kSkip),
               "every EventKind but kHit has a name");
 
 bool is_tier_name(std::string_view s) {
@@ -44,7 +47,7 @@ bool is_tier_name(std::string_view s) {
 std::string event_name(EventKind kind, std::string_view tier) {
   if (kind == EventKind::kHit) return std::string(kHitPrefix) + std::string(tier);
   for (const auto& [k, name] : kEventKindNames) {
-    if (k == kind) return std::string(name);
+    if (k == kind) return tier.empty() ? std::string(name) : fmt::format("{}_{}", name, tier);
   }
   return "unknown";
 }
@@ -57,6 +60,14 @@ std::optional<ParsedEventName> parse_event_name(std::string_view name) {
   }
   for (const auto& [kind, kind_name] : kEventKindNames) {
     if (kind_name == name) return ParsedEventName{kind, {}};
+  }
+  // "<kind>_<tier>": the longest kind name that prefixes it ("store_failed_remote" is
+  // store_failed's, not store's with tier "failed_remote", which is no tier name anyway).
+  for (const auto& [kind, kind_name] : kEventKindNames) {
+    if (name.size() > kind_name.size() + 1 && name.starts_with(kind_name) && name[kind_name.size()] == '_') {
+      std::string_view tier = name.substr(kind_name.size() + 1);
+      if (is_tier_name(tier)) return ParsedEventName{kind, std::string(tier)};
+    }
   }
   return std::nullopt;
 }

@@ -1,9 +1,11 @@
 // The audit log's vocabulary: what a cache decision event says (docs/architecture.md invariant 8),
 // why a lookup missed, and hit counts per executable key and tier.
 //
-// A hit names the tier that served it (Event::tier: "memory", "disk"; a later "remote" tier needs
-// no new kind). Its stored and printed name is "hit_<tier>" ("hit_memory", "hit_disk"), the names
-// the events and hit_counts tables have always held.
+// A hit names the tier that served it (Event::tier: "memory", "disk", "remote"). Its stored and
+// printed name is "hit_<tier>" ("hit_memory", "hit_disk"), the names the events and hit_counts
+// tables have always held. Other events are about the lookup as a whole (no tier: "miss",
+// "store") unless they name one tier: the remote tier's own misses, writes, failures and skips
+// ("miss_remote", "store_remote", "unavailable_remote", "skip_remote"): "<kind>_<tier>".
 // Thread-safety: plain values and pure functions.
 #pragma once
 
@@ -19,6 +21,7 @@ namespace tracecache::store {
 // The tiers' names, as hits and evictions carry them.
 inline constexpr std::string_view kMemoryTier = "memory";  // the in-process LRU
 inline constexpr std::string_view kDiskTier = "disk";      // the SQLite database
+inline constexpr std::string_view kRemoteTier = "remote";  // the shared Redis server
 
 // Why a lookup missed, as recorded in `miss` events.
 enum class MissReason : uint8_t {
@@ -45,15 +48,18 @@ enum class EventKind : uint8_t {
   kRecompile,    // a compiled function traced again: reason = function name, detail = failed guards
   kFallback,     // a step ran on the reference evaluator (reason: compile failed, run failed,
                  // exception), or a compiled function hit its recompile limit (reason: its name)
+  kUnavailable,  // a tier could not be reached or did not answer in time (remote); detail says why
+  kSkip,         // a tier was not asked: backing off after a failure, or read-only (detail)
 };
 
 // The name an event is stored and printed under: "hit_<tier>" for kHit ("hit_memory",
 // "hit_disk"), else "miss", "compile", "store", "evict", "corrupt", "store_failed", "recompile",
-// "fallback". REQUIRES: `tier` is a tier name for kHit and empty otherwise.
+// "fallback", "unavailable", "skip", followed by "_<tier>" when the event names a tier
+// ("miss_remote"). REQUIRES: `tier` is a tier name (lowercase letters) for kHit.
 std::string event_name(EventKind kind, std::string_view tier = {});
 struct ParsedEventName {
   EventKind kind;
-  std::string tier;  // kHit: the tier; empty otherwise
+  std::string tier;  // kHit: the tier; else the tier the event names, or empty
   friend bool operator==(const ParsedEventName&, const ParsedEventName&) = default;
 };
 // The inverse of event_name(); nullopt for a name no event has ("hit", "hit_", "MISS", "").
@@ -64,7 +70,8 @@ struct Event {
   double time = 0;       // seconds since the Unix epoch
   int64_t pid = 0;
   EventKind kind = EventKind::kMiss;
-  std::string tier;      // kHit: the tier that served it (kMemoryTier, kDiskTier); else empty
+  std::string tier;      // kHit: the tier that served it (kMemoryTier, kDiskTier, kRemoteTier); else
+                         // the one tier the event is about (kRemoteTier), or empty
   GraphKey graph;
   std::string backend;
   std::string options_digest;  // the backend's options digest (part of the executable key)

@@ -198,8 +198,8 @@ Status CacheDb::Impl::prepare_all() {
       {&count_events,
        "SELECT COALESCE(SUM(kind = 'hit_memory'), 0) + (SELECT COALESCE(SUM(hits), 0) FROM hit_counts WHERE "
        "tier = 'hit_memory'), COALESCE(SUM(kind = 'hit_disk'), 0) + (SELECT COALESCE(SUM(hits), 0) FROM "
-       "hit_counts WHERE tier = 'hit_disk'), COALESCE(SUM(kind = 'miss'), 0), COALESCE(SUM(kind = 'compile'), 0) "
-       "FROM events"},
+       "hit_counts WHERE tier = 'hit_disk'), COALESCE(SUM(kind = 'miss'), 0), COALESCE(SUM(kind = 'compile'), 0), "
+       "(SELECT COALESCE(SUM(hits), 0) FROM hit_counts WHERE tier = 'hit_remote') FROM events"},
       {&page_count, "PRAGMA page_count"},
       {&page_size, "PRAGMA page_size"},
       {&all_graph_blobs, "SELECT key, blob, checksum, bytes FROM graphs ORDER BY key"},

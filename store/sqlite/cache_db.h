@@ -97,7 +97,8 @@ struct CacheStats {     // `tracecache stats`
   uint64_t graph_bytes = 0;
   uint64_t file_bytes = 0;    // page_count * page_size
   int64_t hits_memory = 0, hits_disk = 0, misses = 0, compiles = 0;
-  double hit_rate = 0;        // (hits_memory + hits_disk) / (hits + misses), 0 if no lookups
+  int64_t hits_remote = 0;    // served by the remote tier (store/tiers/remote_tier.h)
+  double hit_rate = 0;        // all hits / (hits + misses), 0 if no lookups
 };
 
 // What `tracecache audit` reports on: every field that is set must hold.
@@ -113,8 +114,10 @@ struct GraphAudit {     // `tracecache audit`: one row per graph key seen in eve
   GraphKey graph;
   std::string program;  // the program its sources or latest event name ("" unknown)
   int64_t hits_memory = 0, hits_disk = 0, misses = 0, compiles = 0, corrupt = 0;
+  int64_t hits_remote = 0;    // served by the remote tier (a function's guard entries found there
+                              // are `hit_remote` events with no graph, not counted here)
   double compile_ms_total = 0;
-  double saved_ms = 0;        // hits * (compile_ms_total / compiles), 0 if never compiled
+  double saved_ms = 0;        // hits (every tier's) * (compile_ms_total / compiles), 0 if never compiled
   double last_use = 0;
   // detail: what differed from the closest cached graph (Event::detail), "" if not explained.
   struct Miss { double time; std::string reason; std::string backend; std::string detail; std::string program; };

@@ -13,9 +13,7 @@
 #pragma once
 
 #include <sqlite3.h>
-#include <xxhash.h>
 
-#include <bit>
 #include <chrono>
 #include <cstdint>
 #include <optional>
@@ -24,6 +22,7 @@
 
 #include <fmt/format.h>
 
+#include "store/core/blob_checksum.h"
 #include "store/sqlite/cache_db.h"
 
 namespace tracecache::store {
@@ -33,10 +32,9 @@ inline double now_seconds() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-// XXH3-64 of a blob, stored as the int64 with the same bits (SQLite integers are signed).
-inline int64_t checksum_of(std::string_view blob) {
-  return std::bit_cast<int64_t>(static_cast<uint64_t>(XXH3_64bits(blob.data(), blob.size())));
-}
+// XXH3-64 of a blob, stored as the int64 with the same bits (SQLite integers are signed): the
+// one checksum of every tier (store/core/blob_checksum.h).
+inline int64_t checksum_of(std::string_view blob) { return blob_checksum(blob); }
 
 inline bool is_corruption_code(int rc) {
   int primary = rc & 0xff;

@@ -79,13 +79,14 @@ Result<CacheStats> CacheDb::stats() {
         s.hits_disk = q.col_i64(1);
         s.misses = q.col_i64(2);
         s.compiles = q.col_i64(3);
+        s.hits_remote = q.col_i64(4);
       });
     }
     if (st.is_ok()) st = one_row(impl_->page_count, [&](const Query& q) { page_count = q.col_i64(0); });
     if (st.is_ok()) st = one_row(impl_->page_size, [&](const Query& q) { page_size = q.col_i64(0); });
     if (!st.is_ok()) return st;
     s.file_bytes = static_cast<uint64_t>(std::max<int64_t>(page_count * page_size, 0));
-    int64_t hits = s.hits_memory + s.hits_disk;
+    int64_t hits = s.hits_memory + s.hits_disk + s.hits_remote;
     int64_t lookups = hits + s.misses;
     s.hit_rate = lookups > 0 ? static_cast<double>(hits) / static_cast<double>(lookups) : 0;
     return s;
@@ -147,13 +148,14 @@ class AdHoc {
 Result<std::vector<GraphAudit>> CacheDb::audit(int64_t* malformed, const AuditFilter& filter) {
   if (malformed) *malformed = 0;
   const std::string sql = fmt::format(
-      "SELECT graph_key, SUM(hm), SUM(hd), SUM(ms), SUM(cp), SUM(cr), SUM(cms), MAX(t) FROM ("
+      "SELECT graph_key, SUM(hm), SUM(hd), SUM(ms), SUM(cp), SUM(cr), SUM(cms), MAX(t), SUM(hr) FROM ("
       "SELECT graph_key, kind = 'hit_memory' AS hm, kind = 'hit_disk' AS hd, kind = 'miss' AS ms, "
       "kind = 'compile' AS cp, kind = 'corrupt' AS cr, CASE WHEN kind = 'compile' THEN duration_ms ELSE 0 END "
-      "AS cms, time AS t FROM events WHERE kind IN ('hit_memory', 'hit_disk', 'miss', 'compile', 'corrupt', 'store', "
-      "'evict', 'store_failed'){} UNION ALL "
+      "AS cms, time AS t, 0 AS hr FROM events WHERE kind IN ('hit_memory', 'hit_disk', 'miss', 'compile', "
+      "'corrupt', 'store', 'evict', 'store_failed'){} UNION ALL "
       "SELECT graph_key, CASE WHEN tier = 'hit_memory' THEN hits ELSE 0 END, CASE WHEN tier = 'hit_disk' THEN "
-      "hits ELSE 0 END, 0, 0, 0, 0, last_time FROM hit_counts WHERE 1{}) "
+      "hits ELSE 0 END, 0, 0, 0, 0, last_time, CASE WHEN tier = 'hit_remote' THEN hits ELSE 0 END FROM hit_counts "
+      "WHERE 1{}) "
       "GROUP BY graph_key ORDER BY MAX(t) DESC, graph_key",
       event_conditions(filter), hit_conditions(filter));
   const std::string misses_sql = fmt::format(
@@ -179,7 +181,9 @@ Result<std::vector<GraphAudit>> CacheDb::audit(int64_t* malformed, const AuditFi
       while ((rc = q.step()) == SQLITE_ROW) {
         std::optional<GraphKey> key = GraphKey::from_hex(q.col_text(0));
         if (!key) {  // rows with a damaged key: skipped and counted, never fatal
-          if (malformed) *malformed += q.col_i64(1) + q.col_i64(2) + q.col_i64(3) + q.col_i64(4) + q.col_i64(5);
+          if (malformed) {
+            *malformed += q.col_i64(1) + q.col_i64(2) + q.col_i64(3) + q.col_i64(4) + q.col_i64(5) + q.col_i64(8);
+          }
           continue;
         }
         GraphAudit a;
@@ -191,8 +195,9 @@ Result<std::vector<GraphAudit>> CacheDb::audit(int64_t* malformed, const AuditFi
         a.corrupt = q.col_i64(5);
         a.compile_ms_total = q.col_real(6);
         a.last_use = q.col_real(7);
+        a.hits_remote = q.col_i64(8);
         if (a.compiles > 0) {
-          a.saved_ms = static_cast<double>(a.hits_memory + a.hits_disk) * a.compile_ms_total /
+          a.saved_ms = static_cast<double>(a.hits_memory + a.hits_disk + a.hits_remote) * a.compile_ms_total /
                        static_cast<double>(a.compiles);
         }
         out.push_back(std::move(a));

@@ -18,7 +18,7 @@ import sys
 LAYER_ROOTS = ["capture", "frontend", "store", "compile", "backends", "runtime", "cli", "python"]
 CAPTURE = ["capture/core", "capture/ops", "capture/ir", "capture/trace", "capture/reference"]
 FRONTEND = ["frontend/files", "frontend/program", "frontend/zoo"]
-STORE = ["store/core", "store/codec", "store/memory", "store/sqlite", "store/tiers"]
+STORE = ["store/core", "store/codec", "store/memory", "store/sqlite", "store/remote", "store/tiers"]
 BACKENDS = ["backends", "backends/cpu", "backends/sim", "backends/registry"]
 BELOW_RUNTIME = CAPTURE + FRONTEND + STORE + ["compile"] + BACKENDS
 
@@ -38,7 +38,8 @@ ALLOWED = {
     "store/codec": CAPTURE,
     "store/memory": CAPTURE,
     "store/sqlite": CAPTURE + ["store/core", "store/codec", "store/memory"],
-    "store/tiers": CAPTURE + ["store/core", "store/codec", "store/memory", "store/sqlite"],
+    "store/remote": CAPTURE + ["store/core", "store/codec", "store/sqlite"],
+    "store/tiers": CAPTURE + ["store/core", "store/codec", "store/memory", "store/sqlite", "store/remote"],
     "compile": CAPTURE + ["store/codec"],
     "backends": CAPTURE + ["compile"],
     "backends/cpu": CAPTURE + ["compile"] + BACKENDS[:1],
@@ -103,7 +104,8 @@ SELF_TEST = [
     ("capture/ops/ops.cc", "#include <fmt/format.h>\n#include <vector>\n", 0),
     ("capture/ops/ops.cc", '#include "../trace/tensor.h"\n', 1),
     ("frontend/onnx/importer.cc", "", 1),
-    ("store/remote/redis_tier.h", '#include "capture/core/status.h"\n', 1),
+    ("store/cloud/s3_tier.h", '#include "capture/core/status.h"\n', 1),
+    ("store/remote/redis_client.h", '#include "store/tiers/tiered_store.h"\n', 1),
     ("backends/backend.h", '#include "backends/cpu/cpu_backend.h"\n', 1),
     ("backends/sim/sim_backend.h", '#include "backends/cpu/cpu_backend.h"\n', 0),
     ("backends/cpu/cpu_backend.h", '#include "backends/sim/sim_backend.h"\n', 1),

@@ -1,0 +1,48 @@
+#include "cli/remote_options.h"
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "cli/commands.h"
+
+namespace tracecache::cli {
+
+void add_remote_options(CLI::App* command, RemoteCliOptions& options) {
+  command->add_option("--remote", options.flag,
+                      "Shared cache tier on a Redis server after the local ones: redis://HOST:PORT[/DB] or "
+                      "unix:///PATH.sock (default: $TRACECACHE_REMOTE; docs/remote-cache.md)");
+  command->add_option("--remote-mode", options.mode, "read-write, or read-only (never writes or deletes remote entries)")
+      ->check(CLI::IsMember({"read-write", "read-only"}))
+      ->capture_default_str();
+  command->add_option("--remote-timeout-ms", options.timeout_ms,
+                      "Connect and command timeout for the remote; a timeout skips the remote for a back-off")
+      ->check(CLI::Range(1, 60000))
+      ->capture_default_str();
+  command->add_option("--remote-ttl", options.ttl,
+                      "Remote entries written expire after this: seconds, or with m/h/d; 0: never")
+      ->capture_default_str();
+  command->add_option("--remote-backoff", options.backoff_s,
+                      "Seconds to skip the remote after it failed before trying it again (doubles with each "
+                      "failure in a row, up to 30 s or this)")
+      ->check(CLI::Range(0.001, 86400.0))
+      ->capture_default_str();
+}
+
+Result<std::unique_ptr<store::RedisClient>> open_remote(const RemoteCliOptions& options, Metrics* metrics) {
+  if (options.url().empty()) return std::unique_ptr<store::RedisClient>();
+  Result<double> ttl = parse_age(options.ttl);
+  if (!ttl.is_ok()) return invalid_argument(fmt::format("--remote-ttl: {}", ttl.status().message()));
+  store::RemoteOptions remote;
+  remote.url = options.url();
+  remote.read_only = options.mode == "read-only";
+  remote.connect_timeout_ms = options.timeout_ms;
+  remote.command_timeout_ms = options.timeout_ms;
+  remote.ttl_s = static_cast<int64_t>(std::llround(*ttl));
+  remote.backoff = {.initial_s = options.backoff_s, .max_s = std::max(options.backoff_s, remote.backoff.max_s)};
+  return store::RedisClient::create(std::move(remote), metrics);
+}
+
+}  // namespace tracecache::cli

@@ -51,6 +51,7 @@ struct RunOptions {
   // and --shape NAME=DTYPE[dims] give its inputs' values and types.
   std::vector<std::string> inputs;
   std::vector<std::string> shapes;
+  std::vector<std::string> const_inputs;  // NAME=FILE.npy: an input whose value is a constant
 };
 int run_command(const RunOptions& options);
 // The help of the flags `run`, `zoo run` and `zoo train` share.
@@ -71,6 +72,7 @@ struct ImportCommandOptions {
   std::string output;               // the .trace file; the params go to the same path with .safetensors
   std::vector<std::string> shapes;  // NAME=DTYPE[dims]
   std::vector<std::string> inputs;  // NAME=FILE.npy
+  std::vector<std::string> const_inputs;  // NAME=FILE.npy, a constant (ImportOptions::constant_inputs)
   bool json = false;
   bool list_ops = false;
 };

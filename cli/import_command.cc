@@ -31,7 +31,8 @@ std::string spelled_from(const std::string& program_path, const std::string& fil
 // The importer's options from --shape and --input; input files spelled by `spell`.
 template <typename Spell>
 Result<onnx_import::ImportOptions> import_options(const std::vector<std::string>& shapes,
-                                                  const std::vector<std::string>& inputs, Spell spell) {
+                                                  const std::vector<std::string>& inputs,
+                                                  const std::vector<std::string>& const_inputs, Spell spell) {
   onnx_import::ImportOptions o;
   for (const std::string& spec : shapes) {
     Result<onnx_import::InputShape> s = onnx_import::parse_input_shape(spec);
@@ -44,6 +45,15 @@ Result<onnx_import::ImportOptions> import_options(const std::vector<std::string>
       return invalid_argument(fmt::format("--input '{}': expected NAME=FILE.npy", spec));
     }
     o.input_files.emplace_back(spec.substr(0, eq), spell(spec.substr(eq + 1)));
+  }
+  for (const std::string& spec : const_inputs) {
+    const size_t eq = spec.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == spec.size()) {
+      return invalid_argument(fmt::format("--const-input '{}': expected NAME=FILE.npy", spec));
+    }
+    // Read at import time only: the path as given.
+    o.input_files.emplace_back(spec.substr(0, eq), spec.substr(eq + 1));
+    o.constant_inputs.push_back(spec.substr(0, eq));
   }
   return o;
 }
@@ -79,13 +89,13 @@ int import_command(const ImportCommandOptions& options) {
   if (output.empty()) output = fs::path(options.model).filename().replace_extension(".trace").string();
   const std::string weights = fs::path(output).replace_extension(".safetensors").string();
   Result<onnx_import::ImportOptions> o = import_options(
-      options.shapes, options.inputs, [&](const std::string& file) { return spelled_from(output, file); });
+      options.shapes, options.inputs, options.const_inputs, [&](const std::string& file) { return spelled_from(output, file); });
   if (!o.is_ok()) return report_error(o.status());
   o->weights_path = spelled_from(output, weights);
   o->file_name = fs::path(output).filename().string();
   // The importer reads --input files to learn their types: give it paths it can open from here.
   onnx_import::ImportOptions readable = *o;
-  for (size_t k = 0; k < readable.input_files.size(); ++k) {
+  for (size_t k = 0; k < options.inputs.size(); ++k) {
     const std::string& spec = options.inputs[k];
     readable.input_files[k].second = spec.substr(spec.find('=') + 1);
   }
@@ -162,7 +172,7 @@ int run_onnx_model(const RunOptions& options) {
       fs::remove_all(dir, e);
     }
   } cleanup{dir};
-  Result<onnx_import::ImportOptions> o = import_options(options.shapes, options.inputs, [](const std::string& file) {
+  Result<onnx_import::ImportOptions> o = import_options(options.shapes, options.inputs, options.const_inputs, [](const std::string& file) {
     std::error_code e;
     return fs::absolute(file, e).string();
   });

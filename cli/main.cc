@@ -67,6 +67,9 @@ int main(int argc, char** argv) {
   run_cmd->add_option("--input", run.inputs,
                       "ONNX models: NAME=FILE.npy, the value of model input NAME (repeatable; other inputs are "
                       "generated)");
+  run_cmd->add_option("--const-input", run.const_inputs,
+                      "ONNX models: NAME=FILE.npy, model input NAME is this constant (folded at import; for "
+                      "inputs that give shapes, axes or pads; repeatable)");
   run_cmd->add_option("--shape", run.shapes,
                       "ONNX models: NAME=DTYPE[d0, ...], the type of model input NAME (needed for symbolic dims "
                       "without an --input file; e.g. x=f32[1, 3, 224, 224])");
@@ -116,6 +119,9 @@ int main(int argc, char** argv) {
                          "NAME=DTYPE[d0, ...]: the type of model input NAME (needed for symbolic dims; repeatable)");
   import_cmd->add_option("--input", import.inputs,
                          "NAME=FILE.npy: model input NAME reads this file (its type is the file's; repeatable)");
+  import_cmd->add_option("--const-input", import.const_inputs,
+                         "NAME=FILE.npy: model input NAME is this constant (folded at import; for inputs that give "
+                         "shapes, axes or pads; repeatable)");
   import_cmd->add_flag("--json", import.json, "Print a JSON summary (program, weights, inputs, outputs, ops)");
   import_cmd->add_flag("--list-ops", import.list_ops, "Print the supported ONNX ops and what each becomes, and exit");
 

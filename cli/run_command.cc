@@ -361,8 +361,8 @@ void write_sim_json(JsonWriter& j, const SimBackend& sim, const std::vector<SimI
 
 int run_command(const RunOptions& options) {
   if (is_onnx_path(options.program)) return run_onnx_model(options);
-  if (!options.inputs.empty() || !options.shapes.empty()) {
-    return report_error(invalid_argument("--input and --shape are for ONNX models (MODEL.onnx); a trace program "
+  if (!options.inputs.empty() || !options.shapes.empty() || !options.const_inputs.empty()) {
+    return report_error(invalid_argument("--input, --const-input and --shape are for ONNX models (MODEL.onnx); a trace program "
                                          "names its inputs' files in the program (npy(\"FILE\"))"));
   }
   Result<Program> program = load_program(options.program);

@@ -225,6 +225,7 @@ class Importer {
   void instance_norm();
   void layer_norm();
   void softmax();
+  void hardmax();
   void clip();
   void resize();
   void topk();
@@ -234,7 +235,9 @@ class Importer {
 
  private:
   // ---- values and the program ----
-  V op(OpKind kind, std::vector<Arg> args, const Attrs& attrs = {});
+  // Records `kind` on `args`, or computes it now when every arg is a known non-weight value
+  // (and `fold`).
+  V op(OpKind kind, std::vector<Arg> args, const Attrs& attrs = {}, bool fold = true);
   V known(HostBuffer buf, std::string label = {});
   std::string materialize(const V& v);
   std::string unique_name(std::string_view base);
@@ -243,6 +246,8 @@ class Importer {
   // ---- the node being lowered ----
   std::string where_() const;
   [[noreturn]] void node_unsupported(std::string what);
+  // An input whose value the lowering needs (a shape, axes, pads) is computed from input data.
+  [[noreturn]] void needs_constant(std::string_view input);
   bool has_in(int k) const { return k < node_->input_size() && !node_->input(k).empty(); }
   V in(int k);
   bool out_used(int k) const { return k < node_->output_size() && !node_->output(k).empty(); }
@@ -270,6 +275,8 @@ class Importer {
   void require_rank4(const V& x, std::string_view what);
 
   void declare_inputs();
+  // The table row of `node`'s op; kUnsupported naming node_ for an op it does not have.
+  const OpRow* find_row(const NodeProto& node);
   void lower_node(int index, const NodeProto& node);
   void rename_outputs(size_t first_op);
 
@@ -337,7 +344,7 @@ std::string Importer::materialize(const V& v) {
   return v->prog;
 }
 
-V Importer::op(OpKind kind, std::vector<Arg> args, const Attrs& attrs) {
+V Importer::op(OpKind kind, std::vector<Arg> args, const Attrs& attrs, bool fold) {
   const OpInfo& info = op_info(kind);
   std::vector<AttrValue> av;
   for (const AttrSpec& spec : info.attrs) av.push_back(spec.default_value);
@@ -365,7 +372,7 @@ V Importer::op(OpKind kind, std::vector<Arg> args, const Attrs& attrs) {
   Result<TensorType> out_type = infer_op(kind, types, av);
   if (!out_type.is_ok()) fail_invalid(out_type.status().message());
   const bool random = kind == OpKind::kUniform || kind == OpKind::kNormal || kind == OpKind::kDropoutMask;
-  if (foldable && !random && elements <= kFoldLimit && out_type->shape.numel() <= kFoldLimit) {
+  if (fold && foldable && !random && elements <= kFoldLimit && out_type->shape.numel() <= kFoldLimit) {
     std::vector<HostBuffer> scalars;
     scalars.reserve(args.size());
     std::vector<const HostBuffer*> ptrs;
@@ -419,6 +426,14 @@ void Importer::node_unsupported(std::string what) {
   fail_unsupported(fmt::format("{} {}", node_->op_type(), what), fmt::format("{}: {} is not supported", where_(), what));
 }
 
+void Importer::needs_constant(std::string_view input) {
+  fail_unsupported(fmt::format("{} input '{}' from data", node_->op_type(), input),
+                   fmt::format("{}: input '{}' is computed from the model's input data, but its value must be known "
+                               "at import time (a constant, or computed from shapes only); if a graph input gives it, "
+                               "pass that input's value with --const-input NAME=FILE.npy",
+                               where_(), input));
+}
+
 V Importer::in(int k) {
   if (!has_in(k)) fail_invalid(fmt::format("{}: input {} is missing", where_(), k));
   auto it = values_.find(node_->input(k));
@@ -462,8 +477,7 @@ std::optional<std::vector<int64_t>> Importer::attr_ints(std::string_view name) {
 
 std::vector<int64_t> Importer::ints_of(const V& v, std::string_view what) {
   if (!v->known) {
-    node_unsupported(fmt::format("input '{}' computed from the model's input data (it must be a constant or "
-                                 "depend only on shapes)", what));
+    needs_constant(what);
   }
   if (!is_integral(v->type.dtype)) fail_invalid(fmt::format("{}: input '{}' must be an integer tensor", where_(), what));
   std::vector<int64_t> out;
@@ -474,7 +488,7 @@ std::vector<int64_t> Importer::ints_of(const V& v, std::string_view what) {
 
 double Importer::scalar_of(const V& v, std::string_view what) {
   if (!v->known) {
-    node_unsupported(fmt::format("input '{}' computed from the model's input data (it must be a constant)", what));
+    needs_constant(what);
   }
   if (v->known->numel() != 1) fail_invalid(fmt::format("{}: input '{}' must hold one value", where_(), what));
   return v->known->element_as_double(0);
@@ -947,11 +961,33 @@ void Importer::arg_extreme() {
   const int64_t axis = axis_of(attr_int("axis", 0), x->type.shape.rank());
   const bool keep = attr_int("keepdims", 1) != 0, last = attr_int("select_last_index", 0) != 0;
   if (node_->op_type() == "ArgMax") {
-    if (last) node_unsupported("select_last_index=1");
-    out(0, op(OpKind::kArgmax, {x}, {{"axis", i(axis)}, {"keepdim", b(keep)}}));
+    if (!last) {
+      out(0, op(OpKind::kArgmax, {x}, {{"axis", i(axis)}, {"keepdim", b(keep)}}));
+      return;
+    }
+    // The last maximum: the first one of the reversed axis, counted back from the end.
+    const int64_t dim = x->type.shape[static_cast<int>(axis)];
+    HostBuffer rev(DType::kI64, Shape{dim});
+    for (int64_t k = 0; k < dim; ++k) rev.data<int64_t>()[k] = dim - 1 - k;
+    V flipped = op(OpKind::kIndexSelect, {x, known(std::move(rev))}, {{"axis", i(axis)}});
+    V first = op(OpKind::kArgmax, {flipped}, {{"axis", i(axis)}, {"keepdim", b(keep)}});
+    out(0, op(OpKind::kSub, {static_cast<double>(dim - 1), first}));
   } else {
     out(0, op(OpKind::kArgmin, {x}, {{"axis", i(axis)}, {"keepdim", b(keep)}, {"select_last_index", b(last)}}));
   }
+}
+
+void Importer::hardmax() {
+  V x = in(0);
+  const int r = x->type.shape.rank();
+  const int64_t axis = axis_of(attr_int("axis", -1), r);
+  const int64_t dim = x->type.shape[static_cast<int>(axis)];
+  V first = op(OpKind::kArgmax, {x}, {{"axis", i(axis)}, {"keepdim", b(true)}});
+  std::vector<int64_t> pos_shape(static_cast<size_t>(r), 1);
+  pos_shape[static_cast<size_t>(axis)] = dim;
+  HostBuffer pos(DType::kI64, Shape(IntList(std::span<const int64_t>(pos_shape))));
+  for (int64_t k = 0; k < dim; ++k) pos.data<int64_t>()[k] = k;
+  out(0, cast_to(op(OpKind::kEq, {first, known(std::move(pos))}), x->type.dtype));
 }
 
 void Importer::softmax() {
@@ -1289,7 +1325,9 @@ void Importer::conv_transpose() {
       const auto u = static_cast<size_t>(a);
       const int64_t total = full[u] + opad[u] - target[u];
       const int64_t half = total / 2;
-      pads[u] = auto_pad == "SAME_UPPER" ? half : total - half;
+      // A larger target extends the end (as output_padding does); a smaller one is cropped
+      // from both sides, the larger half first at the start unless SAME_UPPER.
+      pads[u] = total < 0 ? 0 : auto_pad == "SAME_UPPER" ? half : total - half;
       pads[u + 2] = total - pads[u];
     }
   } else if (auto_pad == "NOTSET" && pads_attr) {
@@ -1434,8 +1472,17 @@ void Importer::layer_norm() {
   const int64_t axis = axis_of(attr_int("axis", -1), r);
   const double eps = attr_float("epsilon", 1e-5f);
   if (attr_int("stash_type", 1) != 1) node_unsupported("stash_type other than 1 (float)");
-  if (out_used(1) || out_used(2)) node_unsupported("the Mean and InvStdDev outputs");
   std::vector<int64_t> tail(x->type.shape.begin() + axis, x->type.shape.end());
+  if (out_used(1) || out_used(2)) {
+    require_float(x, "input");
+    std::vector<int64_t> axes;
+    for (int k = static_cast<int>(axis); k < r; ++k) axes.push_back(k);
+    V mean = reduce_with(OpKind::kMean, x, axes, true);
+    V centered = op(OpKind::kSub, {x, mean});
+    V var = reduce_with(OpKind::kMean, op(OpKind::kMul, {centered, centered}), axes, true);
+    out(1, mean);
+    out(2, op(OpKind::kRsqrt, {op(OpKind::kAdd, {var, eps})}));
+  }
   auto fit = [&](V v) {
     if (dims_of(v->type.shape) == tail) return v;
     return op(OpKind::kBroadcastTo, {v}, {{"shape", ints(tail)}});
@@ -1473,7 +1520,10 @@ void Importer::resize() {
     size = {sizes[2], sizes[3]};
   } else {
     V scales_v = has_in(2) ? in(2) : nullptr;
-    if (!scales_v || !scales_v->known) fail_invalid(where_() + ": Resize needs constant scales or sizes");
+    if (!scales_v) fail_invalid(where_() + ": Resize needs scales or sizes");
+    if (!scales_v->known) {
+      needs_constant("scales");
+    }
     if (scales_v->type.shape.numel() != 4) fail_invalid(where_() + ": 'scales' must have 4 entries");
     std::vector<double> scales;
     for (int64_t k = 0; k < 4; ++k) scales.push_back(scales_v->known->element_as_double(k));
@@ -1499,6 +1549,7 @@ void Importer::declare_inputs() {
   std::map<std::string, const InputShape*> given;
   for (const InputShape& s : options_.shapes) given[s.name] = &s;
   std::map<std::string, std::string> files(options_.input_files.begin(), options_.input_files.end());
+  const std::set<std::string> constants(options_.constant_inputs.begin(), options_.constant_inputs.end());
   std::set<std::string> graph_inputs;
   int index = 0;
   for (const ::onnx::ValueInfoProto& vi : model_.graph().input()) {
@@ -1515,6 +1566,20 @@ void Importer::declare_inputs() {
       fail_unsupported("dtype " + onnx_type_name(tt.elem_type()),
                        fmt::format("{}: input '{}' has element type {} (tracecache has float, int32, int64, bool)", name_,
                                    vi.name(), onnx_type_name(tt.elem_type())));
+    }
+    if (constants.count(vi.name())) {
+      auto f_it = files.find(vi.name());
+      if (f_it == files.end()) {
+        fail_invalid(fmt::format("{}: constant input '{}' needs a file (--input {}=FILE.npy)", name_, vi.name(), vi.name()));
+      }
+      Result<HostBuffer> v = read_npy(f_it->second);
+      if (!v.is_ok()) fail(v.status());
+      if (v->dtype() != *declared) {
+        fail_invalid(fmt::format("{}: input '{}' is {}, the file '{}' holds {}", name_, vi.name(),
+                                 dtype_name(*declared), f_it->second, dtype_name(v->dtype())));
+      }
+      values_[vi.name()] = known(std::move(*v), vi.name());
+      continue;
     }
     TensorDecl decl;
     decl.role = TensorDecl::Role::kInput;
@@ -1602,10 +1667,7 @@ void Importer::declare_inputs() {
   }
 }
 
-void Importer::lower_node(int index, const NodeProto& node) {
-  node_ = &node;
-  node_index_ = index;
-  attrs_read_.clear();
+const OpRow* Importer::find_row(const NodeProto& node) {
   if (!node.domain().empty() && node.domain() != "ai.onnx") {
     fail_unsupported(fmt::format("op {}.{}", node.domain(), node.op_type()),
                      fmt::format("{}: op {} of domain '{}' is not supported", where_(), node.op_type(), node.domain()));
@@ -1617,7 +1679,14 @@ void Importer::lower_node(int index, const NodeProto& node) {
     fail_unsupported("op " + node.op_type(), fmt::format("{}: op {} is not supported (docs/onnx.md lists the supported ops)",
                                                          where_(), node.op_type()));
   }
-  row_ = &*it;
+  return &*it;
+}
+
+void Importer::lower_node(int index, const NodeProto& node) {
+  node_ = &node;
+  node_index_ = index;
+  attrs_read_.clear();
+  row_ = find_row(node);
   for (int k = 0; k < node.input_size(); ++k) {
     if (node.input(k).empty()) continue;
     auto v = values_.find(node.input(k));
@@ -1674,7 +1743,11 @@ ImportedModel Importer::run() {
   for (const auto& o : model_.opset_import()) {
     if (o.domain().empty() || o.domain() == "ai.onnx") opset = o.version();
   }
-  if (opset < 0) fail_invalid(name_ + ": the model imports no opset of the default ONNX domain");
+  if (opset < 0) {
+    const std::string domain = model_.opset_import_size() > 0 ? model_.opset_import(0).domain() : "";
+    fail_unsupported("domain " + domain, fmt::format("{}: the model imports no opset of the default ONNX domain, only "
+                                                     "'{}', which tracecache does not support", name_, domain));
+  }
   if (opset < kMinOpset || opset > kMaxOpset) {
     fail_unsupported(fmt::format("opset {}", opset),
                      fmt::format("{}: opset {} is not supported (tracecache imports opsets {} to {}; convert the model "
@@ -1687,6 +1760,13 @@ ImportedModel Importer::run() {
   if (model_.graph().sparse_initializer_size() > 0) {
     fail_unsupported("sparse initializer", name_ + ": sparse initializers are not supported");
   }
+  // Every op is known before anything else is checked: an unsupported op is the first error.
+  for (int k = 0; k < model_.graph().node_size(); ++k) {
+    node_ = &model_.graph().node(k);
+    node_index_ = k;
+    find_row(*node_);
+  }
+  node_ = nullptr;
   declare_inputs();
   int index = 0;
   for (const NodeProto& node : model_.graph().node()) lower_node(index++, node);
@@ -1707,7 +1787,7 @@ ImportedModel Importer::run() {
     const bool fresh_op = !v->prog.empty() && defined_at_.count(v->prog) && !output_names.count(v->prog);
     std::string prog = v->prog;
     if (!fresh_op) {
-      V copy = op(OpKind::kCast, {v}, {{"dtype", AttrValue::of_dtype(v->type.dtype)}});
+      V copy = op(OpKind::kCast, {v}, {{"dtype", AttrValue::of_dtype(v->type.dtype)}}, /*fold=*/false);
       const std::string name = unique_name(o.name());
       for (OpStmt& st : result_.program.ops) {
         if (st.result == copy->prog) st.result = name;
@@ -1727,7 +1807,7 @@ constexpr OpRow kRows[] = {
     {"Abs", "abs", &Importer::unary, OpKind::kAbs},
     {"Add", "add", &Importer::binary, OpKind::kAdd},
     {"And", "minimum (bool)", &Importer::and_or_xor},
-    {"ArgMax", "argmax (select_last_index=0)", &Importer::arg_extreme},
+    {"ArgMax", "argmax; select_last_index=1: index_select (reversed), argmax, sub", &Importer::arg_extreme},
     {"ArgMin", "argmin", &Importer::arg_extreme},
     {"AveragePool", "avg_pool2d; asymmetric pads or ceil_mode: pad, avg_pool2d, divided by the pooled count of ONNX's cells", &Importer::average_pool},
     {"BatchNormalization", "batch_norm (inference)", &Importer::batch_norm},
@@ -1762,12 +1842,13 @@ constexpr OpRow kRows[] = {
     {"Greater", "gt", &Importer::binary, OpKind::kGt},
     {"GreaterOrEqual", "maximum(gt, eq)", &Importer::less_or_equal},
     {"HardSigmoid", "mul, add, clamp", &Importer::hard_sigmoid},
+    {"Hardmax", "argmax, eq, cast", &Importer::hardmax},
     {"HardSwish", "hardswish", &Importer::unary, OpKind::kHardswish},
     {"Identity", "nothing (the same tensor)", &Importer::identity},
     {"InstanceNormalization", "layer_norm over the spatial dims, mul, add", &Importer::instance_norm},
     {"IsInf", "eq", &Importer::is_inf},
     {"IsNaN", "eq", &Importer::is_nan},
-    {"LayerNormalization", "layer_norm (stash_type=1; Mean and InvStdDev outputs unsupported)", &Importer::layer_norm},
+    {"LayerNormalization", "layer_norm (stash_type=1); the Mean and InvStdDev outputs: mean, sub, mul, rsqrt", &Importer::layer_norm},
     {"LeakyRelu", "where, mul", &Importer::leaky_relu},
     {"Less", "lt", &Importer::binary, OpKind::kLt},
     {"LessOrEqual", "maximum(lt, eq)", &Importer::less_or_equal},

@@ -70,6 +70,11 @@ struct ImportOptions {
   // type is the file's); the file is read for its dtype and shape. Other inputs are generated
   // (f32: normal(seed=<input index>), integers and bool: full(0)).
   std::vector<std::pair<std::string, std::string>> input_files;
+  // Graph inputs (each with an input file) whose values become constants of the program: known
+  // at import time, so shape arithmetic on them folds (inputs that give a Reshape's shape, a
+  // Slice's starts, a Resize's sizes...). They are params read from the safetensors file, not
+  // inputs.
+  std::vector<std::string> constant_inputs;
   // How the program spells the safetensors file its params read (relative paths resolve
   // against the program's directory when it is loaded).
   std::string weights_path = "model.safetensors";

@@ -1551,9 +1551,19 @@ void Importer::declare_inputs() {
   std::map<std::string, std::string> files(options_.input_files.begin(), options_.input_files.end());
   const std::set<std::string> constants(options_.constant_inputs.begin(), options_.constant_inputs.end());
   std::set<std::string> graph_inputs;
+  for (const ::onnx::ValueInfoProto& vi : model_.graph().input()) graph_inputs.insert(vi.name());
+  for (const auto& [input_name, unused] : given) {
+    if (!graph_inputs.count(input_name)) {
+      fail_invalid(fmt::format("{}: --shape {}: the model has no input '{}'", name_, input_name, input_name));
+    }
+  }
+  for (const auto& [input_name, unused] : files) {
+    if (!graph_inputs.count(input_name)) {
+      fail_invalid(fmt::format("{}: --input {}: the model has no input '{}'", name_, input_name, input_name));
+    }
+  }
   int index = 0;
   for (const ::onnx::ValueInfoProto& vi : model_.graph().input()) {
-    graph_inputs.insert(vi.name());
     const bool user = given.count(vi.name()) || files.count(vi.name());
     if (initializers_.count(vi.name()) && !user) continue;  // an initializer listed as an input (IR < 4)
     ++index;
@@ -1654,16 +1664,6 @@ void Importer::declare_inputs() {
     v->label = vi.name();
     values_[vi.name()] = v;
     result_.program.tensors.push_back(std::move(decl));
-  }
-  for (const auto& [input_name, unused] : given) {
-    if (!graph_inputs.count(input_name)) {
-      fail_invalid(fmt::format("{}: --shape {}: the model has no input '{}'", name_, input_name, input_name));
-    }
-  }
-  for (const auto& [input_name, unused] : files) {
-    if (!graph_inputs.count(input_name)) {
-      fail_invalid(fmt::format("{}: --input {}: the model has no input '{}'", name_, input_name, input_name));
-    }
   }
 }
 

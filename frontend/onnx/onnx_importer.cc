@@ -300,12 +300,19 @@ class Importer {
 
 // ---- values ------------------------------------------------------------------------------
 
-std::string Importer::unique_name(std::string_view base) {
+// `base` as a trace-program identifier: other characters become '_', a leading digit gets a 'v',
+// a reserved word a trailing '_'.
+std::string identifier(std::string_view base) {
   std::string s;
   for (char c : base) s += (std::isalnum(static_cast<unsigned char>(c)) || c == '_') ? c : '_';
   while (!s.empty() && s.front() == '_' && s.size() > 1 && s[1] == '_') s.erase(0, 1);
   if (s.empty() || std::isdigit(static_cast<unsigned char>(s[0]))) s = "v" + s;
   if (reserved_word(s)) s += "_";
+  return s;
+}
+
+std::string Importer::unique_name(std::string_view base) {
+  const std::string s = identifier(base);
   std::string name = s;
   for (int k = 1; names_.count(name); ++k) name = fmt::format("{}_{}", s, k);
   names_.insert(name);
@@ -1530,8 +1537,13 @@ void Importer::resize() {
     if (scales[0] != 1 || scales[1] != 1) node_unsupported("resizing other than the 2 last dims");
     scale_h = scales[2];
     scale_w = scales[3];
-    size = {static_cast<int64_t>(std::floor(static_cast<double>(s[2]) * scale_h)),
-            static_cast<int64_t>(std::floor(static_cast<double>(s[3]) * scale_w))};
+    const double h = static_cast<double>(s[2]) * scale_h, w = static_cast<double>(s[3]) * scale_w;
+    size = {static_cast<int64_t>(std::floor(h)), static_cast<int64_t>(std::floor(w))};
+    // ONNX's align_corners divides by the unrounded output length (in * scale - 1); the op
+    // divides by its output size - 1.
+    if (ctm == "align_corners" && (std::floor(h) != h || std::floor(w) != w)) {
+      node_unsupported("align_corners with scales whose output length is fractional");
+    }
   }
   Attrs a = {{"size", ints(size)}, {"scale_h", f(scale_h)}, {"scale_w", f(scale_w)},
              {"coordinate_transformation_mode", i(ctm_it->second)}};
@@ -1786,6 +1798,25 @@ ImportedModel Importer::run() {
     }
     const bool fresh_op = !v->prog.empty() && defined_at_.count(v->prog) && !output_names.count(v->prog);
     std::string prog = v->prog;
+    if (fresh_op && prog != identifier(o.name())) {
+      // The op result takes the output's ONNX name (as an identifier) everywhere it is used.
+      const std::string name = unique_name(o.name());
+      const size_t at = defined_at_[prog];
+      auto& ops = result_.program.ops;
+      ops[at].result = name;
+      for (size_t j = at + 1; j < ops.size(); ++j) {
+        for (Literal& l : ops[j].operands) {
+          if (l.kind == Literal::Kind::kName && l.name == prog) l.name = name;
+        }
+      }
+      for (OutputRef& r : result_.program.outputs) {
+        if (r.name == prog) r.name = name;
+      }
+      defined_at_.erase(prog);
+      defined_at_[name] = at;
+      v->prog = name;
+      prog = name;
+    }
     if (!fresh_op) {
       V copy = op(OpKind::kCast, {v}, {{"dtype", AttrValue::of_dtype(v->type.dtype)}}, /*fold=*/false);
       const std::string name = unique_name(o.name());
@@ -1842,8 +1873,8 @@ constexpr OpRow kRows[] = {
     {"Greater", "gt", &Importer::binary, OpKind::kGt},
     {"GreaterOrEqual", "maximum(gt, eq)", &Importer::less_or_equal},
     {"HardSigmoid", "mul, add, clamp", &Importer::hard_sigmoid},
-    {"Hardmax", "argmax, eq, cast", &Importer::hardmax},
     {"HardSwish", "hardswish", &Importer::unary, OpKind::kHardswish},
+    {"Hardmax", "argmax, eq, cast", &Importer::hardmax},
     {"Identity", "nothing (the same tensor)", &Importer::identity},
     {"InstanceNormalization", "layer_norm over the spatial dims, mul, add", &Importer::instance_norm},
     {"IsInf", "eq", &Importer::is_inf},
@@ -1921,8 +1952,25 @@ std::vector<SupportedOp> make_supported() {
 
 Result<ImportedModel> import_model(const ::onnx::ModelProto& model, std::string name, const std::string& model_dir,
                                    const ImportOptions& options, std::string* unsupported_reason) {
+  // The checker would look for external data relative to the working directory: it checks a
+  // copy whose external tensors are empty; tensor_to_buffer checks their locations (inside the
+  // model's directory), offsets and lengths when they are read.
+  const ::onnx::ModelProto* to_check = &model;
+  ::onnx::ModelProto without_external;
+  const auto& inits = model.graph().initializer();
+  if (std::any_of(inits.begin(), inits.end(), [](const TensorProto& t) { return t.data_location() == TensorProto::EXTERNAL; })) {
+    without_external = model;
+    for (TensorProto& t : *without_external.mutable_graph()->mutable_initializer()) {
+      if (t.data_location() != TensorProto::EXTERNAL) continue;
+      t.clear_external_data();
+      t.set_data_location(TensorProto::DEFAULT);
+      t.clear_dims();
+      t.add_dims(0);
+    }
+    to_check = &without_external;
+  }
   try {
-    ::onnx::checker::check_model(model);
+    ::onnx::checker::check_model(*to_check);
   } catch (const std::exception& e) {
     return invalid_argument(fmt::format("{}: the ONNX checker refuses the model: {}", name, e.what()));
   }

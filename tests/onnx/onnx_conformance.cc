@@ -121,6 +121,9 @@ Outcome run_case(const fs::path& dir, const fs::path& scratch) {
       break;
     }
   }
+  for (const auto& vi : model.graph().input()) {
+    if (!vi.type().has_tensor_type()) return {Outcome::kUnsupported, "non-tensor input (sequence, map, optional)"};
+  }
   std::vector<std::string> input_names;
   {
     std::set<std::string> inits;
@@ -176,12 +179,13 @@ Outcome run_case(const fs::path& dir, const fs::path& scratch) {
       options.constant_inputs = integer_inputs;
       reason.clear();
       imported = onnx_import::import_onnx(model_path.string(), options, &reason);
-      if (!imported.is_ok() && reason.find("from data") != std::string::npos && input_names.size() > 1) {
-        // Float ones too (a Resize's scales): every input but the first (the data).
-        options.constant_inputs.assign(input_names.begin() + 1, input_names.begin() + static_cast<long>(set_inputs[s].size()));
-        reason.clear();
-        imported = onnx_import::import_onnx(model_path.string(), options, &reason);
-      }
+    }
+    if (!imported.is_ok() && reason.find("from data") != std::string::npos && set_inputs[s].size() > 1) {
+      // Float ones too (a Resize's scales): every input but the first (the data).
+      options.constant_inputs.clear();
+      for (size_t k = 1; k < set_inputs[s].size(); ++k) options.constant_inputs.push_back(set_inputs[s][k].first);
+      reason.clear();
+      imported = onnx_import::import_onnx(model_path.string(), options, &reason);
     }
     if (!imported.is_ok()) {
       if (imported.status().code() == StatusCode::kUnsupported) return {Outcome::kUnsupported, reason};

@@ -268,6 +268,11 @@ class Importer {
   V pad2d(const V& x, int64_t top, int64_t bottom, int64_t left, int64_t right, double value);
   V normalize_index(const V& idx, int64_t dim);
   V reduce_with(OpKind kind, const V& x, const std::vector<int64_t>& axes, bool keepdim);
+  // i64 [start, end) by step: folded when small, else an arange op (nothing large is allocated
+  // at import time).
+  V arange(int64_t start, int64_t end, int64_t step);
+  // i64 [rows, cols]: column index minus row index.
+  V column_minus_row(int64_t rows, int64_t cols);
   // Conv and pool geometry: pads {top, left, bottom, right} from pads/auto_pad.
   std::array<int64_t, 4> spatial_pads(const Shape& x, const std::array<int64_t, 2>& kernel_extent,
                                       const std::array<int64_t, 2>& stride);
@@ -565,6 +570,15 @@ V Importer::reduce_with(OpKind kind, const V& x, const std::vector<int64_t>& axe
   return op(kind, {x}, {{"axes", ints(axes)}, {"keepdim", b(keepdim)}});
 }
 
+V Importer::arange(int64_t start, int64_t end, int64_t step) {
+  return op(OpKind::kArange, {}, {{"start", f(static_cast<double>(start))}, {"end", f(static_cast<double>(end))},
+                                  {"step", f(static_cast<double>(step))}, {"dtype", AttrValue::of_dtype(DType::kI64)}});
+}
+
+V Importer::column_minus_row(int64_t rows, int64_t cols) {
+  return op(OpKind::kSub, {arange(0, cols, 1), reshape_to(arange(0, rows, 1), {rows, 1})});
+}
+
 std::array<int64_t, 2> Importer::pair_attr(std::string_view name, int64_t def) {
   std::optional<std::vector<int64_t>> v = attr_ints(name);
   if (!v) return {def, def};
@@ -846,6 +860,11 @@ void Importer::range() {
   const double count = std::max(std::ceil((limit - start) / delta), 0.0);
   if (!(count <= static_cast<double>(kMaxElements))) fail_invalid(where_() + ": the range has too many elements");
   const DType dtype = start_v->type.dtype;
+  if (count > static_cast<double>(kFoldLimit)) {
+    out(0, op(OpKind::kArange, {}, {{"start", f(start)}, {"end", f(limit)}, {"step", f(delta)},
+                                    {"dtype", AttrValue::of_dtype(dtype)}}));
+    return;
+  }
   HostBuffer buf(dtype, Shape{static_cast<int64_t>(count)});
   dispatch_dtype(dtype, [&]<typename T>() {
     T* p = buf.data<T>();
@@ -883,15 +902,8 @@ void Importer::eye_like() {
     dtype = *d;
   }
   const int64_t k = attr_int("k", 0);
-  HostBuffer buf(dtype, x->type.shape);
-  const int64_t rows = x->type.shape[0], cols = x->type.shape[1];
-  dispatch_dtype(dtype, [&]<typename T>() {
-    for (int64_t r = 0; r < rows; ++r) {
-      const int64_t c = r + k;
-      if (c >= 0 && c < cols) buf.data<T>()[r * cols + c] = static_cast<T>(1);
-    }
-  });
-  out(0, known(std::move(buf)));
+  V diagonal = op(OpKind::kEq, {column_minus_row(x->type.shape[0], x->type.shape[1]), static_cast<double>(k)});
+  out(0, cast_to(diagonal, dtype));
 }
 
 void Importer::trilu() {
@@ -900,12 +912,9 @@ void Importer::trilu() {
   if (r < 2) fail_invalid(where_() + ": Trilu needs rank >= 2");
   const int64_t k = has_in(1) ? static_cast<int64_t>(scalar_of(in(1), "k")) : 0;
   const bool upper = attr_int("upper", 1) != 0;
-  const int64_t rows = x->type.shape[r - 2], cols = x->type.shape[r - 1];
-  HostBuffer mask(DType::kBool, Shape{rows, cols});
-  for (int64_t i0 = 0; i0 < rows; ++i0) {
-    for (int64_t j = 0; j < cols; ++j) mask.data<bool>()[i0 * cols + j] = upper ? j - i0 >= k : j - i0 <= k;
-  }
-  out(0, op(OpKind::kWhere, {known(std::move(mask)), x, 0.0}));
+  V diff = column_minus_row(x->type.shape[r - 2], x->type.shape[r - 1]);
+  V keep = upper ? op(OpKind::kGt, {diff, static_cast<double>(k) - 1}) : op(OpKind::kLt, {diff, static_cast<double>(k) + 1});
+  out(0, op(OpKind::kWhere, {keep, x, 0.0}));
 }
 
 // ---- handlers: linear algebra and reductions ------------------------------------------------------
@@ -974,9 +983,7 @@ void Importer::arg_extreme() {
     }
     // The last maximum: the first one of the reversed axis, counted back from the end.
     const int64_t dim = x->type.shape[static_cast<int>(axis)];
-    HostBuffer rev(DType::kI64, Shape{dim});
-    for (int64_t k = 0; k < dim; ++k) rev.data<int64_t>()[k] = dim - 1 - k;
-    V flipped = op(OpKind::kIndexSelect, {x, known(std::move(rev))}, {{"axis", i(axis)}});
+    V flipped = op(OpKind::kIndexSelect, {x, arange(dim - 1, -1, -1)}, {{"axis", i(axis)}});
     V first = op(OpKind::kArgmax, {flipped}, {{"axis", i(axis)}, {"keepdim", b(keep)}});
     out(0, op(OpKind::kSub, {static_cast<double>(dim - 1), first}));
   } else {
@@ -992,9 +999,7 @@ void Importer::hardmax() {
   V first = op(OpKind::kArgmax, {x}, {{"axis", i(axis)}, {"keepdim", b(true)}});
   std::vector<int64_t> pos_shape(static_cast<size_t>(r), 1);
   pos_shape[static_cast<size_t>(axis)] = dim;
-  HostBuffer pos(DType::kI64, Shape(IntList(std::span<const int64_t>(pos_shape))));
-  for (int64_t k = 0; k < dim; ++k) pos.data<int64_t>()[k] = k;
-  out(0, cast_to(op(OpKind::kEq, {first, known(std::move(pos))}), x->type.dtype));
+  out(0, cast_to(op(OpKind::kEq, {first, reshape_to(arange(0, dim, 1), pos_shape)}), x->type.dtype));
 }
 
 void Importer::softmax() {
@@ -1131,11 +1136,7 @@ void Importer::slice() {
     if (e < 0) e = e < -dim ? -1 : e + dim;
     s = std::min(s, dim - 1);
     e = std::min(e, dim - 1);
-    std::vector<int64_t> picks;
-    for (int64_t p = s; p > e && p >= 0; p += step) picks.push_back(p);
-    HostBuffer idx(DType::kI64, Shape{static_cast<int64_t>(picks.size())});
-    std::copy(picks.begin(), picks.end(), idx.data<int64_t>());
-    y = op(OpKind::kIndexSelect, {y, known(std::move(idx))}, {{"axis", i(axis)}});
+    y = op(OpKind::kIndexSelect, {y, arange(s, std::min(s, e), step)}, {{"axis", i(axis)}});
   }
   out(0, y);
 }
@@ -1181,8 +1182,14 @@ void Importer::tile() {
       y = op(OpKind::kSlice, {y}, {{"axis", i(static_cast<int64_t>(a))}, {"start", i(0)}, {"end", i(0)}});
       continue;
     }
-    std::vector<Arg> copies(static_cast<size_t>(repeats[a]), Arg(y));
-    y = op(OpKind::kConcat, std::move(copies), {{"axis", i(static_cast<int64_t>(a))}});
+    // A new axis of `repeats` copies before axis a, merged into it.
+    std::vector<int64_t> dims = dims_of(y->type.shape), spread = dims;
+    dims.insert(dims.begin() + static_cast<long>(a), 1);
+    spread.insert(spread.begin() + static_cast<long>(a), repeats[a]);
+    V copies = op(OpKind::kBroadcastTo, {reshape_to(y, dims)}, {{"shape", ints(spread)}});
+    std::vector<int64_t> merged = dims_of(y->type.shape);
+    merged[a] *= repeats[a];
+    y = reshape_to(copies, merged);
   }
   out(0, y);
 }
@@ -1429,18 +1436,15 @@ void Importer::average_pool() {
     right[u] = (o - 1) * stride[u] + kernel[u] - x->type.shape[2 + a] - pads[u];
   }
   const int64_t h = x->type.shape[2], w = x->type.shape[3];
-  const int64_t ph = pads[0] + h + right[0], pw = pads[1] + w + right[1];
-  HostBuffer mask(DType::kF32, Shape{1, 1, ph, pw});
-  for (int64_t r = 0; r < ph; ++r) {
-    for (int64_t c = 0; c < pw; ++c) {
-      const int64_t ir = r - pads[0], ic = c - pads[1];
-      const bool inside = ir >= 0 && ir < h && ic >= 0 && ic < w;
-      const bool in_pads = ir < h + pads[2] && ic < w + pads[3];
-      mask.data<float>()[r * pw + c] = (inside || (include_pad && in_pads)) ? 1.0f : 0.0f;
-    }
+  V mask = op(OpKind::kFull, {}, {{"shape", ints({1, 1, h, w})}, {"value", f(1)}});
+  if (include_pad) {
+    mask = pad2d(mask, pads[0], pads[2], pads[1], pads[3], 1.0);
+    mask = pad2d(mask, 0, right[0] - pads[2], 0, right[1] - pads[3], 0.0);
+  } else {
+    mask = pad2d(mask, pads[0], right[0], pads[1], right[1], 0.0);
   }
   V sums = op(OpKind::kAvgPool2d, {pad2d(x, pads[0], right[0], pads[1], right[1], 0.0)}, base);
-  V counts = op(OpKind::kAvgPool2d, {known(std::move(mask))}, base);
+  V counts = op(OpKind::kAvgPool2d, {mask}, base);
   out(0, op(OpKind::kDiv, {sums, counts}));
 }
 
@@ -1861,7 +1865,7 @@ constexpr OpRow kRows[] = {
     {"Erf", "erf", &Importer::unary, OpKind::kErf},
     {"Exp", "exp", &Importer::unary, OpKind::kExp},
     {"Expand", "broadcast_to", &Importer::expand},
-    {"EyeLike", "folded", &Importer::eye_like},
+    {"EyeLike", "folded (arange, sub, eq, cast)", &Importer::eye_like},
     {"Flatten", "reshape", &Importer::flatten},
     {"Floor", "floor", &Importer::unary, OpKind::kFloor},
     {"Gather", "index_select (negative indices wrapped), reshape", &Importer::gather},
@@ -1899,7 +1903,7 @@ constexpr OpRow kRows[] = {
     {"PRelu", "where, mul", &Importer::prelu},
     {"Pad", "pad (mode=constant, the 4 innermost dims)", &Importer::pad},
     {"Pow", "pow", &Importer::pow},
-    {"Range", "folded", &Importer::range},
+    {"Range", "folded; long ranges: arange", &Importer::range},
     {"Reciprocal", "div", &Importer::reciprocal},
     {"ReduceL1", "sum, abs", &Importer::reduce},
     {"ReduceL2", "sqrt, sum, mul", &Importer::reduce},
@@ -1933,10 +1937,10 @@ constexpr OpRow kRows[] = {
     {"Sum", "add", &Importer::variadic, OpKind::kAdd},
     {"Tanh", "tanh", &Importer::unary, OpKind::kTanh},
     {"ThresholdedRelu", "where", &Importer::thresholded_relu},
-    {"Tile", "concat", &Importer::tile},
+    {"Tile", "reshape, broadcast_to, reshape", &Importer::tile},
     {"TopK", "topk, topk_indices", &Importer::topk},
     {"Transpose", "permute", &Importer::transpose},
-    {"Trilu", "where with a folded mask", &Importer::trilu},
+    {"Trilu", "where with a mask (arange, sub, gt or lt) folded when small", &Importer::trilu},
     {"Unsqueeze", "reshape", &Importer::unsqueeze},
     {"Where", "where", &Importer::where},
     {"Xor", "eq(eq(a, b), false)", &Importer::and_or_xor},
@@ -1984,6 +1988,8 @@ Result<ImportedModel> import_model(const ::onnx::ModelProto& model, std::string 
     return f.status;
   } catch (const Error& e) {
     return invalid_argument(fmt::format("{}: {}", name, e.status().message()));
+  } catch (const std::exception& e) {
+    return invalid_argument(fmt::format("{}: the model cannot be imported: {}", name, e.what()));
   }
 }
 

@@ -88,6 +88,11 @@ int import_command(const ImportCommandOptions& options) {
   std::string output = options.output;
   if (output.empty()) output = fs::path(options.model).filename().replace_extension(".trace").string();
   const std::string weights = fs::path(output).replace_extension(".safetensors").string();
+  std::error_code ec;
+  if (const fs::path dir = fs::absolute(output, ec).parent_path(); !fs::is_directory(dir, ec)) {
+    return report_error(invalid_argument(fmt::format(
+        "import -o {}: directory '{}' does not exist (create it first, or write elsewhere)", output, dir.string())));
+  }
   Result<onnx_import::ImportOptions> o = import_options(
       options.shapes, options.inputs, options.const_inputs, [&](const std::string& file) { return spelled_from(output, file); });
   if (!o.is_ok()) return report_error(o.status());

@@ -74,6 +74,8 @@ expect_exit 0 "$TC" import net.onnx -o imp/net2.trace --shape "x=f32[4, 3, 14, 1
 grep -q 'input x : f32\[4, 3, 14, 14\]' imp/net2.trace || fail "--shape did not set the input's type"
 expect_exit 2 "$TC" import net.onnx -o imp/bad.trace --shape "x=f32[4, 3, 15, 14]"
 grep -q "dim 2 of size 14" "$TMP/err" || fail "a contradicting --shape was not refused: $(cat "$TMP/err")"
+expect_exit 2 "$TC" import net.onnx -o no/such/dir/net.trace --shape "x=f32[1, 3, 14, 14]"
+grep -q "directory .* does not exist" "$TMP/err" || fail "a missing output directory: $(cat "$TMP/err")"
 # The op table.
 expect_exit 0 "$TC" import --list-ops
 grep -q "^Conv " "$TMP/out" || fail "--list-ops lacks Conv"

@@ -11,6 +11,8 @@ batch sizes, BERT also two sequence lengths, each size its own import), and the 
 compared with PyTorch's: max |difference| / max |value| below 1e-4. It also counts how many of the
 program's params keep their state_dict names.
 
+(AlexNet, VGG16 and ViT at 224 x 224, the other CNNs at --resolution.)
+
 Usage: scripts/onnx_zoo.py [--tracecache build/cli/tracecache] [--resolution 64] [--opsets 13,17]
                            [--bert-preset small] [MODEL...]      (default: all ten)
 Needs torch, torchvision, numpy (Debian: python3-torchvision). Prints one line per run; exit 1 if
@@ -102,17 +104,28 @@ def check_model(tc, name, args, tmp):
         dynamic = {k: {0: "batch", 1: "sequence"} for k in input_names}
     else:
         model = getattr(models, name)().eval()
-        res = 224 if name == "vit_b_16" else args.resolution
-        sizes = [(1, res), (2, res)] if name == "vit_b_16" else [(2, res)]
+        if name == "vit_b_16":  # torchvision initializes the head to zeros: the logits would be 0
+            torch.nn.init.normal_(model.heads.head.weight, std=0.02)
+        # ViT's position embeddings fix 224; AlexNet's and VGG's adaptive pools export only when
+        # the output size divides the feature map (224: 6x6, 7x7).
+        full_size = name in ("vit_b_16", "alexnet", "vgg16")
+        res = 224 if full_size else args.resolution
+        sizes = [(1, res), (2, res)] if name == "vit_b_16" else [(1 if full_size else 2, res)]
         make = lambda n, r: (torch.randn(n, 3, r, r),)
         input_names, output_names = ["image"], ["logits"]
         dynamic = {"image": {0: "batch"}} if name == "vit_b_16" else None
     keys = set(model.state_dict().keys())
     for opset in args.opsets:
         path = os.path.join(tmp, f"{name}_{opset}.onnx")
-        with torch.no_grad():
+        try:
+            # Not under no_grad: there, torchvision's ViT takes PyTorch's fused attention fast path,
+            # which the exporter cannot write.
             torch.onnx.export(model, make(*sizes[0]), path, opset_version=opset, input_names=input_names,
                               output_names=output_names, dynamic_axes=dynamic)
+        except Exception as e:  # torch's exporter, not tracecache
+            print(f"{name} opset {opset}: torch.onnx.export FAILED: {str(e).splitlines()[0]}")
+            ok = False
+            continue
         for n, size in sizes:
             data = make(n, size)
             with torch.no_grad():

@@ -6,7 +6,6 @@
 #include <climits>
 #include <cmath>
 #include <filesystem>
-#include <functional>
 #include <limits>
 #include <map>
 #include <memory>
@@ -19,7 +18,6 @@
 #include <onnx/checker.h>
 #include <onnx/onnx_pb.h>
 
-#include "capture/ops/attr_views.h"
 #include "capture/ops/ops.h"
 #include "frontend/files/input_file.h"
 #include "frontend/files/npy.h"
@@ -488,14 +486,14 @@ std::optional<std::vector<int64_t>> Importer::attr_ints(std::string_view name) {
 }
 
 std::vector<int64_t> Importer::ints_of(const V& v, std::string_view what) {
-  if (!v->known) {
-    needs_constant(what);
-  }
+  if (!v->known) needs_constant(what);
   if (!is_integral(v->type.dtype)) fail_invalid(fmt::format("{}: input '{}' must be an integer tensor", where_(), what));
-  std::vector<int64_t> out;
-  for (int64_t k = 0; k < v->known->numel(); ++k) out.push_back(static_cast<int64_t>(v->known->element_as_double(k)));
-  if (v->type.dtype == DType::kI64) out.assign(v->known->data<int64_t>(), v->known->data<int64_t>() + v->known->numel());
-  return out;
+  if (v->type.dtype == DType::kI32) {
+    std::span<const int32_t> i32 = v->known->span<int32_t>();
+    return {i32.begin(), i32.end()};
+  }
+  std::span<const int64_t> i64 = v->known->span<int64_t>();
+  return {i64.begin(), i64.end()};
 }
 
 double Importer::scalar_of(const V& v, std::string_view what) {

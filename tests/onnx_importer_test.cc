@@ -317,6 +317,25 @@ TEST(OnnxImporter, AnUnsupportedAttributeValueOrAttributeNamesIt) {
   EXPECT_NE(r.model.status().message().find("node 'p' (#0, Pad)"), std::string::npos);
 }
 
+TEST(OnnxImporter, AnUnsupportedDtypeNamesTheNodeAndTheTensor) {
+  ModelBuilder b;
+  b.input("x", {2});
+  b.output("y", {2});
+  auto* t = b.g().add_initializer();
+  t->set_name("w64");
+  t->set_data_type(::onnx::TensorProto::DOUBLE);
+  t->add_dims(2);
+  t->add_double_data(1);
+  t->add_double_data(2);
+  b.node("Add", {"x", "w64"}, {"y"}, "adder");
+  Imported r = import_bytes(b);
+  ASSERT_FALSE(r.model.is_ok());
+  EXPECT_EQ(r.model.status().code(), StatusCode::kUnsupported);
+  EXPECT_EQ(r.reason, "dtype double");
+  EXPECT_NE(r.model.status().message().find("node 'adder' (#0, Add): initializer 'w64': element type double"),
+            std::string::npos) << r.model.status().message();
+}
+
 TEST(OnnxImporter, OpsetsOutside13To17AreRefusedClearly) {
   for (int64_t opset : {12, 18}) {
     ModelBuilder b(opset);

@@ -1708,7 +1708,7 @@ void Importer::lower_node(int index, const NodeProto& node) {
     auto init = initializers_.find(node.input(k));
     if (init == initializers_.end()) continue;
     std::string reason;
-    Result<HostBuffer> buf = tensor_to_buffer(*init->second, fmt::format("{}: initializer '{}'", name_, node.input(k)),
+    Result<HostBuffer> buf = tensor_to_buffer(*init->second, fmt::format("{}: initializer '{}'", where_(), node.input(k)),
                                               model_dir_, &reason);
     if (!buf.is_ok()) fail(buf.status(), reason);
     V w = known(std::move(*buf), node.input(k));

@@ -1512,7 +1512,9 @@ void Importer::resize() {
   if (attr_int("exclude_outside", 0) != 0) node_unsupported("exclude_outside=1");
   if (mode != "nearest" && mode != "linear") node_unsupported("mode=" + mode);
   static const std::map<std::string, int64_t> kCtm = {{"half_pixel", 0}, {"asymmetric", 1}, {"align_corners", 2},
-                                                      {"pytorch_half_pixel", 3}, {"tf_half_pixel_for_nearest", 4}};
+                                                      {"pytorch_half_pixel", 3}, {"tf_half_pixel_for_nearest", 4},
+                                                      // the name ONNX 1.12's reference and node tests use
+                                                      {"tf_half_pixel_for_nn", 4}};
   static const std::map<std::string, int64_t> kNearest = {{"round_prefer_floor", 0}, {"round_prefer_ceil", 1},
                                                           {"floor", 2}, {"ceil", 3}};
   auto ctm_it = kCtm.find(ctm);

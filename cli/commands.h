@@ -49,6 +49,11 @@ struct RunOptions {
   bool quiet = false;  // print nothing but errors (and the JSON object with --json)
   // -v or TRACECACHE_VERBOSE: one line per step and graph on stderr (cli/step_report.h).
   bool verbose = false;
+  // An ONNX model (MODEL.onnx, imported in memory: cli/import_command.cc): --input NAME=FILE.npy
+  // and --shape NAME=DTYPE[dims] give its inputs' values and types.
+  std::vector<std::string> inputs;
+  std::vector<std::string> shapes;
+  std::vector<std::string> const_inputs;  // NAME=FILE.npy: an input whose value is a constant
 };
 int run_command(const RunOptions& options);
 // The help of the flags `run`, `zoo run` and `zoo train` share.
@@ -61,6 +66,23 @@ inline constexpr const char* kLabelsHelp =
 inline constexpr const char* kQuietHelp = "Print nothing but errors (and the JSON object with --json)";
 // `run` on a program already in memory (options.program only labels it).
 int run_loaded_program(const Program& program, const RunOptions& options);
+
+// `import MODEL.onnx -o model.trace` (cli/import_command.cc): the model as a trace program plus
+// its params (model.safetensors beside it); `import --list-ops`: the supported ONNX ops.
+struct ImportCommandOptions {
+  std::string model;
+  std::string output;               // the .trace file; the params go to the same path with .safetensors
+  std::vector<std::string> shapes;  // NAME=DTYPE[dims]
+  std::vector<std::string> inputs;  // NAME=FILE.npy
+  std::vector<std::string> const_inputs;  // NAME=FILE.npy, a constant (ImportOptions::constant_inputs)
+  bool json = false;
+  bool list_ops = false;
+};
+int import_command(const ImportCommandOptions& options);
+// `run` on an ONNX model: imports it in memory (its params in a temporary directory, removed
+// afterwards) and runs the program as run_loaded_program does.
+int run_onnx_model(const RunOptions& options);
+bool is_onnx_path(std::string_view path);
 
 // `bench`: per target and mode, median step time and host overhead (step time minus kernel
 // time) over timed steps that follow warmup steps; input generation is not timed.

@@ -66,7 +66,16 @@ int main(int argc, char** argv) {
   run.db.env = cache_env;
   run.remote.env = remote_env;
   CLI::App* run_cmd = app.add_subcommand("run", "Run a trace program step by step through lazy capture and the graph cache.");
-  run_cmd->add_option("program", run.program, "Trace program (.trace)")->required();
+  run_cmd->add_option("program", run.program, "Trace program (.trace) or ONNX model (.onnx, imported in memory)")->required();
+  run_cmd->add_option("--input", run.inputs,
+                      "ONNX models: NAME=FILE.npy, the value of model input NAME (repeatable; other inputs are "
+                      "generated)");
+  run_cmd->add_option("--const-input", run.const_inputs,
+                      "ONNX models: NAME=FILE.npy, model input NAME is this constant (folded at import; for "
+                      "inputs that give shapes, axes or pads; repeatable)");
+  run_cmd->add_option("--shape", run.shapes,
+                      "ONNX models: NAME=DTYPE[d0, ...], the type of model input NAME (needed for symbolic dims "
+                      "without an --input file; e.g. x=f32[1, 3, 224, 224])");
   run_cmd->add_option("--steps", run.steps, "Steps to run (default: the program's)")->check(whole_number_in(1));
   run_cmd->add_option("--mode", run.mode,
                       "eager (ops run at once, no cache), lazy (trace every step) or once (each step "
@@ -102,6 +111,23 @@ int main(int argc, char** argv) {
   run_cmd->add_flag("--no-auto-dynamic", run.no_auto_dynamic,
                     "once: a dim whose size changes recompiles for every new size instead of becoming "
                     "dynamic (shape-polymorphic)");
+
+  ImportCommandOptions import;
+  CLI::App* import_cmd = app.add_subcommand(
+      "import", "Import an ONNX model as a trace program (MODEL.trace) and its weights (MODEL.safetensors) (docs/onnx.md).");
+  import_cmd->add_option("model", import.model, "ONNX model (.onnx); opsets 13 to 17");
+  import_cmd->add_option("-o,--output", import.output,
+                         "The trace program to write; the weights go beside it with the extension .safetensors "
+                         "(default: the model's name with .trace, in the working directory)");
+  import_cmd->add_option("--shape", import.shapes,
+                         "NAME=DTYPE[d0, ...]: the type of model input NAME (needed for symbolic dims; repeatable)");
+  import_cmd->add_option("--input", import.inputs,
+                         "NAME=FILE.npy: model input NAME reads this file (its type is the file's; repeatable)");
+  import_cmd->add_option("--const-input", import.const_inputs,
+                         "NAME=FILE.npy: model input NAME is this constant (folded at import; for inputs that give "
+                         "shapes, axes or pads; repeatable)");
+  import_cmd->add_flag("--json", import.json, "Print a JSON summary (program, weights, inputs, outputs, ops)");
+  import_cmd->add_flag("--list-ops", import.list_ops, "Print the supported ONNX ops and what each becomes, and exit");
 
   BenchOptions bench;
   bench.remote.env = remote_env;
@@ -245,6 +271,7 @@ int main(int argc, char** argv) {
   }
   try {
     if (*run_cmd) return run_command(run);
+    if (*import_cmd) return import_command(import);
     if (*show_cmd) return show_command(show);
     if (*diff_cmd) return diff_command(diff);
     if (*bench_cmd) return bench_command(bench);

@@ -360,6 +360,11 @@ void write_sim_json(JsonWriter& j, const SimBackend& sim, const std::vector<SimI
 }  // namespace
 
 int run_command(const RunOptions& options) {
+  if (is_onnx_path(options.program)) return run_onnx_model(options);
+  if (!options.inputs.empty() || !options.shapes.empty() || !options.const_inputs.empty()) {
+    return report_error(invalid_argument("--input, --const-input and --shape are for ONNX models (MODEL.onnx); a trace program "
+                                         "names its inputs' files in the program (npy(\"FILE\"))"));
+  }
   Result<Program> program = load_program(options.program);
   if (!program.is_ok()) return report_error(program.status());
   return run_loaded_program(*program, options);

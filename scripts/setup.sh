@@ -15,6 +15,7 @@ packages=(
   libsqlite3-dev sqlite3 libxxhash-dev libprotobuf-dev protobuf-compiler libhiredis-dev redis-server
   libcli11-dev libfmt-dev libgtest-dev libgmock-dev libbenchmark-dev libopenblas-dev
   pybind11-dev python3-dev python3-numpy
+  libonnx-dev libonnx-testdata python3-onnx
   graphviz chromium
 )
 for arg in "$@"; do

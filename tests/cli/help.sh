@@ -3,7 +3,7 @@ source "$(dirname "$0")/lib.sh"
 # The commands as the top-level help lists them (so a new one cannot be missed), and zoo's.
 expect_exit 0 "$TC" --help
 commands=$(sed -n '/^Subcommands:/,$s/^  \([a-z][a-z-]*\) .*/\1/p' "$TMP/out")
-for c in run show diff audit report zoo; do
+for c in run import show diff audit report zoo; do
   grep -qx "$c" <<< "$commands" || fail "'tracecache --help' does not list '$c'"
 done
 expect_exit 0 "$TC" zoo --help

@@ -17,7 +17,7 @@ import sys
 
 LAYER_ROOTS = ["capture", "frontend", "store", "compile", "backends", "runtime", "cli", "python"]
 CAPTURE = ["capture/core", "capture/ops", "capture/ir", "capture/trace", "capture/reference"]
-FRONTEND = ["frontend/files", "frontend/program", "frontend/zoo"]
+FRONTEND = ["frontend/files", "frontend/program", "frontend/zoo", "frontend/onnx"]
 STORE = ["store/core", "store/codec", "store/memory", "store/sqlite", "store/remote", "store/tiers"]
 BACKENDS = ["backends", "backends/cpu", "backends/sim", "backends/registry"]
 BELOW_RUNTIME = CAPTURE + FRONTEND + STORE + ["compile"] + BACKENDS
@@ -34,6 +34,7 @@ ALLOWED = {
     "frontend/files": CAPTURE,
     "frontend/program": CAPTURE + FRONTEND[:1],
     "frontend/zoo": CAPTURE + FRONTEND[:2],
+    "frontend/onnx": CAPTURE + FRONTEND[:2],
     "store/core": CAPTURE,
     "store/codec": CAPTURE,
     "store/memory": CAPTURE,
@@ -103,7 +104,9 @@ SELF_TEST = [
     ("capture/ops/ops.cc", "#include <capture/trace/tensor.h>\n", 1),
     ("capture/ops/ops.cc", "#include <fmt/format.h>\n#include <vector>\n", 0),
     ("capture/ops/ops.cc", '#include "../trace/tensor.h"\n', 1),
-    ("frontend/onnx/importer.cc", "", 1),
+    ("frontend/tflite/importer.cc", "", 1),
+    ("frontend/onnx/importer.cc", '#include "frontend/zoo/model.h"\n', 1),
+    ("frontend/onnx/importer.cc", '#include "frontend/program/program.h"\n', 0),
     ("store/cloud/s3_tier.h", '#include "capture/core/status.h"\n', 1),
     ("store/remote/redis_client.h", '#include "store/tiers/tiered_store.h"\n', 1),
     ("backends/backend.h", '#include "backends/cpu/cpu_backend.h"\n', 1),

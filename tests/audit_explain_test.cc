@@ -114,12 +114,56 @@ TEST(GraphDiff, ABakedConstantAnOpAndAnExtraNodeAreNamed) {
 TEST(SourceLocations, StayOutsideTheKeyAndFollowCanonicalNodes) {
   CanonicalGraph with = graph_of(8, matmul_relu, true), without = graph_of(8, matmul_relu, false);
   EXPECT_EQ(with.key, without.key) << "locations never enter the hash";
-  EXPECT_TRUE(without.node_sources.empty());
+  EXPECT_TRUE(without.node_sources().empty());
+  EXPECT_TRUE(graph_sources(without).nodes.empty());
   GraphSources s = graph_sources(with);
   ASSERT_EQ(s.nodes.size(), with.graph.size());
   EXPECT_EQ(s.node(with.graph.params()[0]), "p.trace:3 input x : f32[B, 4]");
   EXPECT_EQ(s.node(with.graph.params()[1]), "p.trace:7 y") << "an unnamed parameter takes its first reader's line";
   EXPECT_EQ(s.node(with.graph.outputs()[0]), "p.trace:7 y");
+}
+
+// A program's statements, step after step (set_source_at's one-comparison path), while the
+// graphs of earlier steps are still held (the tracer then changes a copy of its record).
+TEST(SourceLocations, FollowEveryStepWhileEarlierGraphsAreHeld) {
+  RecordingExecutor exec;
+  LazyContext ctx(&exec);
+  Tensor x = ctx.from_buffer(HostBuffer(DType::kF32, Shape{8, 4}));
+  Tensor w = ctx.from_buffer(HostBuffer(DType::kF32, Shape{4, 4}));
+  const int input_site = 0, sites[3] = {};
+  int made = 0;
+  auto at = [&](const int* site, const char* text) {
+    ctx.set_source_at(site, [&] { ++made; return std::string(text); });
+  };
+  for (int step = 0; step < 3; ++step) {
+    ctx.name_tensor(x, ctx.source_id(&input_site, [&] { ++made; return "p.trace:3 input x : f32[B, 4]"; }));
+    Tensor y;
+    {
+      at(&sites[0], "p.trace:7 h");
+      Tensor h = matmul(x, w);
+      if (step < 2) {
+        at(&sites[1], "p.trace:8 y");
+        y = relu(h);
+      } else {  // another statement: a site out of the usual order
+        at(&sites[2], "p.trace:9 z");
+        y = exp(h);
+      }
+    }
+    ctx.mark_step();  // y is the only root
+  }
+  EXPECT_EQ(made, 4) << "each site's text is made once";
+  ASSERT_EQ(exec.graphs().size(), 3u);
+  for (size_t step = 0; step < 3; ++step) {
+    const CanonicalGraph& g = exec.graphs()[step].graph;
+    GraphSources s = graph_sources(g);
+    ASSERT_EQ(s.nodes.size(), g.graph.size()) << "step " << step;
+    const NodeId out = g.graph.outputs()[0];
+    const NodeId mm = g.graph.inputs(g.graph.node(out))[0];
+    EXPECT_EQ(s.node(g.graph.params()[0]), "p.trace:3 input x : f32[B, 4]") << "step " << step;
+    EXPECT_EQ(s.node(g.graph.params()[1]), "p.trace:7 h") << "step " << step;
+    EXPECT_EQ(s.node(mm), "p.trace:7 h") << "step " << step;
+    EXPECT_EQ(s.node(out), step < 2 ? "p.trace:8 y" : "p.trace:9 z") << "step " << step;
+  }
 }
 
 TEST(SourceLocations, EncodeDecodeAndRefuseDamage) {

@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <limits>
+#include <memory>
 #include <unordered_map>
+#include <utility>
 
 #include "capture/ops/attr_views.h"
 #include "capture/ops/elementwise.h"
@@ -22,14 +24,19 @@ class Canonicalizer {
       : trace_(trace), options_(options), canon_of_(trace.size(), kUnvisited) {}
 
   CanonicalGraph run(std::span<const NodeId> roots, std::span<const TraceDonation> donations,
-                     std::span<const uint32_t> trace_sources) {
+                     std::shared_ptr<const TraceSources> trace_sources) {
     std::vector<NodeId> outputs;
     outputs.reserve(roots.size());
     for (NodeId r : roots) outputs.push_back(visit(r));
     out_.graph.set_outputs(std::move(outputs));
     for (const TraceDonation& d : donations) add_donation(roots, d);
     out_.key = hash_graph(out_.graph);
-    if (!trace_sources.empty()) map_sources(trace_sources);
+    // The locations are resolved per node only when asked (node_sources()): the walk's map,
+    // built anyway, is all they need from here.
+    if (trace_sources) {
+      out_.trace_sources = std::move(trace_sources);
+      out_.canonical_of_trace = std::move(canon_of_);
+    }
     return std::move(out_);
   }
 
@@ -78,15 +85,6 @@ class Canonicalizer {
     inputs_.clear();
     for (NodeId in : trace_.inputs(n)) inputs_.push_back(canon_of_[in]);
     return add_unique(n.op, inputs_, attrs, n.type());
-  }
-
-  // Each canonical node takes the location of the first traced node it stands for.
-  void map_sources(std::span<const uint32_t> trace_sources) {
-    out_.node_sources.assign(out_.graph.size(), kNoSource);
-    for (NodeId t = 0; t < canon_of_.size() && t < trace_sources.size(); ++t) {
-      const NodeId c = canon_of_[t];
-      if (c != kUnvisited && out_.node_sources[c] == kNoSource) out_.node_sources[c] = trace_sources[t];
-    }
   }
 
   void add_donation(std::span<const NodeId> roots, const TraceDonation& d) {
@@ -170,16 +168,31 @@ class Canonicalizer {
 CanonicalGraph canonicalize(const Graph& trace, std::span<const NodeId> roots,
                             const CanonicalizeOptions& options,
                             std::span<const TraceDonation> donations,
-                            std::span<const uint32_t> trace_sources) {
-  return Canonicalizer(trace, options).run(roots, donations, trace_sources);
+                            std::shared_ptr<const TraceSources> trace_sources) {
+  return Canonicalizer(trace, options).run(roots, donations, std::move(trace_sources));
+}
+
+// Each canonical node takes the location of the first traced node it stands for.
+std::vector<uint32_t> CanonicalGraph::node_sources() const {
+  std::vector<uint32_t> out;
+  if (!trace_sources) return out;
+  out.assign(graph.size(), kNoSource);
+  const std::vector<uint32_t>& traced = trace_sources->nodes;
+  for (NodeId t = 0; t < canonical_of_trace.size() && t < traced.size(); ++t) {
+    const NodeId c = canonical_of_trace[t];
+    if (c < out.size() && out[c] == kNoSource) out[c] = traced[t];
+  }
+  return out;
 }
 
 GraphSources graph_sources(const CanonicalGraph& graph) {
   GraphSources s;
-  if (graph.node_sources.empty() || !graph.source_names) return s;
-  s.nodes.reserve(graph.node_sources.size());
-  for (uint32_t id : graph.node_sources) {
-    s.nodes.push_back(id < graph.source_names->size() ? (*graph.source_names)[id] : std::string());
+  const std::vector<uint32_t> ids = graph.node_sources();
+  if (ids.empty()) return s;
+  const std::vector<std::string>& names = graph.trace_sources->names;
+  s.nodes.reserve(ids.size());
+  for (uint32_t id : ids) {
+    s.nodes.push_back(id < names.size() ? names[id] : std::string());
   }
   return s;
 }

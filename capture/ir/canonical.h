@@ -51,12 +51,16 @@ struct CanonicalGraph {
   Graph graph;                       // outputs() correspond to the roots, in order
   std::vector<ParamSource> sources;  // one per graph.params(), in order
   GraphKey key;
-  // Where each node came from (graph_sources.h), outside the key: per node an index into
-  // `source_names` (kNoSource: unknown), the location of the first traced node it stands for.
-  // Empty when the tracer recorded no locations. The names are shared with the tracer, which
-  // only appends to a copy once a graph holds them.
-  std::vector<uint32_t> node_sources;
-  std::shared_ptr<const std::vector<std::string>> source_names;
+  // Where the nodes came from (graph_sources.h), outside the key, resolved only when asked (a
+  // hit never is): the tracer's record, shared with the tracer (which changes only a copy of it
+  // while a graph holds it), and per traced node the canonical node it became (past the graph:
+  // not part of it). Both empty when the tracer recorded no locations.
+  std::shared_ptr<const TraceSources> trace_sources;
+  std::vector<NodeId> canonical_of_trace;
+
+  // Per node an index into trace_sources->names (kNoSource: unknown): the location of the first
+  // traced node it stands for. Empty when the tracer recorded no locations.
+  std::vector<uint32_t> node_sources() const;
 };
 
 // The graph's per-node locations as strings (GraphSources::nodes; program and function empty).
@@ -72,12 +76,12 @@ struct TraceDonation {
 // REQUIRES: every root < trace.size(). A donation that does not apply (its node is not a root or
 // is a parameter, its parameter is not read, the types differ, or the output or parameter is
 // already donated) is dropped: the graph then copies, with the same values.
-// `trace_sources`, when not empty, holds one source index per trace node (kNoSource: unknown);
-// the result's node_sources then holds one per canonical node (the key does not change).
+// `trace_sources`, when given, are the locations of the trace's nodes; the result keeps them
+// for node_sources() (the key does not change).
 CanonicalGraph canonicalize(const Graph& trace, std::span<const NodeId> roots,
                             const CanonicalizeOptions& options = {},
                             std::span<const TraceDonation> donations = {},
-                            std::span<const uint32_t> trace_sources = {});
+                            std::shared_ptr<const TraceSources> trace_sources = nullptr);
 
 // The rank-0 host value a kScalar source stands for.
 HostBuffer scalar_buffer(const ParamSource& source);

@@ -2,33 +2,56 @@
 
 #include <xxhash.h>
 
+#include <algorithm>
+#include <bit>
+#include <cstring>
+
 namespace tracecache {
 
 namespace {
 
-// Appends fixed-width little-endian fields, independent of the host's byte order.
+// Appends fixed-width little-endian fields, independent of the host's byte order. Writes into
+// space it grows itself (one bounds check per field, not one append per byte: this runs on
+// every barrier); finish() trims the string to what was written.
 class Encoder {
  public:
-  explicit Encoder(std::string& out) : out_(out) {}
-  void u8(uint8_t v) { out_.push_back(static_cast<char>(v)); }
-  void u32(uint32_t v) {
-    for (int i = 0; i < 4; ++i) u8(static_cast<uint8_t>(v >> (8 * i)));
+  // `expected`: the bytes likely to be written (more are allowed).
+  Encoder(std::string& out, size_t expected) : out_(out), pos_(out.size()) {
+    out_.resize(pos_ + expected);
   }
-  void u64(uint64_t v) {
-    for (int i = 0; i < 8; ++i) u8(static_cast<uint8_t>(v >> (8 * i)));
-  }
+  void u8(uint8_t v) { *room(1) = static_cast<char>(v); }
+  void u32(uint32_t v) { put_le(room(4), v); }
+  void u64(uint64_t v) { put_le(room(8), v); }
   void i64(int64_t v) { u64(static_cast<uint64_t>(v)); }
   void str(std::string_view s) {
     u32(static_cast<uint32_t>(s.size()));
-    out_.append(s);
+    if (!s.empty()) std::memcpy(room(s.size()), s.data(), s.size());
   }
   void ints(const IntList& l) {
     u8(static_cast<uint8_t>(l.size()));
     for (int64_t v : l) i64(v);
   }
+  void finish() { out_.resize(pos_); }
 
  private:
+  // `n` bytes to write at the end of what was written.
+  char* room(size_t n) {
+    if (out_.size() - pos_ < n) out_.resize(std::max(2 * out_.size(), pos_ + n));
+    char* p = out_.data() + pos_;
+    pos_ += n;
+    return p;
+  }
+  template <typename U>
+  static void put_le(char* p, U v) {
+    if constexpr (std::endian::native == std::endian::little) {
+      std::memcpy(p, &v, sizeof v);
+    } else {
+      for (size_t i = 0; i < sizeof v; ++i) p[i] = static_cast<char>(v >> (8 * i));
+    }
+  }
+
   std::string& out_;
+  size_t pos_;  // bytes written; out_ may be longer (room not yet used)
 };
 
 void encode_attr(Encoder& e, const AttrValue& a) {
@@ -80,8 +103,7 @@ std::optional<GraphKey> GraphKey::from_bytes(std::string_view bytes) {
 
 std::string encode_graph(const Graph& graph) {
   std::string out;
-  out.reserve(64 + graph.size() * 48);
-  Encoder e(out);
+  Encoder e(out, 64 + graph.size() * 48);
   e.str("tracecache-ir");
   e.u32(kIrFormatVersion);
   e.u32(static_cast<uint32_t>(graph.size()));
@@ -107,6 +129,7 @@ std::string encode_graph(const Graph& graph) {
       e.u32(d.param);
     }
   }
+  e.finish();
   return out;
 }
 

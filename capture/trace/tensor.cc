@@ -140,7 +140,8 @@ NodeId LazyContext::node_for(TensorImpl* t) {
   auto [it, inserted] = param_of_data_.try_emplace(t->data->identity(), 0);
   if (inserted) {
     it->second = trace_.add_parameter(t->type);
-    if (track_sources_) note_source(it->second, t->source != kNoTensorSource ? t->source : current_source_);
+    // A named tensor has its own location; another takes that of the op that first reads it.
+    if (sources_) trace_sources_.push_back(t->source != kNoTensorSource ? t->source : current_source_);
     trace_params_.push_back(t->data);
     if (TraceTemplate* c = capturing()) {
       c->graph.add_parameter(t->type);
@@ -247,7 +248,7 @@ Tensor LazyContext::record(OpKind op, std::span<const Tensor> inputs,
   impl->ctx = this;
   impl->type = type;
   impl->node = trace_.add_node(op, ids.span(), normalized, type);
-  if (track_sources_) note_source(impl->node, current_source_);
+  if (sources_) trace_sources_.push_back(current_source_);
   if (capture) {
     capture->graph.add_node(op, ids.span(), attrs, type);
     for (size_t k = 0; k < bindings.size(); ++k) {
@@ -367,19 +368,24 @@ void LazyContext::reset_trace_if_idle() {
 
 void LazyContext::set_source(std::string_view location) {
   if (options_.eager) return;
+  if (!sources_) own_sources();  // tracking starts, even with ""
   set_source(location.empty() ? kNoSource : intern_source(location));
-}
-
-void LazyContext::set_source(uint32_t id) {
-  if (options_.eager) return;
-  track_sources_ = true;
-  current_source_ = id;
 }
 
 void LazyContext::name_tensor(const Tensor& tensor, uint32_t id) {
   if (options_.eager || !tensor.defined() || id >= kNoTensorSource) return;
-  track_sources_ = true;
+  if (!sources_) own_sources();  // tracking starts
   tensor.impl_->source = static_cast<uint16_t>(id);
+}
+
+TraceSources& LazyContext::own_sources() {
+  if (!sources_) {
+    sources_ = std::make_shared<TraceSources>();
+    trace_sources_.assign(trace_.size(), kNoSource);  // nodes recorded before: unknown
+  } else if (sources_.use_count() > 1) {
+    sources_ = std::make_shared<TraceSources>(*sources_);
+  }
+  return *sources_;
 }
 
 uint32_t LazyContext::intern_source(std::string_view location) {
@@ -387,20 +393,11 @@ uint32_t LazyContext::intern_source(std::string_view location) {
   std::string line = one_line(location);
   auto it = source_ids_.find(line);
   if (it != source_ids_.end()) return it->second;
-  if (!source_names_) {
-    source_names_ = std::make_shared<std::vector<std::string>>();
-  } else if (source_names_.use_count() > 1) {  // a graph holds the names: append to a copy
-    source_names_ = std::make_shared<std::vector<std::string>>(*source_names_);
-  }
-  const uint32_t id = static_cast<uint32_t>(source_names_->size());
-  source_names_->push_back(line);
+  std::vector<std::string>& names = own_sources().names;
+  const uint32_t id = static_cast<uint32_t>(names.size());
+  names.push_back(line);
   source_ids_.emplace(std::move(line), id);
   return id;
-}
-
-void LazyContext::note_source(NodeId id, uint32_t source) {
-  if (trace_sources_.size() < id) trace_sources_.resize(id, kNoSource);
-  trace_sources_.push_back(source);
 }
 
 void LazyContext::mark_step() {
@@ -431,10 +428,11 @@ void LazyContext::materialize(std::span<TensorImpl* const> roots) {
     options_.metrics->record_span(timers::kTrace, trace_started_, std::chrono::steady_clock::now());
   }
   ScopedTimer timer(options_.metrics, timers::kCanonicalizeHash);
-  CanonicalGraph cg = canonicalize(trace_, root_nodes, options_.canonicalize, donations_,
-                                   track_sources_ ? std::span<const uint32_t>(trace_sources_)
-                                                  : std::span<const uint32_t>());
-  if (track_sources_) cg.source_names = source_names_;
+  if (sources_) {
+    std::vector<uint32_t>& nodes = own_sources().nodes;
+    nodes.assign(trace_sources_.begin(), trace_sources_.end());
+  }
+  CanonicalGraph cg = canonicalize(trace_, root_nodes, options_.canonicalize, donations_, sources_);
   timer.stop();
   if (options_.metrics) {
     options_.metrics->add(counters::kTraces);

@@ -37,6 +37,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "capture/core/buffer.h"
@@ -216,14 +217,19 @@ class LazyContext {
 
   // Source locations (capture/ir/graph_sources.h), kept outside the graph hash. Once a location
   // is set, every node recorded carries the location last set ("mlp.trace:7 h", "resnet18
-  // layer1.0.conv1", a C++ or Python "file:line"), and a barrier's CanonicalGraph carries them
-  // per node (node_sources). A context never given a location records none and pays nothing for
-  // it; in eager mode these are no-ops. Locations are one line each (line breaks become spaces).
+  // layer1.0.conv1", a C++ or Python "file:line"), and a barrier's CanonicalGraph carries them,
+  // resolved per node only when asked (node_sources()). A context never given a location records
+  // none and pays one test per op for it; in eager mode these are no-ops. Locations are one line
+  // each (line breaks become spaces).
   //
   // The location of the ops recorded from now on ("" : none). Interns the text on each call.
   void set_source(std::string_view location);
   // The same by id (source_id()): no text is hashed, for per-op use on hot paths.
-  void set_source(uint32_t id);
+  void set_source(uint32_t id) {
+    if (options_.eager) return;
+    if (!sources_) own_sources();
+    current_source_ = id;
+  }
   // The id of the location of `site` (a program statement, a layer: any address that stands
   // for one location while this context lives); `make()` gives its text and is called only the
   // first time a site is seen. kNoSource in eager mode.
@@ -242,6 +248,17 @@ class LazyContext {
     }
     next_site_ = it->second + 1;
     return site_order_[it->second].second;
+  }
+  // set_source(source_id(site, make)) in one step: a site asked in the same order as last time
+  // costs one comparison and a store (the per-statement call of a program's replay).
+  template <typename MakeLocation>
+  void set_source_at(const void* site, MakeLocation&& make) {
+    // Never true in eager mode (no site is kept); the first visit of a site set sources_.
+    if (next_site_ < site_order_.size() && site_order_[next_site_].first == site) {
+      current_source_ = site_order_[next_site_++].second;
+      return;
+    }
+    set_source(source_id(site, std::forward<MakeLocation>(make)));
   }
   // The location (an id from source_id()) of a materialized tensor when it enters a graph as a
   // parameter ("mlp.trace:3 input x : f32[B, 4]"); without one, or with an id past 65534, a
@@ -273,11 +290,11 @@ class LazyContext {
   friend struct AutogradAccess;
   NodeId node_for(TensorImpl* t);
   void observe(const TensorImpl* t);
-  // The index of `location` in source_names_ (added if new, copying the names first when a
-  // graph still shares them).
+  // The index of `location` in sources_->names (added if new).
   uint32_t intern_source(std::string_view location);
-  // Node `id`'s location is `source` (tracking sources only).
-  void note_source(NodeId id, uint32_t source);
+  // The locations, to change: created on first use (locations are tracked from then on),
+  // copied first when a graph still holds them (CanonicalGraph::trace_sources).
+  TraceSources& own_sources();
   TraceTemplate* capturing() const;  // the template, while it still mirrors the trace
   Tensor run_eager(OpKind op, std::span<const Tensor> inputs, std::span<const AttrValue> attrs,
                    const TensorType& type);
@@ -308,17 +325,17 @@ class LazyContext {
   bool grad_enabled_ = true;
   // The autodiff tape: the GradNode of every live tensor with has_grad_fn.
   std::unordered_map<const TensorImpl*, std::unique_ptr<GradNode>> tape_;
-  // Source locations (set_source): off until the first location is given.
-  bool track_sources_ = false;
+  // Source locations (set_source, name_tensor): null until the first location is given; the
+  // names, and at each barrier a copy of trace_sources_ for the graph (TraceSources).
+  std::shared_ptr<TraceSources> sources_;
+  std::vector<uint32_t> trace_sources_;  // per trace_ node while sources_ is set, this trace
   uint32_t current_source_ = kNoSource;
-  std::shared_ptr<std::vector<std::string>> source_names_;
   std::unordered_map<std::string, uint32_t> source_ids_;
   // source_id(): every site with its location, in the order first seen; where each is in it;
   // the position the next site is expected at.
   std::vector<std::pair<const void*, uint32_t>> site_order_;
   std::unordered_map<const void*, size_t> site_index_;
   size_t next_site_ = 0;
-  std::vector<uint32_t> trace_sources_;  // per trace_ node, this trace
 };
 
 // ---- the op API -------------------------------------------------------------------------

@@ -288,7 +288,7 @@ struct TensorOps {
   // The statement's nodes carry "FILE:LINE RESULT" (capture/ir/graph_sources.h), made once per
   // statement and context.
   void at_statement(const OpStmt& op) const {
-    ctx.set_source(ctx.source_id(&op, [&] { return fmt::format("{}:{} {}", program.file_name, op.pos.line, op.result); }));
+    ctx.set_source_at(&op, [&] { return fmt::format("{}:{} {}", program.file_name, op.pos.line, op.result); });
   }
   // An intermediate differentiated by: a leaf of the tape from here on, unless it is on it
   // already. A non-floating one is left to grad() to report.

@@ -297,14 +297,7 @@ Result<std::shared_ptr<const Executable>> Runtime::prepare(const CanonicalGraph&
   Tiers::Lookup found = tiers_.get(key);
   std::optional<store::MissReason> reason = note_lookup(key, found);
   if (found.exe) {
-    // A graph first met through the remote tier is now in the local database: its sources go
-    // there too, as after a compile (the audit names its program; later misses compare with it).
-    if (remote_ && found.tier == remote_index_) {
-      GraphSources sources = graph_sources(cg);
-      sources.program = options_.program;
-      sources.function = options_.function;
-      remember_graph(cg, sources);
-    }
+    if (remote_ && found.tier == remote_index_) remember_remote_graph(cg);
     return std::move(found.exe);
   }
   if (audit_ && !reason) {
@@ -387,12 +380,27 @@ void Runtime::remember_graph(const CanonicalGraph& cg, const GraphSources& sourc
   (void)disk_db_->put_graph_sources(cg.key, sources);
 }
 
+void Runtime::remember_remote_graph(const CanonicalGraph& cg) {
+  GraphSources sources = graph_sources(cg);
+  sources.program = options_.program;
+  sources.function = options_.function;
+  remember_graph(cg, sources);
+}
+
 Result<std::shared_ptr<const Executable>> Runtime::prepare_by_key(const GraphKey& key) {
   // The executable carries its (validated) graph: it serves even when the graph row is gone.
   const store::ExecutableKey& exe_key = executable_key(key);
   Tiers::Lookup found = tiers_.get(exe_key);
   (void)note_lookup(exe_key, found);
-  if (found.exe) return std::move(found.exe);
+  if (found.exe) {
+    if (remote_ && found.tier == remote_index_) {  // a guard entry's graph, met through the remote
+      CanonicalGraph cg;
+      cg.graph = found.exe->graph;
+      cg.key = key;
+      remember_remote_graph(cg);
+    }
+    return std::move(found.exe);
+  }
   if (!disk_db_ && !remote_) return not_found(fmt::format("graph {} is not cached (no cache database)", key.to_hex()));
   std::optional<std::string> blob;
   if (disk_db_) {

@@ -274,6 +274,10 @@ class Runtime final : public GraphExecutor {
   std::optional<ClosestGraph> explain_miss(const CanonicalGraph& graph, const GraphSources& sources);
   // After a compile: the graph is a candidate for later misses, and its sources are stored.
   void remember_graph(const CanonicalGraph& graph, const GraphSources& sources);
+  // After a hit in the remote tier: the graph is now in the local database, so its sources go
+  // there too with this runtime's program and function, as after a compile (the audit names
+  // its program; later misses compare with it).
+  void remember_remote_graph(const CanonicalGraph& graph);
 
   // Host data copied to a backend with its own memory (sim) keeps its device copy as its mirror
   // (HostData::mirror, under this runtime's token): weights are copied to the device once, not

@@ -62,6 +62,9 @@ same_outputs "$TMP/once_base.json" "$TMP/d.json"
   || fail "machine B traced or compiled in once mode: $(json_field "$TMP/d.json" "j['counters']")"
 events "$TMP/d.db" hit_remote | grep "guard entries" > /dev/null || fail "no hit_remote for the guard entries: $(events "$TMP/d.db")"
 [ "$(count_events "$TMP/c.db" store_remote)" -ge 2 ] || fail "machine A stored no guard entry remotely"
+"$TC" audit --db "$TMP/d.db" --json > "$TMP/d_audit.json"
+[ "$(json_field "$TMP/d_audit.json" "bool(j['graphs']) and all(g['program'].endswith('matmul_varying_batch.trace') and g['hits_remote'] >= 1 for g in j['graphs'])")" = True ] \
+  || fail "once mode: the audit names no program or remote hit for graphs met through guard entries: $(cat "$TMP/d_audit.json")"
 
 # ---- stats --remote ----
 "$TC" stats --remote "$REMOTE" --json > "$TMP/stats.json"

@@ -157,9 +157,18 @@ def main():
     parser.add_argument("--resolution", type=int, default=64, help="image size of the CNNs (ViT: 224)")
     parser.add_argument("--opsets", default="13,17")
     parser.add_argument("--bert-preset", default="small", choices=["small", "default"])
-    parser.add_argument("models", nargs="*")
+    parser.add_argument("models", nargs="*", metavar="MODEL",
+                        help=f"zoo models (default: all ten): {', '.join(ZOO)}")
     args = parser.parse_args()
-    args.opsets = [int(o) for o in args.opsets.split(",")]
+    for name in args.models:
+        if name not in ZOO:
+            parser.error(f"'{name}' is not a zoo model (models: {', '.join(ZOO)})")
+    try:
+        args.opsets = [int(o) for o in args.opsets.split(",")]
+    except ValueError:
+        parser.error(f"--opsets '{args.opsets}': comma-separated opset numbers (13 to 17)")
+    if args.resolution < 32:
+        parser.error(f"--resolution {args.resolution}: at least 32")
     tc = os.path.abspath(args.tracecache)
     ok = True
     for name in args.models or ZOO:

@@ -107,7 +107,7 @@ struct Imported {
   std::string reason;
 };
 Imported import_bytes(const ModelBuilder& b, const ImportOptions& options = {}, const std::string& dir = "") {
-  Imported out{Status::ok(), ""};
+  Imported out{internal_error("not imported"), ""};
   out.model = onnx_import::import_onnx_bytes(b.bytes(), "m.onnx", dir, options, &out.reason);
   return out;
 }

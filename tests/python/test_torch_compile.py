@@ -133,6 +133,31 @@ def uses_cumsum(x):
     return torch.cumsum(x, dim=0)
 
 
+class StructureNotes(unittest.TestCase):
+    """The output structure stored as a guard entry's note is untrusted: what does not decode or
+    does not fit gives None (the call then captures once more), never a wrong structure."""
+
+    def test_round_trip(self):
+        from torch.utils import _pytree as pytree
+        from tracecache.torch import compiled
+        leaves, spec = pytree.tree_flatten({"a": (1, 2), "b": [3]})
+        note = compiled._structure_note(spec, [None, 2.5, None])
+        back_spec, constants = compiled._structure_from_note(note)
+        self.assertEqual(pytree.tree_unflatten([0, 2.5, 1], back_spec), {"a": (0, 2.5), "b": [1]})
+        self.assertEqual(constants, [None, 2.5, None])
+
+    def test_bad_notes_are_refused(self):
+        from tracecache.torch import compiled
+        for note in [b"", b"\xff\xfe", b"[]", b"{}", b'{"spec": {"t": "leaf"}}',
+                     b'{"spec": {"t": "leaf"}, "constants": []}',
+                     b'{"spec": {"t": "leaf"}, "constants": [null, null]}',
+                     b'{"spec": {"t": "leaf"}, "constants": ["text"]}',
+                     b'{"spec": {"t": "tuple", "c": 5}, "constants": [null]}',
+                     b'{"spec": {"t": "dict", "c": [{"t": "leaf"}]}, "constants": [null]}',
+                     b"[" * 100000]:
+            self.assertIsNone(compiled._structure_from_note(note), note[:60])
+
+
 class Errors(unittest.TestCase):
     def test_unmapped_op_names_itself_and_the_user_line(self):
         for mode in ("lazy", "once"):
@@ -175,8 +200,13 @@ bert = torch_models.bert()
 x = torch.randn(1, 3, 32, 32, generator=torch.Generator().manual_seed(5))
 out = tracecache.torch.compile(model)(x)
 h, pooled = tracecache.torch.compile(bert)(*torch_models.bert_inputs())
+def structured(v):
+    return {"double": v * 2, "pair": (v + 1, v.sum()), "n": 3}
+s = tracecache.torch.compile(structured)(torch.ones(3))
 want = torch_models.eager(model, x)[0]
 print(json.dumps({"torch": tracecache.torch.stats(), "counters": tracecache.counters(),
+                  "structure": [sorted(s), type(s["pair"]).__name__, len(s["pair"]), s["n"],
+                                s["pair"][1].item()],
                   "error": torch_models.relative_error(out, want), "checksum": float(out.double().sum()),
                   "pooled": float(pooled.double().sum())}))
 '''
@@ -195,7 +225,10 @@ class SecondProcess(unittest.TestCase):
             self.assertEqual(p.returncode, 0, p.stderr)
             runs.append(json.loads(p.stdout.strip().splitlines()[-1]))
         first, second = runs
-        self.assertEqual(first["torch"]["captures"], 2)
+        self.assertEqual(first["torch"]["captures"], 3)
+        # The output structure came back from the stored entry's note, not from a capture.
+        self.assertEqual(second["structure"], [["double", "n", "pair"], "tuple", 2, 3, 3.0])
+        self.assertEqual(first["structure"], second["structure"])
         self.assertGreater(first["counters"]["compiles"], 0)
         self.assertEqual(second["torch"]["captures"], 0)
         self.assertEqual(second["torch"]["lowerings"], 0)

@@ -401,7 +401,7 @@ class CompiledModule:
         finally:
             self._call_inputs = None
         out = out if isinstance(out, tuple) else (out,)
-        spec, constants = self._known_structure(state, inputs)
+        spec, constants = self._known_structure(state, inputs, len(out))
         return out, spec, constants
 
     def _warn_no_autograd(self):
@@ -412,11 +412,14 @@ class CompiledModule:
                           "backward, optimizer) with tracecache.torch.compile_step(step, model, optimizer)",
                           stacklevel=3)
 
-    def _known_structure(self, state, inputs):
+    def _known_structure(self, state, inputs, tensors):
+        """(spec, constants) of the call's outputs, `tensors` of which the graphs returned."""
         sig = self._signature(state, inputs)
         known = self._structures.get(sig)
         if known is None:
             known = _structure_from_note(self._compiled.last_note)
+            if known is not None and sum(c is None for c in known[1]) != tensors:
+                known = None  # a note that does not fit the entry's outputs (untrusted)
         if known is None:
             # Served by a stored entry without a usable note (a structure with no JSON form, or
             # a damaged note): capture once more to learn it.

@@ -121,6 +121,7 @@ class Guards(unittest.TestCase):
         def fn(x):
             return {"double": x * 2, "pair": (x + 1, x.sum())}
         out = tracecache.torch.compile(fn)(torch.ones(3))
+        self.assertIs(type(out), dict)  # not torch.fx's immutable_dict
         self.assertEqual(set(out), {"double", "pair"})
         self.assertTrue(torch.equal(out["pair"][0], torch.full((3,), 2.0)))
         self.assertEqual(out["pair"][1].item(), 3.0)

@@ -44,7 +44,7 @@ from .. import _feed_code
 from . import capture as capture_mod
 from .emit_live import LiveEmitter
 from .errors import CaptureError
-from .lowering import TORCH_DTYPES, lower
+from .lowering import TORCH_DTYPES, lower, output_structure
 
 __all__ = ["CompiledModule", "compile", "stats"]
 
@@ -430,7 +430,7 @@ class CompiledModule:
 
     def _structure(self, graph):
         output = next(n for n in graph.graph.graph.nodes if n.op == "output")
-        leaves, spec = pytree.tree_flatten(output.args[0])
+        leaves, spec = output_structure(output.args[0])
         return spec, [None if isinstance(v, torch.fx.Node) else v for v in leaves]
 
     def _assemble(self, tensors, spec, constants):

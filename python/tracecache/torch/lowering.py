@@ -36,6 +36,25 @@ _PROMOTION = ["bool", "i32", "i64", "f32"]
 _INT64_MAX = 9223372036854775807
 
 
+
+def output_structure(outputs):
+    """pytree.tree_flatten of a graph's outputs (its output node's argument), with the spec in
+    plain Python containers: torch.fx keeps a function's dict and list results as its immutable
+    collections, which the caller should not get back (and which have no stored form)."""
+    leaves, spec = pytree.tree_flatten(outputs)
+    return leaves, _plain_spec(spec)
+
+
+def _plain_spec(spec):
+    if isinstance(spec, pytree.LeafSpec):
+        return spec
+    kind = spec.type
+    if issubclass(kind, dict) and kind is not dict:
+        kind = dict
+    elif issubclass(kind, list) and kind is not list:
+        kind = list
+    return pytree.TreeSpec(kind, spec.context, [_plain_spec(c) for c in spec.children_specs])
+
 class DType(str):
     """A dtype attribute value (`f32`, `i64`, `i32`, `bool`), so emitters can spell it."""
 
@@ -389,7 +408,7 @@ class Lowerer:
             target = _mutated_arg(node)
             if target is not None:
                 self._record_mutation(node, target, result)
-        outs, spec = pytree.tree_flatten(output.args[0])
+        outs, spec = output_structure(output.args[0])
         values = []
         for o in outs:
             self.node = output

@@ -1060,19 +1060,11 @@ void topk_rows(const HostBuffer& x, std::span<const AttrValue> attrs, HostBuffer
   const AxisSplit split = split_at_axis(x.shape(), static_cast<int>(a.axis()));
   const int64_t k = a.k();
   dispatch_dtype(x.dtype(), [&]<typename T>() {
-    const T* p = x.data<T>();
+    auto* dst = out.data<std::conditional_t<kIndices, int64_t, T>>();
     parallel_chunks(split.outer * split.inner, x.numel(), [&](int64_t begin, int64_t end) {
       std::vector<int64_t> order;
       for (int64_t r = begin; r < end; ++r) {
-        const int64_t o = r / split.inner, c = r % split.inner;
-        const T* row = p + o * split.len * split.inner + c;
-        topk::select_row(row, split.len, split.inner, k, a.largest(), order);
-        for (int64_t j = 0; j < k; ++j) {
-          const int64_t at = (o * k + j) * split.inner + c;
-          const int64_t i = order[static_cast<size_t>(j)];
-          if constexpr (kIndices) out.data<int64_t>()[at] = i;
-          else out.data<T>()[at] = row[i * split.inner];
-        }
+        topk::write_row<kIndices>(x.data<T>(), split.len, split.inner, r, k, a.largest(), order, dst);
       }
     });
   });

@@ -80,18 +80,9 @@ void topk_rows(const HostBuffer& x, std::span<const AttrValue> attrs, HostBuffer
   const int64_t k = a.k();
   std::vector<int64_t> order;
   dispatch_dtype(x.dtype(), [&]<typename T>() {
-    const T* p = x.data<T>();
-    for (int64_t o = 0; o < split.outer; ++o) {
-      for (int64_t c = 0; c < split.inner; ++c) {
-        const T* row = p + o * split.len * split.inner + c;
-        topk::select_row(row, split.len, split.inner, k, a.largest(), order);
-        for (int64_t j = 0; j < k; ++j) {
-          const int64_t at = (o * k + j) * split.inner + c;
-          const int64_t i = order[static_cast<size_t>(j)];
-          if constexpr (kIndices) out.data<int64_t>()[at] = i;
-          else out.data<T>()[at] = row[i * split.inner];
-        }
-      }
+    auto* dst = out.data<std::conditional_t<kIndices, int64_t, T>>();
+    for (int64_t r = 0; r < split.outer * split.inner; ++r) {
+      topk::write_row<kIndices>(x.data<T>(), split.len, split.inner, r, k, a.largest(), order, dst);
     }
   });
 }

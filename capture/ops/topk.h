@@ -40,4 +40,21 @@ void select_row(const T* row, int64_t len, int64_t stride, int64_t k, bool large
   });
 }
 
+// Row r of x (x's elements along the axis: `len` of them, `inner` apart; row r = o * inner + c
+// starts at x + o * len * inner + c) into out, whose axis has k elements: its k first values
+// (kIndices false, Out = T) or their indices along the axis (kIndices true, Out = int64_t).
+// `order` is scratch, as select_row's.
+template <bool kIndices, typename T, typename Out>
+void write_row(const T* x, int64_t len, int64_t inner, int64_t r, int64_t k, bool largest,
+               std::vector<int64_t>& order, Out* out) {
+  const int64_t o = r / inner, c = r % inner;
+  const T* row = x + o * len * inner + c;
+  select_row(row, len, inner, k, largest, order);
+  for (int64_t j = 0; j < k; ++j) {
+    const int64_t i = order[static_cast<size_t>(j)];
+    if constexpr (kIndices) out[(o * k + j) * inner + c] = i;
+    else out[(o * k + j) * inner + c] = row[i * inner];
+  }
+}
+
 }  // namespace tracecache::topk

@@ -159,6 +159,23 @@ def _spec_from_json(data):
     return pytree.TreeSpec(dict, list(data["k"]), children)
 
 
+def split_outputs(outputs, name):
+    """A lowered graph's flattened outputs as (tensor handles, constants): per output None for
+    a tensor, else the number it is. `name` formats an output's index for the error raised for
+    anything else ("output {}")."""
+    tensors, constants = [], []
+    for k, v in enumerate(outputs):
+        if hasattr(v, "handle"):
+            tensors.append(v.handle)
+            constants.append(None)
+        elif isinstance(v, (bool, int, float)) or v is None:
+            constants.append(v)
+        else:
+            raise CaptureError(f"tracecache.torch: {name.format(k)} is {type(v).__name__}; outputs are tensors "
+                               f"and numbers")
+    return tensors, constants
+
+
 def _structure_note(spec, constants):
     """The output structure as the compiled function's entry note (JSON), or None when the
     structure has no JSON form (then a new process captures once to learn it)."""
@@ -305,16 +322,7 @@ class CompiledModule:
                                f"batch norm?); compile runs a module as a pure function: call module.eval(), "
                                f"use tracecache.torch.compile_step(model, model) to write the new values back, "
                                f"or compile the whole training step with compile_step(step, model, optimizer)")
-        tensors, constants = [], []
-        for k, v in enumerate(lowered.outputs):
-            if hasattr(v, "handle"):
-                tensors.append(v.handle)
-                constants.append(None)
-            elif isinstance(v, (bool, int, float)) or v is None:
-                constants.append(v)
-            else:
-                raise CaptureError(f"tracecache.torch: output {k} is {type(v).__name__}; outputs are tensors "
-                                   f"and numbers")
+        tensors, constants = split_outputs(lowered.outputs, "output {}")
         return tensors, lowered.out_spec, constants
 
     def _traced(self, *proxies):

@@ -32,8 +32,7 @@ import torch
 
 from . import capture as capture_mod
 from .. import _feed_code
-from .compiled import CompiledModule
-from .errors import CaptureError
+from .compiled import CompiledModule, split_outputs
 from .lowering import lower
 
 __all__ = ["CompiledStep", "compile_step"]
@@ -171,15 +170,7 @@ class CompiledStep(CompiledModule):
         n = len(handles) - self._num_inputs
         finals = [lowered.updates.get(i) for i in range(n)]
         state_out = [handles[i] if v is None else v.handle for i, v in enumerate(finals)]
-        tensors, constants = [], []
-        for k, v in enumerate(lowered.outputs):
-            if hasattr(v, "handle"):
-                tensors.append(v.handle)
-                constants.append(None)
-            elif isinstance(v, (bool, int, float)) or v is None:
-                constants.append(v)
-            else:
-                raise CaptureError(f"tracecache.torch: output {k} of the step is {type(v).__name__}")
+        tensors, constants = split_outputs(lowered.outputs, "output {} of the step")
         return state_out + tensors, lowered.out_spec, constants
 
     # -- calls -------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ int available_cpus() {
 
 void set_cpu_threads(int threads) {
   cpu::set_parallel_threads(std::max(threads, 1));
+  cpu::set_onednn_threads(std::max(threads, 1));
 }
 
 CpuBackend::CpuBackend(CpuBackendOptions options) : options_(options) {
@@ -33,6 +34,7 @@ Result<Executable> CpuBackend::compile(const Graph& graph, const GraphKey& key,
                                        uint32_t compiler_version) {
   CompileOptions co;
   co.fuse = options_.fuse;
+  co.onednn_conv = true;
   co.compiler_version = compiler_version;
   return compile_graph(graph, key, std::string(name()), digest_, co);
 }
@@ -120,6 +122,7 @@ Result<std::vector<DeviceRef>> CpuBackend::run(const Executable& exe,
   std::vector<BufferRef> outputs;
   std::vector<DeviceRef> result;
   std::vector<const HostBuffer*> ins;
+  std::vector<const HostBuffer*> written_in_place;  // donated parameters' storage, told after the run
   try {
     arena = HostBuffer(DType::kBool, Shape{static_cast<int64_t>(plan->arena_bytes)});
     views.resize(g.size());
@@ -137,6 +140,7 @@ Result<std::vector<DeviceRef>> CpuBackend::run(const Executable& exe,
         case Slot::Kind::kDonated: {
           const DeviceRef& donor = params[static_cast<size_t>(g.donated_param(s.index))];
           if (DeviceBuffer::sole_owner(donor)) {
+            written_in_place.push_back(donor->storage().get());
             outputs[s.index] = donor->storage();
             value[id] = outputs[s.index].get();
             break;
@@ -178,14 +182,27 @@ Result<std::vector<DeviceRef>> CpuBackend::run(const Executable& exe,
     auto* out = const_cast<HostBuffer*>(value[k.root]);
     if (k.kind == Kernel::Kind::kFused) {
       cpu::run_fused(g, k.members, [&](NodeId leaf) { return value[leaf]; }, *out);
-    } else {
-      ins.clear();
-      for (NodeId in : g.inputs(g.node(k.root))) ins.push_back(value[in]);
-      cpu::run_op(g, k.root, ins, *out);
+      return;
     }
+    ins.clear();
+    std::span<const NodeId> inputs = g.inputs(g.node(k.root));
+    for (NodeId in : inputs) ins.push_back(value[in]);
+    if (k.library == Kernel::Library::kOneDnn) {
+      // A parameter weight keeps its reordered copy across runs, tied to its owner.
+      const Slot& w = plan->slots[inputs[1]];
+      const BufferRef* weight = w.kind == Slot::Kind::kParam ? &params[w.index]->storage() : nullptr;
+      if (onednn_.conv2d(exe.graph_key, g, k.root, ins, weight, *out)) return;
+    }
+    cpu::run_op(g, k.root, ins, *out);
+  };
+  // Copies reordered from a parameter written in place are stale from now on (the kernels
+  // that read it in this run read it before the write).
+  auto note_writes = [&] {
+    for (const HostBuffer* b : written_in_place) cpu::note_written_in_place(b);
   };
   if (timeline_ == nullptr || !timeline_->recording()) {
     for (const Kernel& k : plan->kernels) run_kernel(k);
+    note_writes();
     return result;
   }
   const int64_t run_start = timeline_->host_now_ps();
@@ -201,6 +218,7 @@ Result<std::vector<DeviceRef>> CpuBackend::run(const Executable& exe,
     timeline_->record_flow(start, start);
   }
   timeline_->record_run("execute", "cpu", run_start, timeline_->host_now_ps(), exe.graph_key);
+  note_writes();
   return result;
 }
 

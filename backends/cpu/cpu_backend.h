@@ -1,5 +1,7 @@
 // The `cpu` backend: runs executables on the host with the kernels of backends/cpu/cpu_kernels.h
-// (fused elementwise chains, BLAS GEMM, reductions). Device buffers are host memory (device
+// (fused elementwise chains, BLAS GEMM, reductions), and f32 conv2d with oneDNN
+// (backends/cpu/onednn_conv.h): the compiler marks those kernels (CompileOptions::onednn_conv,
+// always set here), so the choice is part of the executable and of the compiler version. Device buffers are host memory (device
 // token 0), so the copies share buffers instead of copying, and a donated output whose
 // parameter the caller gave up is written into that parameter's buffer (no second buffer). Results equal the reference evaluator bitwise except
 // where cpu_kernels.h documents a tolerance (GEMM's summation order).
@@ -11,6 +13,7 @@
 #pragma once
 
 #include "backends/backend.h"
+#include "backends/cpu/onednn_conv.h"
 #include "backends/timeline.h"
 #include "compile/compiler.h"
 
@@ -28,7 +31,7 @@ struct CpuBackendOptions {
 // The CPUs this process may run on (sched_getaffinity), at least 1.
 int available_cpus();
 
-// Applies a thread count (>= 1) to OpenBLAS and the cpu kernels' loops, process-wide. Called by
+// Applies a thread count (>= 1) to OpenBLAS, oneDNN and the cpu kernels' loops, process-wide. Called by
 // CpuBackend's constructor; the eager CPU op runner's users call it directly.
 void set_cpu_threads(int threads);
 
@@ -57,6 +60,7 @@ class CpuBackend final : public Backend {
   CpuBackendOptions options_;
   std::string digest_;
   Timeline* timeline_ = nullptr;
+  cpu::OneDnnConvs onednn_;  // the kOneDnn kernels' primitives and kept weights
 };
 
 // Checks that `exe` was built for `backend` (name and options digest); kCorruption otherwise.

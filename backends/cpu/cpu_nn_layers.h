@@ -24,6 +24,9 @@
 //   embedding gather       row memcpy / strided element copies, indices         bitwise
 //   index_select           clamped as in the reference
 //
+// Executables and eager mode compute f32 conv2d with oneDNN instead (backends/cpu/onednn_conv.h,
+// within the same bound); the kernel here is for what oneDNN declines and for direct callers.
+//
 // (*) The bound of matmul (cpu_kernels.h) with K = in channels per group x kernel height x
 // kernel width (conv2d) or in features (linear), and the bias counted as one more term:
 //   |cpu - ref| <= (K + 3) * 2^-24 * (|bias| + sum |x * w|)  plus one f32 ulp of the result.

@@ -696,6 +696,11 @@ TEST(NnCpu, OneDnnConvReordersWeightsOfANewBufferOrVersion) {
   w2.reset();
   auto w3 = std::make_shared<const HostBuffer>(random_f32(wt.shape, gen, false));
   check(w3, "a buffer made after the previous one was freed");
+  // Another thread count: the primitive is made again for it (its scratchpad is per thread).
+  cpu::set_onednn_threads(2);
+  check(w3, "two threads");
+  cpu::set_onednn_threads(1);
+  check(w3, "back to one thread");
 }
 
 TEST(NnCpu, LinearMatchesReference) {

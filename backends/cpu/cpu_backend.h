@@ -21,9 +21,9 @@ namespace tracecache {
 
 struct CpuBackendOptions {
   bool fuse = true;  // part of the options digest
-  // Threads for OpenBLAS and the kernels' own parallel loops (at most 8); 0: the CPUs this
+  // Threads for OpenBLAS, oneDNN and the kernels' own parallel loops (at most 8); 0: the CPUs this
   // process may run on (available_cpus()). Not in the digest: an executable is the same code at
-  // every thread count; only sgemm's bits depend on it (cpu::set_parallel_threads says how
+  // every thread count; only sgemm's and oneDNN's bits depend on it (cpu::set_parallel_threads says how
   // much). Process-wide: the latest backend's wins.
   int threads = 0;
 };

@@ -76,6 +76,7 @@ bool same_shape(const nn::ConvShape& a, const nn::ConvShape& b) {
 struct Prepared {
   nn::ConvShape shape{};
   bool has_bias = false;
+  int threads = 0;  // the OpenMP thread count it was made for
   dnnl::convolution_forward conv;
   // The tensors as the graph holds them (row-major NCHW, OIHW or GOIHW); data set per run.
   memory user_src, user_weights, user_dst, bias;
@@ -182,14 +183,17 @@ bool OneDnnConvs::conv2d(const GraphKey& key, const Graph& g, NodeId node, std::
   try {
     if (!state_) state_ = std::make_unique<State>();
     State& st = *state_;
-    std::unique_ptr<Prepared>& slot = st.prepared[{key, node}];
-    if (!slot || !same_shape(slot->shape, s) || slot->has_bias != has_bias) {
-      if (slot && slot->weights_ready) st.kept_bytes -= slot->weights.get_desc().get_size();
-      slot = st.prepare(s, has_bias);
-    }
-    Prepared& p = *slot;
+    // A primitive sizes its scratchpad and splits its work for the thread count it was made
+    // with, so it is made again when the count changes.
     const int threads = onednn_threads.load(std::memory_order_relaxed);
     if (omp_get_max_threads() != threads) omp_set_num_threads(threads);
+    std::unique_ptr<Prepared>& slot = st.prepared[{key, node}];
+    if (!slot || !same_shape(slot->shape, s) || slot->has_bias != has_bias || slot->threads != threads) {
+      if (slot && slot->weights_ready) st.kept_bytes -= slot->weights.get_desc().get_size();
+      slot = st.prepare(s, has_bias);
+      slot->threads = threads;
+    }
+    Prepared& p = *slot;
 
     const bool was_kept = p.weights_ready;
     st.ready_weights(p, *inputs[1], weight);

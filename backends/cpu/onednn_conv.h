@@ -19,7 +19,8 @@
 //
 // Threads: Debian builds oneDNN with the OpenMP runtime (libgomp; DNNL_CPU_RUNTIME = OMP in
 // dnnl_config.h). set_onednn_threads(n) records the count; every conv2d sets the calling
-// thread's OpenMP thread count to it (omp_set_num_threads is per calling thread) before running.
+// thread's OpenMP thread count to it (omp_set_num_threads is per calling thread) before running,
+// and a primitive made for another count is made again (its scratchpad and split depend on it).
 //
 // Errors: conv2d() returns false, with nothing written, when oneDNN declines the shape or fails
 // (its errors are exceptions, caught here); the caller then runs the builtin kernel.

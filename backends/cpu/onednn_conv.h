@@ -18,14 +18,14 @@
 // a given thread count).
 //
 // Threads: Debian builds oneDNN with the OpenMP runtime (libgomp; DNNL_CPU_RUNTIME = OMP in
-// dnnl_config.h). set_onednn_threads(n) records the count; every conv2d sets the calling
-// thread's OpenMP thread count to it (omp_set_num_threads is per calling thread) before running,
+// dnnl_config.h), so it runs on the backend's one thread team (cpu_threads.h). Every conv2d binds
+// the process's thread count on the calling thread (OpenMP keeps it per thread) before running,
 // and a primitive made for another count is made again (its scratchpad and split depend on it).
 //
 // Errors: conv2d() returns false, with nothing written, when oneDNN declines the shape or fails
 // (its errors are exceptions, caught here); the caller then runs the builtin kernel.
 // Thread-safety: an OneDnnConvs is used by one thread at a time (its owner CpuBackend's rule);
-// note_written_in_place and set_onednn_threads are thread-safe.
+// note_written_in_place is thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -64,8 +64,5 @@ class OneDnnConvs {
 // Tells every OneDnnConvs that `storage` was written in place, so copies reordered from it are
 // stale. Costs one atomic load when no kept copy exists.
 void note_written_in_place(const HostBuffer* storage);
-
-// The OpenMP thread count oneDNN's primitives use from now on (>= 1). Process-wide.
-void set_onednn_threads(int n);
 
 }  // namespace tracecache::cpu

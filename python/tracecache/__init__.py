@@ -6,9 +6,20 @@ import hashlib as _hashlib
 import inspect as _inspect
 import types as _types
 
-import numpy as _np
+import os as _os
 
-from . import _tracecache
+# The cpu backend's threads are libgomp's team, whose idle members spin by default and then
+# take the cores the working ones need on a busy machine; as the `tracecache` command does,
+# they sleep at once unless the user chose (docs/architecture.md, "The cpu backend: kernel libraries and threads"). libgomp
+# reads this when it loads: if another module (PyTorch) loaded it first, its setting stays.
+if "OMP_WAIT_POLICY" not in _os.environ and "GOMP_SPINCOUNT" not in _os.environ:
+    _os.environ["OMP_WAIT_POLICY"] = "passive"
+
+# The extension before numpy: it loads Debian's OpenMP OpenBLAS (the team's), which numpy then
+# shares; numpy first would load the pthreads one under the same name, and both would use that.
+from . import _tracecache  # noqa: E402  (isort: skip)
+
+import numpy as _np
 from ._tracecache import (Error, Tensor, op, op_names, mark_step, settings, counters,
                           metrics_report, timers, audit, warnings)
 

@@ -15,11 +15,13 @@ import os as _os
 if "OMP_WAIT_POLICY" not in _os.environ and "GOMP_SPINCOUNT" not in _os.environ:
     _os.environ["OMP_WAIT_POLICY"] = "passive"
 
-# The extension before numpy: it loads Debian's OpenMP OpenBLAS (the team's), which numpy then
-# shares; numpy first would load the pthreads one under the same name, and both would use that.
-from . import _tracecache  # noqa: E402  (isort: skip)
-
+# numpy loads the system's OpenBLAS (the pthreads build) under the soname the extension's OpenMP
+# one has, so in Python that one computes the GEMMs (docs/architecture.md, "The cpu backend:
+# kernel libraries and threads"): PyTorch, which may share this process, hangs in the OpenMP
+# build (its sgemm waits for team members that never come).
 import numpy as _np
+
+from . import _tracecache
 from ._tracecache import (Error, Tensor, op, op_names, mark_step, settings, counters,
                           metrics_report, timers, audit, warnings)
 

@@ -82,6 +82,14 @@ bool reads_directly(const Graph& graph, const Kernel& k, NodeId node, const std:
 
 }  // namespace
 
+bool onednn_conv_node(const Graph& graph, const Node& node) {
+  if (node.op != OpKind::kConv2d || node.dtype != DType::kF32) return false;
+  for (NodeId in : graph.inputs(node)) {
+    if (graph.node(in).dtype != DType::kF32) return false;
+  }
+  return true;
+}
+
 bool fusible_op(OpKind op) {
   return op_info(op).elementwise() || op == OpKind::kBroadcastTo;
 }
@@ -149,6 +157,7 @@ Executable compile_graph(const Graph& graph, const GraphKey& key, std::string ba
       k.members.push_back(id);
     } else {
       k.kind = Kernel::Kind::kOp;
+      if (options.onednn_conv && onednn_conv_node(graph, v)) k.library = Kernel::Library::kOneDnn;
     }
     plan.kernels.push_back(std::move(k));
   }

@@ -5,7 +5,8 @@
 //     elementwise node of the same shape, and which is not a graph output, is computed inside
 //     that consumer's kernel. Chains of such nodes become one fused kernel: a single pass over
 //     the output with no intermediate buffers.
-//  2. Schedule. One kernel per remaining node, in the graph's (topological) node order.
+//  2. Schedule. One kernel per remaining node, in the graph's (topological) node order; an f32
+//     conv2d kernel is marked for oneDNN when options.onednn_conv is set.
 //  3. Buffer plan. Parameters stay where the caller put them; each output gets its own buffer;
 //     every other value gets a range of one scratch arena. Ranges are assigned first-fit as the
 //     schedule runs and freed after their last reader, so values whose lifetimes do not overlap
@@ -23,10 +24,14 @@ namespace tracecache {
 
 // Bump on any change to lowering (fusion rules, plan, kernel semantics): it is part of every
 // executable key, so a stale executable is never served (docs/architecture.md invariant 2).
-inline constexpr uint32_t kCompilerVersion = 1;
+// 2: f32 conv2d kernels may be computed by oneDNN (Kernel::library).
+inline constexpr uint32_t kCompilerVersion = 2;
 
 struct CompileOptions {
   bool fuse = true;
+  // f32 conv2d kernels are computed by oneDNN (Kernel::Library::kOneDnn) instead of the
+  // backend's im2col + GEMM. Set by the backends that run on the cpu kernels (cpu, sim).
+  bool onednn_conv = false;
   uint32_t compiler_version = kCompilerVersion;
 };
 
@@ -35,5 +40,9 @@ Executable compile_graph(const Graph& graph, const GraphKey& key, std::string ba
 
 // True if `op` may be a member of a fused kernel (elementwise ops and broadcast_to).
 bool fusible_op(OpKind op);
+
+// True if `node` of `graph` may be computed by oneDNN (Kernel::Library::kOneDnn): a conv2d whose
+// output and inputs are f32.
+bool onednn_conv_node(const Graph& graph, const Node& node);
 
 }  // namespace tracecache

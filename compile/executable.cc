@@ -116,9 +116,13 @@ Status KernelPlan::validate(const Graph& graph) const {
     std::vector<NodeId> members;
     if (kern.kind == Kernel::Kind::kFused) {
       if (kern.members.empty() || kern.members.back() != root) return bad(fmt::format("kernel {} members", k));
+      if (kern.library != Kernel::Library::kBuiltin) return bad(fmt::format("fused kernel {} names a library", k));
       members = kern.members;
     } else if (kern.kind == Kernel::Kind::kOp) {
       if (!kern.members.empty()) return bad(fmt::format("kernel {} has members", k));
+      if (kern.library == Kernel::Library::kOneDnn && !onednn_conv_node(graph, graph.node(root))) {
+        return bad(fmt::format("kernel {} runs node {} on oneDNN, which computes f32 conv2d only", k, root));
+      }
       members = {root};
     } else {
       return bad(fmt::format("kernel {} has an unknown kind", k));
@@ -235,6 +239,7 @@ std::string serialize_executable(const Executable& exe) {
     pk->set_kind(static_cast<uint32_t>(k.kind));
     pk->set_root(k.root);
     for (NodeId m : k.members) pk->add_members(m);
+    if (k.library != Kernel::Library::kBuiltin) pk->set_library(static_cast<uint32_t>(k.library));
   }
   pe.set_arena_bytes(plan.arena_bytes);
   return store::serialize_deterministic(pe);
@@ -269,6 +274,8 @@ Result<Executable> parse_executable(std::string_view bytes) {
     k.kind = static_cast<Kernel::Kind>(pk.kind());
     k.root = pk.root();
     k.members.assign(pk.members().begin(), pk.members().end());
+    if (pk.library() > static_cast<uint32_t>(Kernel::Library::kOneDnn)) return bad("unknown kernel library");
+    k.library = static_cast<Kernel::Library>(pk.library());
     plan.kernels.push_back(std::move(k));
   }
   plan.arena_bytes = pe.arena_bytes();

@@ -23,7 +23,8 @@
 //  - `kernels`: the schedule, run in order. A kOp kernel computes node `root` from its graph
 //    inputs. A kFused kernel computes `root` from the chain `members` (elementwise nodes, in
 //    topological order, ending with root): members other than root are kFused slots, and every
-//    input of a member that is not a member is read from its slot (a "leaf").
+//    input of a member that is not a member is read from its slot (a "leaf"). `library` says
+//    who computes a kOp kernel: kOneDnn only for an f32 conv2d, kBuiltin for everything else.
 //  - `arena_bytes`: the peak of the liveness-based plan (slots reuse freed ranges).
 //
 // validate() checks all of the above for an executable read from the cache (invariant 5): node
@@ -58,9 +59,14 @@ struct Slot {
 
 struct Kernel {
   enum class Kind : uint8_t { kOp = 0, kFused = 1 };
+  // Who computes a kOp kernel: the backend's own kernels, or oneDNN's primitive (f32 conv2d
+  // only; CompileOptions::onednn_conv). Chosen when compiling, so an executable runs the same
+  // code wherever it is loaded.
+  enum class Library : uint8_t { kBuiltin = 0, kOneDnn = 1 };
   Kind kind = Kind::kOp;
   NodeId root = 0;
   std::vector<NodeId> members;  // kFused only; ends with root
+  Library library = Library::kBuiltin;
   friend bool operator==(const Kernel&, const Kernel&) = default;
 };
 

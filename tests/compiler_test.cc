@@ -127,6 +127,47 @@ TEST(Executable, ValidationCatchesTampering) {
   });
 }
 
+// The library computing each kernel is the compiler's choice, recorded in the executable: f32
+// conv2d goes to oneDNN when the options ask for it, nothing else ever does, and the choice
+// survives serialization; a tampered choice fails validation.
+TEST(Executable, OneDnnIsRecordedForF32Conv2dOnly) {
+  CanonicalGraph g = testing::fixture_graphs("convnet.trace", 1).at(0);
+  auto libraries = [&](const Executable& e) {
+    size_t onednn = 0, convs = 0;
+    for (const Kernel& k : e.kernel_plan()->kernels) {
+      const bool conv = k.kind == Kernel::Kind::kOp && e.graph.node(k.root).op == OpKind::kConv2d;
+      convs += conv;
+      if (k.library == Kernel::Library::kOneDnn) {
+        ++onednn;
+        EXPECT_TRUE(conv) << "node " << k.root << " is no conv2d";
+      }
+    }
+    return std::pair{onednn, convs};
+  };
+  const Executable builtin = compile(g);
+  EXPECT_EQ(libraries(builtin).first, 0u) << "oneDNN only when asked";
+  CompileOptions o;
+  o.onednn_conv = true;
+  const Executable exe = compile(g, o);
+  ASSERT_TRUE(exe.validate().is_ok()) << exe.validate().to_string();
+  const auto [onednn, convs] = libraries(exe);
+  EXPECT_GT(convs, 0u);
+  EXPECT_EQ(onednn, convs);
+  Result<Executable> back = parse_executable(serialize_executable(exe));
+  ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+  EXPECT_EQ(back->kernel_plan()->kernels, exe.kernel_plan()->kernels);
+  EXPECT_NE(serialize_executable(exe), serialize_executable(builtin));
+
+  Executable tampered = exe;
+  for (Kernel& k : tampered.kernel_plan()->kernels) {
+    if (k.library == Kernel::Library::kBuiltin) {
+      k.library = Kernel::Library::kOneDnn;
+      break;
+    }
+  }
+  EXPECT_EQ(tampered.validate().code(), StatusCode::kCorruption);
+}
+
 TEST(Executable, RandomByteFlipsNeverPassAsSomethingElse) {
   CanonicalGraph g = testing::fixture_graphs("attention.trace", 1).at(0);
   CpuBackend cpu;

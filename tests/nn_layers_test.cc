@@ -12,6 +12,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <random>
 #include <string>
@@ -32,6 +33,8 @@
 #include "compile/compiler.h"
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/cpu_kernels.h"
+#include "backends/cpu/cpu_threads.h"
+#include "backends/cpu/onednn_conv.h"
 #include "runtime/runtime.h"
 #include "store/sqlite/cache_db.h"
 #include "tests/backend_compare.h"
@@ -526,9 +529,12 @@ std::string describe(const OpInfo& op, const LayerCase& c) {
   return s + ")";
 }
 
-// Runs one case through cpu::run_op and the reference; conv2d and linear are compared with
-// the GEMM bound (K from the weight), everything else bitwise.
-void check_layer(OpKind kind, const LayerCase& c) {
+// How the cpu side computes a case: the builtin kernels, or (conv2d) oneDNN.
+using CpuRun = std::function<void(const Graph&, NodeId, std::span<const HostBuffer* const>, HostBuffer&)>;
+
+// Runs one case through `run` (cpu::run_op unless given) and the reference; conv2d and linear
+// are compared with the GEMM bound (K from the weight), everything else bitwise.
+void check_layer(OpKind kind, const LayerCase& c, const CpuRun& run = cpu::run_op) {
   const OpInfo& op = op_info(kind);
   std::vector<AttrValue> attrs = attrs_for(op, c.attrs);
   std::vector<TensorType> types;
@@ -549,7 +555,7 @@ void check_layer(OpKind kind, const LayerCase& c) {
   HostBuffer want = poisoned(type);
   op.reference(in, g.attrs(g.node(node)), want);
   HostBuffer got = poisoned(type);
-  cpu::run_op(g, node, in, got);
+  run(g, node, in, got);
   if (kind != OpKind::kConv2d && kind != OpKind::kLinear) {
     EXPECT_TRUE(same_bits(got, want)) << describe(op, c);
     return;
@@ -576,8 +582,8 @@ struct ConvCase {
   bool bias;
 };
 
-TEST(NnCpu, Conv2dMatchesReference) {
-  const std::vector<ConvCase> cases = {
+std::vector<ConvCase> conv_cases() {
+  std::vector<ConvCase> cases = {
       {{1, 3, 8, 8}, {4, 3, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1, true},
       {{2, 3, 9, 7}, {5, 3, 3, 2}, {2, 2}, {1, 0}, {1, 1}, 1, false},    // non-square, batch 2
       {{1, 4, 10, 10}, {6, 4, 1, 1}, {1, 1}, {0, 0}, {1, 1}, 1, true},   // 1x1: no im2col
@@ -606,19 +612,96 @@ TEST(NnCpu, Conv2dMatchesReference) {
       {{1, 0, 4, 4}, {2, 0, 3, 3}, {1, 1}, {0, 0}, {1, 1}, 1, true},        // no channels: bias
       {{1, 0, 4, 4}, {2, 0, 3, 3}, {1, 1}, {0, 0}, {1, 1}, 1, false},       // no channels: 0
       {{1, 3, 4, 4}, {0, 3, 3, 3}, {1, 1}, {0, 0}, {1, 1}, 1, false},       // no outputs
+      {{2, 6, 9, 8}, {9, 2, 3, 2}, {2, 1}, {0, 1}, {2, 1}, 3, true},        // grouped, dilated, per axis
+      {{2, 4, 7, 9}, {8, 1, 3, 3}, {1, 2}, {1, 0}, {1, 2}, 4, false},       // depthwise x2, per axis
+      {{1, 16, 5, 5}, {16, 1, 5, 5}, {1, 1}, {2, 2}, {1, 1}, 16, true},     // depthwise 5x5
+      {{2, 3, 13, 11}, {4, 3, 3, 3}, {3, 2}, {2, 1}, {1, 3}, 1, false},     // last window short of the padding
+      {{3, 8, 6, 6}, {12, 4, 1, 1}, {1, 1}, {0, 0}, {1, 1}, 2, true},       // grouped 1x1, batch 3
   };
+  return cases;
+}
+
+LayerCase conv_case(const ConvCase& cc, std::mt19937_64& gen) {
+  LayerCase c;
+  c.inputs.push_back(random_f32(cc.x, gen, false));
+  c.inputs.push_back(random_f32(cc.w, gen, false));
+  if (cc.bias) c.inputs.push_back(random_f32({cc.w[0]}, gen, false));
+  c.attrs = {{"stride", ints(cc.stride)},
+             {"padding", ints(cc.padding)},
+             {"dilation", ints(cc.dilation)},
+             {"groups", num(cc.groups)}};
+  return c;
+}
+
+TEST(NnCpu, Conv2dMatchesReference) {
   std::mt19937_64 gen(42);
-  for (const ConvCase& cc : cases) {
-    LayerCase c;
-    c.inputs.push_back(random_f32(cc.x, gen, false));
-    c.inputs.push_back(random_f32(cc.w, gen, false));
-    if (cc.bias) c.inputs.push_back(random_f32({cc.w[0]}, gen, false));
-    c.attrs = {{"stride", ints(cc.stride)},
-               {"padding", ints(cc.padding)},
-               {"dilation", ints(cc.dilation)},
-               {"groups", num(cc.groups)}};
-    check_layer(OpKind::kConv2d, c);
+  for (const ConvCase& cc : conv_cases()) check_layer(OpKind::kConv2d, conv_case(cc, gen));
+}
+
+// The same cases through oneDNN (backends/cpu/onednn_conv.h), which computes every one with
+// something to convolve and declines only the empty ones (the builtin kernel's bias fill).
+TEST(NnCpu, Conv2dOnOneDnnMatchesReference) {
+  cpu::OneDnnConvs convs;
+  std::mt19937_64 gen(42);
+  for (const ConvCase& cc : conv_cases()) {
+    const bool empty = cc.x[0] == 0 || cc.x[1] == 0 || cc.w[0] == 0;
+    check_layer(OpKind::kConv2d, conv_case(cc, gen),
+                [&](const Graph& g, NodeId node, std::span<const HostBuffer* const> in, HostBuffer& out) {
+                  const bool computed = convs.conv2d(hash_graph(g), g, node, in, nullptr, out);
+                  EXPECT_EQ(computed, !empty) << type_to_string({DType::kF32, cc.x}) << " "
+                                              << type_to_string({DType::kF32, cc.w});
+                  if (!computed) cpu::run_op(g, node, in, out);
+                });
   }
+}
+
+// A weight parameter's reordered copy is kept per buffer and version: another buffer, or the
+// same buffer written in place (a donated output, note_written_in_place), is reordered again.
+TEST(NnCpu, OneDnnConvReordersWeightsOfANewBufferOrVersion) {
+  std::mt19937_64 gen(9);
+  const HostBuffer x = random_f32({1, 8, 7, 7}, gen, false);
+  const TensorType wt{DType::kF32, {16, 8, 3, 3}};
+  Graph g;
+  const NodeId xp = g.add_parameter({DType::kF32, x.shape()});
+  const NodeId wp = g.add_parameter(wt);
+  std::vector<AttrValue> attrs = attrs_for(op_info(OpKind::kConv2d), {{"padding", ints({1, 1})}});
+  const std::vector<TensorType> types{{DType::kF32, x.shape()}, wt};
+  const TensorType out_type = infer_op(OpKind::kConv2d, types, attrs).value_or_throw();
+  const std::vector<NodeId> ins{xp, wp};
+  const NodeId node = g.add_node(OpKind::kConv2d, ins, attrs, out_type);
+  const GraphKey key = hash_graph(g);
+  cpu::OneDnnConvs convs;
+  auto check = [&](const std::shared_ptr<const HostBuffer>& w, const char* what) {
+    const std::vector<const HostBuffer*> in{&x, w.get()};
+    HostBuffer want(out_type.dtype, out_type.shape), got = poisoned(out_type);
+    op_info(OpKind::kConv2d).reference(in, g.attrs(g.node(node)), want);
+    ASSERT_TRUE(convs.conv2d(key, g, node, in, &w, got)) << what;
+    HostBuffer abs_x = x.clone(), abs_w = w->clone();
+    for (float& v : abs_x.span<float>()) v = std::fabs(v);
+    for (float& v : abs_w.span<float>()) v = std::fabs(v);
+    HostBuffer abs_ref(out_type.dtype, out_type.shape);
+    const std::vector<const HostBuffer*> abs_in{&abs_x, &abs_w};
+    op_info(OpKind::kConv2d).reference(abs_in, g.attrs(g.node(node)), abs_ref);
+    EXPECT_TRUE(within_gemm_bound(got, want, abs_ref, 8 * 3 * 3)) << what;
+  };
+  auto w1 = std::make_shared<const HostBuffer>(random_f32(wt.shape, gen, false));
+  check(w1, "first run");
+  check(w1, "second run, kept weights");
+  // Written in place as a donated output is: same buffer, new values.
+  HostBuffer fresh = random_f32(wt.shape, gen, false);
+  std::memcpy(const_cast<HostBuffer&>(*w1).bytes(), fresh.bytes(), fresh.nbytes());
+  cpu::note_written_in_place(w1.get());
+  check(w1, "after an in-place write");
+  auto w2 = std::make_shared<const HostBuffer>(random_f32(wt.shape, gen, false));
+  check(w2, "another buffer");
+  w2.reset();
+  auto w3 = std::make_shared<const HostBuffer>(random_f32(wt.shape, gen, false));
+  check(w3, "a buffer made after the previous one was freed");
+  // Another thread count: the primitive is made again for it (its scratchpad is per thread).
+  cpu::set_threads(2);
+  check(w3, "two threads");
+  cpu::set_threads(1);
+  check(w3, "back to one thread");
 }
 
 TEST(NnCpu, LinearMatchesReference) {

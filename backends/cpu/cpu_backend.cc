@@ -1,7 +1,6 @@
 #include "backends/cpu/cpu_backend.h"
 
 #include <fmt/format.h>
-#include <sched.h>
 #include <xxhash.h>
 
 #include <algorithm>
@@ -9,22 +8,12 @@
 #include <typeinfo>
 
 #include "backends/cpu/cpu_kernels.h"
+#include "backends/cpu/cpu_threads.h"
 
 namespace tracecache {
 
-int available_cpus() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof set, &set) != 0) return 1;
-  return std::max(1, CPU_COUNT(&set));
-}
-
-void set_cpu_threads(int threads) {
-  cpu::set_parallel_threads(std::max(threads, 1));
-}
-
 CpuBackend::CpuBackend(CpuBackendOptions options) : options_(options) {
-  set_cpu_threads(options_.threads > 0 ? options_.threads : available_cpus());
+  cpu::set_threads(options_.threads > 0 ? options_.threads : cpu::available_cpus());
   std::string spec = fmt::format("cpu backend v{}; fuse={}", kBackendInterfaceVersion, options_.fuse ? 1 : 0);
   digest_ = hex64(XXH3_64bits(spec.data(), spec.size()));
 }
@@ -33,6 +22,7 @@ Result<Executable> CpuBackend::compile(const Graph& graph, const GraphKey& key,
                                        uint32_t compiler_version) {
   CompileOptions co;
   co.fuse = options_.fuse;
+  co.onednn_conv = true;
   co.compiler_version = compiler_version;
   return compile_graph(graph, key, std::string(name()), digest_, co);
 }
@@ -96,6 +86,7 @@ Result<std::vector<DeviceRef>> CpuBackend::run(const Executable& exe,
                                                std::span<const DeviceRef> params) {
   const KernelPlan* plan = exe.kernel_plan();
   if (!plan) return invalid_argument("the cpu backend runs executables with a kernel plan only");
+  cpu::bind_threads();
   const Graph& g = exe.graph;
   if (params.size() != g.params().size()) {
     return invalid_argument(fmt::format("executable takes {} parameters, {} given",
@@ -120,6 +111,7 @@ Result<std::vector<DeviceRef>> CpuBackend::run(const Executable& exe,
   std::vector<BufferRef> outputs;
   std::vector<DeviceRef> result;
   std::vector<const HostBuffer*> ins;
+  std::vector<const HostBuffer*> written_in_place;  // donated parameters' storage, told after the run
   try {
     arena = HostBuffer(DType::kBool, Shape{static_cast<int64_t>(plan->arena_bytes)});
     views.resize(g.size());
@@ -137,6 +129,7 @@ Result<std::vector<DeviceRef>> CpuBackend::run(const Executable& exe,
         case Slot::Kind::kDonated: {
           const DeviceRef& donor = params[static_cast<size_t>(g.donated_param(s.index))];
           if (DeviceBuffer::sole_owner(donor)) {
+            written_in_place.push_back(donor->storage().get());
             outputs[s.index] = donor->storage();
             value[id] = outputs[s.index].get();
             break;
@@ -178,14 +171,27 @@ Result<std::vector<DeviceRef>> CpuBackend::run(const Executable& exe,
     auto* out = const_cast<HostBuffer*>(value[k.root]);
     if (k.kind == Kernel::Kind::kFused) {
       cpu::run_fused(g, k.members, [&](NodeId leaf) { return value[leaf]; }, *out);
-    } else {
-      ins.clear();
-      for (NodeId in : g.inputs(g.node(k.root))) ins.push_back(value[in]);
-      cpu::run_op(g, k.root, ins, *out);
+      return;
     }
+    ins.clear();
+    std::span<const NodeId> inputs = g.inputs(g.node(k.root));
+    for (NodeId in : inputs) ins.push_back(value[in]);
+    if (k.library == Kernel::Library::kOneDnn) {
+      // A parameter weight keeps its reordered copy across runs, tied to its owner.
+      const Slot& w = plan->slots[inputs[1]];
+      const BufferRef* weight = w.kind == Slot::Kind::kParam ? &params[w.index]->storage() : nullptr;
+      if (onednn_.conv2d(exe.graph_key, g, k.root, ins, weight, *out)) return;
+    }
+    cpu::run_op(g, k.root, ins, *out);
+  };
+  // Copies reordered from a parameter written in place are stale from now on (the kernels
+  // that read it in this run read it before the write).
+  auto note_writes = [&] {
+    for (const HostBuffer* b : written_in_place) cpu::note_written_in_place(b);
   };
   if (timeline_ == nullptr || !timeline_->recording()) {
     for (const Kernel& k : plan->kernels) run_kernel(k);
+    note_writes();
     return result;
   }
   const int64_t run_start = timeline_->host_now_ps();
@@ -201,6 +207,7 @@ Result<std::vector<DeviceRef>> CpuBackend::run(const Executable& exe,
     timeline_->record_flow(start, start);
   }
   timeline_->record_run("execute", "cpu", run_start, timeline_->host_now_ps(), exe.graph_key);
+  note_writes();
   return result;
 }
 

@@ -1,5 +1,7 @@
 // The `cpu` backend: runs executables on the host with the kernels of backends/cpu/cpu_kernels.h
-// (fused elementwise chains, BLAS GEMM, reductions). Device buffers are host memory (device
+// (fused elementwise chains, BLAS GEMM, reductions), and f32 conv2d with oneDNN
+// (backends/cpu/onednn_conv.h): the compiler marks those kernels (CompileOptions::onednn_conv,
+// always set here), so the choice is part of the executable and of the compiler version. Device buffers are host memory (device
 // token 0), so the copies share buffers instead of copying, and a donated output whose
 // parameter the caller gave up is written into that parameter's buffer (no second buffer). Results equal the reference evaluator bitwise except
 // where cpu_kernels.h documents a tolerance (GEMM's summation order).
@@ -11,6 +13,7 @@
 #pragma once
 
 #include "backends/backend.h"
+#include "backends/cpu/onednn_conv.h"
 #include "backends/timeline.h"
 #include "compile/compiler.h"
 
@@ -18,23 +21,16 @@ namespace tracecache {
 
 struct CpuBackendOptions {
   bool fuse = true;  // part of the options digest
-  // Threads for OpenBLAS and the kernels' own parallel loops (at most 8); 0: the CPUs this
-  // process may run on (available_cpus()). Not in the digest: an executable is the same code at
-  // every thread count; only sgemm's bits depend on it (cpu::set_parallel_threads says how
-  // much). Process-wide: the latest backend's wins.
+  // Threads of the backend's one team (cpu_threads.h: the kernels' own loops, OpenBLAS and
+  // oneDNN); 0: the CPUs this process may run on (cpu::available_cpus()). Not in the digest: an
+  // executable is the same code at every thread count; only sgemm's and oneDNN's bits depend on it
+  // (cpu_kernels.h says how much). Process-wide: the latest backend's wins.
   int threads = 0;
 };
 
-// The CPUs this process may run on (sched_getaffinity), at least 1.
-int available_cpus();
-
-// Applies a thread count (>= 1) to OpenBLAS and the cpu kernels' loops, process-wide. Called by
-// CpuBackend's constructor; the eager CPU op runner's users call it directly.
-void set_cpu_threads(int threads);
-
 class CpuBackend final : public Backend {
  public:
-  // Applies options.threads (see CpuBackendOptions) with set_cpu_threads.
+  // Applies options.threads (see CpuBackendOptions) with cpu::set_threads.
   explicit CpuBackend(CpuBackendOptions options = {});
 
   std::string_view name() const override { return "cpu"; }
@@ -57,6 +53,7 @@ class CpuBackend final : public Backend {
   CpuBackendOptions options_;
   std::string digest_;
   Timeline* timeline_ = nullptr;
+  cpu::OneDnnConvs onednn_;  // the kOneDnn kernels' primitives and kept weights
 };
 
 // Checks that `exe` was built for `backend` (name and options digest); kCorruption otherwise.

@@ -24,13 +24,16 @@
 //   embedding gather       row memcpy / strided element copies, indices         bitwise
 //   index_select           clamped as in the reference
 //
+// Executables and eager mode compute f32 conv2d with oneDNN instead (backends/cpu/onednn_conv.h,
+// within the same bound); the kernel here is for what oneDNN declines and for direct callers.
+//
 // (*) The bound of matmul (cpu_kernels.h) with K = in channels per group x kernel height x
 // kernel width (conv2d) or in features (linear), and the bias counted as one more term:
 //   |cpu - ref| <= (K + 3) * 2^-24 * (|bias| + sum |x * w|)  plus one f32 ulp of the result.
 // Results are deterministic run to run for the same sizes and thread count.
 //
 // Threading: im2col (over channels), the depthwise loop and the pools (over planes) split over
-// cpu::parallel_for's helper pool; sgemm threads inside OpenBLAS. Every output element is
+// cpu::parallel_for (the backend's thread team, cpu_threads.h); sgemm threads inside OpenBLAS. Every output element is
 // computed by one thread in a fixed order, so the thread count never changes a result.
 // Thread-safety: as cpu_kernels.h (per-call scratch only).
 #pragma once

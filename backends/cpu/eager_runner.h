@@ -1,7 +1,9 @@
 // CpuOpRunner: eager mode on the cpu backend's kernels (capture/trace/eager.h).
 //
 // Each op runs as a one-node graph through cpu::run_op, the same kernels compiled replay uses
-// for unfused nodes; an elementwise op goes through the fused interpreter with one member,
+// for unfused nodes, and an f32 conv2d through oneDNN as the cpu backend's executables run it
+// (backends/cpu/onednn_conv.h; the weights are reordered per op unless the same buffer comes
+// again); an elementwise op goes through the fused interpreter with one member,
 // which is bitwise equal to a fused chain of the same ops (backends/cpu/cpu_kernels.h). So eager
 // results equal lazy and once results on the cpu backend bit for bit (invariant 4).
 //
@@ -11,6 +13,7 @@
 // (nullable) is not owned and must outlive the runner.
 #pragma once
 
+#include "backends/cpu/onednn_conv.h"
 #include "capture/trace/eager.h"
 #include "capture/ir/graph.h"
 #include "capture/core/metrics.h"
@@ -27,6 +30,7 @@ class CpuOpRunner final : public OpRunner {
  private:
   Metrics* metrics_;
   Graph node_;  // parameters for the inputs, then the op; cleared per call, pools kept
+  cpu::OneDnnConvs onednn_;
 };
 
 }  // namespace tracecache

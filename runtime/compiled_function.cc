@@ -466,21 +466,21 @@ struct CompiledFunction::Impl {
     // The outputs are what the entry promises (its recorded types; a dynamic entry's sizes
     // follow the call), whatever a stored entry routes: never a value of another type.
     auto as_promised = [&e](size_t o, const DataRef& b) {
-      if (!b) return corruption("guard entry returns an argument it gave up to update in place");
+      if (!b) return false;
       const TensorType& promised = e.output_types[o];
-      const bool fits = b->dtype() == promised.dtype &&
-                        (e.dynamic ? b->shape().rank() == promised.shape.rank() : b->shape() == promised.shape);
-      if (!fits) {
-        return corruption(fmt::format("guard entry output {} is recorded as {}, the replay gave {}", o,
-                                      type_to_string(promised), type_to_string({b->dtype(), b->shape()})));
-      }
-      return Status::ok();
+      return b->dtype() == promised.dtype &&
+             (e.dynamic ? b->shape().rank() == promised.shape.rank() : b->shape() == promised.shape);
+    };
+    auto not_as_promised = [&e](size_t o, const DataRef& b) {
+      if (!b) return corruption("guard entry returns an argument it gave up to update in place");
+      return corruption(fmt::format("guard entry output {} is recorded as {}, the replay gave {}", o,
+                                    type_to_string(e.output_types[o]), type_to_string({b->dtype(), b->shape()})));
     };
     std::vector<DataRef> outputs;
     if (returns_last_segment(e.outputs, seg_out)) {  // the common case: taken, not copied
       outputs = std::move(seg_out.back());
       for (size_t o = 0; o < outputs.size(); ++o) {
-        if (Status st = as_promised(o, outputs[o]); !st.is_ok()) return st;
+        if (!as_promised(o, outputs[o])) return not_as_promised(o, outputs[o]);
       }
     } else {
       outputs.reserve(e.outputs.size());
@@ -488,7 +488,7 @@ struct CompiledFunction::Impl {
         const ValueSource& v = e.outputs[o];
         if (!routed(v)) return corruption("guard entry routes a value that does not exist");
         DataRef b = value_of(v);
-        if (Status st = as_promised(o, b); !st.is_ok()) return st;
+        if (!as_promised(o, b)) return not_as_promised(o, b);
         outputs.push_back(std::move(b));
       }
     }

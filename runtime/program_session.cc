@@ -24,10 +24,10 @@ std::vector<int64_t> dim_values(const std::vector<DimSource>& sources, TensorAt 
   return dims;
 }
 
-// The host bytes of a compiled function's output, read as Tensor::buffer() reads them: host
-// memory as it is, device memory copied (and counted as bytes to host in `metrics`, nullable).
-Result<BufferRef> host_value(const DataRef& data, Metrics* metrics) {
-  if (const BufferRef* host = data->host_buffer()) return *host;
+// The host bytes of a compiled function's output that is not host memory (see host_buffer()),
+// read as Tensor::buffer() reads them: copied, and counted as bytes to host in `metrics`
+// (nullable).
+Result<BufferRef> read_device_value(const DataRef& data, Metrics* metrics) {
   Result<BufferRef> read = data->read();
   if (read.is_ok() && metrics && !data->in_host_memory()) {
     metrics->add(counters::kBytesToHost, static_cast<int64_t>(data->nbytes()));
@@ -128,7 +128,11 @@ Result<std::vector<BufferRef>> ProgramSession::run(const PreparedStep& p) {
   auto host_values = [&](const std::vector<DataRef>& outs, size_t n) -> Status {
     values.reserve(n);
     for (size_t k = 0; k < n; ++k) {
-      Result<BufferRef> b = host_value(outs[k], ctx.options().metrics);
+      if (const BufferRef* host = outs[k]->host_buffer()) {  // host memory (cpu): as it is
+        values.push_back(*host);
+        continue;
+      }
+      Result<BufferRef> b = read_device_value(outs[k], ctx.options().metrics);
       if (!b.is_ok()) return b.status();
       values.push_back(std::move(b).value());
     }

@@ -464,13 +464,15 @@ Result<std::vector<DataRef>> Runtime::run_on_backend(const Executable& exe, std:
   } taken{device_params_};
   std::vector<DeviceRef>& device_params = taken.params;
   device_params.reserve(params.size());
+  // Whether parameter i keeps its device mirror: unless it is given up (a backend sharing host
+  // memory keeps no mirrors).
+  auto keep_mirror = [&](size_t i) { return !(params[i].use_count() == 1 && donated(i)); };
   for (size_t i = 0; i < params.size(); ++i) {
-    const bool give_up = params[i].use_count() == 1 && donated(i);
     Result<DeviceRef> d =
-        shares_host_memory_ ? backend_->to_device(params[i]) : device_copy(params[i], /*keep_mirror=*/!give_up);
+        shares_host_memory_ ? backend_->to_device(params[i]) : device_copy(params[i], keep_mirror(i));
     if (!d.is_ok() && d.status().code() == StatusCode::kResourceExhausted && !mirrored_.empty()) {
       drop_mirrors();  // free the copies kept for later steps, and try once more
-      d = device_copy(params[i], !give_up);
+      d = device_copy(params[i], keep_mirror(i));
     }
     if (!d.is_ok()) {
       return Status(d.status().code(),

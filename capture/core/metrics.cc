@@ -20,17 +20,11 @@ void MetricsCounter::bind() {
   epoch_ = metrics_->epoch_;
 }
 
-void MetricsTimer::record_span(std::chrono::steady_clock::time_point start,
-                               std::chrono::steady_clock::time_point end) {
-  if (metrics_ == nullptr) return;
-  if (slot_ == nullptr || epoch_ != metrics_->epoch_) {
-    auto it = metrics_->timers_.find(name_);
-    if (it == metrics_->timers_.end()) it = metrics_->timers_.emplace(std::string(name_), Metrics::Timer{}).first;
-    slot_ = &it->second;
-    epoch_ = metrics_->epoch_;
-  }
-  slot_->add(std::chrono::duration<double, std::milli>(end - start).count());
-  if (metrics_->observer_) metrics_->observer_->on_span(name_, start, end);
+void MetricsTimer::bind() {
+  auto it = metrics_->timers_.find(name_);
+  if (it == metrics_->timers_.end()) it = metrics_->timers_.emplace(std::string(name_), Metrics::Timer{}).first;
+  slot_ = &it->second;
+  epoch_ = metrics_->epoch_;
 }
 
 void Metrics::add(std::string_view counter, int64_t n) {

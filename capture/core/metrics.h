@@ -155,9 +155,15 @@ class MetricsCounter {
 class MetricsTimer {
  public:
   MetricsTimer(Metrics* metrics, std::string_view name) : metrics_(metrics), name_(name) {}
-  void record_span(std::chrono::steady_clock::time_point start, std::chrono::steady_clock::time_point end);
+  void record_span(std::chrono::steady_clock::time_point start, std::chrono::steady_clock::time_point end) {
+    if (metrics_ == nullptr) return;
+    if (slot_ == nullptr || epoch_ != metrics_->epoch_) bind();
+    slot_->add(std::chrono::duration<double, std::milli>(end - start).count());
+    if (metrics_->observer_) metrics_->observer_->on_span(name_, start, end);
+  }
 
  private:
+  void bind();
   Metrics* metrics_;
   std::string_view name_;
   Metrics::Timer* slot_ = nullptr;

@@ -89,6 +89,19 @@ struct Closest {
   std::vector<GuardCheck> failed;
 };
 
+// Whether a replay's outputs (`routes`) are the last segment's outputs, all of them in order:
+// then they are that segment's result as it is (`segment_outputs`: per segment, as run).
+bool returns_last_segment(const std::vector<ValueSource>& routes,
+                          const std::vector<std::vector<DataRef>>& segment_outputs) {
+  if (segment_outputs.empty() || routes.size() != segment_outputs.back().size()) return false;
+  const uint32_t last = static_cast<uint32_t>(segment_outputs.size() - 1);
+  for (size_t o = 0; o < routes.size(); ++o) {
+    const ValueSource& v = routes[o];
+    if (v.kind != ValueSource::Kind::kSegmentOutput || v.a != last || v.b != o) return false;
+  }
+  return true;
+}
+
 // A value as a recompile reason shows it: "3", "[1, 2, 3]", or for more than 8 elements its type
 // and checksum.
 std::string value_preview(const HostBuffer& b) {
@@ -98,6 +111,15 @@ std::string value_preview(const HostBuffer& b) {
   for (int64_t i = 0; i < b.numel(); ++i) items.push_back(fmt::format("{}", b.element_as_double(i)));
   if (b.shape().rank() == 0 && items.size() == 1) return items[0];
   return fmt::format("[{}]", fmt::join(items, ", "));
+}
+
+// A call's outputs as materialized tensors of `ctx`.
+Result<std::vector<Tensor>> as_tensors(LazyContext& ctx, Result<std::vector<DataRef>> bufs) {
+  if (!bufs.is_ok()) return bufs.status();
+  std::vector<Tensor> out;
+  out.reserve(bufs->size());
+  for (DataRef& b : *bufs) out.push_back(ctx.from_data(std::move(b)));
+  return out;
 }
 
 }  // namespace
@@ -130,6 +152,13 @@ struct CompiledFunction::Impl {
   // A segment's parameter list during replay(): its capacity is reused, its handles are
   // dropped after each run (so a call's arguments do not outlive the call).
   std::vector<DataRef> scratch;
+  // replay()'s outputs per segment: the outer vector's capacity is reused, the handles are
+  // dropped when each replay ends.
+  std::vector<std::vector<DataRef>> segment_outputs;
+  // The counters and the timer every lookup updates, found once (Metrics: no name lookup per call).
+  MetricsCounter guard_checks{nullptr, counters::kGuardChecks};
+  MetricsCounter guard_failures{nullptr, counters::kGuardFailures};
+  MetricsTimer guard_check_timer{nullptr, timers::kGuardCheck};
   // During a call that gave its arguments up (operator()(ctx, CallArgs&&)): those arguments,
   // from which a replay takes the ones it donates; null otherwise.
   CallArgs* given = nullptr;
@@ -192,11 +221,10 @@ struct CompiledFunction::Impl {
   // and a dynamic entry's template are checked while replaying). An entry that cannot be used
   // is dropped (a miss, never an error; invariants 5 and 6). nullopt if no entry served.
   std::optional<std::vector<DataRef>> look_up_and_replay(const CallArgs& args, LookupMisses& misses) {
-    Metrics& m = runtime->metrics();
     for (size_t e = 0; e < entries.size(); ++e) {
       ++stats.guard_checks;
-      m.add(counters::kGuardChecks);
-      ScopedTimer guard_timer(&m, timers::kGuardCheck);
+      guard_checks.add();
+      ScopedTimer guard_timer(&guard_check_timer);
       const bool holds = entries[e].guards.holds(args, options_digest);
       guard_timer.stop();
       if (!holds) {
@@ -232,7 +260,7 @@ struct CompiledFunction::Impl {
 
   void count_guard_failure() {
     ++stats.guard_failures;
-    runtime->metrics().add(counters::kGuardFailures);
+    guard_failures.add();
   }
 
   // The entry with the fewest failed guards for `args` (the first of equals).
@@ -338,7 +366,16 @@ struct CompiledFunction::Impl {
     if (!found.is_ok()) return found.status();
     std::span<Segment> segments = *found;
     if (segments.empty()) return std::optional<std::vector<DataRef>>();
-    std::vector<std::vector<DataRef>> seg_out(segments.size());
+    struct SegmentOutputs {  // the scratch, taken for this replay (and so safe from a nested one)
+      std::vector<std::vector<DataRef>>& scratch;
+      std::vector<std::vector<DataRef>> outs = std::move(scratch);
+      ~SegmentOutputs() {
+        for (std::vector<DataRef>& o : outs) o.clear();
+        scratch = std::move(outs);
+      }
+    } segment_outs{segment_outputs};
+    std::vector<std::vector<DataRef>>& seg_out = segment_outs.outs;
+    seg_out.resize(segments.size());
     auto value_of = [&](const ValueSource& v) -> DataRef {
       switch (v.kind) {
         case ValueSource::Kind::kInput: return args.tensors[v.a].defined() ? args.tensors[v.a].data() : nullptr;
@@ -394,6 +431,10 @@ struct CompiledFunction::Impl {
           lose_taken.taken.push_back(v.a);
           continue;
         }
+        if (v.kind == ValueSource::Kind::kInput && args.tensors[v.a].defined()) {  // most: no temporary handle
+          scratch.push_back(args.tensors[v.a].data());
+          continue;
+        }
         DataRef d = value_of(v);
         if (!d) return corruption("guard entry reads an argument it gave up to update in place");
         scratch.push_back(std::move(d));
@@ -422,23 +463,34 @@ struct CompiledFunction::Impl {
         }
       }
     }
-    std::vector<DataRef> outputs;
-    outputs.reserve(e.outputs.size());
     // The outputs are what the entry promises (its recorded types; a dynamic entry's sizes
     // follow the call), whatever a stored entry routes: never a value of another type.
-    for (size_t o = 0; o < e.outputs.size(); ++o) {
-      const ValueSource& v = e.outputs[o];
-      if (!routed(v)) return corruption("guard entry routes a value that does not exist");
-      DataRef b = value_of(v);
-      if (!b) return corruption("guard entry returns an argument it gave up to update in place");
+    auto as_promised = [&e](size_t o, const DataRef& b) {
+      if (!b) return false;
       const TensorType& promised = e.output_types[o];
-      const bool fits = b->dtype() == promised.dtype &&
-                        (e.dynamic ? b->shape().rank() == promised.shape.rank() : b->shape() == promised.shape);
-      if (!fits) {
-        return corruption(fmt::format("guard entry output {} is recorded as {}, the replay gave {}", o,
-                                      type_to_string(promised), type_to_string({b->dtype(), b->shape()})));
+      return b->dtype() == promised.dtype &&
+             (e.dynamic ? b->shape().rank() == promised.shape.rank() : b->shape() == promised.shape);
+    };
+    auto not_as_promised = [&e](size_t o, const DataRef& b) {
+      if (!b) return corruption("guard entry returns an argument it gave up to update in place");
+      return corruption(fmt::format("guard entry output {} is recorded as {}, the replay gave {}", o,
+                                    type_to_string(e.output_types[o]), type_to_string({b->dtype(), b->shape()})));
+    };
+    std::vector<DataRef> outputs;
+    if (returns_last_segment(e.outputs, seg_out)) {  // the common case: taken, not copied
+      outputs = std::move(seg_out.back());
+      for (size_t o = 0; o < outputs.size(); ++o) {
+        if (!as_promised(o, outputs[o])) return not_as_promised(o, outputs[o]);
       }
-      outputs.push_back(std::move(b));
+    } else {
+      outputs.reserve(e.outputs.size());
+      for (size_t o = 0; o < e.outputs.size(); ++o) {
+        const ValueSource& v = e.outputs[o];
+        if (!routed(v)) return corruption("guard entry routes a value that does not exist");
+        DataRef b = value_of(v);
+        if (!as_promised(o, b)) return not_as_promised(o, b);
+        outputs.push_back(std::move(b));
+      }
     }
     lose_taken.finished = true;
     return std::optional<std::vector<DataRef>>(std::move(outputs));
@@ -709,6 +761,10 @@ CompiledFunction::CompiledFunction(std::string name, TracedFn fn, Runtime* runti
   impl_->options_label = runtime->backend().display_name() +
                          (impl_->options.canonicalize.bake_scalars ? " (scalars baked)" : "");
   impl_->key = {std::move(name), impl_->options.user_version, std::string(kToolkitVersion)};
+  Metrics* metrics = &runtime->metrics();
+  impl_->guard_checks = MetricsCounter(metrics, counters::kGuardChecks);
+  impl_->guard_failures = MetricsCounter(metrics, counters::kGuardFailures);
+  impl_->guard_check_timer = MetricsTimer(metrics, timers::kGuardCheck);
   impl_->load();
 }
 
@@ -743,15 +799,23 @@ const FunctionStats& CompiledFunction::stats() const {
 }
 
 Result<std::vector<Tensor>> CompiledFunction::operator()(LazyContext& ctx, CallArgs&& args) {
+  return as_tensors(ctx, call_data(ctx, std::move(args)));
+}
+
+Result<std::vector<Tensor>> CompiledFunction::operator()(LazyContext& ctx, const CallArgs& args) {
+  return as_tensors(ctx, call_data(ctx, args));
+}
+
+Result<std::vector<DataRef>> CompiledFunction::call_data(LazyContext& ctx, CallArgs&& args) {
   struct Given {
     Impl& impl;
     ~Given() { impl.given = nullptr; }
   } given{*impl_};
   impl_->given = &args;
-  return (*this)(ctx, static_cast<const CallArgs&>(args));
+  return call_data(ctx, static_cast<const CallArgs&>(args));
 }
 
-Result<std::vector<Tensor>> CompiledFunction::operator()(LazyContext& ctx, const CallArgs& args) {
+Result<std::vector<DataRef>> CompiledFunction::call_data(LazyContext& ctx, const CallArgs& args) {
   ++impl_->stats.calls;
   for (size_t i = 0; i < args.tensors.size(); ++i) {
     const Tensor& t = args.tensors[i];
@@ -765,15 +829,12 @@ Result<std::vector<Tensor>> CompiledFunction::operator()(LazyContext& ctx, const
       return invalid_argument(fmt::format("{}: dynamic scalar {} not passed", name(), s));
     }
   }
-  impl_->dynamic_scalar.assign(args.scalars.size(), false);
-  for (uint32_t s : impl_->options.dynamic_scalars) impl_->dynamic_scalar[s] = true;
-
-  Result<std::vector<DataRef>> bufs = impl_->call(args);
-  if (!bufs.is_ok()) return bufs.status();
-  std::vector<Tensor> out;
-  out.reserve(bufs->size());
-  for (DataRef& b : *bufs) out.push_back(ctx.from_data(std::move(b)));
-  return out;
+  // Which scalars are dynamic depends only on their number (the options are fixed).
+  if (impl_->dynamic_scalar.size() != args.scalars.size()) {
+    impl_->dynamic_scalar.assign(args.scalars.size(), false);
+    for (uint32_t s : impl_->options.dynamic_scalars) impl_->dynamic_scalar[s] = true;
+  }
+  return impl_->call(args);
 }
 
 void CompiledFunction::mark_dynamic(size_t input, int dim) {

@@ -172,6 +172,11 @@ class CompiledFunction {
   // argument to overwrite, an error (kInternal) saying so, never a retrace or a fallback over a
   // value that may be half updated: that argument is left undefined in `args`.
   Result<std::vector<Tensor>> operator()(LazyContext& ctx, CallArgs&& args);
+  // The same two calls, returning each output as its device data (the handle the output tensor
+  // would hold) instead of a tensor of `ctx`: for a caller that only reads the values
+  // (ProgramSession), which then makes no tensor per output. Errors: as above.
+  Result<std::vector<DataRef>> call_data(LazyContext& ctx, const CallArgs& args);
+  Result<std::vector<DataRef>> call_data(LazyContext& ctx, CallArgs&& args);
 
   // The note (CompiledFunctionOptions::entry_note) of the entry that served or was made by the
   // last successful call; after a call that traced without keeping an entry (lazy fallback),

@@ -24,6 +24,17 @@ std::vector<int64_t> dim_values(const std::vector<DimSource>& sources, TensorAt 
   return dims;
 }
 
+// The host bytes of a compiled function's output that is not host memory (see host_buffer()),
+// read as Tensor::buffer() reads them: copied, and counted as bytes to host in `metrics`
+// (nullable).
+Result<BufferRef> read_device_value(const DataRef& data, Metrics* metrics) {
+  Result<BufferRef> read = data->read();
+  if (read.is_ok() && metrics && !data->in_host_memory()) {
+    metrics->add(counters::kBytesToHost, static_cast<int64_t>(data->nbytes()));
+  }
+  return read;
+}
+
 // The compiled function a program's steps are in once mode: "<program file name>:step".
 std::string function_name(const Program& program) {
   return std::filesystem::path(program.file_name).filename().string() + ":step";
@@ -112,11 +123,25 @@ Result<ProgramSession::PreparedStep> ProgramSession::prepare(int step) {
 
 Result<std::vector<BufferRef>> ProgramSession::run(const PreparedStep& p) {
   std::vector<BufferRef> values;
+  // Once mode reads the function's outputs as device data: no tensor is made for them.
+  LazyContext& ctx = session_->context();
+  auto host_values = [&](const std::vector<DataRef>& outs, size_t n) -> Status {
+    values.reserve(n);
+    for (size_t k = 0; k < n; ++k) {
+      if (const BufferRef* host = outs[k]->host_buffer()) {  // host memory (cpu): as it is
+        values.push_back(*host);
+        continue;
+      }
+      Result<BufferRef> b = read_device_value(outs[k], ctx.options().metrics);
+      if (!b.is_ok()) return b.status();
+      values.push_back(std::move(b).value());
+    }
+    return Status::ok();
+  };
   if (function_ && updated_params_.empty()) {  // nothing to donate: no copy of the arguments
-    Result<std::vector<Tensor>> outs = (*function_)(session_->context(), p.call);
+    Result<std::vector<DataRef>> outs = function_->call_data(ctx, p.call);
     if (!outs.is_ok()) return step_error(program_, p.step, outs.status());
-    values.reserve(outs->size());
-    for (const Tensor& t : *outs) values.push_back(t.buffer());
+    if (Status st = host_values(*outs, outs->size()); !st.is_ok()) return step_error(program_, p.step, st);
     return values;
   }
   if (function_) {
@@ -126,7 +151,7 @@ Result<std::vector<BufferRef>> ProgramSession::run(const PreparedStep& p) {
       if (!param.is_ok()) return step_error(program_, p.step, param.status());
       call.tensors[index] = std::move(param).value();
     }
-    Result<std::vector<Tensor>> outs = (*function_)(session_->context(), std::move(call));
+    Result<std::vector<DataRef>> outs = function_->call_data(ctx, std::move(call));
     if (!outs.is_ok()) {
       // A param the call did not give up to an in-place update is still whole: it stays.
       for (size_t index : updated_params_) {
@@ -135,12 +160,11 @@ Result<std::vector<BufferRef>> ProgramSession::run(const PreparedStep& p) {
       return step_error(program_, p.step, outs.status());
     }
     const size_t n = program_.outputs.size();
-    values.reserve(n);
-    for (size_t k = 0; k < n; ++k) values.push_back((*outs)[k].buffer());
+    if (Status st = host_values(*outs, n); !st.is_ok()) return step_error(program_, p.step, st);
     // The updated params' new values follow the outputs: the next call's arguments.
     for (size_t u = 0; u < program_.updates.size(); ++u) {
       const TensorDecl* d = program_.find_tensor(program_.updates[u].param);
-      Status st = arguments_->set_param(static_cast<size_t>(d - program_.tensors.data()), (*outs)[n + u]);
+      Status st = arguments_->set_param(static_cast<size_t>(d - program_.tensors.data()), ctx.from_data((*outs)[n + u]));
       if (!st.is_ok()) return step_error(program_, p.step, st);
     }
     return values;

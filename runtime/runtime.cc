@@ -65,6 +65,9 @@ Runtime::Runtime(Backend* backend, store::CacheDb* disk, store::AuditLog* audit,
       audit_(audit),
       guard_entries_(guard_entries),
       metrics_(metrics ? metrics : &own_metrics_),
+      run_timer_(metrics_, timers::kRun),
+      executions_(metrics_, counters::kExecutions),
+      shares_host_memory_(backend->shares_host_memory()),
       options_(options),
       compiler_version_(options.compiler_version.value_or(backend->compiler_version())),
       lookup_key_{GraphKey{}, std::string(backend->name()), backend->options_digest(), compiler_version_},
@@ -444,21 +447,32 @@ Result<std::vector<DataRef>> Runtime::run_prepared(const Executable& exe, std::v
 
 Result<std::vector<DataRef>> Runtime::run_on_backend(const Executable& exe, std::vector<DataRef>& params,
                                                      bool& donated_run_began) {
-  ScopedTimer run_timer(metrics_, timers::kRun);
+  ScopedTimer run_timer(&run_timer_);
   // A donated parameter is given up when `params` holds its only handle: then it keeps no
   // device mirror and its handle is dropped before the run, so the backend may write in place.
   const std::span<const Donation> donations = exe.graph.donations();
   auto donated = [&](size_t i) {
     return std::any_of(donations.begin(), donations.end(), [i](const Donation& d) { return d.param == i; });
   };
-  std::vector<DeviceRef> device_params;
+  struct DeviceParams {  // the scratch, taken for this run (and so safe from a nested one)
+    std::vector<DeviceRef>& scratch;
+    std::vector<DeviceRef> params = std::move(scratch);
+    ~DeviceParams() {
+      params.clear();
+      scratch = std::move(params);
+    }
+  } taken{device_params_};
+  std::vector<DeviceRef>& device_params = taken.params;
   device_params.reserve(params.size());
+  // Whether parameter i keeps its device mirror: unless it is given up (a backend sharing host
+  // memory keeps no mirrors).
+  auto keep_mirror = [&](size_t i) { return !(params[i].use_count() == 1 && donated(i)); };
   for (size_t i = 0; i < params.size(); ++i) {
-    const bool give_up = params[i].use_count() == 1 && donated(i);
-    Result<DeviceRef> d = device_copy(params[i], /*keep_mirror=*/!give_up);
+    Result<DeviceRef> d =
+        shares_host_memory_ ? backend_->to_device(params[i]) : device_copy(params[i], keep_mirror(i));
     if (!d.is_ok() && d.status().code() == StatusCode::kResourceExhausted && !mirrored_.empty()) {
       drop_mirrors();  // free the copies kept for later steps, and try once more
-      d = device_copy(params[i], !give_up);
+      d = device_copy(params[i], keep_mirror(i));
     }
     if (!d.is_ok()) {
       return Status(d.status().code(),
@@ -486,13 +500,16 @@ Result<std::vector<DataRef>> Runtime::run_on_backend(const Executable& exe, std:
   Result<std::vector<DeviceRef>> outs = backend_->run(exe, device_params);
   if (!outs.is_ok()) return outs.status();
   result.assign(std::make_move_iterator(outs->begin()), std::make_move_iterator(outs->end()));
-  metrics_->add(counters::kExecutions);
+  executions_.add();
   restore.succeeded = true;
   return result;
 }
 
 Result<DeviceRef> Runtime::device_copy(const DataRef& data, bool keep_mirror) {
-  const HostData* host = backend_->shares_host_memory() ? nullptr : as_host_data(*data);
+  // Host memory is the device's: nothing to mirror, nothing counted (returned as it is: no move
+  // of the Result on every parameter of every run).
+  if (shares_host_memory_) return backend_->to_device(data);
+  const HostData* host = as_host_data(*data);
   if (host) {
     if (const DataRef& mirror = host->mirror(mirror_token_)) {
       DeviceRef d = std::static_pointer_cast<const DeviceBuffer>(mirror);
@@ -502,9 +519,7 @@ Result<DeviceRef> Runtime::device_copy(const DataRef& data, bool keep_mirror) {
   }
   Result<DeviceRef> d = backend_->to_device(data);
   if (!d.is_ok() || d->get() == data.get()) return d;
-  if (!backend_->shares_host_memory()) {
-    metrics_->add(counters::kBytesToDevice, static_cast<int64_t>(data->nbytes()));
-  }
+  metrics_->add(counters::kBytesToDevice, static_cast<int64_t>(data->nbytes()));
   if (host && keep_mirror) {
     host->set_mirror(mirror_token_, *d);
     mirrored_.push_back(data);

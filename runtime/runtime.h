@@ -240,6 +240,14 @@ class Runtime final : public GraphExecutor {
   store::GuardEntryStore* guard_entries_;
   Metrics* metrics_;
   Metrics own_metrics_;  // used when metrics_ is null
+  // What every run updates, found once (no name lookup per run).
+  MetricsTimer run_timer_;
+  MetricsCounter executions_;
+  // The backend's shares_host_memory(), a fixed property of it, asked for every parameter.
+  bool shares_host_memory_;
+  // run_on_backend()'s device parameters: the capacity is reused, the handles are dropped when
+  // each run ends (a run's parameters do not outlive it).
+  std::vector<DeviceRef> device_params_;
   RuntimeOptions options_;
   uint32_t compiler_version_;  // options_.compiler_version, else the backend's
   // The backend's name, options digest and compiler_version_, with the graph set per lookup

@@ -169,6 +169,45 @@ TEST_F(GuardSetTest, OnlySizeChecksAreOnSize) {
 
 // The removed "distinct" kind (9, last written before guard-entry format 2) is an unknown check
 // in a format-3 entry; the same entry without it is valid.
+TEST_F(GuardSetTest, TheTableOfARecordedSetAnswersAsTheListDoes) {
+  // holds() reads a set in record()'s layout as a table; the same checks in another valid order
+  // (the aliasing right after the counts) are walked one by one. Both must agree with each other
+  // and with explain() on every call, whichever check fails.
+  Tensor a = t(DType::kF32, {4, 2}), b = t(DType::kI32, {3}), c = t(DType::kF32, {4, 2});
+  CallArgs recorded{{a, b, a}, {2.0, -0.0}};
+  GuardSet table = GuardSet::record(recorded, env, {}, {false, false});
+  std::vector<GuardCheck> reordered;
+  for (const GuardCheck& check : table.checks()) {
+    if (check.kind != GuardCheck::Kind::kAliasOf) reordered.push_back(check);
+  }
+  size_t at = 3;
+  for (const GuardCheck& check : table.checks()) {
+    if (check.kind == GuardCheck::Kind::kAliasOf) reordered.insert(reordered.begin() + static_cast<std::ptrdiff_t>(at++), check);
+  }
+  const GuardSet list(reordered, "cpu");
+  const CallArgs calls[] = {
+      recorded,
+      {{c, b, c}, {2.0, -0.0}},                                   // other data, same aliasing
+      {{a, b, c}, {2.0, -0.0}},                                   // the alias is gone
+      {{a, b, a}, {2.0, 0.0}},                                    // -0.0 became 0.0
+      {{a, b, a}, {3.0, -0.0}},                                   // another scalar value
+      {{a, b, a}, {2.0}},                                         // a scalar fewer
+      {{a, b}, {2.0, -0.0}},                                      // a tensor fewer
+      {{a, t(DType::kI64, {3}), a}, {2.0, -0.0}},                 // dtype
+      {{a, t(DType::kI32, {3, 1}), a}, {2.0, -0.0}},              // rank
+      {{a, t(DType::kI32, {5}), a}, {2.0, -0.0}},                 // size
+      {{t(DType::kF32, {4, 3}), b, t(DType::kF32, {4, 2})}, {2.0, -0.0}},  // size, and no alias
+  };
+  for (size_t k = 0; k < std::size(calls); ++k) {
+    const bool expected = table.explain(calls[k], env).empty();
+    EXPECT_EQ(expected, k < 2) << "call " << k;
+    EXPECT_EQ(table.holds(calls[k], kDigest), expected) << "call " << k;
+    EXPECT_EQ(list.holds(calls[k], kDigest), expected) << "call " << k;
+  }
+  EXPECT_FALSE(table.holds(recorded, kDigest + 1));
+  EXPECT_FALSE(list.holds(recorded, kDigest + 1));
+}
+
 TEST_F(GuardSetTest, TheRetiredDistinctKindIsAnUnknownCheck) {
   Tensor x = t(DType::kF32, {4});
   GuardEntry e;

@@ -1,8 +1,12 @@
 // Metrics timers: exact count, total, mean and max; exact percentiles up to kMaxTimerSamples
 // samples, then a bounded reservoir (approximate percentiles) whatever the number of samples.
+// Counter and timer handles update the same values as named updates, across reset().
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "capture/core/metrics.h"
 
@@ -41,6 +45,52 @@ TEST(MetricsTimer, ManySamplesKeepBoundedMemoryAndExactTotals) {
   m.clear_values();
   EXPECT_EQ(m.retained_samples("t"), 0u);
   EXPECT_EQ(m.timer("t").count, 0);
+}
+
+TEST(MetricsHandles, CountAsNamedUpdatesDoAndSurviveResetAndAssignment) {
+  Metrics m;
+  MetricsCounter c(&m, "calls");
+  MetricsTimer t(&m, "step");
+  EXPECT_TRUE(m.counters().empty());  // a name appears at its first update, as with add()
+  c.add();
+  c.add(4);
+  m.add("calls");
+  EXPECT_EQ(m.counter("calls"), 6);
+  const auto start = std::chrono::steady_clock::now();
+  t.record_span(start, start + std::chrono::milliseconds(3));
+  EXPECT_EQ(m.timer("step").count, 1);
+  EXPECT_DOUBLE_EQ(m.timer("step").total_ms, 3);
+  m.clear_values();
+  c.add();
+  EXPECT_EQ(m.counter("calls"), 1);
+  m.reset();
+  EXPECT_TRUE(m.counters().empty());
+  c.add(2);
+  t.record_span(start, start + std::chrono::milliseconds(1));
+  EXPECT_EQ(m.counter("calls"), 2);
+  EXPECT_EQ(m.timer("step").count, 1);
+  m = Metrics();
+  c.add(7);
+  EXPECT_EQ(m.counter("calls"), 7);
+  MetricsCounter none(nullptr, "calls");
+  none.add();  // no registry: nothing
+  EXPECT_EQ(m.counter("calls"), 7);
+}
+
+TEST(MetricsHandles, AScopedTimerOnAHandleTellsTheSpanObserver) {
+  struct Spans final : SpanObserver {
+    std::vector<std::string> names;
+    void on_span(std::string_view timer, std::chrono::steady_clock::time_point,
+                 std::chrono::steady_clock::time_point) override {
+      names.emplace_back(timer);
+    }
+  } spans;
+  Metrics m;
+  m.set_span_observer(&spans);
+  MetricsTimer t(&m, "run");
+  { ScopedTimer scoped(&t); }
+  EXPECT_EQ(m.timer("run").count, 1);
+  EXPECT_EQ(spans.names, std::vector<std::string>{"run"});
 }
 
 }  // namespace

@@ -3,9 +3,29 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 
 namespace tracecache {
+
+uint64_t Metrics::next_epoch() {
+  static std::atomic<uint64_t> next{1};
+  return next.fetch_add(1, std::memory_order_relaxed);
+}
+
+void MetricsCounter::bind() {
+  auto it = metrics_->counters_.find(name_);
+  if (it == metrics_->counters_.end()) it = metrics_->counters_.emplace(std::string(name_), 0).first;
+  slot_ = &it->second;
+  epoch_ = metrics_->epoch_;
+}
+
+void MetricsTimer::bind() {
+  auto it = metrics_->timers_.find(name_);
+  if (it == metrics_->timers_.end()) it = metrics_->timers_.emplace(std::string(name_), Metrics::Timer{}).first;
+  slot_ = &it->second;
+  epoch_ = metrics_->epoch_;
+}
 
 void Metrics::add(std::string_view counter, int64_t n) {
   auto it = counters_.find(counter);
@@ -110,7 +130,11 @@ double ScopedTimer::stop() {
     stopped_ = true;
     const auto end = std::chrono::steady_clock::now();
     elapsed_ms_ = std::chrono::duration<double, std::milli>(end - start_).count();
-    if (metrics_) metrics_->record_span(timer_, start_, end);
+    if (handle_) {
+      handle_->record_span(start_, end);
+    } else if (metrics_) {
+      metrics_->record_span(timer_, start_, end);
+    }
   }
   return elapsed_ms_;
 }

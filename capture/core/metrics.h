@@ -6,7 +6,8 @@
 // approximate), so memory stays bounded however many steps run. The reservoir's random choices
 // come from a fixed-seed generator: the same samples give the same report. Names are fixed
 // strings from the tables below, so reports and JSON are stable. Names iterate in sorted order:
-// reports are deterministic.
+// reports are deterministic. A hot path that updates the same counter or timer on every call
+// holds a MetricsCounter / MetricsTimer (below): found once, then updated without a lookup.
 // Thread-safety: not thread-safe; one owner (a context or runtime) updates it from one thread.
 #pragma once
 
@@ -64,6 +65,17 @@ inline constexpr size_t kMaxTimerSamples = 4096;
 
 class Metrics {
  public:
+  Metrics() = default;
+  // Copies the values; handles (MetricsCounter, MetricsTimer) of `this` find their names again.
+  Metrics(const Metrics& other) : counters_(other.counters_), timers_(other.timers_), observer_(other.observer_) {}
+  Metrics& operator=(const Metrics& other) {
+    counters_ = other.counters_;
+    timers_ = other.timers_;
+    observer_ = other.observer_;
+    epoch_ = next_epoch();
+    return *this;
+  }
+
   void add(std::string_view counter, int64_t n = 1);
   void record_ms(std::string_view timer, double ms);
   // record_ms of end - start, and tells the span observer.
@@ -76,6 +88,7 @@ class Metrics {
   void reset() {
     counters_.clear();
     timers_.clear();
+    epoch_ = next_epoch();
   }
   // Zeroes every counter and drops every sample but keeps the names and the storage, so that
   // measuring a later interval (e.g. one benchmark step) allocates nothing for them.
@@ -95,6 +108,12 @@ class Metrics {
   std::string report() const;
 
  private:
+  friend class MetricsCounter;
+  friend class MetricsTimer;
+  // Changes whenever map nodes a handle may point at are destroyed (reset, assignment); unique
+  // across all registries, so a handle never mistakes one registry's nodes for another's.
+  static uint64_t next_epoch();
+
   std::map<std::string, int64_t, std::less<>> counters_;
   struct Timer {
     int64_t count = 0;
@@ -106,6 +125,49 @@ class Metrics {
   };
   std::map<std::string, Timer, std::less<>> timers_;
   SpanObserver* observer_ = nullptr;
+  uint64_t epoch_ = next_epoch();
+};
+
+// One counter of a Metrics, for a hot path: add() is Metrics::add(name, n) without the name
+// lookup (the counter's slot is found on the first add, and again after the registry's reset()
+// or assignment). The name appears in the registry at the first add, as with Metrics::add.
+// REQUIRES: `metrics` (nullable: then add() does nothing) and the characters of `name` outlive
+// the handle. Thread-safety: as the Metrics.
+class MetricsCounter {
+ public:
+  MetricsCounter(Metrics* metrics, std::string_view name) : metrics_(metrics), name_(name) {}
+  void add(int64_t n = 1) {
+    if (metrics_ == nullptr) return;
+    if (slot_ == nullptr || epoch_ != metrics_->epoch_) bind();
+    *slot_ += n;
+  }
+
+ private:
+  void bind();
+  Metrics* metrics_;
+  std::string_view name_;
+  int64_t* slot_ = nullptr;
+  uint64_t epoch_ = 0;
+};
+
+// One timer of a Metrics, for a hot path: record_span() is Metrics::record_span(name, ...)
+// without the name lookup, on the same terms as MetricsCounter.
+class MetricsTimer {
+ public:
+  MetricsTimer(Metrics* metrics, std::string_view name) : metrics_(metrics), name_(name) {}
+  void record_span(std::chrono::steady_clock::time_point start, std::chrono::steady_clock::time_point end) {
+    if (metrics_ == nullptr) return;
+    if (slot_ == nullptr || epoch_ != metrics_->epoch_) bind();
+    slot_->add(std::chrono::duration<double, std::milli>(end - start).count());
+    if (metrics_->observer_) metrics_->observer_->on_span(name_, start, end);
+  }
+
+ private:
+  void bind();
+  Metrics* metrics_;
+  std::string_view name_;
+  Metrics::Timer* slot_ = nullptr;
+  uint64_t epoch_ = 0;
 };
 
 // Measures the time from construction to stop() (or destruction) into a timer; a null
@@ -114,6 +176,8 @@ class ScopedTimer {
  public:
   ScopedTimer(Metrics* metrics, std::string_view timer)
       : metrics_(metrics), timer_(timer), start_(std::chrono::steady_clock::now()) {}
+  // Into a timer handle (not null); it must outlive this.
+  explicit ScopedTimer(MetricsTimer* timer) : handle_(timer), start_(std::chrono::steady_clock::now()) {}
   ~ScopedTimer() { stop(); }
   ScopedTimer(const ScopedTimer&) = delete;
   ScopedTimer& operator=(const ScopedTimer&) = delete;
@@ -121,8 +185,9 @@ class ScopedTimer {
   double stop();
 
  private:
-  Metrics* metrics_;
+  Metrics* metrics_ = nullptr;
   std::string_view timer_;
+  MetricsTimer* handle_ = nullptr;
   std::chrono::steady_clock::time_point start_;
   bool stopped_ = false;
   double elapsed_ms_ = 0;

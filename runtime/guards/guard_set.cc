@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <bit>
 
 #include "capture/ops/attrs.h"
@@ -75,7 +76,95 @@ std::string GuardEnvironment::scalar_name(uint32_t i) const {
 }
 
 GuardSet::GuardSet(std::vector<GuardCheck> checks, std::string options_label)
-    : checks_(std::move(checks)), options_label_(std::move(options_label)) {}
+    : checks_(std::move(checks)), options_label_(std::move(options_label)), table_(static_table(checks_)) {}
+
+std::optional<GuardSet::StaticTable> GuardSet::static_table(std::span<const GuardCheck> checks) {
+  using Kind = GuardCheck::Kind;
+  size_t next = 0;
+  // The next check, if it is `kind` on argument `arg` (and dim `dim`); advances past it.
+  auto take = [&](Kind kind, uint64_t arg = 0, uint64_t dim = 0) -> const GuardCheck* {
+    if (next == checks.size()) return nullptr;
+    const GuardCheck& c = checks[next];
+    if (c.kind != kind || c.arg != arg || c.dim != dim) return nullptr;
+    ++next;
+    return &c;
+  };
+  const GuardCheck* num_tensors = take(Kind::kNumTensors);
+  const GuardCheck* num_scalars = take(Kind::kNumScalars);
+  const GuardCheck* options = take(Kind::kOptions);
+  if (!num_tensors || !num_scalars || !options) return std::nullopt;
+  // Every later check is about one argument: the counts are bounded by the list's length.
+  if (num_tensors->expected > checks.size() || num_scalars->expected > checks.size()) return std::nullopt;
+  StaticTable t;
+  t.num_scalars = num_scalars->expected;
+  t.options_digest = options->expected;
+  const uint32_t n = static_cast<uint32_t>(num_tensors->expected);
+  for (uint32_t i = 0; i < n; ++i) {
+    const GuardCheck* dtype = take(Kind::kDType, i);
+    const GuardCheck* rank = take(Kind::kRank, i);
+    if (!dtype || !rank || rank->expected > static_cast<uint64_t>(kMaxRank)) return std::nullopt;
+    t.tensors.push_back({static_cast<DType>(dtype->expected), static_cast<int>(rank->expected)});
+    for (uint32_t d = 0; d < rank->expected; ++d) {
+      const GuardCheck* size = take(Kind::kSize, i, d);
+      if (!size) return std::nullopt;
+      t.sizes.push_back(static_cast<int64_t>(size->expected));
+    }
+    const GuardCheck* contiguous = take(Kind::kContiguous, i);
+    const GuardCheck* device = take(Kind::kDevice, i);
+    if (!contiguous || contiguous->expected != 1 || !device || device->expected != 0) return std::nullopt;
+  }
+  t.first_alias.assign(n, 0);
+  for (uint32_t j = 1; j < n; ++j) {
+    const GuardCheck* alias = take(Kind::kAliasOf, j);
+    if (!alias || alias->expected > j) return std::nullopt;
+    t.first_alias[j] = static_cast<uint32_t>(alias->expected);
+  }
+  for (uint32_t s = 0; s < t.num_scalars; ++s) {
+    const GuardCheck* value = take(Kind::kScalarValue, s);
+    if (!value) return std::nullopt;
+    t.scalar_bits.push_back(value->expected);
+  }
+  if (next != checks.size()) return std::nullopt;
+  return t;
+}
+
+bool GuardSet::table_holds(const CallArgs& args, uint64_t options_digest) const {
+  const StaticTable& t = *table_;
+  const size_t n = t.tensors.size();
+  if (args.tensors.size() != n || args.scalars.size() != t.num_scalars || options_digest != t.options_digest) {
+    return false;
+  }
+  const int64_t* size = t.sizes.data();
+  for (size_t i = 0; i < n; ++i) {
+    const Tensor& arg = args.tensors[i];
+    const StaticTable::Tensor& want = t.tensors[i];
+    const Shape& shape = arg.peek_shape();
+    if (arg.dtype() != want.dtype || shape.rank() != want.rank) return false;
+    for (int d = 0; d < want.rank; ++d) {
+      if (shape[d] != *size++) return false;
+    }
+  }
+  // Aliasing: argument j's data is first seen at argument first_alias[j] (j itself: not before).
+  // The identities are read once into an array when there are few arguments.
+  constexpr size_t kGathered = 32;
+  if (n <= kGathered) {
+    std::array<const void*, kGathered> ids;
+    for (size_t i = 0; i < n; ++i) ids[i] = data(args, static_cast<uint32_t>(i));
+    for (uint32_t j = 1; j < n; ++j) {
+      uint32_t first = 0;
+      while (ids[first] != ids[j]) ++first;  // stops at j at the latest
+      if (first != t.first_alias[j]) return false;
+    }
+  } else {
+    for (uint32_t j = 1; j < n; ++j) {
+      if (first_alias(args, j) != t.first_alias[j]) return false;
+    }
+  }
+  for (size_t s = 0; s < t.num_scalars; ++s) {
+    if (normalized_float_bits(args.scalars[s]) != t.scalar_bits[s]) return false;
+  }
+  return true;
+}
 
 GuardSet GuardSet::record(const CallArgs& args, const GuardEnvironment& env, std::span<const DynamicDim> dynamic,
                           const std::vector<bool>& dynamic_scalar) {
@@ -116,11 +205,41 @@ GuardSet GuardSet::record(const CallArgs& args, const GuardEnvironment& env, std
 }
 
 bool GuardSet::holds(const CallArgs& args, uint64_t options_digest) const {
+  if (table_) return table_holds(args, options_digest);
+  // passes() for every check, each kind's comparison written out in one switch: this runs on
+  // every call of a compiled function. The checks before `c` passed (the counts, the rank), so
+  // its tensor and dim exist.
+  using Kind = GuardCheck::Kind;
+  const Tensor* tensors = args.tensors.data();
   for (const GuardCheck& c : checks_) {
-    if (c.kind == GuardCheck::Kind::kSize) {  // most checks: inline
-      if (size_of(args, c.arg, c.dim) != c.expected) return false;
-    } else if (!passes(c, args, options_digest)) {
-      return false;
+    switch (c.kind) {
+      case Kind::kSize:
+        if (static_cast<uint64_t>(tensors[c.arg].peek_shape()[static_cast<int>(c.dim)]) != c.expected) return false;
+        break;
+      case Kind::kDType:
+        if (static_cast<uint64_t>(tensors[c.arg].dtype()) != c.expected) return false;
+        break;
+      case Kind::kRank:
+        if (static_cast<uint64_t>(tensors[c.arg].rank()) != c.expected) return false;
+        break;
+      case Kind::kContiguous:  // HostBuffers are dense row-major
+        if (c.expected != 1) return false;
+        break;
+      case Kind::kDevice:  // host memory
+        if (c.expected != 0) return false;
+        break;
+      case Kind::kAliasOf: {
+        // The first argument sharing this one's data is `expected` (itself: none before it).
+        const void* p = tensors[c.arg].data_ptr()->identity();
+        if (c.expected > c.arg || tensors[c.expected].data_ptr()->identity() != p) return false;
+        for (uint64_t i = 0; i < c.expected; ++i) {
+          if (tensors[i].data_ptr()->identity() == p) return false;
+        }
+        break;
+      }
+      default:
+        if (!passes(c, args, options_digest)) return false;
+        break;
     }
   }
   return true;

@@ -12,6 +12,9 @@
 // Checks run in order: the counts come first and each tensor's rank before its dims, so a
 // check never reads a tensor or dim that an earlier passing check did not establish. A set that
 // does not keep that order (a stored one) must be validated first (guard_entry_codec.h).
+// A set laid out as record() lays out a trace without dynamic dims or scalars (most sets) is
+// also kept as a table, per tensor its dtype, rank and sizes, which holds() reads instead of
+// the list: the same answer with a fraction of the work.
 // Errors: none reported as a Status: a failed check is an expected outcome, `false` from holds()
 // and a GuardFailure from explain(). Breaking a REQUIRES (an unvalidated stored set, a tensor not
 // materialized) is a programmer error, undefined behaviour (an out-of-range index, a null data
@@ -21,6 +24,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -132,8 +136,26 @@ class GuardSet {
   const std::string& options_label() const { return options_label_; }
 
  private:
+  // The checks of a set in record()'s static layout, as a table (see the top).
+  struct StaticTable {
+    struct Tensor {
+      DType dtype;
+      int rank;
+    };
+    uint64_t num_scalars = 0;
+    uint64_t options_digest = 0;
+    std::vector<Tensor> tensors;
+    std::vector<int64_t> sizes;         // every tensor's, in order
+    std::vector<uint32_t> first_alias;  // per tensor (0 for tensor 0): the kAliasOf check
+    std::vector<uint64_t> scalar_bits;  // per scalar: normalized bits
+  };
+  // The table of `checks` if they are laid out so, else nullopt.
+  static std::optional<StaticTable> static_table(std::span<const GuardCheck> checks);
+  bool table_holds(const CallArgs& args, uint64_t options_digest) const;
+
   std::vector<GuardCheck> checks_;
   std::string options_label_;
+  std::optional<StaticTable> table_;
 };
 
 }  // namespace tracecache

@@ -226,7 +226,11 @@ def thread_env(threads):
 def worker_main(args):
     """Builds the model with torch_peer's builder, warms up, then serves 'run K' requests on
     stdin, answering one JSON line per request on stdout. Everything else goes to stderr."""
-    proto = sys.stdout
+    # The protocol gets its own copy of stdout; fd 1 becomes stderr, so that nothing else
+    # (Python prints, a library's printf) can write into the pipe.
+    sys.stdout.flush()
+    proto = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
     sys.stdout = sys.stderr
     import torch
     torch_peer.torch = torch
@@ -266,11 +270,28 @@ def worker_main(args):
         cmd = line.split()
         if cmd[:1] == ["run"] and len(cmd) == 2:
             send({"ns": [runner.step() for _ in range(int(cmd[1]))]})
+        elif cmd == ["sgemm"]:
+            send({"gflops": sgemm_gflops(torch)})
         elif cmd == ["quit"]:
             break
         else:
             send({"error": f"bad request {line.strip()!r}"})
     return 0
+
+
+def sgemm_gflops(torch, n=2048, reps=5):
+    """The best of `reps` f32 n x n x n matrix products through PyTorch's BLAS (OpenBLAS
+    sgemm), in GFLOP/s: what this machine's cores reach in practice, next to the nominal peak."""
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    torch.mm(a, b)
+    best = min(_timed(lambda: torch.mm(a, b)) for _ in range(reps))
+    return 2 * n ** 3 / best / 1e9
+
+
+def _timed(fn):
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
 
 
 class TorchWorker:
@@ -308,6 +329,11 @@ class TorchWorker:
         self.proc.stdin.write(f"run {steps}\n")
         self.proc.stdin.flush()
         return [ns / 1e6 for ns in self._reply(timeout_s)["ns"]]
+
+    def sgemm(self):
+        self.proc.stdin.write("sgemm\n")
+        self.proc.stdin.flush()
+        return self._reply(600)["gflops"]
 
     def close(self):
         if self.proc.poll() is None:
@@ -383,7 +409,7 @@ def model_gflop(args, model, batch, threads):
 # One measurement: a model at one batch and thread count
 
 def summarize(ms):
-    q = statistics.quantiles(ms, n=10) if len(ms) >= 2 else [ms[0]] * 9
+    q = statistics.quantiles(ms, n=10, method="inclusive") if len(ms) >= 2 else [ms[0]] * 9
     return {"median_ms": statistics.median(ms), "p10_ms": q[0], "p90_ms": q[8],
             "min_ms": min(ms), "steps": len(ms), "all_ms": ms}
 
@@ -396,6 +422,7 @@ def measure(args, model, batch, threads, env_out):
     row = {"model": model, "errors": {}, "loadavg_start": list(os.getloadavg())}
     workers = {}
     try:
+        sgemm_key = f"sgemm_gflops@{threads}"
         for system in TORCH_SYSTEMS:  # started together: their imports and builds overlap
             workers[system] = TorchWorker(system, model, batch, threads, args)
         estimate = {}
@@ -423,6 +450,11 @@ def measure(args, model, batch, threads, env_out):
                 row[system]["estimate_ms"] = estimate[system]
             except Failure as e:
                 row["errors"][system] = str(e)
+        if sgemm_key not in env_out and "eager" in workers and "eager" not in row["errors"]:
+            try:  # once per thread count, alone on the machine like the steps
+                env_out[sgemm_key] = workers["eager"].sgemm()
+            except Failure as e:
+                row["errors"]["eager"] = str(e)
         try:
             probe, libs = tracecache_steps(args, model, batch, threads, 1,
                                            watch_maps=f"tc@{threads}" not in env_out.get(
@@ -506,6 +538,16 @@ def header_lines(report):
         f"), BLAS {blas.split(' NO_')[0]} from {torch_env.get('openblas_library', '?')}",
         f"tracecache {env['tracecache_version']} ({report['config']['cli']})",
     ]
+    sgemm = sorted((int(k.split("@")[1]), v) for k, v in env.items()
+                   if k.startswith("sgemm_gflops@"))
+    if sgemm:
+        core_peak = (cpu["peak_gflops"] or 0) / cpu["cores"]
+        lines.append("measured: OpenBLAS sgemm 2048^3 in a PyTorch worker (best of 5) "
+                     + ", ".join(f"{v:.0f} GFLOP/s at {t} thread{'s' if t > 1 else ''}"
+                                 for t, v in sgemm))
+        if any(v > t * core_peak for t, v in sgemm):
+            lines.append("  (more than the peak of that many cores at the clock above: the "
+                         "cores run faster than it, and %peak overstates the fraction)")
     if env["loadavg_start"][0] >= 0.5:
         lines.append(f"WARNING: the machine was not quiet (1-minute load average "
                      f"{env['loadavg_start'][0]:.2f} before this run started): other work "

@@ -148,6 +148,12 @@ def parse_args(argv):
     if importlib.util.find_spec("torch") is None or importlib.util.find_spec("torchvision") is None:
         p.error(f"{sys.executable} cannot import torch and torchvision: run with /usr/bin/python3 "
                 "(Debian's python3-torch; scripts/setup.sh --peers)")
+    if args.json not in (None, "-"):
+        try:  # fail now, not after the run
+            with open(args.json, "a"):
+                pass
+        except OSError as e:
+            p.error(f"cannot write --json {args.json}: {e.strerror}")
     args.cli = os.path.join(args.build, "cli", "tracecache")
     if not os.access(args.cli, os.X_OK):
         p.error(f"no tracecache binary at {args.cli}: build it (ninja -C BUILD tracecache) or "

@@ -92,9 +92,10 @@ def parse_args(argv):
     p.add_argument("--warmup", type=int, default=2,
                    help="untimed steps of each PyTorch worker before the first round (jit: "
                         "after the first call)")
-    p.add_argument("--tc-warmup", type=int, default=1,
+    p.add_argument("--tc-warmup", type=int, default=2,
                    help="untimed first steps of every tracecache process (the first traces "
-                        "the program, compiles it and prepares weights)")
+                        "the program, compiles it and prepares weights; the second still runs "
+                        "on a fresh heap)")
     p.add_argument("--settle", type=float, default=0.25,
                    help="seconds to wait before every block of steps, so the idle threads of "
                         "the system that ran before stop spinning")

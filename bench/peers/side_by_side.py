@@ -37,6 +37,7 @@ import torch_peer  # noqa: E402  (model builders, BLAS probes; imports torch onl
 MODELS = torch_peer.MODELS
 TORCH_SYSTEMS = ["eager", "jit"]
 SYSTEMS = TORCH_SYSTEMS + ["tracecache"]
+PASSIVE = "_passive"  # suffix of a PyTorch system run with OMP_WAIT_POLICY=PASSIVE
 SEQ_LEN = 128
 RESOLUTION = 224
 SIM_DEVICE = "sim:h100"  # only its FLOP counts are used: they are the registry's, not the device's
@@ -80,7 +81,7 @@ def parse_args(argv):
     p.add_argument("--threads", default="1,2", help="comma-separated thread counts")
     p.add_argument("--steps", type=int, default=None,
                    help="timed steps per system and measurement (default: from --budget)")
-    p.add_argument("--budget", type=float, default=5.0,
+    p.add_argument("--budget", type=float, default=4.0,
                    help="without --steps: seconds of timed steps per system and measurement; "
                         "the step count is budget / (warm-up step time), within "
                         "[--min-steps, --max-steps]")
@@ -99,6 +100,12 @@ def parse_args(argv):
     p.add_argument("--settle", type=float, default=0.25,
                    help="seconds to wait before every block of steps, so the idle threads of "
                         "the system that ran before stop spinning")
+    p.add_argument("--torch-wait-policies", default="default,passive",
+                   help="at more than one thread, PyTorch runs once per policy: 'default' (the "
+                        "environment's OMP_WAIT_POLICY, normally unset: libgomp's workers spin "
+                        "after each parallel region while OpenBLAS's pthreads want the same "
+                        "cores) and 'passive' (OMP_WAIT_POLICY=PASSIVE); best PyTorch is the "
+                        "fastest of all")
     p.add_argument("--quick", action="store_true",
                    help="a sanity run of a few minutes: batch 1 and the largest thread count "
                         "only (unless --batches/--threads are given), --budget 0.6, "
@@ -132,6 +139,10 @@ def parse_args(argv):
             args.rounds = 2
         if "--min-steps" not in given:
             args.min_steps = 2
+    args.policy_list = [v for v in args.torch_wait_policies.split(",") if v.strip()]
+    if not args.policy_list or any(v not in ("default", "passive") for v in args.policy_list):
+        p.error(f"--torch-wait-policies takes default and/or passive, got "
+                f"'{args.torch_wait_policies}'")
     args.batch_list = int_list(args.batches, "batches", p)
     args.thread_list = int_list(args.threads, "threads", p)
     for name in ("rounds", "min_steps", "max_steps"):
@@ -219,8 +230,10 @@ def kernel_libraries(libs):
                    if any(k in os.path.basename(p).lower() for k in keys)})
 
 
-def thread_env(threads):
+def thread_env(threads, passive=False):
     env = dict(os.environ)
+    if passive:
+        env["OMP_WAIT_POLICY"] = "PASSIVE"
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
                 "TRACECACHE_THREADS"):
         env[var] = str(threads)
@@ -306,12 +319,14 @@ class TorchWorker:
 
     def __init__(self, system, model, batch, threads, args):
         self.system = system
-        cmd = [sys.executable, os.path.abspath(__file__), "--worker", system, "--model", model,
+        kind = system.removesuffix(PASSIVE)
+        cmd = [sys.executable, os.path.abspath(__file__), "--worker", kind, "--model", model,
                "--batch", str(batch), "--nthreads", str(threads), "--seed", str(args.seed),
-               "--warmup", str(max(args.warmup, 2 if system == "jit" else 1))]
+               "--warmup", str(max(args.warmup, 2 if kind == "jit" else 1))]
         self.err = tempfile.TemporaryFile("w+")  # a file: a chatty worker never blocks on it
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=self.err, text=True, env=thread_env(threads))
+                                     stderr=self.err, text=True,
+                                     env=thread_env(threads, system.endswith(PASSIVE)))
         self.info = None
 
     def _reply(self, timeout_s):
@@ -425,12 +440,20 @@ def split_steps(n, rounds):
     return [n // rounds + (1 if r < n % rounds else 0) for r in range(rounds)]
 
 
+def torch_systems(args, threads):
+    """The PyTorch systems of a measurement: eager and jit, and at more than one thread also
+    with OMP_WAIT_POLICY=PASSIVE (--torch-wait-policies)."""
+    policies = args.policy_list if threads > 1 else ["default"]
+    return [kind + ("" if policy == "default" else PASSIVE)
+            for policy in policies for kind in TORCH_SYSTEMS]
+
+
 def measure(args, model, batch, threads, env_out):
     row = {"model": model, "errors": {}, "loadavg_start": list(os.getloadavg())}
     workers = {}
     try:
         sgemm_key = f"sgemm_gflops@{threads}"
-        for system in TORCH_SYSTEMS:  # started together: their imports and builds overlap
+        for system in torch_systems(args, threads):  # started together: builds overlap
             workers[system] = TorchWorker(system, model, batch, threads, args)
         estimate = {}
         for system, w in list(workers.items()):
@@ -473,7 +496,8 @@ def measure(args, model, batch, threads, env_out):
                     "libraries": libs}
         except Failure as e:
             row["errors"]["tracecache"] = str(e)
-        systems = [s for s in SYSTEMS if s in estimate and s not in row["errors"]]
+        systems = [s for s in torch_systems(args, threads) + ["tracecache"]
+                   if s in estimate and s not in row["errors"]]
         if args.steps is not None:
             counts = {s: args.steps for s in systems}
         else:
@@ -513,7 +537,8 @@ def measure(args, model, batch, threads, env_out):
 
 
 def finish_row(row, gflop, peak_gflops):
-    best = [row[s]["median_ms"] for s in TORCH_SYSTEMS if "median_ms" in row.get(s, {})]
+    best = [row[s]["median_ms"] for s in row
+            if s.removesuffix(PASSIVE) in TORCH_SYSTEMS and "median_ms" in row[s]]
     tc = row.get("tracecache", {}).get("median_ms")
     row["best_torch_ms"] = min(best) if best else None
     row["ratio"] = tc / min(best) if tc and best else None
@@ -565,10 +590,15 @@ def header_lines(report):
     for key, w in sorted(env.get("torch_workers", {}).items()):
         lines.append(f"PyTorch worker {key}: ATen threads {w['aten_threads']}, OpenBLAS threads "
                      f"{w['openblas_threads']}; {', '.join(w['libraries'])}")
+    policies = report["config"]["torch_wait_policies"]
+    lines.append(f"OMP_WAIT_POLICY in the environment: {env['omp_wait_policy'] or 'unset'}"
+                 + ("; PyTorch at >1 thread also with OMP_WAIT_POLICY=PASSIVE: a P marks the "
+                    "cells where that was faster (see JSON *_passive)"
+                    if "passive" in policies else ""))
     lines.append("steps: PyTorch eager and jit (trace+freeze) in persistent workers; tracecache "
                  "once mode, one `zoo run` process per round (first "
                  f"{report['config']['tc_warmup']} step(s) untimed); median step ms; rounds "
-                 "interleave the three systems")
+                 "interleave all systems")
     lines.append(f"GFLOP: tracecache's cost model (registry op costs summed over one "
                  f"{SIM_DEVICE} step); %peak = tracecache GFLOP/s / peak")
     return lines
@@ -579,6 +609,9 @@ def tables(report):
 
     def ms(row, s):
         v = row.get(s, {}).get("median_ms")
+        p = row.get(s + PASSIVE, {}).get("median_ms")
+        if p is not None and (v is None or p < v):
+            return f"{p:8.2f}P"
         return f"{v:9.2f}" if v is not None else f"{'-':>9}"
 
     for t in report["tables"]:
@@ -619,7 +652,7 @@ def main(argv=None):
     env = {"cpu": cpu, "loadavg_start": list(os.getloadavg()),
            "date": time.strftime("%Y-%m-%d %H:%M:%S %z"),
            "tracecache_version": tracecache_version(args.cli),
-           "python": sys.executable}
+           "python": sys.executable, "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY")}
     log(f"{cpu['model']}, {cpu['cores']} cores, peak {cpu['peak_gflops'] or 0:.0f} GFLOP/s; "
         f"load {env['loadavg_start'][0]:.2f}; tracecache {env['tracecache_version']}")
     gflops = {}
@@ -642,8 +675,8 @@ def main(argv=None):
                         gflops[(model, batch)] = None
                 row = measure(args, model, batch, threads, env)
                 rows.append(finish_row(row, gflops[(model, batch)], cpu["peak_gflops"]))
-                log("  " + ", ".join(f"{s} {row[s]['median_ms']:.2f} ms" for s in SYSTEMS
-                                     if "median_ms" in row.get(s, {}))
+                log("  " + ", ".join(f"{s} {row[s]['median_ms']:.2f} ms" for s in row
+                                     if isinstance(row[s], dict) and "median_ms" in row[s])
                     + (f"; tc/best {row['ratio']:.2f}" if row.get("ratio") else "")
                     + "".join(f"; {s} FAILED" for s in row["errors"]))
             ratios = [r["ratio"] for r in rows if r.get("ratio")]
@@ -656,7 +689,7 @@ def main(argv=None):
                    "threads": args.thread_list, "steps": args.steps, "budget_s": args.budget,
                    "min_steps": args.min_steps, "max_steps": args.max_steps,
                    "rounds": args.rounds, "warmup": args.warmup, "tc_warmup": args.tc_warmup,
-                   "settle_s": args.settle,
+                   "settle_s": args.settle, "torch_wait_policies": args.policy_list,
                    "seed": args.seed, "resolution": RESOLUTION, "seq_len": SEQ_LEN,
                    "quick": args.quick, "flop_source": f"tracecache {SIM_DEVICE} cost model"},
         "env": env,

@@ -455,7 +455,6 @@ def measure(args, model, batch, threads, env_out):
         sgemm_key = f"sgemm_gflops@{threads}"
         for system in torch_systems(args, threads):  # started together: builds overlap
             workers[system] = TorchWorker(system, model, batch, threads, args)
-        estimate = {}
         for system, w in list(workers.items()):
             try:
                 info = w.ready()
@@ -472,59 +471,55 @@ def measure(args, model, batch, threads, env_out):
                 "torch", "torchvision", "openblas_library", "openblas_config")})
             env_out.setdefault("torch_workers", {})[f"{system}@{threads}"] = {
                 k: info.get(k) for k in ("aten_threads", "openblas_threads", "libraries")}
-        for system, w in list(workers.items()):
-            # One more untimed step each, alone on the machine: the warm-up steps may have
-            # overlapped the other worker's build, jit.trace and freeze.
-            try:
-                estimate[system] = w.run(1, timeout_s=WORKER_START_TIMEOUT_S)[0]
-                row[system]["estimate_ms"] = estimate[system]
-            except Failure as e:
-                row["errors"][system] = str(e)
-        if sgemm_key not in env_out and "eager" in workers and "eager" not in row["errors"]:
+        if sgemm_key not in env_out and "eager" in workers:
             try:  # once per thread count, alone on the machine like the steps
                 env_out[sgemm_key] = workers["eager"].sgemm()
             except Failure as e:
                 row["errors"]["eager"] = str(e)
-        try:
-            probe, libs = tracecache_steps(args, model, batch, threads, 1,
-                                           watch_maps=f"tc@{threads}" not in env_out.get(
-                                               "tracecache_processes", {}))
-            estimate["tracecache"] = probe[0]
-            row["tracecache"] = {"probe_ms": probe[0]}
-            if libs is not None:
-                env_out.setdefault("tracecache_processes", {})[f"tc@{threads}"] = {
-                    "libraries": libs}
-        except Failure as e:
-            row["errors"]["tracecache"] = str(e)
+        row.setdefault("tracecache", {})
         systems = [s for s in torch_systems(args, threads) + ["tracecache"]
-                   if s in estimate and s not in row["errors"]]
+                   if s not in row["errors"]]
+        times = {s: [] for s in systems}
+
+        def block(s, steps, r):
+            """`steps` timed steps of system `s` in round `r`, appended to times[s]."""
+            if s in row["errors"] or not steps:
+                return
+            # Idle threads of the system before (OpenBLAS's spin on sched_yield for ~0.1 s
+            # after their last GEMM, libgomp's for a while after a parallel region) go to
+            # sleep before this block starts.
+            time.sleep(args.settle)
+            try:
+                if s == "tracecache":
+                    watch = f"tc@{threads}" not in env_out.get("tracecache_processes", {})
+                    ms, libs = tracecache_steps(args, model, batch, threads, steps, watch)
+                    if libs is not None:
+                        env_out.setdefault("tracecache_processes", {})[f"tc@{threads}"] = {
+                            "libraries": libs}
+                else:
+                    per_step = times[s][0] / 1e3 if times[s] else WORKER_START_TIMEOUT_S
+                    ms = workers[s].run(steps, timeout_s=max(600, 50 * per_step * steps))
+                times[s] += ms
+            except Failure as e:
+                row["errors"][s] = str(e)
+
+        # Round 0: one step of every system, all warmed up; its times also set the step counts.
+        for s in systems:
+            block(s, 1, 0)
+        systems = [s for s in systems if s not in row["errors"]]
         if args.steps is not None:
             counts = {s: args.steps for s in systems}
         else:
-            counts = {s: min(args.max_steps, max(args.min_steps, round(args.budget / max(
-                estimate[s] / 1e3, 1e-6)))) for s in systems}
+            counts = {s: min(args.max_steps, max(args.min_steps, round(
+                args.budget / max(times[s][0] / 1e3, 1e-6)))) for s in systems}
         rounds = min([args.rounds] + list(counts.values())) if counts else 0
-        plan = {s: split_steps(counts[s], rounds) for s in systems}
-        times = {s: [] for s in systems}
+        plan = {s: [1] + split_steps(counts[s] - 1, rounds - 1) if rounds > 1 else [1]
+                for s in systems}
         log(f"  {model} b{batch} t{threads}: steps " + ", ".join(
             f"{s} {counts[s]}" for s in systems) + f" in {rounds} rounds")
-        for r in range(rounds):
-            order = systems[r % len(systems):] + systems[:r % len(systems)]
-            for s in order:
-                if s in row["errors"] or not plan[s][r]:
-                    continue
-                # Idle threads of the system before (OpenBLAS's spin on sched_yield for ~0.1 s
-                # after their last GEMM, libgomp's for a while after a parallel region) go to
-                # sleep before this block starts.
-                time.sleep(args.settle)
-                try:
-                    if s == "tracecache":
-                        times[s] += tracecache_steps(args, model, batch, threads, plan[s][r])[0]
-                    else:
-                        times[s] += workers[s].run(plan[s][r], timeout_s=max(
-                            600, 50 * estimate[s] / 1e3 * plan[s][r]))
-                except Failure as e:
-                    row["errors"][s] = str(e)
+        for r in range(1, rounds):
+            for s in systems[r % len(systems):] + systems[:r % len(systems)]:
+                block(s, plan[s][r], r)
         for s in systems:
             if s not in row["errors"] and times[s]:
                 row[s].update(summarize(times[s]))
@@ -607,12 +602,16 @@ def header_lines(report):
 def tables(report):
     out = header_lines(report)
 
-    def ms(row, s):
+    def shown(row, s):
+        """The system whose cell is shown for `s`: its PASSIVE variant when that was faster."""
         v = row.get(s, {}).get("median_ms")
         p = row.get(s + PASSIVE, {}).get("median_ms")
-        if p is not None and (v is None or p < v):
-            return f"{p:8.2f}P"
-        return f"{v:9.2f}" if v is not None else f"{'-':>9}"
+        return s + PASSIVE if p is not None and (v is None or p < v) else s
+
+    def ms(row, s):
+        v = row.get(shown(row, s), {}).get("median_ms")
+        mark = "P" if shown(row, s) != s else ""
+        return f"{v:{9 - len(mark)}.2f}{mark}" if v is not None else f"{'-':>9}"
 
     for t in report["tables"]:
         out += ["", f"batch {t['batch']}, threads {t['threads']} (ATen/OpenBLAS/OMP and "
@@ -625,7 +624,7 @@ def tables(report):
             gfs = f"{r['tracecache_gflops']:8.1f}" if r.get("tracecache_gflops") else f"{'-':>8}"
             frac = f"{100 * r['tracecache_peak_fraction']:5.1f}%" \
                 if r.get("tracecache_peak_fraction") else f"{'-':>6}"
-            steps = "/".join(str(r.get(s, {}).get("steps", "-")) for s in SYSTEMS)
+            steps = "/".join(str(r.get(shown(r, s), {}).get("steps", "-")) for s in SYSTEMS)
             out.append(f"{r['model']:<16} {ms(r, 'eager')} {ms(r, 'jit')} "
                        f"{ms(r, 'tracecache')} {ratio} {gflop} {gfs} {frac}  "
                        f"{steps} x {r.get('rounds', '-')}")

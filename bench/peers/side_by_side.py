@@ -248,6 +248,10 @@ def worker_main(args):
     stdin, answering one JSON line per request on stdout. Everything else goes to stderr."""
     # The protocol gets its own copy of stdout; fd 1 becomes stderr, so that nothing else
     # (Python prints, a library's printf) can write into the pipe.
+    import ctypes
+    import signal
+    # PR_SET_PDEATHSIG: a worker still building its model ends with the driver.
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)
     sys.stdout.flush()
     proto = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)
@@ -280,7 +284,6 @@ def worker_main(args):
             "aten_threads": torch.get_num_threads(), "libraries": kernel_libraries(
                 mapped_libraries()), "openblas_library": path}
     if lib is not None:
-        import ctypes
         lib.openblas_get_config.restype = ctypes.c_char_p
         info["openblas_config"] = lib.openblas_get_config().decode()
         info["openblas_threads"] = lib.openblas_get_num_threads()

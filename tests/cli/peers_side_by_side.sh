@@ -1,0 +1,42 @@
+# bench/peers/side_by_side.py (issue 17): bad arguments exit 2 with a message, and a one-step
+# run of one small model gives a JSON report with the three systems, the ratio and the FLOPs.
+# Needs Debian's python3-torchvision under /usr/bin/python3 (scripts/setup.sh --peers).
+source "$(dirname "$0")/lib.sh"
+PY=/usr/bin/python3
+"$PY" -c "import torch, torchvision" 2>/dev/null ||
+  fail "python3-torch and python3-torchvision are not installed; run scripts/setup.sh --peers"
+SBS="$SRC/bench/peers/side_by_side.py"
+BUILD=$(dirname "$(dirname "$TC")")
+expect_exit 2 "$PY" "$SBS" --build "$BUILD" --models resnet18,nosuchnet
+grep -q "unknown model(s): nosuchnet" "$TMP/err" || fail "$(cat "$TMP/err")"
+expect_exit 2 "$PY" "$SBS" --build "$BUILD" --batches 1,0
+grep -q -- "--batches takes comma-separated positive integers" "$TMP/err" || fail "$(cat "$TMP/err")"
+expect_exit 2 "$PY" "$SBS" --build "$BUILD" --threads two
+expect_exit 2 "$PY" "$SBS" --build "$BUILD" --steps 0
+expect_exit 2 "$PY" "$SBS" --build "$TMP/no-build"
+grep -q "no tracecache binary at $TMP/no-build/cli/tracecache" "$TMP/err" || fail "$(cat "$TMP/err")"
+expect_exit 0 "$PY" "$SBS" --help
+grep -q -- "--rounds" "$TMP/out" || fail "--help does not list --rounds"
+
+expect_exit 0 "$PY" "$SBS" --build "$BUILD" --models squeezenet1_1 --batches 1 --threads 1 \
+  --steps 1 --json
+"$PY" - "$TMP/out" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["config"]["models"] == ["squeezenet1_1"], r["config"]
+assert r["env"]["cpu"]["cores"] >= 1 and len(r["env"]["loadavg_end"]) == 3
+assert r["env"]["tracecache_version"].startswith("tracecache-"), r["env"]["tracecache_version"]
+(table,) = r["tables"]
+assert (table["batch"], table["threads"], table["geomean_models"]) == (1, 1, 1), table
+(row,) = table["rows"]
+assert row["model"] == "squeezenet1_1" and row["errors"] == {}, row
+for system in ("eager", "jit", "tracecache"):
+    assert row[system]["steps"] == 1 and row[system]["median_ms"] > 0, (system, row[system])
+best = min(row["eager"]["median_ms"], row["jit"]["median_ms"])
+assert abs(row["ratio"] - row["tracecache"]["median_ms"] / best) < 1e-9, row
+assert abs(table["geomean_ratio"] - row["ratio"]) < 1e-9, table
+# squeezenet1_1 at 224x224 is about 0.35 GMAC: 0.7 GFLOP by the cost model (2 per MAC).
+assert 0.5 < row["gflop"] < 1.0, row["gflop"]
+assert 0 < row["tracecache_peak_fraction"] < 1, row
+PY
+echo ok

@@ -165,9 +165,15 @@ struct OneDnnConvs::State {
     const memory::dims strides{s.sh, s.sw}, dilates{s.dh - 1, s.dw - 1}, pad_l{s.ph, s.pw};
     const memory::dims pad_r{(s.oh - 1) * s.sh + (s.kh - 1) * s.dh + 1 - s.h - s.ph,
                              (s.ow - 1) * s.sw + (s.kw - 1) * s.dw + 1 - s.w - s.pw};
+    // A 1x1, stride-1, ungrouped, unpadded convolution is one GEMM per image on NCHW data:
+    // asked for NCHW, oneDNN runs it as that GEMM (x64:gemm:jit) with no reorder of the
+    // activations before and after, which costs less than its NHWC kernel plus the two reorders
+    // (bench/results/conv-epilogue-2026-11-23.md). Other shapes take oneDNN's layout.
+    const bool pointwise = s.kh == 1 && s.kw == 1 && s.sh == 1 && s.sw == 1 && s.groups == 1 && s.ph == 0 && s.pw == 0;
+    const Tag act = pointwise ? Tag::nchw : Tag::any;
     dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
-                                         memory::desc(src_dims, f32, Tag::any), memory::desc(w_dims, f32, Tag::any),
-                                         bias_md, memory::desc(dst_dims, f32, Tag::any), strides, dilates, pad_l,
+                                         memory::desc(src_dims, f32, act), memory::desc(w_dims, f32, Tag::any),
+                                         bias_md, memory::desc(dst_dims, f32, act), strides, dilates, pad_l,
                                          pad_r);
     dnnl::primitive_attr attr;
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);

@@ -2,7 +2,7 @@
 // (Debian's libdnnl 2.6), for the kernels the compiler marked Kernel::Library::kOneDnn.
 //
 // What is prepared once and kept: per (graph key, node), the primitive (oneDNN picks the
-// layouts, format_tag::any) and, when the weight is an executable parameter, the weights
+// layouts, format_tag::any, except NCHW activations for a 1x1 stride-1 convolution: a GEMM) and, when the weight is an executable parameter, the weights
 // reordered into the primitive's layout. The reordered copy belongs to one weight buffer at one
 // version: it is made again when the kernel is fed another buffer (identity: the buffer's
 // shared ownership, held weakly, so a freed buffer's address cannot pass for it) or the same
@@ -29,7 +29,8 @@
 // one by one give. What it saves: the conv2d's output is written once in row-major NCHW with
 // the batch_norm applied while it is read from the primitive's layout (NHWC here), instead of
 // reorder, batch_norm and chain as three passes over arena buffers; the chain then reads it
-// from this object's scratch while it is still in cache.
+// from this object's scratch while it is still in cache (one buffer, grown to the largest such
+// value and kept for the object's lifetime).
 //
 // Errors: conv2d() returns false, with nothing written, when oneDNN declines the shape or fails
 // (its errors are exceptions, caught here); the caller then runs the builtin kernel.

@@ -21,11 +21,13 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <functional>
 #include <optional>
 #include <sstream>
 
+#include "backends/cpu/cpu_threads.h"
 #include "frontend/program/program.h"
 #include "cli/common.h"
 #include "cli/json.h"
@@ -249,10 +251,20 @@ std::optional<std::pair<int, int>> uniform_steps(const std::vector<BenchRow>& ro
   return std::pair{rows[0].steps, rows[0].warmup};
 }
 
+// What the cpu kernels ran on: the thread count, the BLAS and libgomp's wait policy (unset: the
+// library's default).
+std::string omp_wait_policy() {
+  const char* v = std::getenv("OMP_WAIT_POLICY");
+  return v ? v : "";
+}
+
 void print_json(const BenchOptions& options, const std::vector<BenchRow>& rows) {
   JsonWriter j;
   j.begin_object();
   j.key("backend").value(options.backend);
+  j.key("threads").value(cpu::threads());
+  j.key("blas").value(cpu::blas_description());
+  j.key("omp_wait_policy").value(omp_wait_policy());
   // Every row's steps and warmup; null when they differ (see the rows).
   std::optional<std::pair<int, int>> same = uniform_steps(rows);
   if (same) {
@@ -456,6 +468,8 @@ void print_table(const BenchOptions& options, const std::vector<BenchRow>& rows)
                     "models); medians per step, microseconds\n",
                     options.backend, kBenchSteps, kBenchWarmup, kBenchZooSteps, kBenchZooWarmup));
   }
+  out(fmt::format("{} threads, {}, OMP_WAIT_POLICY={}\n", cpu::threads(), cpu::blas_description(),
+                  omp_wait_policy().empty() ? "(unset)" : omp_wait_policy()));
   out(fmt::format("{:<{}}  {:<5}  {:>10}  {:>10}  {:>12}  {:>6}\n", "target", width, "mode",
                   "step us", "kernel us", "overhead us", "traces"));
   for (const BenchRow& r : rows) {

@@ -13,7 +13,7 @@ set -euo pipefail
 packages=(
   cmake ninja-build g++ pkg-config clang libclang-rt-14-dev
   libsqlite3-dev sqlite3 libxxhash-dev libprotobuf-dev protobuf-compiler libhiredis-dev redis-server
-  libcli11-dev libfmt-dev libgtest-dev libgmock-dev libbenchmark-dev libopenblas-dev libdnnl-dev
+  libcli11-dev libfmt-dev libgtest-dev libgmock-dev libbenchmark-dev libopenblas-openmp-dev libdnnl-dev
   pybind11-dev python3-dev python3-numpy
   libonnx-dev libonnx-testdata python3-onnx
   graphviz chromium

@@ -33,6 +33,7 @@
 #include "compile/compiler.h"
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/cpu_kernels.h"
+#include "backends/cpu/cpu_threads.h"
 #include "backends/cpu/onednn_conv.h"
 #include "runtime/runtime.h"
 #include "store/sqlite/cache_db.h"
@@ -697,9 +698,9 @@ TEST(NnCpu, OneDnnConvReordersWeightsOfANewBufferOrVersion) {
   auto w3 = std::make_shared<const HostBuffer>(random_f32(wt.shape, gen, false));
   check(w3, "a buffer made after the previous one was freed");
   // Another thread count: the primitive is made again for it (its scratchpad is per thread).
-  cpu::set_onednn_threads(2);
+  cpu::set_threads(2);
   check(w3, "two threads");
-  cpu::set_onednn_threads(1);
+  cpu::set_threads(1);
   check(w3, "back to one thread");
 }
 

@@ -1,7 +1,6 @@
 #include "backends/cpu/cpu_backend.h"
 
 #include <fmt/format.h>
-#include <sched.h>
 #include <xxhash.h>
 
 #include <algorithm>
@@ -9,23 +8,12 @@
 #include <typeinfo>
 
 #include "backends/cpu/cpu_kernels.h"
+#include "backends/cpu/cpu_threads.h"
 
 namespace tracecache {
 
-int available_cpus() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof set, &set) != 0) return 1;
-  return std::max(1, CPU_COUNT(&set));
-}
-
-void set_cpu_threads(int threads) {
-  cpu::set_parallel_threads(std::max(threads, 1));
-  cpu::set_onednn_threads(std::max(threads, 1));
-}
-
 CpuBackend::CpuBackend(CpuBackendOptions options) : options_(options) {
-  set_cpu_threads(options_.threads > 0 ? options_.threads : available_cpus());
+  cpu::set_threads(options_.threads > 0 ? options_.threads : cpu::available_cpus());
   std::string spec = fmt::format("cpu backend v{}; fuse={}", kBackendInterfaceVersion, options_.fuse ? 1 : 0);
   digest_ = hex64(XXH3_64bits(spec.data(), spec.size()));
 }
@@ -98,6 +86,7 @@ Result<std::vector<DeviceRef>> CpuBackend::run(const Executable& exe,
                                                std::span<const DeviceRef> params) {
   const KernelPlan* plan = exe.kernel_plan();
   if (!plan) return invalid_argument("the cpu backend runs executables with a kernel plan only");
+  cpu::bind_threads();
   const Graph& g = exe.graph;
   if (params.size() != g.params().size()) {
     return invalid_argument(fmt::format("executable takes {} parameters, {} given",

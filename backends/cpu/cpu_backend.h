@@ -21,23 +21,16 @@ namespace tracecache {
 
 struct CpuBackendOptions {
   bool fuse = true;  // part of the options digest
-  // Threads for OpenBLAS, oneDNN and the kernels' own parallel loops (at most 8); 0: the CPUs this
-  // process may run on (available_cpus()). Not in the digest: an executable is the same code at
-  // every thread count; only sgemm's and oneDNN's bits depend on it (cpu::set_parallel_threads says how
-  // much). Process-wide: the latest backend's wins.
+  // Threads of the backend's one team (cpu_threads.h: the kernels' own loops, OpenBLAS and
+  // oneDNN); 0: the CPUs this process may run on (cpu::available_cpus()). Not in the digest: an
+  // executable is the same code at every thread count; only sgemm's and oneDNN's bits depend on it
+  // (cpu_kernels.h says how much). Process-wide: the latest backend's wins.
   int threads = 0;
 };
 
-// The CPUs this process may run on (sched_getaffinity), at least 1.
-int available_cpus();
-
-// Applies a thread count (>= 1) to OpenBLAS, oneDNN and the cpu kernels' loops, process-wide. Called by
-// CpuBackend's constructor; the eager CPU op runner's users call it directly.
-void set_cpu_threads(int threads);
-
 class CpuBackend final : public Backend {
  public:
-  // Applies options.threads (see CpuBackendOptions) with set_cpu_threads.
+  // Applies options.threads (see CpuBackendOptions) with cpu::set_threads.
   explicit CpuBackend(CpuBackendOptions options = {});
 
   std::string_view name() const override { return "cpu"; }

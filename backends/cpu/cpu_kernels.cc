@@ -13,17 +13,13 @@
 
 #include <algorithm>
 #include <array>
-#include <atomic>
 #include <cassert>
 #include <climits>
 #include <cmath>
-#include <condition_variable>
 #include <cstring>
 #include <deque>
 #include <limits>
-#include <mutex>
 #include <optional>
-#include <thread>
 #include <type_traits>
 #include <unordered_map>
 #include <utility>
@@ -38,6 +34,7 @@
 #include "backends/cpu/cpu_grad_nn_ops.h"
 #include "backends/cpu/cpu_nn_ops.h"
 #include "backends/cpu/cpu_nn_layers.h"
+#include "backends/cpu/cpu_threads.h"
 #include "backends/cpu/cpu_grad_nn_layers.h"
 
 namespace tracecache::cpu {
@@ -45,103 +42,6 @@ namespace tracecache::cpu {
 namespace {
 
 // ---- threading --------------------------------------------------------------------------------
-
-// Helper threads for splitting a loop into chunks. The calling thread always works too and
-// claims chunks from the same atomic counter, and at the end it waits only for chunks a helper
-// has actually claimed: a helper that is descheduled (a busy machine) costs nothing but its
-// absence, unlike a fork-join team whose barrier waits for every member. One job at a time; a
-// second concurrent caller simply runs its loop alone. Threads start on first use and are
-// joined at exit.
-class HelperPool {
- public:
-  static HelperPool& instance() {
-    static HelperPool pool(std::clamp<int>(static_cast<int>(std::thread::hardware_concurrency()) - 1, 0, 7));
-    return pool;
-  }
-
-  // At most `n` threads, this one included, work on one job from now on.
-  void set_limit(int n) {
-    std::lock_guard<std::mutex> lock(mu_);
-    limit_ = n;
-  }
-
-  // Calls body(c) once for every c in [0, chunks), on this thread and any free helpers.
-  void run(int64_t chunks, const std::function<void(int64_t)>& body) {
-    Job job{&body, chunks, {0}};
-    bool shared = false;
-    if (!threads_.empty() && chunks > 1) {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (job_ == nullptr && limit_ > 1) {
-        job_ = &job;
-        ++generation_;
-        shared = true;
-      }
-    }
-    if (shared) wake_.notify_all();
-    work(job);
-    if (!shared) return;
-    std::unique_lock<std::mutex> lock(mu_);
-    job_ = nullptr;  // helpers that wake from now on find nothing
-    idle_.wait(lock, [&] { return active_ == 0; });
-  }
-
-  ~HelperPool() {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      stop_ = true;
-    }
-    wake_.notify_all();
-    for (std::thread& t : threads_) t.join();
-  }
-
-  HelperPool(const HelperPool&) = delete;
-  HelperPool& operator=(const HelperPool&) = delete;
-
- private:
-  struct Job {
-    const std::function<void(int64_t)>* body;
-    int64_t chunks;
-    std::atomic<int64_t> next;
-  };
-
-  explicit HelperPool(int helpers) {
-    for (int i = 0; i < helpers; ++i) threads_.emplace_back([this] { helper_loop(); });
-  }
-
-  static void work(Job& job) {
-    for (int64_t c = job.next.fetch_add(1, std::memory_order_relaxed); c < job.chunks;
-         c = job.next.fetch_add(1, std::memory_order_relaxed)) {
-      (*job.body)(c);
-    }
-  }
-
-  void helper_loop() {
-    uint64_t seen = 0;
-    std::unique_lock<std::mutex> lock(mu_);
-    while (true) {
-      wake_.wait(lock, [&] { return stop_ || (job_ != nullptr && generation_ != seen); });
-      if (stop_) return;
-      seen = generation_;
-      if (active_ + 2 > limit_) continue;  // the caller plus active_ helpers already at the limit
-      Job* job = job_;
-      ++active_;
-      lock.unlock();
-      work(*job);
-      lock.lock();
-      if (--active_ == 0) idle_.notify_all();
-    }
-  }
-
-  std::mutex mu_;
-  std::condition_variable wake_;  // a job was posted, or stop
-  std::condition_variable idle_;  // active_ dropped to 0
-  Job* job_ = nullptr;            // the job helpers may join; guarded by mu_
-  uint64_t generation_ = 0;
-  int active_ = 0;                // helpers inside work() of the current job
-  int limit_ = INT_MAX;           // threads per job, the caller included; guarded by mu_
-  bool stop_ = false;
-  std::vector<std::thread> threads_;
-};
 
 // Calls fn(begin, end) on disjoint ranges covering [0, items). Split over threads when `work`
 // (elements touched in total) reaches kParallelThreshold, in chunks of about kGrain elements of
@@ -155,10 +55,11 @@ void parallel_chunks(int64_t items, int64_t work, Fn&& fn) {
     return;
   }
   const int64_t chunks = std::min(items, work / kGrain);
-  HelperPool::instance().run(chunks, [&](int64_t c) {
+  auto chunk = [&](int64_t c) {
     const int64_t begin = items * c / chunks, end = items * (c + 1) / chunks;
     if (begin < end) fn(begin, end);
-  });
+  };
+  run_chunks(chunks, chunk);
 }
 
 // ---- shapes and strided copies ----------------------------------------------------------------
@@ -1082,12 +983,6 @@ void topk_rows(const HostBuffer& x, std::span<const AttrValue> attrs, HostBuffer
 
 void parallel_for(int64_t items, int64_t work, const std::function<void(int64_t, int64_t)>& fn) {
   parallel_chunks(items, work, fn);
-}
-
-void set_parallel_threads(int n) {
-  n = std::max(n, 1);
-  HelperPool::instance().set_limit(n);
-  openblas_set_num_threads(n);
 }
 
 void run_fused(const Graph& g, std::span<const NodeId> members,

@@ -47,13 +47,12 @@
 // to the compiler's operand order for a commutative op, in the reference and here alike (seen
 // in add, mul, sum and mean); tests accept any NaN where the reference has a NaN.
 //
-// Threading: kernels split large work (>= kParallelThreshold elements) into chunks shared by
-// the calling thread and a process-wide pool of hardware_concurrency() - 1 helper threads
-// (one on a two-core machine); the caller never waits for a helper that has not started, so a
-// busy machine degrades to single-threaded speed, not below. Chunking never changes results:
-// every output element is computed by exactly one thread in the order described above. sgemm
-// threads inside OpenBLAS (set_parallel_threads sets both). The functions are thread-safe (per-thread scratch only; concurrent
-// callers share the pool, one of them at a time).
+// Threading: kernels split large work (>= kParallelThreshold elements) into chunks run by the
+// backend's one thread team (cpu_threads.h: libgomp's, shared with OpenBLAS and oneDNN), whose
+// members claim chunks from one counter. Chunking never changes results: every output element is
+// computed by exactly one thread in the order described above. sgemm threads inside OpenBLAS on
+// the same team. The functions are thread-safe (per-thread scratch only; concurrent callers get a
+// team each).
 #pragma once
 
 #include <cstdint>
@@ -97,19 +96,16 @@ FusedPlanSize plan_fused(const Graph& g, std::span<const NodeId> members,
                          const std::function<const HostBuffer*(NodeId)>& leaf_value, HostBuffer& out);
 
 // Calls fn(begin, end) on disjoint ranges covering [0, items), on this thread and the helper
-// pool when `work` (elements touched in total) reaches kParallelThreshold, on this thread
+// team when `work` (elements touched in total) reaches kParallelThreshold, on this thread
 // alone otherwise (see Threading above). For kernels outside this file (cpu_nn_ops.cc,
 // cpu_nn_layers.cc); fn must not depend on how [0, items) is split.
 void parallel_for(int64_t items, int64_t work, const std::function<void(int64_t, int64_t)>& fn);
 
-// The most threads, the calling thread included, that parallel_for uses from now on (at most 8:
-// the helper pool's size), and OpenBLAS's thread count. Process-wide. The kernels' own loops
-// give the same bits at every thread count (every chunk computes the same elements the same way
-// whichever thread runs it); OpenBLAS's sgemm does not (its threaded path blocks the sum
-// differently: measured on 8x784x256 and 256^3), so matmul-based results are bitwise
-// reproducible for one thread count and agree across thread counts within the matmul bound
-// above. REQUIRES: n >= 1.
-void set_parallel_threads(int n);
+// Thread counts (cpu_threads.h's set_threads) never change the kernels' own loops' bits (every
+// chunk computes the same elements the same way whichever thread runs it); OpenBLAS's sgemm's do
+// change (its threaded path blocks the sum differently: measured on 8x784x256 and 256^3), so
+// matmul-based results are bitwise reproducible for one thread count and agree across thread
+// counts within the matmul bound above.
 
 // Runs the single node `node` of `g`: inputs[k] is the value of its k-th input; `out` is
 // preallocated with the node's dtype and shape and fully overwritten.

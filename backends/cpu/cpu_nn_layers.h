@@ -33,7 +33,7 @@
 // Results are deterministic run to run for the same sizes and thread count.
 //
 // Threading: im2col (over channels), the depthwise loop and the pools (over planes) split over
-// cpu::parallel_for's helper pool; sgemm threads inside OpenBLAS. Every output element is
+// cpu::parallel_for (the backend's thread team, cpu_threads.h); sgemm threads inside OpenBLAS. Every output element is
 // computed by one thread in a fixed order, so the thread count never changes a result.
 // Thread-safety: as cpu_kernels.h (per-call scratch only).
 #pragma once

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "backends/cpu/cpu_kernels.h"
+#include "backends/cpu/cpu_threads.h"
 #include "compile/compiler.h"
 
 namespace tracecache {
@@ -36,6 +37,7 @@ Result<BufferRef> CpuOpRunner::run_op(OpKind op, std::span<const BufferRef> inpu
   auto result = std::make_shared<HostBuffer>(out.dtype, out.shape);
   {
     ScopedTimer timer(metrics_, timers::kRun);
+    cpu::bind_threads();
     // f32 conv2d on oneDNN, as compiled replay runs it (the same primitive for the same shapes).
     if (!onednn_conv_node(node_, node_.node(id)) ||
         !onednn_.conv2d(hash_graph(node_), node_, id, ptrs, &inputs[1], *result)) {

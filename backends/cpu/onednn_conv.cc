@@ -1,17 +1,16 @@
 // oneDNN's convolution behind OneDnnConvs (onednn_conv.h).
 #include "backends/cpu/onednn_conv.h"
 
-#include <omp.h>
-
 #include <atomic>
 #include <map>
-#include <optional>
 #include <mutex>
+#include <optional>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <unordered_map>
 #include <utility>
 
 #include "backends/cpu/cpu_kernels.h"
+#include "backends/cpu/cpu_threads.h"
 #include "capture/ops/attr_views.h"
 #include "capture/ops/nn_numerics.h"
 #include "capture/ops/nn_windows.h"
@@ -22,8 +21,6 @@ namespace {
 
 using dnnl::memory;
 using Tag = memory::format_tag;
-
-std::atomic<int> onednn_threads{1};
 
 // Versions of the weight buffers some OneDnnConvs keeps a reordered copy of: bumped by
 // note_written_in_place, read when a kept copy is about to be used.
@@ -241,8 +238,8 @@ bool OneDnnConvs::conv2d_into(const GraphKey& key, const Graph& g, NodeId node,
     State& st = *state_;
     // A primitive sizes its scratchpad and splits its work for the thread count it was made
     // with, so it is made again when the count changes.
-    const int threads = onednn_threads.load(std::memory_order_relaxed);
-    if (omp_get_max_threads() != threads) omp_set_num_threads(threads);
+    const int threads = cpu::threads();
+    bind_threads();
     std::unique_ptr<Prepared>& slot = st.prepared[{key, node}];
     if (!slot || !same_shape(slot->shape, s) || slot->has_bias != has_bias || slot->threads != threads) {
       if (slot && slot->weights_ready) st.kept_bytes -= slot->weights.get_desc().get_size();
@@ -330,7 +327,5 @@ void OneDnnConvs::run_fused(const GraphKey& key, const Graph& g, std::span<const
 }
 
 void note_written_in_place(const HostBuffer* storage) { written_versions().bump(storage); }
-
-void set_onednn_threads(int n) { onednn_threads.store(n < 1 ? 1 : n, std::memory_order_relaxed); }
 
 }  // namespace tracecache::cpu

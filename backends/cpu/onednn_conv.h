@@ -2,8 +2,9 @@
 // (Debian's libdnnl 2.6), for the kernels the compiler marked Kernel::Library::kOneDnn.
 //
 // What is prepared once and kept: per (graph key, node), the primitive (oneDNN picks the
-// layouts, format_tag::any, except NCHW activations for a 1x1 stride-1 convolution: a GEMM) and, when the weight is an executable parameter, the weights
-// reordered into the primitive's layout. The reordered copy belongs to one weight buffer at one
+// layouts, format_tag::any, except NCHW activations for a 1x1 stride-1 convolution: a GEMM)
+// and, when the weight is an executable parameter, the weights reordered into the primitive's
+// layout. The reordered copy belongs to one weight buffer at one
 // version: it is made again when the kernel is fed another buffer (identity: the buffer's
 // shared ownership, held weakly, so a freed buffer's address cannot pass for it) or the same
 // buffer after a run wrote into it in place (a donated output, note_written_in_place). A
@@ -18,8 +19,8 @@
 // a given thread count).
 //
 // Threads: Debian builds oneDNN with the OpenMP runtime (libgomp; DNNL_CPU_RUNTIME = OMP in
-// dnnl_config.h). set_onednn_threads(n) records the count; every conv2d sets the calling
-// thread's OpenMP thread count to it (omp_set_num_threads is per calling thread) before running,
+// dnnl_config.h), so it runs on the backend's one thread team (cpu_threads.h). Every conv2d binds
+// the process's thread count on the calling thread (OpenMP keeps it per thread) before running,
 // and a primitive made for another count is made again (its scratchpad and split depend on it).
 //
 // Fused kernels (compile/executable.h: a kFused kernel whose library is kOneDnn): run_fused()
@@ -35,7 +36,7 @@
 // Errors: conv2d() returns false, with nothing written, when oneDNN declines the shape or fails
 // (its errors are exceptions, caught here); the caller then runs the builtin kernel.
 // Thread-safety: an OneDnnConvs is used by one thread at a time (its owner CpuBackend's rule);
-// note_written_in_place and set_onednn_threads are thread-safe.
+// note_written_in_place is thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -91,8 +92,5 @@ class OneDnnConvs {
 // Tells every OneDnnConvs that `storage` was written in place, so copies reordered from it are
 // stale. Costs one atomic load when no kept copy exists.
 void note_written_in_place(const HostBuffer* storage);
-
-// The OpenMP thread count oneDNN's primitives use from now on (>= 1). Process-wide.
-void set_onednn_threads(int n);
 
 }  // namespace tracecache::cpu

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/cpu_threads.h"
 #include "backends/cpu/eager_runner.h"
 #include "backends/sim/sim_backend.h"
 #include "capture/core/suggest.h"
@@ -84,7 +85,7 @@ void register_builtin_backends(BackendRegistry& registry) {
   cpu.make_op_runner = [](std::optional<std::string_view> options, const BackendOptions& common,
                           Metrics* metrics) -> Result<std::unique_ptr<OpRunner>> {
     if (options) return cpu_takes_no_options(*options);
-    set_cpu_threads(common.threads > 0 ? common.threads : available_cpus());
+    cpu::set_threads(common.threads > 0 ? common.threads : cpu::available_cpus());
     return std::unique_ptr<OpRunner>(std::make_unique<CpuOpRunner>(metrics));
   };
   (void)registry.add(std::move(cpu));

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <map>
 
+#include "backends/cpu/cpu_threads.h"
 #include "compile/compiler.h"
 #include "backends/sim/cost_model.h"
 
@@ -186,6 +187,7 @@ Result<std::vector<DeviceRef>> SimBackend::run(const Executable& exe,
   const int64_t enqueue_start = timeline_.host_now_ps();
   const KernelPlan* plan = exe.kernel_plan();
   if (!plan) return invalid_argument("the sim backend runs executables with a kernel plan only");
+  cpu::bind_threads();
   const Graph& g = exe.graph;
 
   // Device memory for this run: the scratch arena (freed when the run's kernels are done) and

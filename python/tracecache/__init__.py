@@ -6,6 +6,19 @@ import hashlib as _hashlib
 import inspect as _inspect
 import types as _types
 
+import os as _os
+
+# The cpu backend's threads are libgomp's team, whose idle members spin by default and then
+# take the cores the working ones need on a busy machine; as the `tracecache` command does,
+# they sleep at once unless the user chose (docs/architecture.md, "The cpu backend: kernel libraries and threads"). libgomp
+# reads this when it loads: if another module (PyTorch) loaded it first, its setting stays.
+if "OMP_WAIT_POLICY" not in _os.environ and "GOMP_SPINCOUNT" not in _os.environ:
+    _os.environ["OMP_WAIT_POLICY"] = "passive"
+
+# numpy loads the system's OpenBLAS (the pthreads build) under the soname the extension's OpenMP
+# one has, so in Python that one computes the GEMMs (docs/architecture.md, "The cpu backend:
+# kernel libraries and threads"): PyTorch, which may share this process, hangs in the OpenMP
+# build (its sgemm waits for team members that never come).
 import numpy as _np
 
 from . import _tracecache

@@ -64,4 +64,22 @@ assert files
 for rel in files:
     np.testing.assert_allclose(np.load(a / rel), np.load(b / rel), rtol=1e-4, atol=1e-5, err_msg=str(rel))
 " "$TMP/z1" "$TMP/z2" || fail "zoo resnet18: 1 and 2 threads disagree beyond the matmul bound"
+# The team's wait policy: idle members sleep unless the user chose (OMP_WAIT_POLICY or
+# GOMP_SPINCOUNT); bench --json names it, the thread count and the OpenMP build of OpenBLAS.
+policy() {
+  env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT "$@" "$TC" bench "$P/mlp.trace" --modes once --steps 1 --warmup 0 \
+    --threads 2 --json 2> /dev/null
+}
+policy > "$TMP/p.default.json" || fail "bench --json exited $?"
+policy OMP_WAIT_POLICY=active > "$TMP/p.active.json" || fail "bench with OMP_WAIT_POLICY=active exited $?"
+policy GOMP_SPINCOUNT=1000 > "$TMP/p.spin.json" || fail "bench with GOMP_SPINCOUNT exited $?"
+$PY - "$TMP" <<'PY' || fail "the wait policy, threads or BLAS reported by bench --json are wrong"
+import json, sys
+d = {k: json.load(open(f"{sys.argv[1]}/p.{k}.json")) for k in ("default", "active", "spin")}
+assert d["default"]["omp_wait_policy"] == "passive", d["default"]["omp_wait_policy"]
+assert d["active"]["omp_wait_policy"] == "active", d["active"]["omp_wait_policy"]
+assert d["spin"]["omp_wait_policy"] == "", d["spin"]["omp_wait_policy"]
+assert d["default"]["threads"] == 2, d["default"]["threads"]
+assert d["default"]["blas"].startswith("OpenBLAS ") and d["default"]["blas"].endswith("(OpenMP)"), d["default"]["blas"]
+PY
 echo ok

@@ -90,6 +90,13 @@ bool onednn_conv_node(const Graph& graph, const Node& node) {
   return true;
 }
 
+bool conv_batch_norm(const Graph& graph, NodeId bn, NodeId conv) {
+  const Node& b = graph.node(bn);
+  if (b.op != OpKind::kBatchNorm || b.shape.rank() != 4) return false;
+  const std::span<const NodeId> in = graph.inputs(b);
+  return in[0] == conv && std::count(in.begin(), in.end(), conv) == 1;
+}
+
 bool fusible_op(OpKind op) {
   return op_info(op).elementwise() || op == OpKind::kBroadcastTo;
 }
@@ -135,6 +142,34 @@ Executable compile_graph(const Graph& graph, const GraphKey& key, std::string ba
     }
   }
 
+  // 1b. Convolution epilogues: an f32 conv2d computed by oneDNN takes the batch_norm reading it,
+  // and then the elementwise chain reading that, into its kernel (compiler.h).
+  std::vector<bool> conv_head(n, false);  // a kernel's conv2d or its batch_norm
+  std::vector<bool> chain_has_conv(n, false);  // by the root of the elementwise kernel
+  if (options.fuse && options.onednn_conv) {
+    // True if `head`, a single-use non-output value, is consumed by a kernel `id` may join.
+    auto takes = [&](NodeId head) { return consumers[head] == 1 && !is_output[head]; };
+    for (NodeId id = 0; id < n; ++id) {
+      if (!onednn_conv_node(graph, graph.node(id)) || !takes(id)) continue;
+      NodeId head = id;
+      const NodeId bn = only_consumer[id];
+      if (conv_batch_norm(graph, bn, id)) {
+        fused[id] = conv_head[id] = true;
+        head = bn;
+        if (!takes(bn)) continue;
+      }
+      const Node& c = graph.node(only_consumer[head]);
+      if (!op_info(c.op).elementwise() || !(c.shape == graph.node(head).shape)) continue;
+      // One conv2d per kernel (a residual add of two convolutions takes the first).
+      NodeId root = only_consumer[head];
+      while (fused[root]) root = only_consumer[root];
+      if (chain_has_conv[root]) continue;
+      chain_has_conv[root] = true;
+      fused[head] = conv_head[head] = true;
+      fused[id] = conv_head[id] = true;
+    }
+  }
+
   // 2. Schedule: every non-parameter node that is not fused is a kernel root. Members of a fused
   // kernel are the root plus the fused nodes that reach it through fused nodes only.
   std::vector<NodeId> owner(n);
@@ -155,6 +190,12 @@ Executable compile_graph(const Graph& graph, const GraphKey& key, std::string ba
     if (has_members || op_info(v.op).elementwise()) {
       k.kind = Kernel::Kind::kFused;
       k.members.push_back(id);
+      // A convolution epilogue's conv2d (and batch_norm) come first; nothing else in the chain
+      // is an input of theirs, so the order stays topological.
+      if (std::any_of(k.members.begin(), k.members.end(), [&](NodeId m) { return conv_head[m]; })) {
+        std::stable_partition(k.members.begin(), k.members.end(), [&](NodeId m) { return conv_head[m]; });
+        k.library = Kernel::Library::kOneDnn;
+      }
     } else {
       k.kind = Kernel::Kind::kOp;
       if (options.onednn_conv && onednn_conv_node(graph, v)) k.library = Kernel::Library::kOneDnn;
@@ -207,8 +248,18 @@ Executable compile_graph(const Graph& graph, const GraphKey& key, std::string ba
     const auto k = std::find_if(plan.kernels.begin(), plan.kernels.end(),
                                 [&](const Kernel& kern) { return kern.root == out; });
     const size_t at = static_cast<size_t>(k - plan.kernels.begin());
-    const bool reads_param = reads_directly(graph, *k, param, fused);
-    if (last_read[param] > at || (last_read[param] == at && reads_param && k->kind != Kernel::Kind::kFused)) {
+    // The writer may read the parameter only elementwise: not as a kOp's input, nor as an
+    // input of a convolution epilogue's conv2d or batch_norm.
+    bool reads_whole = false;
+    if (k->kind == Kernel::Kind::kOp) {
+      reads_whole = reads_directly(graph, *k, param, fused);
+    } else if (k->library == Kernel::Library::kOneDnn) {
+      for (NodeId m : k->members) {
+        const auto ins = graph.inputs(graph.node(m));
+        reads_whole = reads_whole || (conv_head[m] && std::find(ins.begin(), ins.end(), param) != ins.end());
+      }
+    }
+    if (last_read[param] > at || (last_read[param] == at && reads_whole)) {
       continue;
     }
     s.kind = Slot::Kind::kDonated;

@@ -5,6 +5,13 @@
 //     elementwise node of the same shape, and which is not a graph output, is computed inside
 //     that consumer's kernel. Chains of such nodes become one fused kernel: a single pass over
 //     the output with no intermediate buffers.
+//     Convolution epilogues (options.fuse and options.onednn_conv): an f32 conv2d whose only
+//     consumer is a batch_norm (rank 4, the conv2d its input x only) takes it into its kernel;
+//     then the conv2d (or that batch_norm), when used once, not a graph output, and read by an
+//     elementwise node of its shape, joins that node's fused kernel. The kernel is a kFused
+//     kernel with library kOneDnn whose members are the conv2d, the batch_norm if any, then the
+//     chain (compile/executable.h); backends/cpu/onednn_conv.h computes it bitwise as the
+//     kernels one by one would.
 //  2. Schedule. One kernel per remaining node, in the graph's (topological) node order; an f32
 //     conv2d kernel is marked for oneDNN when options.onednn_conv is set.
 //  3. Buffer plan. Parameters stay where the caller put them; each output gets its own buffer;
@@ -25,7 +32,8 @@ namespace tracecache {
 // Bump on any change to lowering (fusion rules, plan, kernel semantics): it is part of every
 // executable key, so a stale executable is never served (docs/architecture.md invariant 2).
 // 2: f32 conv2d kernels may be computed by oneDNN (Kernel::library).
-inline constexpr uint32_t kCompilerVersion = 2;
+// 3: a oneDNN conv2d takes its batch_norm and elementwise epilogue into its kernel.
+inline constexpr uint32_t kCompilerVersion = 3;
 
 struct CompileOptions {
   bool fuse = true;
@@ -40,6 +48,10 @@ Executable compile_graph(const Graph& graph, const GraphKey& key, std::string ba
 
 // True if `op` may be a member of a fused kernel (elementwise ops and broadcast_to).
 bool fusible_op(OpKind op);
+
+// True if node `bn` of `graph` is a batch_norm a fused kernel may apply to conv2d `conv`'s
+// output: rank 4, reading `conv` as its input x and nowhere else.
+bool conv_batch_norm(const Graph& graph, NodeId bn, NodeId conv);
 
 // True if `node` of `graph` may be computed by oneDNN (Kernel::Library::kOneDnn): a conv2d whose
 // output and inputs are f32.

@@ -25,6 +25,26 @@ uint64_t value_bytes(const Node& n) {
   return static_cast<uint64_t>(n.shape.numel()) * dtype_size(n.dtype);
 }
 
+// The heads of oneDNN fused kernel `k` (`kern`): members[0] an f32 conv2d, then optionally a
+// batch_norm of it (conv_batch_norm), then at least one chain member unless the batch_norm is
+// the root; the chain has the heads' shape. Sets *heads to their count.
+Status check_conv_heads(const Graph& graph, const Kernel& kern, size_t k, size_t* heads) {
+  const std::vector<NodeId>& m = kern.members;
+  const size_t n = graph.size();
+  if (m.size() < 2 || m[0] >= n || m[1] >= n || !onednn_conv_node(graph, graph.node(m[0]))) {
+    return bad(fmt::format("oneDNN kernel {} does not start with an f32 conv2d and its epilogue", k));
+  }
+  *heads = conv_batch_norm(graph, m[1], m[0]) ? 2 : 1;
+  if (graph.node(m[1]).op == OpKind::kBatchNorm && *heads != 2) {
+    return bad(fmt::format("oneDNN kernel {} has a batch_norm it cannot apply", k));
+  }
+  const Shape& shape = graph.node(m[*heads - 1]).shape;
+  if (!(graph.node(kern.root).shape == shape) || !(graph.node(m[0]).shape == shape)) {
+    return bad(fmt::format("oneDNN kernel {}'s epilogue does not have its conv2d's shape", k));
+  }
+  return Status::ok();
+}
+
 }  // namespace
 
 Status Executable::validate() const {
@@ -83,7 +103,9 @@ Status KernelPlan::validate(const Graph& graph) const {
         break;
       }
       case Slot::Kind::kFused:
-        if (node.op == OpKind::kParameter || is_output[id] || !fusible_op(node.op)) {
+        // A conv2d or batch_norm is fused only at the head of a oneDNN kernel (checked below).
+        if (node.op == OpKind::kParameter || is_output[id] ||
+            !(fusible_op(node.op) || node.op == OpKind::kConv2d || node.op == OpKind::kBatchNorm)) {
           return bad(fmt::format("node {} cannot be fused", id));
         }
         break;
@@ -114,9 +136,15 @@ Status KernelPlan::validate(const Graph& graph) const {
       return bad(fmt::format("kernel {} computes node {} wrongly or twice", k, root));
     }
     std::vector<NodeId> members;
+    size_t heads = 0;  // a oneDNN kernel's conv2d and batch_norm, computed before the chain
     if (kern.kind == Kernel::Kind::kFused) {
       if (kern.members.empty() || kern.members.back() != root) return bad(fmt::format("kernel {} members", k));
-      if (kern.library != Kernel::Library::kBuiltin) return bad(fmt::format("fused kernel {} names a library", k));
+      if (kern.library == Kernel::Library::kOneDnn) {
+        Status st = check_conv_heads(graph, kern, k, &heads);
+        if (!st.is_ok()) return st;
+      } else if (kern.library != Kernel::Library::kBuiltin) {
+        return bad(fmt::format("fused kernel {} names an unknown library", k));
+      }
       members = kern.members;
     } else if (kern.kind == Kernel::Kind::kOp) {
       if (!kern.members.empty()) return bad(fmt::format("kernel {} has members", k));
@@ -134,14 +162,18 @@ Status KernelPlan::validate(const Graph& graph) const {
       const Node& mn = graph.node(m);
       bool is_root = i + 1 == members.size();
       if (kern.kind == Kernel::Kind::kFused) {
-        if (!fusible_op(mn.op) || !(mn.shape == root_shape)) return bad(fmt::format("kernel {} member {} not fusible", k, m));
+        if (i >= heads && (!fusible_op(mn.op) || !(mn.shape == root_shape))) {
+          return bad(fmt::format("kernel {} member {} not fusible", k, m));
+        }
         if (!is_root && slots[m].kind != Slot::Kind::kFused) return bad(fmt::format("kernel {} member {} not fused", k, m));
       }
       for (NodeId in : graph.inputs(mn)) {
         if (slots[in].kind == Slot::Kind::kFused) {
           // Must be an earlier member of this kernel (members are marked as they are checked),
-          // and broadcast_to reads only leaves.
-          if (kernel_of[in] != k || !in_kernel[in] || mn.op == OpKind::kBroadcastTo) {
+          // broadcast_to reads only leaves, and the chain after a oneDNN kernel's heads reads
+          // the last head only (a conv2d followed by a batch_norm is the batch_norm's alone).
+          const bool hidden_head = heads == 2 && in == kern.members[0] && m != kern.members[1];
+          if (kernel_of[in] != k || !in_kernel[in] || mn.op == OpKind::kBroadcastTo || hidden_head) {
             return bad(fmt::format("kernel {} reads fused node {} it does not compute", k, in));
           }
         } else {
@@ -172,11 +204,14 @@ Status KernelPlan::validate(const Graph& graph) const {
     if (slots[id].kind != Slot::Kind::kDonated) continue;
     const NodeId param = graph.params()[static_cast<size_t>(graph.donated_param(slots[id].index))];
     const Kernel& writer = kernels[born[id]];
-    bool writer_reads = false;
+    // Read whole (not elementwise): by a kOp kernel, or by a oneDNN kernel's conv2d or batch_norm.
+    bool reads_whole = false;
     for (NodeId m : writer.kind == Kernel::Kind::kFused ? writer.members : std::vector<NodeId>{writer.root}) {
-      for (NodeId in : graph.inputs(graph.node(m))) writer_reads = writer_reads || in == param;
+      const OpKind op = graph.node(m).op;
+      const bool whole = writer.kind == Kernel::Kind::kOp || op == OpKind::kConv2d || op == OpKind::kBatchNorm;
+      for (NodeId in : graph.inputs(graph.node(m))) reads_whole = reads_whole || (whole && in == param);
     }
-    if ((last[param] > born[id]) || (writer_reads && writer.kind != Kernel::Kind::kFused)) {
+    if ((last[param] > born[id]) || reads_whole) {
       return bad(fmt::format("node {} is donated to parameter {}, which is read after it is written", id, param));
     }
   }

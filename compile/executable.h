@@ -24,12 +24,16 @@
 //    inputs. A kFused kernel computes `root` from the chain `members` (elementwise nodes, in
 //    topological order, ending with root): members other than root are kFused slots, and every
 //    input of a member that is not a member is read from its slot (a "leaf"). `library` says
-//    who computes a kOp kernel: kOneDnn only for an f32 conv2d, kBuiltin for everything else.
+//    who computes a kernel: kOneDnn for a kOp f32 conv2d, or for a kFused convolution epilogue
+//    (members: the f32 conv2d, then optionally a batch_norm whose input x it is, then an
+//    elementwise chain reading only the last of those two, ending at root; the conv2d and
+//    batch_norm are kFused slots unless root); kBuiltin for everything else.
 //  - `arena_bytes`: the peak of the liveness-based plan (slots reuse freed ranges).
 //
 // validate() checks all of the above for an executable read from the cache (invariant 5): node
 // types re-inferred, graph hash, slot bounds and sizes, schedule order, members elementwise and
-// single-use, donated slots safe to write in place (above), and that no two arena slots that
+// single-use, convolution epilogues well formed, donated slots safe to write in place (above; a
+// oneDNN epilogue's conv2d and batch_norm read whole, not elementwise), and that no two arena slots that
 // are live at the same time overlap. An executable that passes cannot read or write out of bounds nor compute anything but its graph.
 // Errors: Executable::validate(), KernelPlan::validate() and parse_executable() return
 // kCorruption naming the first failed check; serialize_executable() and footprint_bytes()
@@ -59,9 +63,9 @@ struct Slot {
 
 struct Kernel {
   enum class Kind : uint8_t { kOp = 0, kFused = 1 };
-  // Who computes a kOp kernel: the backend's own kernels, or oneDNN's primitive (f32 conv2d
-  // only; CompileOptions::onednn_conv). Chosen when compiling, so an executable runs the same
-  // code wherever it is loaded.
+  // Who computes a kernel: the backend's own kernels, or oneDNN's primitive (an f32 conv2d, as
+  // a kOp kernel or at the head of a kFused convolution epilogue; CompileOptions::onednn_conv).
+  // Chosen when compiling, so an executable runs the same code wherever it is loaded.
   enum class Library : uint8_t { kBuiltin = 0, kOneDnn = 1 };
   Kind kind = Kind::kOp;
   NodeId root = 0;

@@ -135,7 +135,9 @@ TEST(Executable, OneDnnIsRecordedForF32Conv2dOnly) {
   auto libraries = [&](const Executable& e) {
     size_t onednn = 0, convs = 0;
     for (const Kernel& k : e.kernel_plan()->kernels) {
-      const bool conv = k.kind == Kernel::Kind::kOp && e.graph.node(k.root).op == OpKind::kConv2d;
+      // A conv2d is a kOp kernel's root or, with its epilogue, a fused kernel's first member.
+      const NodeId first = k.kind == Kernel::Kind::kOp ? k.root : k.members.front();
+      const bool conv = e.graph.node(first).op == OpKind::kConv2d;
       convs += conv;
       if (k.library == Kernel::Library::kOneDnn) {
         ++onednn;

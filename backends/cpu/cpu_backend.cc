@@ -169,18 +169,24 @@ Result<std::vector<DeviceRef>> CpuBackend::run(const Executable& exe,
   // The kernels run last; nothing below returns a failure.
   auto run_kernel = [&](const Kernel& k) {
     auto* out = const_cast<HostBuffer*>(value[k.root]);
+    // A parameter weight of a oneDNN conv2d keeps its reordered copy across runs, tied to its owner.
+    auto weight_of = [&](NodeId conv) {
+      const Slot& w = plan->slots[g.inputs(g.node(conv))[1]];
+      return w.kind == Slot::Kind::kParam ? &params[w.index]->storage() : nullptr;
+    };
     if (k.kind == Kernel::Kind::kFused) {
-      cpu::run_fused(g, k.members, [&](NodeId leaf) { return value[leaf]; }, *out);
+      auto leaf = [&](NodeId id) { return value[id]; };
+      if (k.library == Kernel::Library::kOneDnn) {
+        onednn_.run_fused(exe.graph_key, g, k.members, leaf, weight_of(k.members[0]), *out);
+      } else {
+        cpu::run_fused(g, k.members, leaf, *out);
+      }
       return;
     }
     ins.clear();
-    std::span<const NodeId> inputs = g.inputs(g.node(k.root));
-    for (NodeId in : inputs) ins.push_back(value[in]);
-    if (k.library == Kernel::Library::kOneDnn) {
-      // A parameter weight keeps its reordered copy across runs, tied to its owner.
-      const Slot& w = plan->slots[inputs[1]];
-      const BufferRef* weight = w.kind == Slot::Kind::kParam ? &params[w.index]->storage() : nullptr;
-      if (onednn_.conv2d(exe.graph_key, g, k.root, ins, weight, *out)) return;
+    for (NodeId in : g.inputs(g.node(k.root))) ins.push_back(value[in]);
+    if (k.library == Kernel::Library::kOneDnn && onednn_.conv2d(exe.graph_key, g, k.root, ins, weight_of(k.root), *out)) {
+      return;
     }
     cpu::run_op(g, k.root, ins, *out);
   };

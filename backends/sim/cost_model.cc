@@ -29,6 +29,8 @@ KernelCost kernel_cost(const Graph& g, const Kernel& kernel) {
   KernelCost cost;
   std::vector<NodeId> reads;
   if (kernel.kind == Kernel::Kind::kFused) {
+    // A oneDNN kernel's conv2d (its first member) runs on the matrix unit, its epilogue with it.
+    cost.matrix_unit = kernel.library == Kernel::Library::kOneDnn;
     for (NodeId m : kernel.members) {
       cost.flops += op_flops(g, m);
       for (NodeId in : g.inputs(g.node(m))) {

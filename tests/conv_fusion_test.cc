@@ -1,0 +1,271 @@
+// Convolution epilogues (compile/compiler.h, backends/cpu/onednn_conv.h): which conv2d,
+// batch_norm and elementwise nodes the compiler puts into one oneDNN kernel, that the fused
+// kernel computes bitwise what the kernels one by one compute (and stays near the reference
+// evaluator), that sim equals cpu, and that the fusion record survives serialization while a
+// tampered one is refused (docs/architecture.md invariants 4 and 5).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+
+#include "backends/cpu/cpu_backend.h"
+#include "backends/sim/device_spec.h"
+#include "backends/sim/sim_backend.h"
+#include "capture/reference/reference.h"
+#include "capture/trace/nn.h"
+#include "capture/trace/recording_executor.h"
+#include "compile/compiler.h"
+#include "compile/executable.h"
+#include "tests/backend_compare.h"
+
+namespace tracecache {
+namespace {
+
+using testing::filled;
+using testing::run_on;
+using testing::same_bits;
+
+// The tensors a case builds on: x [2, 8, 6, 6], a 3x3 weight (8 -> 8, or depthwise), a bias,
+// batch_norm statistics and affine of 8 channels, and a residual of the output's shape.
+struct Inputs {
+  Tensor x, w, w_depthwise, b, mean, var, gamma, beta, residual;
+};
+
+CanonicalGraph graph_of(const std::function<std::vector<Tensor>(const Inputs&)>& build) {
+  RecordingExecutor exec;
+  LazyContext ctx(&exec);
+  auto t = [&](Shape s) { return ctx.from_buffer(HostBuffer(DType::kF32, s)); };
+  Inputs in{t({2, 8, 6, 6}), t({8, 8, 3, 3}), t({8, 1, 3, 3}), t({8}), t({8}), t({8}), t({8}), t({8}),
+            t({2, 8, 6, 6})};
+  {
+    std::vector<Tensor> keep = build(in);
+    ctx.mark_step();
+  }
+  return exec.graphs().at(0).graph;
+}
+
+// Deterministic parameters: values in [-2, 2), running variances positive, one NaN in x (a
+// relu after it must still propagate it, as the unfused kernels do).
+std::vector<BufferRef> params_of(const Graph& g) {
+  std::vector<BufferRef> params;
+  for (size_t p = 0; p < g.params().size(); ++p) {
+    const Node& n = g.node(g.params()[p]);
+    params.push_back(filled(n.dtype, n.shape, 100 + p));
+  }
+  for (NodeId id = 0; id < g.size(); ++id) {
+    const Node& n = g.node(id);
+    if (n.op == OpKind::kBatchNorm) {
+      const auto ps = g.params();
+      const size_t var = static_cast<size_t>(std::find(ps.begin(), ps.end(), g.inputs(n)[2]) - ps.begin());
+      auto positive = std::make_shared<HostBuffer>(params.at(var)->clone());
+      for (int64_t i = 0; i < positive->numel(); ++i) positive->data<float>()[i] = std::fabs(positive->data<float>()[i]) + 0.5f;
+      params[var] = positive;
+    }
+    if (n.op == OpKind::kConv2d) {
+      const auto ps = g.params();
+      const size_t x = static_cast<size_t>(std::find(ps.begin(), ps.end(), g.inputs(n)[0]) - ps.begin());
+      if (x < params.size()) {
+        auto with_nan = std::make_shared<HostBuffer>(params[x]->clone());
+        with_nan->data<float>()[5] = std::nanf("");
+        params[x] = with_nan;
+      }
+    }
+  }
+  return params;
+}
+
+Executable compile_cpu(const CanonicalGraph& g, bool fuse = true) {
+  CompileOptions o;
+  o.fuse = fuse;
+  o.onednn_conv = true;
+  return compile_graph(g.graph, g.key, "cpu", "digest", o);
+}
+
+// The oneDNN fused kernels' member ops.
+std::vector<std::vector<OpKind>> conv_kernels(const Executable& e) {
+  std::vector<std::vector<OpKind>> out;
+  for (const Kernel& k : e.kernel_plan()->kernels) {
+    if (k.kind != Kernel::Kind::kFused || k.library != Kernel::Library::kOneDnn) continue;
+    std::vector<OpKind> ops;
+    for (NodeId m : k.members) ops.push_back(e.graph.node(m).op);
+    out.push_back(ops);
+  }
+  return out;
+}
+
+// Runs `g` on cpu with fusion and without (the kernels one by one), on sim, and on the reference
+// evaluator: fused == unfused == sim bitwise; near the reference (the conv2d sums in another
+// order: a loose relative bound, the exact conv2d bound is nn_layers_test's).
+void expect_same_as_unfused(const CanonicalGraph& g) {
+  const std::vector<BufferRef> params = params_of(g.graph);
+  CpuBackend fused_cpu, unfused_cpu(CpuBackendOptions{.fuse = false});
+  SimBackend sim(*find_device_preset("a100"));
+  const std::vector<BufferRef> fused = run_on(fused_cpu, g.graph, params);
+  const std::vector<BufferRef> unfused = run_on(unfused_cpu, g.graph, params);
+  const std::vector<BufferRef> simmed = run_on(sim, g.graph, params);
+  Result<std::vector<BufferRef>> ref = evaluate_reference(g.graph, params);
+  ASSERT_TRUE(ref.is_ok()) << ref.status().to_string();
+  ASSERT_EQ(fused.size(), unfused.size());
+  for (size_t o = 0; o < fused.size(); ++o) {
+    EXPECT_TRUE(same_bits(*fused[o], *unfused[o])) << "output " << o;
+    EXPECT_TRUE(same_bits(*simmed[o], *fused[o])) << "output " << o;
+    const HostBuffer& want = *(*ref)[o];
+    int nans = 0;
+    for (int64_t i = 0; i < want.numel(); ++i) {
+      const float got = fused[o]->data<float>()[i], r = want.data<float>()[i];
+      nans += std::isnan(r);
+      EXPECT_EQ(std::isnan(got), std::isnan(r)) << "output " << o << " element " << i;
+      if (!std::isnan(r)) {
+        EXPECT_NEAR(got, r, 1e-4 * (1 + std::fabs(r))) << "output " << o << " element " << i;
+      }
+    }
+    EXPECT_GT(nans, 0) << "the NaN in x reaches output " << o;
+  }
+}
+
+TEST(ConvFusion, ConvBiasReluIsOneKernel) {
+  CanonicalGraph g = graph_of([](const Inputs& in) {
+    return std::vector<Tensor>{relu(conv2d(in.x, in.w, in.b, {1, 1}, {1, 1}))};
+  });
+  const Executable e = compile_cpu(g);
+  ASSERT_TRUE(e.validate().is_ok()) << e.validate().to_string();
+  EXPECT_EQ(conv_kernels(e), (std::vector<std::vector<OpKind>>{{OpKind::kConv2d, OpKind::kRelu}}));
+  EXPECT_EQ(e.kernel_plan()->kernels.size(), 1u);
+  EXPECT_EQ(e.kernel_plan()->arena_bytes, 0u) << "the conv2d's value is never materialized";
+  EXPECT_TRUE(conv_kernels(compile_cpu(g, /*fuse=*/false)).empty());
+  expect_same_as_unfused(g);
+}
+
+TEST(ConvFusion, ConvBatchNormResidualAddReluIsOneKernel) {
+  CanonicalGraph g = graph_of([](const Inputs& in) {
+    Tensor y = batch_norm(conv2d(in.x, in.w, Tensor(), {1, 1}, {1, 1}), in.mean, in.var, in.gamma, in.beta);
+    return std::vector<Tensor>{relu(add(y, in.residual))};
+  });
+  const Executable e = compile_cpu(g);
+  ASSERT_TRUE(e.validate().is_ok()) << e.validate().to_string();
+  EXPECT_EQ(conv_kernels(e), (std::vector<std::vector<OpKind>>{
+                                 {OpKind::kConv2d, OpKind::kBatchNorm, OpKind::kAdd, OpKind::kRelu}}));
+  expect_same_as_unfused(g);
+}
+
+TEST(ConvFusion, DepthwiseAndGroupedConvolutionsFuse) {
+  CanonicalGraph g = graph_of([](const Inputs& in) {
+    Tensor depthwise = batch_norm(conv2d(in.x, in.w_depthwise, Tensor(), {2, 2}, {1, 1}, {1, 1}, 8), in.mean,
+                                  in.var, in.gamma, in.beta);
+    Tensor grouped = batch_norm(conv2d(in.x, slice(in.w, 1, 0, 2), in.b, {1, 1}, {2, 2}, {2, 2}, 4), in.beta,
+                                in.var, in.mean, in.gamma);
+    return std::vector<Tensor>{hardswish(depthwise), relu(grouped)};
+  });
+  const Executable e = compile_cpu(g);
+  ASSERT_TRUE(e.validate().is_ok()) << e.validate().to_string();
+  EXPECT_EQ(conv_kernels(e).size(), 2u);
+  expect_same_as_unfused(g);
+}
+
+// A value that is also an output (or used twice) stays materialized: the conv2d's output here,
+// so nothing fuses into it; the batch_norm's in the second graph, so the kernel stops there.
+TEST(ConvFusion, OutputsAndSharedValuesStopTheEpilogue) {
+  CanonicalGraph conv_out = graph_of([](const Inputs& in) {
+    Tensor c = conv2d(in.x, in.w, in.b, {1, 1}, {1, 1});
+    return std::vector<Tensor>{relu(c), c};
+  });
+  Executable e = compile_cpu(conv_out);
+  ASSERT_TRUE(e.validate().is_ok()) << e.validate().to_string();
+  EXPECT_TRUE(conv_kernels(e).empty());
+  expect_same_as_unfused(conv_out);
+
+  CanonicalGraph bn_out = graph_of([](const Inputs& in) {
+    Tensor y = batch_norm(conv2d(in.x, in.w, Tensor(), {1, 1}, {1, 1}), in.mean, in.var, in.gamma, in.beta);
+    return std::vector<Tensor>{relu(y), y};
+  });
+  e = compile_cpu(bn_out);
+  ASSERT_TRUE(e.validate().is_ok()) << e.validate().to_string();
+  EXPECT_EQ(conv_kernels(e), (std::vector<std::vector<OpKind>>{{OpKind::kConv2d, OpKind::kBatchNorm}}));
+  expect_same_as_unfused(bn_out);
+}
+
+// Two convolutions added (a residual block's downsample): one conv2d per kernel.
+TEST(ConvFusion, OneConvolutionPerKernel) {
+  CanonicalGraph g = graph_of([](const Inputs& in) {
+    Tensor a = batch_norm(conv2d(in.x, in.w, Tensor(), {1, 1}, {1, 1}), in.mean, in.var, in.gamma, in.beta);
+    Tensor b = batch_norm(conv2d(in.residual, in.w, Tensor(), {1, 1}, {1, 1}), in.var, in.var, in.beta, in.gamma);
+    return std::vector<Tensor>{relu(add(a, b))};
+  });
+  const Executable e = compile_cpu(g);
+  ASSERT_TRUE(e.validate().is_ok()) << e.validate().to_string();
+  const auto kernels = conv_kernels(e);
+  ASSERT_EQ(kernels.size(), 2u);
+  EXPECT_EQ(kernels[0], (std::vector<OpKind>{OpKind::kConv2d, OpKind::kBatchNorm}));
+  EXPECT_EQ(kernels[1], (std::vector<OpKind>{OpKind::kConv2d, OpKind::kBatchNorm, OpKind::kAdd, OpKind::kRelu}));
+  expect_same_as_unfused(g);
+}
+
+// The fusion record is part of the executable: it survives serialization, and every tampering
+// below is refused like any corrupt executable.
+TEST(ConvFusion, RecordRoundTripsAndTamperingIsRefused) {
+  CanonicalGraph g = graph_of([](const Inputs& in) {
+    Tensor y = batch_norm(conv2d(in.x, in.w, Tensor(), {1, 1}, {1, 1}), in.mean, in.var, in.gamma, in.beta);
+    return std::vector<Tensor>{relu(add(y, in.residual))};
+  });
+  const Executable exe = compile_cpu(g);
+  Result<Executable> back = parse_executable(serialize_executable(exe));
+  ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+  EXPECT_EQ(back->kernel_plan()->kernels, exe.kernel_plan()->kernels);
+  EXPECT_EQ(back->kernel_plan()->slots, exe.kernel_plan()->slots);
+
+  auto fused_kernel = [](Executable& e) -> Kernel& {
+    for (Kernel& k : e.kernel_plan()->kernels) {
+      if (k.library == Kernel::Library::kOneDnn) return k;
+    }
+    throw std::runtime_error("no oneDNN kernel");
+  };
+  const std::vector<std::function<void(Executable&)>> tamperings = {
+      // the conv2d in a builtin elementwise kernel
+      [&](Executable& e) { fused_kernel(e).library = Kernel::Library::kBuiltin; },
+      // the batch_norm before its conv2d
+      [&](Executable& e) { std::swap(fused_kernel(e).members[0], fused_kernel(e).members[1]); },
+      // the chain without its batch_norm (the add would read the conv2d)
+      [&](Executable& e) { fused_kernel(e).members.erase(fused_kernel(e).members.begin() + 1); },
+      // the batch_norm moved into the chain
+      [&](Executable& e) { std::swap(fused_kernel(e).members[1], fused_kernel(e).members[2]); },
+      // a kernel of the conv2d alone that still claims fused members
+      [&](Executable& e) {
+        Kernel& k = fused_kernel(e);
+        k.members.resize(1);
+        k.root = k.members[0];
+      },
+  };
+  for (size_t t = 0; t < tamperings.size(); ++t) {
+    Executable tampered = exe;
+    tamperings[t](tampered);
+    EXPECT_EQ(tampered.validate().code(), StatusCode::kCorruption) << "tampering " << t;
+    EXPECT_EQ(parse_executable(serialize_executable(tampered)).status().code(), StatusCode::kCorruption)
+        << "tampering " << t;
+  }
+}
+
+// A donated output may not be written over a parameter the conv2d reads whole: the update
+// x <- relu(conv2d(x)) keeps its own output buffer.
+TEST(ConvFusion, NoDonationIntoTheConvolutionsInput) {
+  RecordingExecutor exec;
+  LazyContext ctx(&exec);
+  Tensor x = ctx.from_buffer(HostBuffer(DType::kF32, {1, 4, 5, 5}));
+  Tensor w = ctx.from_buffer(HostBuffer(DType::kF32, {4, 4, 3, 3}));
+  ctx.assign(x, relu(conv2d(x, w, Tensor(), {1, 1}, {1, 1})));
+  ctx.mark_step();
+  const CanonicalGraph g = exec.graphs().at(0).graph;
+  ASSERT_EQ(g.graph.donations().size(), 1u);
+  const Executable e = compile_cpu(g);
+  ASSERT_TRUE(e.validate().is_ok()) << e.validate().to_string();
+  ASSERT_EQ(conv_kernels(e).size(), 1u);
+  for (const Slot& s : e.kernel_plan()->slots) EXPECT_NE(s.kind, Slot::Kind::kDonated);
+  Executable tampered = e;
+  for (Slot& s : tampered.kernel_plan()->slots) {
+    if (s.kind == Slot::Kind::kOutput) s.kind = Slot::Kind::kDonated;
+  }
+  EXPECT_EQ(tampered.validate().code(), StatusCode::kCorruption);
+}
+
+}  // namespace
+}  // namespace tracecache

@@ -38,6 +38,7 @@ MODELS = torch_peer.MODELS
 TORCH_SYSTEMS = ["eager", "jit"]
 SYSTEMS = TORCH_SYSTEMS + ["tracecache"]
 PASSIVE = "_passive"  # suffix of a PyTorch system run with OMP_WAIT_POLICY=PASSIVE
+ACTIVE = "_active"  # suffix of tracecache run with OMP_WAIT_POLICY=active (its default: passive)
 SEQ_LEN = 128
 RESOLUTION = 224
 SIM_DEVICE = "sim:h100"  # only its FLOP counts are used: they are the registry's, not the device's
@@ -106,6 +107,11 @@ def parse_args(argv):
                         "after each parallel region while OpenBLAS's pthreads want the same "
                         "cores) and 'passive' (OMP_WAIT_POLICY=PASSIVE); best PyTorch is the "
                         "fastest of all")
+    p.add_argument("--tc-wait-policies", default="default,active",
+                   help="tracecache's runs at more than one thread: 'default' (the environment's "
+                        "OMP_WAIT_POLICY; unset, tracecache makes libgomp's idle threads sleep) and "
+                        "'active' (OMP_WAIT_POLICY=active: they spin, as PyTorch's do by default); "
+                        "the tracecache figure is the faster, marked A when active")
     p.add_argument("--quick", action="store_true",
                    help="a sanity run of a few minutes: batch 1 and the largest thread count "
                         "only (unless --batches/--threads are given), --budget 0.6, "
@@ -140,6 +146,9 @@ def parse_args(argv):
         if "--min-steps" not in given:
             args.min_steps = 2
     args.policy_list = [v for v in args.torch_wait_policies.split(",") if v.strip()]
+    args.tc_policy_list = [v.strip() for v in args.tc_wait_policies.split(",") if v.strip()]
+    if not args.tc_policy_list or any(v not in ("default", "active") for v in args.tc_policy_list):
+        p.error(f"--tc-wait-policies takes default and/or active, got '{args.tc_wait_policies}'")
     if not args.policy_list or any(v not in ("default", "passive") for v in args.policy_list):
         p.error(f"--torch-wait-policies takes default and/or passive, got "
                 f"'{args.torch_wait_policies}'")
@@ -230,10 +239,12 @@ def kernel_libraries(libs):
                    if any(k in os.path.basename(p).lower() for k in keys)})
 
 
-def thread_env(threads, passive=False):
+def thread_env(threads, passive=False, active=False):
     env = dict(os.environ)
     if passive:
         env["OMP_WAIT_POLICY"] = "PASSIVE"
+    if active:
+        env["OMP_WAIT_POLICY"] = "active"
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
                 "TRACECACHE_THREADS"):
         env[var] = str(threads)
@@ -380,7 +391,7 @@ def tracecache_version(cli):
     return out.stdout.strip() or out.stderr.strip()
 
 
-def tracecache_steps(args, model, batch, threads, steps, watch_maps=False):
+def tracecache_steps(args, model, batch, threads, steps, watch_maps=False, active=False):
     """One `tracecache zoo run` process of --tc-warmup + `steps` once-mode steps: the timed
     steps' ms (and with watch_maps the kernel libraries mapped into the process)."""
     total = args.tc_warmup + steps
@@ -389,7 +400,7 @@ def tracecache_steps(args, model, batch, threads, steps, watch_maps=False):
     cmd += ["--seq-len", str(SEQ_LEN)] if model == "bert_base" else \
         ["--resolution", str(RESOLUTION)]
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=thread_env(threads))
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=thread_env(threads, active=active))
         libs = set()
         while watch_maps and proc.poll() is None:
             libs |= mapped_libraries(proc.pid)
@@ -451,6 +462,13 @@ def torch_systems(args, threads):
             for policy in policies for kind in TORCH_SYSTEMS]
 
 
+def tc_systems(args, threads):
+    """tracecache's systems of a measurement: its default, and at more than one thread also with
+    OMP_WAIT_POLICY=active (--tc-wait-policies)."""
+    policies = args.tc_policy_list if threads > 1 else ["default"]
+    return ["tracecache" + ("" if policy == "default" else ACTIVE) for policy in policies]
+
+
 def measure(args, model, batch, threads, env_out):
     row = {"model": model, "errors": {}, "loadavg_start": list(os.getloadavg())}
     workers = {}
@@ -479,8 +497,9 @@ def measure(args, model, batch, threads, env_out):
                 env_out[sgemm_key] = workers["eager"].sgemm()
             except Failure as e:
                 row["errors"]["eager"] = str(e)
-        row.setdefault("tracecache", {})
-        systems = [s for s in torch_systems(args, threads) + ["tracecache"]
+        for s in tc_systems(args, threads):
+            row.setdefault(s, {})
+        systems = [s for s in torch_systems(args, threads) + tc_systems(args, threads)
                    if s not in row["errors"]]
         times = {s: [] for s in systems}
 
@@ -493,9 +512,10 @@ def measure(args, model, batch, threads, env_out):
             # sleep before this block starts.
             time.sleep(args.settle)
             try:
-                if s == "tracecache":
+                if s.startswith("tracecache"):
                     watch = f"tc@{threads}" not in env_out.get("tracecache_processes", {})
-                    ms, libs = tracecache_steps(args, model, batch, threads, steps, watch)
+                    ms, libs = tracecache_steps(args, model, batch, threads, steps, watch,
+                                                active=s.endswith(ACTIVE))
                     if libs is not None:
                         env_out.setdefault("tracecache_processes", {})[f"tc@{threads}"] = {
                             "libraries": libs}
@@ -537,8 +557,11 @@ def measure(args, model, batch, threads, env_out):
 def finish_row(row, gflop, peak_gflops):
     best = [row[s]["median_ms"] for s in row
             if s.removesuffix(PASSIVE) in TORCH_SYSTEMS and "median_ms" in row[s]]
-    tc = row.get("tracecache", {}).get("median_ms")
+    tcs = [row[s]["median_ms"] for s in ("tracecache", "tracecache" + ACTIVE)
+           if "median_ms" in row.get(s, {})]
+    tc = min(tcs) if tcs else None
     row["best_torch_ms"] = min(best) if best else None
+    row["best_tracecache_ms"] = tc
     row["ratio"] = tc / min(best) if tc and best else None
     row["gflop"] = gflop
     row["tracecache_gflops"] = gflop / (tc / 1e3) if tc and gflop else None
@@ -592,7 +615,10 @@ def header_lines(report):
     lines.append(f"OMP_WAIT_POLICY in the environment: {env['omp_wait_policy'] or 'unset'}"
                  + ("; PyTorch at >1 thread also with OMP_WAIT_POLICY=PASSIVE: a P marks the "
                     "cells where that was faster (see JSON *_passive)"
-                    if "passive" in policies else ""))
+                    if "passive" in policies else "")
+                 + ("; tracecache at >1 thread also with OMP_WAIT_POLICY=active: an A marks the "
+                    "cells where that was faster (see JSON tracecache_active)"
+                    if "active" in report["config"].get("tc_wait_policies", []) else ""))
     lines.append("steps: PyTorch eager and jit (trace+freeze) in persistent workers; tracecache "
                  "once mode, one `zoo run` process per round (first "
                  f"{report['config']['tc_warmup']} step(s) untimed); median step ms; rounds "
@@ -606,14 +632,16 @@ def tables(report):
     out = header_lines(report)
 
     def shown(row, s):
-        """The system whose cell is shown for `s`: its PASSIVE variant when that was faster."""
+        """The system whose cell is shown for `s`: its other wait policy's variant (PyTorch's
+        PASSIVE, tracecache's active) when that was faster."""
+        other = s + (ACTIVE if s == "tracecache" else PASSIVE)
         v = row.get(s, {}).get("median_ms")
-        p = row.get(s + PASSIVE, {}).get("median_ms")
-        return s + PASSIVE if p is not None and (v is None or p < v) else s
+        p = row.get(other, {}).get("median_ms")
+        return other if p is not None and (v is None or p < v) else s
 
     def ms(row, s):
         v = row.get(shown(row, s), {}).get("median_ms")
-        mark = "P" if shown(row, s) != s else ""
+        mark = ("A" if s == "tracecache" else "P") if shown(row, s) != s else ""
         return f"{v:{9 - len(mark)}.2f}{mark}" if v is not None else f"{'-':>9}"
 
     for t in report["tables"]:
@@ -692,6 +720,7 @@ def main(argv=None):
                    "min_steps": args.min_steps, "max_steps": args.max_steps,
                    "rounds": args.rounds, "warmup": args.warmup, "tc_warmup": args.tc_warmup,
                    "settle_s": args.settle, "torch_wait_policies": args.policy_list,
+                   "tc_wait_policies": args.tc_policy_list,
                    "seed": args.seed, "resolution": RESOLUTION, "seq_len": SEQ_LEN,
                    "quick": args.quick, "flop_source": f"tracecache {SIM_DEVICE} cost model"},
         "env": env,

@@ -727,16 +727,7 @@ def main(argv=None):
         "tables": results,
         "wall_s": time.perf_counter() - t_start,
     }
-    if args.json != "-":
-        print(tables(report), flush=True)
-    if args.json:
-        text = json.dumps(report, indent=1)
-        if args.json == "-":
-            print(text)
-        else:
-            with open(args.json, "w") as f:
-                f.write(text + "\n")
-            log(f"wrote {args.json}")
+    torch_peer.emit_report(report, tables, args.json)
     return 0
 
 

@@ -1189,17 +1189,23 @@ def main(argv=None):
         "geomean": geomeans(results, args.mode_list),
         "wall_s": time.perf_counter() - t_start,
     }
-    if args.json in (None,) or args.json != "-":
-        print(table(report), flush=True)
-    if args.json:
-        text = json.dumps(report, indent=1, sort_keys=False)
-        if args.json == "-":
+    emit_report(report, table, args.json)
+    return 0
+
+
+def emit_report(report, render, json_arg):
+    """Prints render(report) unless --json went to stdout (json_arg "-"), and the report as
+    JSON to stdout or to the file json_arg names (None: no JSON). Shared with side_by_side.py."""
+    if json_arg != "-":
+        print(render(report), flush=True)
+    if json_arg:
+        text = json.dumps(report, indent=1)
+        if json_arg == "-":
             print(text)
         else:
-            with open(args.json, "w") as f:
+            with open(json_arg, "w") as f:
                 f.write(text + "\n")
-            log(f"wrote {args.json}")
-    return 0
+            log(f"wrote {json_arg}")
 
 
 if __name__ == "__main__":

@@ -82,12 +82,24 @@ bool reads_directly(const Graph& graph, const Kernel& k, NodeId node, const std:
 
 }  // namespace
 
-bool onednn_conv_node(const Graph& graph, const Node& node) {
-  if (node.op != OpKind::kConv2d || node.dtype != DType::kF32) return false;
+namespace {
+
+bool f32_throughout(const Graph& graph, const Node& node) {
+  if (node.dtype != DType::kF32) return false;
   for (NodeId in : graph.inputs(node)) {
     if (graph.node(in).dtype != DType::kF32) return false;
   }
   return true;
+}
+
+}  // namespace
+
+bool onednn_conv_node(const Graph& graph, const Node& node) {
+  return node.op == OpKind::kConv2d && f32_throughout(graph, node);
+}
+
+bool onednn_matmul_node(const Graph& graph, const Node& node) {
+  return (node.op == OpKind::kMatmul || node.op == OpKind::kLinear) && f32_throughout(graph, node);
 }
 
 bool conv_batch_norm(const Graph& graph, NodeId bn, NodeId conv) {
@@ -198,7 +210,10 @@ Executable compile_graph(const Graph& graph, const GraphKey& key, std::string ba
       }
     } else {
       k.kind = Kernel::Kind::kOp;
-      if (options.onednn_conv && onednn_conv_node(graph, v)) k.library = Kernel::Library::kOneDnn;
+      if ((options.onednn_conv && onednn_conv_node(graph, v)) ||
+          (options.onednn_matmul && onednn_matmul_node(graph, v))) {
+        k.library = Kernel::Library::kOneDnn;
+      }
     }
     plan.kernels.push_back(std::move(k));
   }

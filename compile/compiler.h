@@ -13,7 +13,8 @@
 //     chain (compile/executable.h); backends/cpu/onednn_conv.h computes it bitwise as the
 //     kernels one by one would.
 //  2. Schedule. One kernel per remaining node, in the graph's (topological) node order; an f32
-//     conv2d kernel is marked for oneDNN when options.onednn_conv is set.
+//     conv2d kernel is marked for oneDNN when options.onednn_conv is set, an f32 matmul or linear
+//     kernel when options.onednn_matmul is set.
 //  3. Buffer plan. Parameters stay where the caller put them; each output gets its own buffer;
 //     every other value gets a range of one scratch arena. Ranges are assigned first-fit as the
 //     schedule runs and freed after their last reader, so values whose lifetimes do not overlap
@@ -33,13 +34,17 @@ namespace tracecache {
 // executable key, so a stale executable is never served (docs/architecture.md invariant 2).
 // 2: f32 conv2d kernels may be computed by oneDNN (Kernel::library).
 // 3: a oneDNN conv2d takes its batch_norm and elementwise epilogue into its kernel.
-inline constexpr uint32_t kCompilerVersion = 3;
+// 4: f32 matmul and linear kernels may be computed by oneDNN (Kernel::library).
+inline constexpr uint32_t kCompilerVersion = 4;
 
 struct CompileOptions {
   bool fuse = true;
   // f32 conv2d kernels are computed by oneDNN (Kernel::Library::kOneDnn) instead of the
   // backend's im2col + GEMM. Set by the backends that run on the cpu kernels (cpu, sim).
   bool onednn_conv = false;
+  // f32 matmul and linear kernels are computed by oneDNN's matmul primitive
+  // (Kernel::Library::kOneDnn) instead of OpenBLAS. Set by cpu and sim.
+  bool onednn_matmul = false;
   uint32_t compiler_version = kCompilerVersion;
 };
 
@@ -56,5 +61,9 @@ bool conv_batch_norm(const Graph& graph, NodeId bn, NodeId conv);
 // True if `node` of `graph` may be computed by oneDNN (Kernel::Library::kOneDnn): a conv2d whose
 // output and inputs are f32.
 bool onednn_conv_node(const Graph& graph, const Node& node);
+
+// True if `node` of `graph` may be computed by oneDNN's matmul (Kernel::Library::kOneDnn): a
+// matmul or linear whose output and inputs are f32.
+bool onednn_matmul_node(const Graph& graph, const Node& node);
 
 }  // namespace tracecache

@@ -2,10 +2,12 @@
 // executables read back from the cache (docs/architecture.md invariants 2, 5, 7).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 
 #include "compile/compiler.h"
 #include "backends/cpu/cpu_backend.h"
+#include "capture/trace/nn.h"
 #include "capture/trace/recording_executor.h"
 #include "compile/executable.h"
 #include "tests/test_graphs.h"
@@ -168,6 +170,48 @@ TEST(Executable, OneDnnIsRecordedForF32Conv2dOnly) {
     }
   }
   EXPECT_EQ(tampered.validate().code(), StatusCode::kCorruption);
+}
+
+// f32 matmul and linear go to oneDNN's matmul when the options ask for it; an integer matmul,
+// and any other op, never do; the choice survives serialization, and a tampered one (an i32
+// matmul or an elementwise kernel marked kOneDnn) fails validation.
+TEST(Executable, OneDnnIsRecordedForF32MatmulAndLinearOnly) {
+  CanonicalGraph g = graph_of([](Tensor x, Tensor w) {
+    Tensor xi = cast(x, DType::kI32), wi = cast(w, DType::kI32);
+    return std::vector<Tensor>{tanh(matmul(x, w)), linear(x, w, sum(w, {0})), matmul(xi, wi)};
+  });
+  auto onednn_ops = [&](const Executable& e) {
+    std::vector<std::pair<OpKind, DType>> ops;
+    for (const Kernel& k : e.kernel_plan()->kernels) {
+      if (k.library == Kernel::Library::kOneDnn) ops.emplace_back(e.graph.node(k.root).op, e.graph.node(k.root).dtype);
+    }
+    std::sort(ops.begin(), ops.end());
+    return ops;
+  };
+  EXPECT_TRUE(onednn_ops(compile(g)).empty()) << "oneDNN only when asked";
+  CompileOptions conv_only;
+  conv_only.onednn_conv = true;
+  EXPECT_TRUE(onednn_ops(compile(g, conv_only)).empty()) << "onednn_conv alone leaves matmul to BLAS";
+  CompileOptions o;
+  o.onednn_matmul = true;
+  const Executable exe = compile(g, o);
+  ASSERT_TRUE(exe.validate().is_ok()) << exe.validate().to_string();
+  std::vector<std::pair<OpKind, DType>> want{{OpKind::kMatmul, DType::kF32}, {OpKind::kLinear, DType::kF32}};
+  std::sort(want.begin(), want.end());
+  EXPECT_EQ(onednn_ops(exe), want);
+  Result<Executable> back = parse_executable(serialize_executable(exe));
+  ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+  EXPECT_EQ(back->kernel_plan()->kernels, exe.kernel_plan()->kernels);
+
+  size_t tampered_kernels = 0;
+  for (size_t i = 0; i < exe.kernel_plan()->kernels.size(); ++i) {
+    if (exe.kernel_plan()->kernels[i].library == Kernel::Library::kOneDnn) continue;
+    Executable tampered = exe;
+    tampered.kernel_plan()->kernels[i].library = Kernel::Library::kOneDnn;
+    EXPECT_EQ(tampered.validate().code(), StatusCode::kCorruption) << "kernel " << i;
+    ++tampered_kernels;
+  }
+  EXPECT_GE(tampered_kernels, 2u);  // at least the i32 matmul and the tanh
 }
 
 TEST(Executable, RandomByteFlipsNeverPassAsSomethingElse) {

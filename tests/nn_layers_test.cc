@@ -35,6 +35,7 @@
 #include "backends/cpu/cpu_kernels.h"
 #include "backends/cpu/cpu_threads.h"
 #include "backends/cpu/onednn_conv.h"
+#include "backends/cpu/onednn_matmul.h"
 #include "runtime/runtime.h"
 #include "store/sqlite/cache_db.h"
 #include "tests/backend_compare.h"
@@ -532,8 +533,9 @@ std::string describe(const OpInfo& op, const LayerCase& c) {
 // How the cpu side computes a case: the builtin kernels, or (conv2d) oneDNN.
 using CpuRun = std::function<void(const Graph&, NodeId, std::span<const HostBuffer* const>, HostBuffer&)>;
 
-// Runs one case through `run` (cpu::run_op unless given) and the reference; conv2d and linear
-// are compared with the GEMM bound (K from the weight), everything else bitwise.
+// Runs one case through `run` (cpu::run_op unless given) and the reference; conv2d, linear and
+// f32 matmul are compared with the GEMM bound (K from the weight, or a's last dim), everything
+// else bitwise.
 void check_layer(OpKind kind, const LayerCase& c, const CpuRun& run = cpu::run_op) {
   const OpInfo& op = op_info(kind);
   std::vector<AttrValue> attrs = attrs_for(op, c.attrs);
@@ -556,7 +558,7 @@ void check_layer(OpKind kind, const LayerCase& c, const CpuRun& run = cpu::run_o
   op.reference(in, g.attrs(g.node(node)), want);
   HostBuffer got = poisoned(type);
   run(g, node, in, got);
-  if (kind != OpKind::kConv2d && kind != OpKind::kLinear) {
+  if (kind != OpKind::kConv2d && kind != OpKind::kLinear && kind != OpKind::kMatmul) {
     EXPECT_TRUE(same_bits(got, want)) << describe(op, c);
     return;
   }
@@ -571,7 +573,8 @@ void check_layer(OpKind kind, const LayerCase& c, const CpuRun& run = cpu::run_o
   HostBuffer abs_ref(type.dtype, type.shape);
   op.reference(abs_in, g.attrs(g.node(node)), abs_ref);
   const Shape& ws = c.inputs[1].shape();
-  const int64_t k = kind == OpKind::kLinear ? ws[1] : ws[1] * ws[2] * ws[3];
+  const Shape& xs = c.inputs[0].shape();
+  const int64_t k = kind == OpKind::kMatmul ? xs[xs.rank() - 1] : kind == OpKind::kLinear ? ws[1] : ws[1] * ws[2] * ws[3];
   EXPECT_TRUE(within_gemm_bound(got, want, abs_ref, k)) << describe(op, c);
 }
 
@@ -652,6 +655,45 @@ TEST(NnCpu, Conv2dOnOneDnnMatchesReference) {
                                               << type_to_string({DType::kF32, cc.w});
                   if (!computed) cpu::run_op(g, node, in, out);
                 });
+  }
+}
+
+// f32 matmul (1-D operands, batches folded, broadcast or both batched) and linear (with and
+// without bias, any input rank) through oneDNN's matmul (backends/cpu/onednn_matmul.h): every
+// case with something to multiply is computed, within the GEMM bound; K = 0 and empty outputs
+// are declined (the builtin kernel's zero or bias fill).
+TEST(NnCpu, MatmulAndLinearOnOneDnnMatchReference) {
+  struct Case {
+    OpKind op;
+    Shape a, b;
+    bool bias;
+  };
+  const std::vector<Case> cases = {
+      {OpKind::kMatmul, {5, 7}, {7, 3}, false},        {OpKind::kMatmul, {7}, {7, 3}, false},
+      {OpKind::kMatmul, {5, 7}, {7}, false},           {OpKind::kMatmul, {7}, {7}, false},
+      {OpKind::kMatmul, {2, 3, 5, 7}, {7, 4}, false},  {OpKind::kMatmul, {2, 1, 5, 7}, {3, 7, 4}, false},
+      {OpKind::kMatmul, {5, 7}, {2, 7, 4}, false},     {OpKind::kMatmul, {4, 9, 16}, {4, 16, 9}, false},
+      {OpKind::kMatmul, {3, 7}, {7}, false},           {OpKind::kMatmul, {5, 0}, {0, 3}, false},
+      {OpKind::kMatmul, {0, 7}, {7, 3}, false},        {OpKind::kLinear, {5, 7}, {3, 7}, true},
+      {OpKind::kLinear, {5, 7}, {3, 7}, false},        {OpKind::kLinear, {2, 4, 7}, {6, 7}, true},
+      {OpKind::kLinear, {7}, {3, 7}, true},            {OpKind::kLinear, {4, 0}, {3, 0}, true},
+      {OpKind::kLinear, {64, 96}, {80, 96}, true},
+  };
+  cpu::OneDnnMatmuls matmuls;
+  std::mt19937_64 gen(7);
+  for (const Case& cc : cases) {
+    LayerCase c;
+    c.inputs.push_back(random_f32(cc.a, gen, false));
+    c.inputs.push_back(random_f32(cc.b, gen, false));
+    if (cc.bias) c.inputs.push_back(random_f32({cc.b[0]}, gen, false));
+    const int64_t k = cc.a[cc.a.rank() - 1];
+    const bool empty = k == 0 || cc.a.numel() == 0;
+    check_layer(cc.op, c, [&](const Graph& g, NodeId node, std::span<const HostBuffer* const> in, HostBuffer& out) {
+      EXPECT_TRUE(onednn_matmul_node(g, g.node(node)));
+      const bool computed = matmuls.run(hash_graph(g), g, node, in, out);
+      EXPECT_EQ(computed, !empty) << describe(op_info(cc.op), c);
+      if (!computed) cpu::run_op(g, node, in, out);
+    });
   }
 }
 

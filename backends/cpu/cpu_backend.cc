@@ -23,6 +23,7 @@ Result<Executable> CpuBackend::compile(const Graph& graph, const GraphKey& key,
   CompileOptions co;
   co.fuse = options_.fuse;
   co.onednn_conv = true;
+  co.onednn_matmul = true;
   co.compiler_version = compiler_version;
   return compile_graph(graph, key, std::string(name()), digest_, co);
 }
@@ -185,8 +186,12 @@ Result<std::vector<DeviceRef>> CpuBackend::run(const Executable& exe,
     }
     ins.clear();
     for (NodeId in : g.inputs(g.node(k.root))) ins.push_back(value[in]);
-    if (k.library == Kernel::Library::kOneDnn && onednn_.conv2d(exe.graph_key, g, k.root, ins, weight_of(k.root), *out)) {
-      return;
+    if (k.library == Kernel::Library::kOneDnn) {
+      const OpKind op = g.node(k.root).op;
+      if (op == OpKind::kConv2d ? onednn_.conv2d(exe.graph_key, g, k.root, ins, weight_of(k.root), *out)
+                                : onednn_matmuls_.run(exe.graph_key, g, k.root, ins, *out)) {
+        return;
+      }
     }
     cpu::run_op(g, k.root, ins, *out);
   };

@@ -16,7 +16,9 @@
 //   erf clamp
 //   broadcast_to                         tiled interpreter (a broadcast load)    bitwise
 //   matmul, f32 output                   OpenBLAS cblas_sgemm per batch (batch   TOLERANCE (*)
-//                                        folded into M when b has no batch)
+//                                        folded into M when b has no batch);
+//                                        executables and eager mode use oneDNN's
+//                                        matmul for f32 operands (onednn_matmul.h)
 //   matmul, i32/i64 output               reference kernel                        bitwise
 //   sum, mean, max                       [outer, len, inner] loops when the      bitwise
 //                                        reduced axes (ignoring size-1 dims)

@@ -12,7 +12,8 @@
 //                          (depthwise) as a direct loop: one pass per kernel
 //                          tap over the output plane, accumulating in f32
 //   linear                 cblas_sgemm with the weight transposed, bias as the  TOLERANCE (*)
-//                          initial C (beta = 1)
+//                          initial C (beta = 1); executables and eager mode use
+//                          oneDNN's matmul with the bias in it (onednn_matmul.h)
 //   max_pool2d avg_pool2d  per output row, one vectorizable pass per kernel tap  bitwise
 //                          over the outputs it reaches: each output sees its
 //                          cells in the reference's order (sums in double)

@@ -38,11 +38,16 @@ Result<BufferRef> CpuOpRunner::run_op(OpKind op, std::span<const BufferRef> inpu
   {
     ScopedTimer timer(metrics_, timers::kRun);
     cpu::bind_threads();
-    // f32 conv2d on oneDNN, as compiled replay runs it (the same primitive for the same shapes).
-    if (!onednn_conv_node(node_, node_.node(id)) ||
-        !onednn_.conv2d(hash_graph(node_), node_, id, ptrs, &inputs[1], *result)) {
-      cpu::run_op(node_, id, ptrs, *result);
+    // f32 conv2d, matmul and linear on oneDNN, as compiled replay runs them (the same
+    // primitive for the same shapes).
+    const Node& n = node_.node(id);
+    bool done = false;
+    if (onednn_conv_node(node_, n)) {
+      done = onednn_.conv2d(hash_graph(node_), node_, id, ptrs, &inputs[1], *result);
+    } else if (onednn_matmul_node(node_, n)) {
+      done = onednn_matmuls_.run(hash_graph(node_), node_, id, ptrs, *result);
     }
+    if (!done) cpu::run_op(node_, id, ptrs, *result);
   }
   return BufferRef(std::move(result));
 }

@@ -3,7 +3,7 @@
 // Each op runs as a one-node graph through cpu::run_op, the same kernels compiled replay uses
 // for unfused nodes, and an f32 conv2d through oneDNN as the cpu backend's executables run it
 // (backends/cpu/onednn_conv.h; the weights are reordered per op unless the same buffer comes
-// again); an elementwise op goes through the fused interpreter with one member,
+// again), an f32 matmul or linear through oneDNN's matmul likewise (onednn_matmul.h); an elementwise op goes through the fused interpreter with one member,
 // which is bitwise equal to a fused chain of the same ops (backends/cpu/cpu_kernels.h). So eager
 // results equal lazy and once results on the cpu backend bit for bit (invariant 4).
 //
@@ -14,6 +14,7 @@
 #pragma once
 
 #include "backends/cpu/onednn_conv.h"
+#include "backends/cpu/onednn_matmul.h"
 #include "capture/trace/eager.h"
 #include "capture/ir/graph.h"
 #include "capture/core/metrics.h"
@@ -31,6 +32,7 @@ class CpuOpRunner final : public OpRunner {
   Metrics* metrics_;
   Graph node_;  // parameters for the inputs, then the op; cleared per call, pools kept
   cpu::OneDnnConvs onednn_;
+  cpu::OneDnnMatmuls onednn_matmuls_;
 };
 
 }  // namespace tracecache

@@ -94,6 +94,7 @@ Result<Executable> SimBackend::compile(const Graph& graph, const GraphKey& key,
                                        uint32_t compiler_version) {
   CompileOptions co;
   co.onednn_conv = true;  // the cpu backend's lowering: sim computes with its kernels
+  co.onednn_matmul = true;
   co.compiler_version = compiler_version;
   return compile_graph(graph, key, std::string(name()), digest_, co);
 }

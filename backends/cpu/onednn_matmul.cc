@@ -1,0 +1,158 @@
+// oneDNN's matmul behind OneDnnMatmuls (onednn_matmul.h).
+#include "backends/cpu/onednn_matmul.h"
+
+#include <map>
+#include <new>
+#include <oneapi/dnnl/dnnl.hpp>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "backends/cpu/cpu_threads.h"
+
+namespace tracecache::cpu {
+
+namespace {
+
+using dnnl::memory;
+
+// Row-major strides of `dims`.
+memory::dims row_major(const memory::dims& dims) {
+  memory::dims strides(dims.size(), 1);
+  for (size_t i = dims.size(); i-- > 1;) strides[i - 1] = strides[i] * dims[i];
+  return strides;
+}
+
+// The primitive's view of one node: src x weights (+ bias) -> dst, all dims as oneDNN takes them.
+struct MatmulDims {
+  memory::dims src, weights, weights_strides, dst;
+  bool has_bias = false;
+  bool operator==(const MatmulDims&) const = default;
+};
+
+// The dims of matmul a x b -> out, or false when there is nothing to multiply.
+bool matmul_dims(const Shape& a, const Shape& b, const Shape& out, MatmulDims* d) {
+  Shape sa = a, sb = b;
+  if (sa.rank() == 1) sa.insert(0, 1);
+  if (sb.rank() == 1) sb.push_back(1);
+  const int ra = sa.rank(), rb = sb.rank();
+  const int64_t m = sa[ra - 2], k = sa[ra - 1], n = sb[rb - 1];
+  if (out.numel() == 0 || k == 0) return false;
+  if (rb == 2) {  // b unbatched: a's batches stacked along M, one GEMM
+    const int64_t rows = sa.numel() / k;
+    d->src = {rows, k};
+    d->weights = {k, n};
+    d->dst = {rows, n};
+  } else {
+    // Both padded with leading 1s to the output's batch rank; oneDNN broadcasts the 1s.
+    const int batch = std::max(ra, rb) - 2;
+    d->src.assign(static_cast<size_t>(batch - (ra - 2)), 1);
+    d->weights.assign(static_cast<size_t>(batch - (rb - 2)), 1);
+    d->dst.clear();
+    for (int i = 0; i < ra; ++i) d->src.push_back(sa[i]);
+    for (int i = 0; i < rb; ++i) d->weights.push_back(sb[i]);
+    for (int i = 0; i < batch; ++i) d->dst.push_back(std::max(d->src[static_cast<size_t>(i)], d->weights[static_cast<size_t>(i)]));
+    d->dst.push_back(m);
+    d->dst.push_back(n);
+  }
+  d->weights_strides = row_major(d->weights);
+  d->has_bias = false;
+  return true;
+}
+
+// The dims of linear with weight w [N, K] -> out (the input x [.., K] has out.numel() / N rows), or false when there is nothing to
+// multiply.
+bool linear_dims(const Shape& w, const Shape& out, bool has_bias, MatmulDims* d) {
+  const int64_t n = w[0], k = w[1];
+  if (out.numel() == 0 || k == 0) return false;
+  const int64_t rows = out.numel() / n;
+  d->src = {rows, k};
+  d->weights = {k, n};
+  d->weights_strides = {1, k};  // the weight [N, K] read transposed
+  d->dst = {rows, n};
+  d->has_bias = has_bias;
+  return true;
+}
+
+// One node's primitive and its memories (data handles set per run).
+struct Prepared {
+  MatmulDims dims;
+  int threads = 0;  // the OpenMP thread count it was made for
+  dnnl::matmul matmul;
+  memory src, weights, bias, dst, scratchpad;
+  std::unordered_map<int, memory> args;
+};
+
+}  // namespace
+
+struct OneDnnMatmuls::State {
+  dnnl::engine engine{dnnl::engine::kind::cpu, 0};
+  dnnl::stream stream{engine};
+  std::map<std::pair<GraphKey, NodeId>, std::unique_ptr<Prepared>> prepared;
+
+  std::unique_ptr<Prepared> prepare(const MatmulDims& d) {
+    auto p = std::make_unique<Prepared>();
+    p->dims = d;
+    const auto f32 = memory::data_type::f32;
+    const memory::desc src_md(d.src, f32, row_major(d.src)), w_md(d.weights, f32, d.weights_strides);
+    const memory::desc dst_md(d.dst, f32, row_major(d.dst));
+    const memory::desc bias_md = d.has_bias ? memory::desc({1, d.dst[1]}, f32, memory::dims{d.dst[1], 1})
+                                            : memory::desc();
+    dnnl::primitive_attr attr;
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src_md, w_md, bias_md, dst_md), attr, engine);
+    p->matmul = dnnl::matmul(pd);
+    p->src = memory(src_md, engine, DNNL_MEMORY_NONE);
+    p->weights = memory(w_md, engine, DNNL_MEMORY_NONE);
+    p->dst = memory(dst_md, engine, DNNL_MEMORY_NONE);
+    p->scratchpad = memory(pd.scratchpad_desc(), engine);
+    p->args = {{DNNL_ARG_SRC, p->src}, {DNNL_ARG_WEIGHTS, p->weights}, {DNNL_ARG_DST, p->dst},
+               {DNNL_ARG_SCRATCHPAD, p->scratchpad}};
+    if (d.has_bias) {
+      p->bias = memory(bias_md, engine, DNNL_MEMORY_NONE);
+      p->args.emplace(DNNL_ARG_BIAS, p->bias);
+    }
+    return p;
+  }
+};
+
+OneDnnMatmuls::OneDnnMatmuls() = default;
+OneDnnMatmuls::~OneDnnMatmuls() = default;
+
+bool OneDnnMatmuls::run(const GraphKey& key, const Graph& g, NodeId node, std::span<const HostBuffer* const> inputs,
+                        HostBuffer& out) {
+  const Node& n = g.node(node);
+  MatmulDims d;
+  const bool some = n.op == OpKind::kLinear
+                        ? linear_dims(inputs[1]->shape(), out.shape(), inputs.size() == 3, &d)
+                        : matmul_dims(inputs[0]->shape(), inputs[1]->shape(), out.shape(), &d);
+  if (!some) return false;
+  try {
+    if (!state_) state_ = std::make_unique<State>();
+    State& st = *state_;
+    const int threads = cpu::threads();
+    bind_threads();
+    std::unique_ptr<Prepared>& slot = st.prepared[{key, node}];
+    if (!slot || !(slot->dims == d) || slot->threads != threads) {
+      slot = st.prepare(d);
+      slot->threads = threads;
+    }
+    Prepared& p = *slot;
+    p.src.set_data_handle(const_cast<std::byte*>(inputs[0]->bytes()));
+    p.weights.set_data_handle(const_cast<std::byte*>(inputs[1]->bytes()));
+    if (d.has_bias) p.bias.set_data_handle(const_cast<std::byte*>(inputs[2]->bytes()));
+    p.dst.set_data_handle(out.bytes());
+    p.matmul.execute(st.stream, p.args);
+    st.stream.wait();
+    if (st.prepared.size() > kKeptPrimitives) st.prepared.clear();
+    return true;
+  } catch (const dnnl::error&) {
+    if (state_) state_->prepared.erase({key, node});
+    return false;
+  } catch (const std::bad_alloc&) {
+    if (state_) state_->prepared.erase({key, node});
+    return false;
+  }
+}
+
+}  // namespace tracecache::cpu

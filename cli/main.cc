@@ -28,11 +28,16 @@ namespace {
 // 5 than with sleeping members). Unless the user chose a policy (OMP_WAIT_POLICY or
 // GOMP_SPINCOUNT), idle members sleep at once. libgomp reads its environment while it loads,
 // before main, so the program runs itself again with the variable set (about 10 ms); if that
-// fails it goes on with libgomp's default.
+// fails it goes on with libgomp's default (and the variable unset again, so that what it
+// reports, bench --json's omp_wait_policy, stays true). Not under a tool that preloads itself
+// (LD_PRELOAD set: valgrind, whose /proc/self/exe is its own binary, so the exec would leave the
+// tool; sanitizer runtimes): there libgomp's default stays.
 void default_omp_wait_policy(char** argv) {
   if (std::getenv("OMP_WAIT_POLICY") != nullptr || std::getenv("GOMP_SPINCOUNT") != nullptr) return;
+  if (const char* preload = std::getenv("LD_PRELOAD"); preload != nullptr && *preload != '\0') return;
   if (setenv("OMP_WAIT_POLICY", "passive", 0) != 0) return;
   execv("/proc/self/exe", argv);
+  unsetenv("OMP_WAIT_POLICY");
 }
 
 std::string env(const char* name) {

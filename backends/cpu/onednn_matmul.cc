@@ -27,17 +27,15 @@ memory::dims row_major(const memory::dims& dims) {
 struct MatmulDims {
   memory::dims src, weights, weights_strides, dst;
   bool has_bias = false;
-  bool operator==(const MatmulDims&) const = default;
 };
 
-// The dims of matmul a x b -> out, or false when there is nothing to multiply.
-bool matmul_dims(const Shape& a, const Shape& b, const Shape& out, MatmulDims* d) {
+// The dims of matmul a x b -> out. REQUIRES: a non-empty out and K > 0.
+void matmul_dims(const Shape& a, const Shape& b, MatmulDims* d) {
   Shape sa = a, sb = b;
   if (sa.rank() == 1) sa.insert(0, 1);
   if (sb.rank() == 1) sb.push_back(1);
   const int ra = sa.rank(), rb = sb.rank();
   const int64_t m = sa[ra - 2], k = sa[ra - 1], n = sb[rb - 1];
-  if (out.numel() == 0 || k == 0) return false;
   if (rb == 2) {  // b unbatched: a's batches stacked along M, one GEMM
     const int64_t rows = sa.numel() / k;
     d->src = {rows, k};
@@ -57,26 +55,31 @@ bool matmul_dims(const Shape& a, const Shape& b, const Shape& out, MatmulDims* d
   }
   d->weights_strides = row_major(d->weights);
   d->has_bias = false;
-  return true;
 }
 
-// The dims of linear with weight w [N, K] -> out (the input x [.., K] has out.numel() / N rows), or false when there is nothing to
-// multiply.
-bool linear_dims(const Shape& w, const Shape& out, bool has_bias, MatmulDims* d) {
+// The dims of linear with weight w [N, K] -> out (the input x [.., K] has out.numel() / N rows).
+// REQUIRES: a non-empty out and K > 0.
+void linear_dims(const Shape& w, const Shape& out, bool has_bias, MatmulDims* d) {
   const int64_t n = w[0], k = w[1];
-  if (out.numel() == 0 || k == 0) return false;
   const int64_t rows = out.numel() / n;
   d->src = {rows, k};
   d->weights = {k, n};
   d->weights_strides = {1, k};  // the weight [N, K] read transposed
   d->dst = {rows, n};
   d->has_bias = has_bias;
-  return true;
 }
+
+// What a node's primitive was made for: its operands' and output's shapes (the primitive's dims
+// follow from them) and whether it has a bias.
+struct Operands {
+  Shape a, b, out;
+  bool has_bias = false;
+  bool operator==(const Operands&) const = default;
+};
 
 // One node's primitive and its memories (data handles set per run).
 struct Prepared {
-  MatmulDims dims;
+  Operands operands;
   int threads = 0;  // the OpenMP thread count it was made for
   dnnl::matmul matmul;
   memory src, weights, bias, dst, scratchpad;
@@ -92,7 +95,6 @@ struct OneDnnMatmuls::State {
 
   std::unique_ptr<Prepared> prepare(const MatmulDims& d) {
     auto p = std::make_unique<Prepared>();
-    p->dims = d;
     const auto f32 = memory::data_type::f32;
     const memory::desc src_md(d.src, f32, row_major(d.src)), w_md(d.weights, f32, d.weights_strides);
     const memory::desc dst_md(d.dst, f32, row_major(d.dst));
@@ -122,25 +124,32 @@ OneDnnMatmuls::~OneDnnMatmuls() = default;
 bool OneDnnMatmuls::run(const GraphKey& key, const Graph& g, NodeId node, std::span<const HostBuffer* const> inputs,
                         HostBuffer& out) {
   const Node& n = g.node(node);
-  MatmulDims d;
-  const bool some = n.op == OpKind::kLinear
-                        ? linear_dims(inputs[1]->shape(), out.shape(), inputs.size() == 3, &d)
-                        : matmul_dims(inputs[0]->shape(), inputs[1]->shape(), out.shape(), &d);
-  if (!some) return false;
+  const bool has_bias = n.op == OpKind::kLinear && inputs.size() == 3;
+  // K is a's last dim (after lifting a 1-D a, still its last).
+  if (out.numel() == 0 || inputs[0]->shape()[inputs[0]->shape().rank() - 1] == 0) return false;
+  const Operands operands{inputs[0]->shape(), inputs[1]->shape(), out.shape(), has_bias};
   try {
     if (!state_) state_ = std::make_unique<State>();
     State& st = *state_;
     const int threads = cpu::threads();
     bind_threads();
     std::unique_ptr<Prepared>& slot = st.prepared[{key, node}];
-    if (!slot || !(slot->dims == d) || slot->threads != threads) {
+    if (!slot || !(slot->operands == operands) || slot->threads != threads) {
+      // The dims (vectors) only when a primitive is made: a kept one is found by the shapes.
+      MatmulDims d;
+      if (n.op == OpKind::kLinear) {
+        linear_dims(operands.b, out.shape(), has_bias, &d);
+      } else {
+        matmul_dims(operands.a, operands.b, &d);
+      }
       slot = st.prepare(d);
+      slot->operands = operands;
       slot->threads = threads;
     }
     Prepared& p = *slot;
     p.src.set_data_handle(const_cast<std::byte*>(inputs[0]->bytes()));
     p.weights.set_data_handle(const_cast<std::byte*>(inputs[1]->bytes()));
-    if (d.has_bias) p.bias.set_data_handle(const_cast<std::byte*>(inputs[2]->bytes()));
+    if (has_bias) p.bias.set_data_handle(const_cast<std::byte*>(inputs[2]->bytes()));
     p.dst.set_data_handle(out.bytes());
     p.matmul.execute(st.stream, p.args);
     st.stream.wait();

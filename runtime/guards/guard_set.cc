@@ -206,40 +206,11 @@ GuardSet GuardSet::record(const CallArgs& args, const GuardEnvironment& env, std
 
 bool GuardSet::holds(const CallArgs& args, uint64_t options_digest) const {
   if (table_) return table_holds(args, options_digest);
-  // passes() for every check, each kind's comparison written out in one switch: this runs on
-  // every call of a compiled function. The checks before `c` passed (the counts, the rank), so
-  // its tensor and dim exist.
-  using Kind = GuardCheck::Kind;
-  const Tensor* tensors = args.tensors.data();
   for (const GuardCheck& c : checks_) {
-    switch (c.kind) {
-      case Kind::kSize:
-        if (static_cast<uint64_t>(tensors[c.arg].peek_shape()[static_cast<int>(c.dim)]) != c.expected) return false;
-        break;
-      case Kind::kDType:
-        if (static_cast<uint64_t>(tensors[c.arg].dtype()) != c.expected) return false;
-        break;
-      case Kind::kRank:
-        if (static_cast<uint64_t>(tensors[c.arg].rank()) != c.expected) return false;
-        break;
-      case Kind::kContiguous:  // HostBuffers are dense row-major
-        if (c.expected != 1) return false;
-        break;
-      case Kind::kDevice:  // host memory
-        if (c.expected != 0) return false;
-        break;
-      case Kind::kAliasOf: {
-        // The first argument sharing this one's data is `expected` (itself: none before it).
-        const void* p = tensors[c.arg].data_ptr()->identity();
-        if (c.expected > c.arg || tensors[c.expected].data_ptr()->identity() != p) return false;
-        for (uint64_t i = 0; i < c.expected; ++i) {
-          if (tensors[i].data_ptr()->identity() == p) return false;
-        }
-        break;
-      }
-      default:
-        if (!passes(c, args, options_digest)) return false;
-        break;
+    if (c.kind == GuardCheck::Kind::kSize) {  // most checks: inline
+      if (size_of(args, c.arg, c.dim) != c.expected) return false;
+    } else if (!passes(c, args, options_digest)) {
+      return false;
     }
   }
   return true;

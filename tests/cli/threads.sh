@@ -73,9 +73,12 @@ policy() {
 policy > "$TMP/p.default.json" || fail "bench --json exited $?"
 policy OMP_WAIT_POLICY=active > "$TMP/p.active.json" || fail "bench with OMP_WAIT_POLICY=active exited $?"
 policy GOMP_SPINCOUNT=1000 > "$TMP/p.spin.json" || fail "bench with GOMP_SPINCOUNT exited $?"
+# Under a tool that preloads itself (valgrind) the program does not run itself again.
+policy LD_PRELOAD=libm.so.6 > "$TMP/p.preload.json" || fail "bench with LD_PRELOAD exited $?"
 $PY - "$TMP" <<'PY' || fail "the wait policy, threads or BLAS reported by bench --json are wrong"
 import json, sys
-d = {k: json.load(open(f"{sys.argv[1]}/p.{k}.json")) for k in ("default", "active", "spin")}
+d = {k: json.load(open(f"{sys.argv[1]}/p.{k}.json")) for k in ("default", "active", "spin", "preload")}
+assert d["preload"]["omp_wait_policy"] == "", d["preload"]["omp_wait_policy"]
 assert d["default"]["omp_wait_policy"] == "passive", d["default"]["omp_wait_policy"]
 assert d["active"]["omp_wait_policy"] == "active", d["active"]["omp_wait_policy"]
 assert d["spin"]["omp_wait_policy"] == "", d["spin"]["omp_wait_policy"]

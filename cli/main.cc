@@ -111,7 +111,8 @@ int main(int argc, char** argv) {
   add_remote_options(run_cmd, run.remote);
   const std::string threads_help =
       "cpu: threads for OpenBLAS and the kernels' loops (default: $TRACECACHE_THREADS, else the CPUs "
-      "this process may run on); results do not depend on it";
+      "this process may run on, OpenMP); results are bitwise reproducible at a given count and agree "
+      "across counts within the documented matmul bound";
   run_cmd->add_option("--threads", run.threads, threads_help)->check(whole_number_in(1));
   run_cmd->add_flag("--no-cache", run.no_cache, "Compile in memory only; do not open the cache database");
   run_cmd->add_flag("--json", run.json,

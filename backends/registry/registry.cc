@@ -95,7 +95,7 @@ void register_builtin_backends(BackendRegistry& registry) {
   sim.usage = "sim:PRESET or sim:SPEC_FILE";
   for (const DeviceSpec& preset : device_presets()) sim.conformance_specs.push_back("sim:" + preset.name);
   // The numbers are the cpu kernels' at the process's thread count: `threads` is not applied,
-  // as before the registry (results do not depend on it).
+  // as before the registry (sim equals cpu bitwise when both run at the same count).
   sim.make = [](std::optional<std::string_view> options,
                 const BackendOptions&) -> Result<std::unique_ptr<Backend>> {
     Result<DeviceSpec> spec = resolve_device_spec(std::string(options.value_or("h100")));

@@ -214,30 +214,72 @@ TEST(Executable, OneDnnIsRecordedForF32MatmulAndLinearOnly) {
   EXPECT_GE(tampered_kernels, 2u);  // at least the i32 matmul and the tanh
 }
 
-TEST(Executable, RandomByteFlipsNeverPassAsSomethingElse) {
-  CanonicalGraph g = testing::fixture_graphs("attention.trace", 1).at(0);
-  CpuBackend cpu;
-  const Executable original = *cpu.compile(g.graph, g.key, kCompilerVersion);
-  const std::string blob = cpu.serialize(original);
-  // Parameters with recognizable values, and the original executable's outputs.
+// Parameters of `g` with recognizable values, on `cpu`.
+std::vector<DeviceRef> patterned_params(CpuBackend& cpu, const Graph& g) {
   std::vector<DeviceRef> params;
-  for (NodeId p : g.graph.params()) {
-    const Node& n = g.graph.node(p);
+  for (NodeId p : g.params()) {
+    const Node& n = g.node(p);
     HostBuffer b(n.dtype, n.shape);
     for (int64_t i = 0; i < b.numel(); ++i) {
       dispatch_dtype(n.dtype, [&]<typename T>() { b.data<T>()[i] = static_cast<T>((i % 7) * 0.25); });
     }
     params.push_back(*cpu.to_device(host_data(std::move(b))));
   }
-  auto checksums = [&](const Executable& e) {
-    std::vector<std::string> sums;
-    Result<std::vector<DeviceRef>> outs = cpu.run(e, params);
-    EXPECT_TRUE(outs.is_ok());
-    if (outs.is_ok()) {
-      for (const DeviceRef& d : *outs) sums.push_back(d->storage()->checksum());
-    }
-    return sums;
+  return params;
+}
+
+std::vector<std::string> output_checksums(CpuBackend& cpu, const Executable& e, std::span<const DeviceRef> params) {
+  std::vector<std::string> sums;
+  Result<std::vector<DeviceRef>> outs = cpu.run(e, params);
+  EXPECT_TRUE(outs.is_ok()) << outs.status().to_string();
+  if (outs.is_ok()) {
+    for (const DeviceRef& d : *outs) sums.push_back(d->storage()->checksum());
+  }
+  return sums;
+}
+
+// The backend keeps a run's scratch arena for the next run (cpu_backend.h): runs of executables
+// with larger and smaller arenas, in either order, compute what a fresh backend computes (an
+// arena range read before its kernel wrote it would show the previous run's bytes here).
+TEST(CpuBackend, KeptArenaGivesAFreshBackendsOutputs) {
+  struct Case {
+    Executable exe;
+    std::vector<DeviceRef> params;
+    std::vector<std::string> want;
   };
+  std::vector<Case> cases;
+  for (const std::string& name : testing::all_fixture_programs()) {
+    for (const CanonicalGraph& g : testing::fixture_graphs(name, 2)) {
+      CpuBackend fresh;
+      Case c{*fresh.compile(g.graph, g.key, kCompilerVersion), patterned_params(fresh, g.graph), {}};
+      c.want = output_checksums(fresh, c.exe, c.params);
+      cases.push_back(std::move(c));
+    }
+  }
+  ASSERT_GE(cases.size(), 10u);
+  uint64_t largest = 0, smallest = UINT64_MAX;
+  for (const Case& c : cases) {
+    largest = std::max(largest, c.exe.kernel_plan()->arena_bytes);
+    smallest = std::min(smallest, c.exe.kernel_plan()->arena_bytes);
+  }
+  ASSERT_LT(smallest, largest) << "the cases need arenas of different sizes";
+  CpuBackend shared;
+  for (int round = 0; round < 2; ++round) {
+    for (const Case& c : cases) EXPECT_EQ(output_checksums(shared, c.exe, c.params), c.want);
+    for (auto it = cases.rbegin(); it != cases.rend(); ++it) {
+      EXPECT_EQ(output_checksums(shared, it->exe, it->params), it->want);
+    }
+  }
+}
+
+TEST(Executable, RandomByteFlipsNeverPassAsSomethingElse) {
+  CanonicalGraph g = testing::fixture_graphs("attention.trace", 1).at(0);
+  CpuBackend cpu;
+  const Executable original = *cpu.compile(g.graph, g.key, kCompilerVersion);
+  const std::string blob = cpu.serialize(original);
+  // Parameters with recognizable values, and the original executable's outputs.
+  const std::vector<DeviceRef> params = patterned_params(cpu, g.graph);
+  auto checksums = [&](const Executable& e) { return output_checksums(cpu, e, params); };
   const std::vector<std::string> want = checksums(original);
   std::mt19937 rng(42);
   int accepted = 0;

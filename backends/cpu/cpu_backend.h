@@ -9,7 +9,10 @@
 // is a device slice (the kernels run on the host's threads; the device track is where they are
 // drawn) with a flow from the host, and the run a host slice "execute" naming its graph. With no
 // timeline the kernel loop costs one pointer test more.
-// Thread-safety: one thread at a time (run() allocates its own scratch arena per call).
+// Memory: the backend keeps the latest run's scratch arena (the executable's arena_bytes) for
+// the next run, which reuses it when it is large enough and otherwise frees it before
+// allocating a larger one; so between runs it holds at most the largest arena_bytes run so far.
+// Thread-safety: one thread at a time (run() takes the kept arena and gives it back).
 #pragma once
 
 #include "backends/backend.h"
@@ -54,6 +57,7 @@ class CpuBackend final : public Backend {
   CpuBackendOptions options_;
   std::string digest_;
   Timeline* timeline_ = nullptr;
+  HostBuffer arena_;  // the latest run's scratch arena, reused by the next (see the contract)
   cpu::OneDnnConvs onednn_;  // the kOneDnn kernels' primitives and kept weights
   cpu::OneDnnMatmuls onednn_matmuls_;  // the kOneDnn matmul and linear kernels' primitives
 };

@@ -263,6 +263,27 @@ TEST(CpuBackend, KeptArenaGivesAFreshBackendsOutputs) {
     smallest = std::min(smallest, c.exe.kernel_plan()->arena_bytes);
   }
   ASSERT_LT(smallest, largest) << "the cases need arenas of different sizes";
+  // Graphs whose arena is kept (cpu_backend.h: kKeptArenaBytes and up), run so that the kept
+  // arena serves, is too small, and is more than four times too large.
+  for (int64_t rows : {1024, 1536, 1024, 8192, 1024}) {
+    RecordingExecutor exec;
+    LazyContext ctx(&exec);
+    HostBuffer xb(DType::kF32, {rows, 16}), w1b(DType::kF32, {16, 1024}), w2b(DType::kF32, {1024, 16});
+    for (HostBuffer* b : {&xb, &w1b, &w2b}) {
+      for (int64_t i = 0; i < b->numel(); ++i) b->data<float>()[i] = static_cast<float>((i % 13) - 6) * 0.125f;
+    }
+    {
+      Tensor h = tanh(matmul(ctx.from_buffer(std::move(xb)), ctx.from_buffer(std::move(w1b))));
+      Tensor out = matmul(h, ctx.from_buffer(std::move(w2b)));
+      ctx.mark_step();
+    }
+    const CanonicalGraph& g = exec.graphs().at(0).graph;
+    CpuBackend fresh;
+    Case c{*fresh.compile(g.graph, g.key, kCompilerVersion), patterned_params(fresh, g.graph), {}};
+    ASSERT_GE(c.exe.kernel_plan()->arena_bytes, uint64_t{4} << 20);
+    c.want = output_checksums(fresh, c.exe, c.params);
+    cases.push_back(std::move(c));
+  }
   CpuBackend shared;
   for (int round = 0; round < 2; ++round) {
     for (const Case& c : cases) EXPECT_EQ(output_checksums(shared, c.exe, c.params), c.want);

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <new>
+
+#include <sys/mman.h>
 #include <typeinfo>
 
 #include "backends/cpu/cpu_kernels.h"
@@ -45,6 +47,27 @@ Result<Executable> CpuBackend::load(std::string_view bytes) {
   Status st = check_executable_target(*exe, *this);
   if (!st.is_ok()) return st;
   return exe;
+}
+
+CpuBackend::Arena::~Arena() { release(); }
+
+void CpuBackend::Arena::release() {
+  if (base_ != nullptr) munmap(base_, size_);
+  base_ = nullptr;
+  size_ = 0;
+}
+
+std::byte* CpuBackend::Arena::reserve(uint64_t bytes) {
+  // Kept while it is large enough and not more than four times what is needed.
+  if (base_ != nullptr && bytes <= size_ && bytes >= size_ / 4) return static_cast<std::byte*>(base_);
+  release();  // before mapping the new one, so the two never coexist
+  // The size comes from an executable (untrusted when loaded): bounded like any buffer.
+  if (bytes > physical_memory_bytes()) throw std::bad_alloc();
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) throw std::bad_alloc();
+  base_ = p;
+  size_ = bytes;
+  return static_cast<std::byte*>(base_);
 }
 
 namespace {
@@ -106,7 +129,8 @@ Result<std::vector<DeviceRef>> CpuBackend::run(const Executable& exe,
   // a fresh output buffer, or a donated parameter's own storage (written in place).
   // All of it is allocated before the first kernel, and running out of memory on the way is a
   // failed status: a failed run never wrote a donated parameter (Backend::run).
-  HostBuffer arena;
+  HostBuffer small_arena;  // this run's arena when it is not the kept one
+  std::byte* arena = nullptr;
   std::vector<HostBuffer> views;
   std::vector<const HostBuffer*> value;
   std::vector<BufferRef> outputs;
@@ -114,14 +138,12 @@ Result<std::vector<DeviceRef>> CpuBackend::run(const Executable& exe,
   std::vector<const HostBuffer*> ins;
   std::vector<const HostBuffer*> written_in_place;  // donated parameters' storage, told after the run
   try {
-    // The previous run's arena serves when it is large enough: a steady-state step then writes
-    // pages it already has instead of faulting in (and zeroing) fresh ones. Its old contents
-    // are never read: every arena range is written by its kernel before it is read.
-    if (arena_.bytes() != nullptr && arena_.nbytes() >= plan->arena_bytes) {
-      arena = std::move(arena_);
+    // A small arena is allocated per run (faulting it in costs little); a large one is kept.
+    if (plan->arena_bytes < kKeptArenaBytes) {
+      small_arena = HostBuffer(DType::kBool, Shape{static_cast<int64_t>(plan->arena_bytes)});
+      arena = small_arena.bytes();
     } else {
-      arena_ = HostBuffer();  // freed before the larger one is allocated
-      arena = HostBuffer(DType::kBool, Shape{static_cast<int64_t>(plan->arena_bytes)});
+      arena = arena_.reserve(plan->arena_bytes);
     }
     views.resize(g.size());
     value.assign(g.size(), nullptr);
@@ -132,7 +154,7 @@ Result<std::vector<DeviceRef>> CpuBackend::run(const Executable& exe,
       switch (s.kind) {
         case Slot::Kind::kParam: value[id] = params[s.index]->storage().get(); break;
         case Slot::Kind::kArena:
-          views[id] = HostBuffer::view(n.dtype, n.shape, arena.bytes() + s.offset);
+          views[id] = HostBuffer::view(n.dtype, n.shape, arena + s.offset);
           value[id] = &views[id];
           break;
         case Slot::Kind::kDonated: {
@@ -211,7 +233,6 @@ Result<std::vector<DeviceRef>> CpuBackend::run(const Executable& exe,
   if (timeline_ == nullptr || !timeline_->recording()) {
     for (const Kernel& k : plan->kernels) run_kernel(k);
     note_writes();
-    arena_ = std::move(arena);
     return result;
   }
   const int64_t run_start = timeline_->host_now_ps();
@@ -228,7 +249,6 @@ Result<std::vector<DeviceRef>> CpuBackend::run(const Executable& exe,
   }
   timeline_->record_run("execute", "cpu", run_start, timeline_->host_now_ps(), exe.graph_key);
   note_writes();
-  arena_ = std::move(arena);
   return result;
 }
 

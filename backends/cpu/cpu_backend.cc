@@ -49,9 +49,6 @@ Result<Executable> CpuBackend::load(std::string_view bytes) {
 
 namespace {
 
-// As HostBuffer's storage: every dtype's views at the plan's offsets stay aligned.
-constexpr std::align_val_t kArenaAlign{64};
-
 // The device token under which to_device() keeps its handle for a HostData (HostData::mirror).
 // A cpu device buffer is the host bytes themselves, so one handle serves every CpuBackend; the
 // runtime's tokens count up from 1 and never reach this one.
@@ -84,8 +81,6 @@ Result<DeviceRef> CpuBackend::to_device(const DataRef& data) {
   return std::make_shared<const DeviceBuffer>(std::move(host).value(), 0);
 }
 
-void CpuBackend::ArenaFree::operator()(std::byte* p) const { ::operator delete[](p, kArenaAlign); }
-
 Result<BufferRef> CpuBackend::to_host(const DeviceRef& device) { return device->read(); }
 
 Result<std::vector<DeviceRef>> CpuBackend::run(const Executable& exe,
@@ -111,6 +106,7 @@ Result<std::vector<DeviceRef>> CpuBackend::run(const Executable& exe,
   // a fresh output buffer, or a donated parameter's own storage (written in place).
   // All of it is allocated before the first kernel, and running out of memory on the way is a
   // failed status: a failed run never wrote a donated parameter (Backend::run).
+  HostBuffer arena;
   std::vector<HostBuffer> views;
   std::vector<const HostBuffer*> value;
   std::vector<BufferRef> outputs;
@@ -118,16 +114,7 @@ Result<std::vector<DeviceRef>> CpuBackend::run(const Executable& exe,
   std::vector<const HostBuffer*> ins;
   std::vector<const HostBuffer*> written_in_place;  // donated parameters' storage, told after the run
   try {
-    // The kept arena if it fits and is no more than twice the need (cpu_backend.h); else a new
-    // one, the old freed first. At least one byte, so views are never null.
-    const size_t need = std::max<size_t>(plan->arena_bytes, 1);
-    if (need > physical_memory_bytes()) throw std::bad_alloc();  // never touched: overcommit
-    if (need > arena_bytes_ || need < arena_bytes_ / 2) {
-      arena_.reset();
-      arena_bytes_ = 0;
-      arena_.reset(static_cast<std::byte*>(::operator new[](need, kArenaAlign)));
-      arena_bytes_ = need;
-    }
+    arena = HostBuffer(DType::kBool, Shape{static_cast<int64_t>(plan->arena_bytes)});
     views.resize(g.size());
     value.assign(g.size(), nullptr);
     outputs.resize(g.outputs().size());
@@ -137,7 +124,7 @@ Result<std::vector<DeviceRef>> CpuBackend::run(const Executable& exe,
       switch (s.kind) {
         case Slot::Kind::kParam: value[id] = params[s.index]->storage().get(); break;
         case Slot::Kind::kArena:
-          views[id] = HostBuffer::view(n.dtype, n.shape, arena_.get() + s.offset);
+          views[id] = HostBuffer::view(n.dtype, n.shape, arena.bytes() + s.offset);
           value[id] = &views[id];
           break;
         case Slot::Kind::kDonated: {

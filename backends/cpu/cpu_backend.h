@@ -9,15 +9,7 @@
 // is a device slice (the kernels run on the host's threads; the device track is where they are
 // drawn) with a flow from the host, and the run a host slice "execute" naming its graph. With no
 // timeline the kernel loop costs one pointer test more.
-// Scratch: run() places the executable's intermediates in one arena of the plan's peak size
-// (Executable's kernel plan), kept for the next run instead of freed: a fresh multi-megabyte
-// block is mmap'd, zero-filled and page-faulted in every step, and glibc gives it back to the
-// OS at the end of each. The arena is not zeroed (every kernel writes all of its output before
-// anything reads it). Bounded: one arena, replaced when a run needs more, or less than half.
-// Thread-safety: one thread at a time.
-#include <cstddef>
-#include <memory>
-
+// Thread-safety: one thread at a time (run() allocates its own scratch arena per call).
 #pragma once
 
 #include "backends/backend.h"
@@ -64,11 +56,6 @@ class CpuBackend final : public Backend {
   Timeline* timeline_ = nullptr;
   cpu::OneDnnConvs onednn_;  // the kOneDnn kernels' primitives and kept weights
   cpu::OneDnnMatmuls onednn_matmuls_;  // the kOneDnn matmul and linear kernels' primitives
-  struct ArenaFree {
-    void operator()(std::byte* p) const;
-  };
-  std::unique_ptr<std::byte[], ArenaFree> arena_;  // the latest run's scratch, uninitialized
-  size_t arena_bytes_ = 0;                         // its size
 };
 
 // Checks that `exe` was built for `backend` (name and options digest); kCorruption otherwise.

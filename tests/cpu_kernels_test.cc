@@ -29,6 +29,7 @@
 #include "capture/ops/ops.h"
 #include "capture/core/status.h"
 #include "backends/cpu/cpu_kernels.h"
+#include "backends/cpu/cpu_threads.h"
 #include "tests/attention_bound.h"
 
 namespace tracecache {
@@ -263,7 +264,11 @@ std::vector<OpCase> cases_for(const OpInfo& op) {
           {{2, 3, 4}, {0, 1}}, {{2, 3, 4}, {0, 2}},    {{2, 3, 4}, {}},      {{}, {}},
           {{5, 0, 3}, {1}},    {{0, 4}, {1}},          {{1000}, {0}},        {{2, 1, 3, 1, 4}, {1, 2}},
           {{2, 1, 3, 1, 4}, {0, 3, 4}}, {{4, 1}, {0}}, {{300, 300}, {1}},    {{300, 300}, {0}},
-          {{3, 700, 40}, {1}}, {{13, 9}, {1}}};
+          {{3, 700, 40}, {1}}, {{13, 9}, {1}},
+          // reduced axes that are not one run: batch-norm statistics (0, 2, 3) and the like
+          {{2, 3, 4, 5}, {0, 2, 3}}, {{2, 3, 4, 5}, {1, 3}}, {{2, 3, 4, 5}, {0, 1, 3}},
+          {{3, 1, 4, 1, 5}, {0, 4}}, {{0, 3, 2, 2}, {0, 2, 3}}, {{3, 0, 2, 2}, {0, 2, 3}},
+          {{8, 16, 30, 30}, {0, 2, 3}}, {{5, 9, 3, 300}, {0, 2}}, {{7, 300, 11, 5}, {0, 2}}};
       const std::vector<DType> dtypes = op.kind == OpKind::kSum ? kAll : kAll;
       for (DType t : dtypes) {
         for (const auto& [s, axes] : shapes) {
@@ -617,6 +622,34 @@ TEST(CpuKernels, EveryOpButParameterIsTested) {
   EXPECT_EQ(ops_with_kernels().size(), static_cast<size_t>(kOpCount - 1 - 17));
   EXPECT_EQ(kOpCount, 85);
   for (const std::string& name : ops_with_kernels()) EXPECT_FALSE(cases_for(*find_op(name)).empty()) << name;
+}
+
+// Reductions over every set of axes of thread-crossing shapes (size-1 dims among them), at one
+// and at two threads: bitwise the reference's result each time, so the same at both counts.
+TEST(CpuReduce, EveryAxisSetAtOneAndTwoThreads) {
+  const int saved = cpu::threads();
+  const std::vector<Shape> shapes = {{6, 20, 5, 120}, {2, 1, 300, 130}, {3, 4, 1, 5}};
+  for (int n : {1, 2}) {
+    cpu::set_threads(n);
+    for (const char* name : {"sum", "mean", "max", "min"}) {
+      const OpInfo& op = *find_op(name);
+      Rng rng(77);
+      for (DType t : {DType::kF32, DType::kI32}) {
+        for (const Shape& s : shapes) {
+          for (int mask = 0; mask < (1 << s.rank()); ++mask) {
+            IntList axes;
+            for (int d = 0; d < s.rank(); ++d) {
+              if (mask & (1 << d)) axes.push_back(d);
+            }
+            if (axes.empty()) continue;  // the empty list means every axis: covered by the full mask
+            const OpCase c{{{t, s}}, {{"axes", ints(axes)}, {"keepdim", flag(mask % 3 == 0)}}};
+            EXPECT_TRUE(check_case(op, c, rng)) << describe(op, c) << " rejected";
+          }
+        }
+      }
+    }
+  }
+  cpu::set_threads(saved);
 }
 
 // ---- fused chains -----------------------------------------------------------------------------

@@ -13,13 +13,13 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cassert>
 #include <climits>
 #include <cmath>
 #include <cstring>
 #include <deque>
 #include <limits>
-#include <optional>
 #include <type_traits>
 #include <unordered_map>
 #include <utility>
@@ -222,14 +222,23 @@ void binary_loop(const C* __restrict a, const C* __restrict b, R* __restrict o, 
   }
 }
 
+// where as a bit select, c ? a : b (ew::Where) without a branch: a mask from the 0/1 condition
+// byte picks the bits of a or of b, so GCC vectorizes it (it does not vectorize a select on a
+// bool load), and a random condition (relu's backward) costs no mispredicted branches. The
+// same bits as ew::Where.
 template <typename T>
-void where_loop(const bool* __restrict c, const T* __restrict a, const T* __restrict b,
+void where_loop(const uint8_t* __restrict c, const T* __restrict a, const T* __restrict b,
                 T* __restrict o, int64_t len) {
-  const ew::Where f{};
+  using U = std::conditional_t<sizeof(T) == 8, uint64_t, std::conditional_t<sizeof(T) == 4, uint32_t, uint8_t>>;
+  static_assert(sizeof(U) == sizeof(T));
+  auto select = [](uint8_t k, T x, T y) {
+    const U m = static_cast<U>(U{0} - static_cast<U>(k));
+    return std::bit_cast<T>(static_cast<U>((std::bit_cast<U>(x) & m) | (std::bit_cast<U>(y) & static_cast<U>(~m))));
+  };
   if (len == kTileElements) {
-    for (int64_t i = 0; i < kTileElements; ++i) o[i] = f(c[i], a[i], b[i]);
+    for (int64_t i = 0; i < kTileElements; ++i) o[i] = select(c[i], a[i], b[i]);
   } else {
-    for (int64_t i = 0; i < len; ++i) o[i] = f(c[i], a[i], b[i]);
+    for (int64_t i = 0; i < len; ++i) o[i] = select(c[i], a[i], b[i]);
   }
 }
 
@@ -269,7 +278,8 @@ void binary_tile(const Instr& ins, std::byte* const* regs, int64_t, int64_t len)
 
 template <typename T>
 void where_tile(const Instr& ins, std::byte* const* regs, int64_t, int64_t len) {
-  where_loop<T>(reg_in<bool>(regs, ins.src[0]), reg_in<T>(regs, ins.src[1]),
+  static_assert(sizeof(bool) == 1);  // a bool register holds bytes 0 and 1
+  where_loop<T>(reg_in<uint8_t>(regs, ins.src[0]), reg_in<T>(regs, ins.src[1]),
                 reg_in<T>(regs, ins.src[2]), reg_out<T>(regs, ins.dst), len);
 }
 
@@ -682,100 +692,150 @@ bool matmul_f32(const HostBuffer& a, const HostBuffer& b, HostBuffer& out) {
 
 // ---- reductions -------------------------------------------------------------------------------
 
-// The input of a reduction viewed as [outer, len, inner] with the reduced elements of each
-// output in the middle dim: possible when the reduced axes, ignoring dims of size 1, are one
-// consecutive run. Output j = o * inner + c reduces x[(o * len + r) * inner + c], r = 0..len-1,
-// and increasing r is the reference's (row-major) order.
+// The input of a reduction as two strided index spaces: the kept dims (row-major order of the
+// output) and the reduced dims (row-major order of the input: the reference's order), each with
+// size-1 dims dropped and neighbours merged. Output j, at kept offset k(j), reduces
+// x[k(j) + r(i)] for i = 0..count-1 in increasing i. Strides in elements.
 struct ReduceView {
-  int64_t outer = 1, len = 1, inner = 1;
+  int kept_rank = 0, reduced_rank = 0;
+  std::array<int64_t, kMaxRank> kept_dims{}, kept_strides{};
+  std::array<int64_t, kMaxRank> reduced_dims{}, reduced_strides{};
+  int64_t outputs = 1, count = 1;  // output elements; reduced elements per output
 };
 
-std::optional<ReduceView> reduce_view(const Shape& s, const IntList& axes) {
+ReduceView reduce_view(const Shape& s, const IntList& axes) {
   std::array<bool, kMaxRank> reduced{};
   for (int64_t a : axes) reduced[static_cast<size_t>(a)] = true;
-  int first = -1, last = -1;
-  for (int d = 0; d < s.rank(); ++d) {
-    if (s[d] != 1 && reduced[static_cast<size_t>(d)]) {
-      if (first < 0) first = d;
-      last = d;
-    }
-  }
+  const IntList strides = contiguous_strides(s);
   ReduceView v;
-  if (first < 0) {  // nothing to reduce but size-1 dims: a copy
-    v.outer = s.numel();
-    return v;
-  }
-  for (int d = first; d <= last; ++d) {
-    if (s[d] != 1 && !reduced[static_cast<size_t>(d)]) return std::nullopt;
-  }
+  int last = -1;  // whether the previous dim kept was reduced (1) or kept (0); -1 none yet
   for (int d = 0; d < s.rank(); ++d) {
-    int64_t& part = d < first ? v.outer : d <= last ? v.len : v.inner;
-    part *= s[d];
+    const bool r = reduced[static_cast<size_t>(d)];
+    (r ? v.count : v.outputs) *= s[d];
+    if (s[d] == 1) continue;
+    int& rank = r ? v.reduced_rank : v.kept_rank;
+    std::array<int64_t, kMaxRank>& dims = r ? v.reduced_dims : v.kept_dims;
+    std::array<int64_t, kMaxRank>& st = r ? v.reduced_strides : v.kept_strides;
+    if (last == static_cast<int>(r)) {  // the neighbour is in the same space: merge (contiguous)
+      dims[static_cast<size_t>(rank - 1)] *= s[d];
+      st[static_cast<size_t>(rank - 1)] = strides[d];
+    } else {
+      dims[static_cast<size_t>(rank)] = s[d];
+      st[static_cast<size_t>(rank)] = strides[d];
+      ++rank;
+    }
+    last = static_cast<int>(r);
   }
   return v;
 }
 
-// o[j] = finish(acc) where acc = step(...step(step(init, x_0), x_1)..., x_{len-1}) over the
-// elements reducing into j in increasing order: the reference's order for every output, so
-// order-sensitive accumulations (doubles, NaN handling) give the same bits.
+// o[j] = finish(acc) where acc = step(...step(step(init, x_0), x_1)..., x_{count-1}) over the
+// elements reducing into j in the reference's order, so order-sensitive accumulations (doubles,
+// NaN handling) give the same bits. Throughput comes from several outputs advancing together
+// (independent dependency chains, each still in its own order), never from reassociating one:
+// a block of up to 256 outputs adjacent in memory when the innermost input dim is kept
+// (vectorizable across the block), else 8 outputs whose innermost reduced runs are contiguous.
 template <typename T, typename R, typename Acc, typename Step, typename Finish>
 void reduce_in_order(const T* x, const ReduceView& v, R* o, Acc init, Step step, Finish finish) {
-  const int64_t len = v.len;
-  if (v.inner == 1) {
-    // One row per output. Eight rows advance together: eight independent dependency chains
-    // instead of one, each still in its own order.
-    parallel_chunks(v.outer, v.outer * len, [&](int64_t begin, int64_t end) {
-      constexpr int kRows = 8;
-      int64_t j = begin;
-      for (; j + kRows <= end; j += kRows) {
-        std::array<Acc, kRows> acc;
-        acc.fill(init);
-        const T* row = x + j * len;
-        for (int64_t r = 0; r < len; ++r) {
-          for (int q = 0; q < kRows; ++q) acc[q] = step(acc[q], row[q * len + r]);
-        }
-        for (int q = 0; q < kRows; ++q) o[j + q] = finish(acc[q]);
-      }
-      for (; j < end; ++j) {
-        Acc acc = init;
-        const T* row = x + j * len;
-        for (int64_t r = 0; r < len; ++r) acc = step(acc, row[r]);
-        o[j] = finish(acc);
-      }
-    });
+  if (v.outputs == 0) return;
+  if (v.count == 0) {
+    std::fill_n(o, v.outputs, finish(init));
     return;
   }
-  // Several outputs per row of `inner`: accumulate a block of them across r (vectorizable).
-  constexpr int64_t kBlock = 256;
-  const int64_t blocks = (v.inner + kBlock - 1) / kBlock;
-  parallel_chunks(v.outer * blocks, v.outer * len * v.inner, [&](int64_t begin, int64_t end) {
-    std::array<Acc, kBlock> acc;
-    for (int64_t item = begin; item < end; ++item) {
-      const int64_t outer = item / blocks, c0 = item % blocks * kBlock;
-      const int64_t cn = std::min(kBlock, v.inner - c0);
-      for (int64_t c = 0; c < cn; ++c) acc[static_cast<size_t>(c)] = init;
-      const T* base = x + outer * len * v.inner + c0;
-      for (int64_t r = 0; r < len; ++r) {
-        const T* row = base + r * v.inner;
-        for (int64_t c = 0; c < cn; ++c) acc[static_cast<size_t>(c)] = step(acc[static_cast<size_t>(c)], row[c]);
+  // Outputs: `rows` runs of `run` outputs along the innermost kept dim (stride `ks`).
+  const int kr = v.kept_rank;
+  const int64_t run = kr > 0 ? v.kept_dims[static_cast<size_t>(kr - 1)] : 1;
+  const int64_t ks = kr > 0 ? v.kept_strides[static_cast<size_t>(kr - 1)] : 0;
+  const int64_t rows = v.outputs / run;
+  // Reduced elements: `groups` runs of `len` along the innermost reduced dim (stride `rs`).
+  const int rr = v.reduced_rank;
+  const int64_t len = rr > 0 ? v.reduced_dims[static_cast<size_t>(rr - 1)] : 1;
+  const int64_t rs = rr > 0 ? v.reduced_strides[static_cast<size_t>(rr - 1)] : 0;
+  const int64_t groups = v.count / len;
+  const bool across = ks == 1;  // outputs adjacent in memory: vectorize across them
+  const int64_t block = across ? 256 : 8;
+  const int64_t blocks = (run + block - 1) / block;
+
+  // Offset of the first element of output row `row` (kept dims but the innermost).
+  auto row_offset = [&](int64_t row) {
+    int64_t off = 0;
+    for (int d = kr - 2; d >= 0; --d) {
+      const size_t u = static_cast<size_t>(d);
+      off += row % v.kept_dims[u] * v.kept_strides[u];
+      row /= v.kept_dims[u];
+    }
+    return off;
+  };
+  // Calls fn(offset) for each reduced run, in order; the odometer over the outer reduced dims.
+  auto for_each_group = [&](auto&& fn) {
+    std::array<int64_t, kMaxRank> idx{};
+    int64_t off = 0;
+    for (int64_t g = 0; g < groups; ++g) {
+      fn(off);
+      for (int d = rr - 2; d >= 0; --d) {
+        const size_t u = static_cast<size_t>(d);
+        off += v.reduced_strides[u];
+        if (++idx[u] < v.reduced_dims[u]) break;
+        off -= idx[u] * v.reduced_strides[u];
+        idx[u] = 0;
       }
-      R* out = o + outer * v.inner + c0;
-      for (int64_t c = 0; c < cn; ++c) out[c] = finish(acc[static_cast<size_t>(c)]);
+    }
+  };
+
+  parallel_chunks(rows * blocks, v.outputs * v.count, [&](int64_t begin, int64_t end) {
+    std::array<Acc, 256> acc;
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t row = item / blocks, c0 = item % blocks * block;
+      const int64_t cn = std::min(block, run - c0);
+      const T* base = x + row_offset(row) + c0 * ks;
+      R* out = o + row * run + c0;
+      if (across) {
+        for (int64_t c = 0; c < cn; ++c) acc[static_cast<size_t>(c)] = init;
+        for_each_group([&](int64_t off) {
+          for (int64_t r = 0; r < len; ++r) {
+            const T* p = base + off + r * rs;
+            for (int64_t c = 0; c < cn; ++c) acc[static_cast<size_t>(c)] = step(acc[static_cast<size_t>(c)], p[c]);
+          }
+        });
+        for (int64_t c = 0; c < cn; ++c) out[c] = finish(acc[static_cast<size_t>(c)]);
+        continue;
+      }
+      if (cn == 8) {  // eight chains, each over its own contiguous runs
+        assert(rs == 1);
+        constexpr int kChains = 8;
+        for (int q = 0; q < kChains; ++q) acc[static_cast<size_t>(q)] = init;
+        for_each_group([&](int64_t off) {
+          const T* p = base + off;
+          for (int64_t r = 0; r < len; ++r) {
+            for (int q = 0; q < kChains; ++q) {
+              acc[static_cast<size_t>(q)] = step(acc[static_cast<size_t>(q)], p[q * ks + r]);
+            }
+          }
+        });
+        for (int q = 0; q < kChains; ++q) out[q] = finish(acc[static_cast<size_t>(q)]);
+        continue;
+      }
+      for (int64_t q = 0; q < cn; ++q) {
+        Acc a = init;
+        for_each_group([&](int64_t off) {
+          const T* p = base + q * ks + off;
+          for (int64_t r = 0; r < len; ++r) a = step(a, p[r * rs]);
+        });
+        out[q] = finish(a);
+      }
     }
   });
 }
 
-// sum, mean, max or min on the fast path. False if the axes do not allow it.
-bool reduce_fast(OpKind op, const HostBuffer& x, const IntList& axes, HostBuffer& out) {
-  const std::optional<ReduceView> view = reduce_view(x.shape(), axes);
-  if (!view) return false;
-  const ReduceView v = *view;
+// sum, mean, max or min over any set of axes.
+void reduce_fast(OpKind op, const HostBuffer& x, const IntList& axes, HostBuffer& out) {
+  const ReduceView v = reduce_view(x.shape(), axes);
   if (op == OpKind::kSum && out.dtype() == DType::kF32) {
     // Sequential sum in double from +0.0, rounded once: as the reference.
     reduce_in_order(x.data<float>(), v, out.data<float>(), 0.0,
                     [](double acc, float e) { return acc + static_cast<double>(e); },
                     [](double acc) { return static_cast<float>(acc); });
-    return true;
+    return;
   }
   if (op == OpKind::kSum) {
     // bool, i32, i64 -> i64, wrapping (order-independent).
@@ -784,10 +844,10 @@ bool reduce_fast(OpKind op, const HostBuffer& x, const IntList& axes, HostBuffer
                       [](uint64_t acc, T e) { return acc + static_cast<uint64_t>(convert<int64_t>(e)); },
                       [](uint64_t acc) { return static_cast<int64_t>(acc); });
     });
-    return true;
+    return;
   }
   if (op == OpKind::kMean) {
-    const double count = static_cast<double>(v.len);
+    const double count = static_cast<double>(v.count);
     dispatch_dtype(x.dtype(), [&]<typename T>() {
       reduce_in_order(x.data<T>(), v, out.data<float>(), 0.0,
                       [](double acc, T e) { return acc + static_cast<double>(e); },
@@ -796,7 +856,7 @@ bool reduce_fast(OpKind op, const HostBuffer& x, const IntList& axes, HostBuffer
                                           : static_cast<float>(acc / count);
                       });
     });
-    return true;
+    return;
   }
   // max and min: the first NaN seen makes the result NaN, and each later NaN replaces it (as
   // the reference's `o = v` on NaN); otherwise the first of equal extremes stays (strict).
@@ -826,7 +886,6 @@ bool reduce_fast(OpKind op, const HostBuffer& x, const IntList& axes, HostBuffer
                     },
                     [](T acc) { return acc; });
   });
-  return true;
 }
 
 // argmax (kSmallest false) and argmin over `axis`: the index of the first extreme element, or
@@ -1021,8 +1080,8 @@ void run_op(const Graph& g, NodeId node, std::span<const HostBuffer* const> inpu
     case OpKind::kMean:
     case OpKind::kMax:
     case OpKind::kMin:
-      if (reduce_fast(n.op, *inputs[0], ReduceAttrs(attrs).axes(), out)) return;
-      break;
+      reduce_fast(n.op, *inputs[0], ReduceAttrs(attrs).axes(), out);
+      return;
     case OpKind::kArgmax:
       arg_extreme<false, false>(*inputs[0], static_cast<int>(ArgmaxAttrs(attrs).axis()), out);
       return;

@@ -20,11 +20,11 @@
 //                                        executables and eager mode use oneDNN's
 //                                        matmul for f32 operands (onednn_matmul.h)
 //   matmul, i32/i64 output               reference kernel                        bitwise
-//   sum, mean, max                       [outer, len, inner] loops when the      bitwise
-//                                        reduced axes (ignoring size-1 dims)
-//                                        are one consecutive run, same per-
+//   sum, mean, max, min                  loops over the kept and the reduced     bitwise
+//                                        dims (any axis set, merged), same per-
 //                                        output order (f32 in double, in index
-//                                        order); reference kernel otherwise
+//                                        order); several outputs' chains
+//                                        interleaved, never reassociated
 //   argmax                               [outer, len, inner] loops, vectorized   bitwise
 //                                        across `inner`
 //   reshape                              memcpy                                  bitwise

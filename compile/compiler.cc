@@ -102,6 +102,11 @@ bool onednn_matmul_node(const Graph& graph, const Node& node) {
   return (node.op == OpKind::kMatmul || node.op == OpKind::kLinear) && f32_throughout(graph, node);
 }
 
+bool onednn_conv_grad_node(const Graph& graph, const Node& node) {
+  return (node.op == OpKind::kConv2dInputGrad || node.op == OpKind::kConv2dWeightGrad) &&
+         f32_throughout(graph, node);
+}
+
 bool conv_batch_norm(const Graph& graph, NodeId bn, NodeId conv) {
   const Node& b = graph.node(bn);
   if (b.op != OpKind::kBatchNorm || b.shape.rank() != 4) return false;
@@ -211,7 +216,8 @@ Executable compile_graph(const Graph& graph, const GraphKey& key, std::string ba
     } else {
       k.kind = Kernel::Kind::kOp;
       if ((options.onednn_conv && onednn_conv_node(graph, v)) ||
-          (options.onednn_matmul && onednn_matmul_node(graph, v))) {
+          (options.onednn_matmul && onednn_matmul_node(graph, v)) ||
+          (options.onednn_conv_grad && onednn_conv_grad_node(graph, v))) {
         k.library = Kernel::Library::kOneDnn;
       }
     }

@@ -14,7 +14,8 @@
 //     kernels one by one would.
 //  2. Schedule. One kernel per remaining node, in the graph's (topological) node order; an f32
 //     conv2d kernel is marked for oneDNN when options.onednn_conv is set, an f32 matmul or linear
-//     kernel when options.onednn_matmul is set.
+//     kernel when options.onednn_matmul is set, an f32 conv2d_input_grad or conv2d_weight_grad
+//     kernel when options.onednn_conv_grad is set.
 //  3. Buffer plan. Parameters stay where the caller put them; each output gets its own buffer;
 //     every other value gets a range of one scratch arena. Ranges are assigned first-fit as the
 //     schedule runs and freed after their last reader, so values whose lifetimes do not overlap
@@ -35,7 +36,8 @@ namespace tracecache {
 // 2: f32 conv2d kernels may be computed by oneDNN (Kernel::library).
 // 3: a oneDNN conv2d takes its batch_norm and elementwise epilogue into its kernel.
 // 4: f32 matmul and linear kernels may be computed by oneDNN (Kernel::library).
-inline constexpr uint32_t kCompilerVersion = 4;
+// 5: f32 conv2d_input_grad and conv2d_weight_grad kernels may be computed by oneDNN.
+inline constexpr uint32_t kCompilerVersion = 5;
 
 struct CompileOptions {
   bool fuse = true;
@@ -45,6 +47,10 @@ struct CompileOptions {
   // f32 matmul and linear kernels are computed by oneDNN's matmul primitive
   // (Kernel::Library::kOneDnn) instead of OpenBLAS. Set by cpu and sim.
   bool onednn_matmul = false;
+  // f32 conv2d_input_grad and conv2d_weight_grad kernels are computed by oneDNN's backward
+  // convolution primitives (Kernel::Library::kOneDnn) instead of im2col + OpenBLAS. Set by cpu
+  // and sim.
+  bool onednn_conv_grad = false;
   uint32_t compiler_version = kCompilerVersion;
 };
 
@@ -65,5 +71,10 @@ bool onednn_conv_node(const Graph& graph, const Node& node);
 // True if `node` of `graph` may be computed by oneDNN's matmul (Kernel::Library::kOneDnn): a
 // matmul or linear whose output and inputs are f32.
 bool onednn_matmul_node(const Graph& graph, const Node& node);
+
+// True if `node` of `graph` may be computed by oneDNN's backward convolution primitives
+// (Kernel::Library::kOneDnn): a conv2d_input_grad or conv2d_weight_grad whose output and inputs
+// are f32.
+bool onednn_conv_grad_node(const Graph& graph, const Node& node);
 
 }  // namespace tracecache

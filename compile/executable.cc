@@ -149,8 +149,9 @@ Status KernelPlan::validate(const Graph& graph) const {
     } else if (kern.kind == Kernel::Kind::kOp) {
       if (!kern.members.empty()) return bad(fmt::format("kernel {} has members", k));
       if (kern.library == Kernel::Library::kOneDnn && !onednn_conv_node(graph, graph.node(root)) &&
-          !onednn_matmul_node(graph, graph.node(root))) {
-        return bad(fmt::format("kernel {} runs node {} on oneDNN, which computes f32 conv2d, matmul and linear only",
+          !onednn_matmul_node(graph, graph.node(root)) && !onednn_conv_grad_node(graph, graph.node(root))) {
+        return bad(fmt::format("kernel {} runs node {} on oneDNN, which computes f32 conv2d, its gradients, matmul "
+                               "and linear only",
                                k, root));
       }
       members = {root};

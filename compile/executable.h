@@ -24,7 +24,8 @@
 //    inputs. A kFused kernel computes `root` from the chain `members` (elementwise nodes, in
 //    topological order, ending with root): members other than root are kFused slots, and every
 //    input of a member that is not a member is read from its slot (a "leaf"). `library` says
-//    who computes a kernel: kOneDnn for a kOp f32 conv2d, matmul or linear, or for a kFused convolution epilogue
+//    who computes a kernel: kOneDnn for a kOp f32 conv2d, conv2d_input_grad, conv2d_weight_grad,
+//    matmul or linear, or for a kFused convolution epilogue
 //    (members: the f32 conv2d, then optionally a batch_norm whose input x it is, then an
 //    elementwise chain reading only the last of those two, ending at root; the conv2d and
 //    batch_norm are kFused slots unless root); kBuiltin for everything else.
@@ -65,7 +66,8 @@ struct Kernel {
   enum class Kind : uint8_t { kOp = 0, kFused = 1 };
   // Who computes a kernel: the backend's own kernels, or oneDNN's primitive (an f32 conv2d, as
   // a kOp kernel or at the head of a kFused convolution epilogue, CompileOptions::onednn_conv;
-  // an f32 matmul or linear as a kOp kernel, CompileOptions::onednn_matmul).
+  // an f32 matmul or linear as a kOp kernel, CompileOptions::onednn_matmul; an f32
+  // conv2d_input_grad or conv2d_weight_grad as a kOp kernel, CompileOptions::onednn_conv_grad).
   // Chosen when compiling, so an executable runs the same code wherever it is loaded.
   enum class Library : uint8_t { kBuiltin = 0, kOneDnn = 1 };
   Kind kind = Kind::kOp;

@@ -214,6 +214,52 @@ TEST(Executable, OneDnnIsRecordedForF32MatmulAndLinearOnly) {
   EXPECT_GE(tampered_kernels, 2u);  // at least the i32 matmul and the tanh
 }
 
+// f32 conv2d_input_grad and conv2d_weight_grad go to oneDNN's backward convolutions when the
+// options ask for it (onednn_conv alone does not move them); the choice survives
+// serialization, and a kernel of another op marked kOneDnn fails validation.
+TEST(Executable, OneDnnIsRecordedForF32ConvGradients) {
+  Graph g;
+  const NodeId gout = g.add_parameter({DType::kF32, {2, 4, 5, 5}});
+  const NodeId w = g.add_parameter({DType::kF32, {4, 3, 3, 3}});
+  const NodeId x = g.add_parameter({DType::kF32, {2, 3, 5, 5}});
+  auto attrs = [](IntList last) {
+    return std::vector<AttrValue>{AttrValue::of_ints({1, 1}), AttrValue::of_ints({1, 1}), AttrValue::of_ints({1, 1}),
+                                  AttrValue::of_int(1), AttrValue::of_ints(std::move(last))};
+  };
+  const NodeId dx = g.add_node(OpKind::kConv2dInputGrad, std::vector<NodeId>{gout, w}, attrs({5, 5}),
+                               {DType::kF32, {2, 3, 5, 5}});
+  const NodeId dw = g.add_node(OpKind::kConv2dWeightGrad, std::vector<NodeId>{gout, x}, attrs({3, 3}),
+                               {DType::kF32, {4, 3, 3, 3}});
+  const NodeId scaled = g.add_node(OpKind::kNeg, std::vector<NodeId>{dx}, {}, {DType::kF32, {2, 3, 5, 5}});
+  g.add_output(scaled);
+  g.add_output(dw);
+  const GraphKey key = hash_graph(g);
+  auto onednn_ops = [&](const Executable& e) {
+    std::vector<OpKind> ops;
+    for (const Kernel& k : e.kernel_plan()->kernels) {
+      if (k.library == Kernel::Library::kOneDnn) ops.push_back(e.graph.node(k.root).op);
+    }
+    return ops;
+  };
+  CompileOptions conv_only;
+  conv_only.onednn_conv = true;
+  conv_only.onednn_matmul = true;
+  EXPECT_TRUE(onednn_ops(compile_graph(g, key, "cpu", "digest", conv_only)).empty());
+  CompileOptions o = conv_only;
+  o.onednn_conv_grad = true;
+  const Executable exe = compile_graph(g, key, "cpu", "digest", o);
+  ASSERT_TRUE(exe.validate().is_ok()) << exe.validate().to_string();
+  EXPECT_EQ(onednn_ops(exe), (std::vector<OpKind>{OpKind::kConv2dInputGrad, OpKind::kConv2dWeightGrad}));
+  Result<Executable> back = parse_executable(serialize_executable(exe));
+  ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+  EXPECT_EQ(back->kernel_plan()->kernels, exe.kernel_plan()->kernels);
+  Executable tampered = exe;
+  for (Kernel& k : tampered.kernel_plan()->kernels) {
+    if (k.library == Kernel::Library::kBuiltin) k.library = Kernel::Library::kOneDnn;  // the neg
+  }
+  EXPECT_EQ(tampered.validate().code(), StatusCode::kCorruption);
+}
+
 // Parameters of `g` with recognizable values, on `cpu`.
 std::vector<DeviceRef> patterned_params(CpuBackend& cpu, const Graph& g) {
   std::vector<DeviceRef> params;

@@ -21,11 +21,15 @@
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/cpu_kernels.h"
 #include "backends/cpu/eager_runner.h"
+#include "backends/cpu/onednn_conv.h"
+#include "backends/sim/sim_backend.h"
 #include "capture/ir/graph.h"
+#include "capture/ir/hash.h"
 #include "capture/ops/ops.h"
 #include "capture/reference/reference.h"
 #include "capture/trace/autograd.h"
 #include "capture/trace/nn.h"
+#include "compile/compiler.h"
 #include "runtime/runtime.h"
 #include "tests/backend_compare.h"
 #include "tests/test_buffers.h"
@@ -62,8 +66,11 @@ struct PrimitiveCase {
   int64_t gemm_terms = 0;        // 0: compared bitwise; else the GEMM bound with this K
 };
 
-// Runs `c` through the reference and cpu::run_op and compares them.
-void check_primitive(const PrimitiveCase& c) {
+// Computes node `node` of `g` from `in` into `out`.
+using RunNode = std::function<void(const Graph& g, NodeId node, std::span<const HostBuffer* const> in, HostBuffer& out)>;
+
+// Runs `c` through the reference and `run` (by default cpu::run_op) and compares them.
+void check_primitive(const PrimitiveCase& c, const RunNode& run = {}) {
   const OpInfo& op = op_info(c.op);
   std::vector<TensorType> types;
   for (const HostBuffer& b : c.inputs) types.push_back({b.dtype(), b.shape()});
@@ -80,7 +87,11 @@ void check_primitive(const PrimitiveCase& c) {
   op.reference(in, g.attrs(g.node(node)), want);
   HostBuffer got(type->dtype, type->shape);
   for (float& v : got.span<float>()) v = 12345.0f;  // every element must be written
-  cpu::run_op(g, node, in, got);
+  if (run) {
+    run(g, node, in, got);
+  } else {
+    cpu::run_op(g, node, in, got);
+  }
   const std::string what = std::string(op.name) + " -> " + type_to_string(*type);
   if (c.gemm_terms == 0) {
     EXPECT_TRUE(testing::same_bits(got, want)) << what;
@@ -105,8 +116,8 @@ struct ConvConfig {
   int64_t groups;
 };
 
-TEST(GradNnCpu, ConvGradientsMatchReference) {
-  const std::vector<ConvConfig> configs = {
+const std::vector<ConvConfig>& conv_configs() {
+  static const std::vector<ConvConfig> configs = {
       {{2, 4, 7, 7}, {6, 2, 3, 3}, {2, 2}, {1, 1}, {1, 1}, 2},
       {{1, 3, 8, 9}, {4, 3, 3, 2}, {1, 2}, {2, 1}, {2, 2}, 1},
       {{2, 4, 6, 6}, {8, 1, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 4},   // depthwise, 2 per channel
@@ -116,9 +127,22 @@ TEST(GradNnCpu, ConvGradientsMatchReference) {
       {{3, 2, 11, 4}, {3, 2, 4, 4}, {3, 1}, {0, 2}, {2, 1}, 1},  // output rows skip input rows
       {{1, 2, 3, 3}, {2, 2, 3, 3}, {4, 4}, {1, 1}, {1, 1}, 1},   // stride larger than the input
       {{1, 1, 40, 40}, {2, 1, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1}, // 1600 output positions
+      {{2, 16, 9, 9}, {32, 16, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 1},  // oneDNN's blocked kernels
+      {{3, 16, 10, 10}, {16, 1, 3, 3}, {2, 2}, {1, 1}, {1, 1}, 16}, // depthwise 16, strided
+      {{2, 64, 6, 6}, {64, 2, 3, 3}, {1, 1}, {1, 1}, {1, 1}, 32},   // 32 groups (ResNeXt-like)
+      {{2, 8, 12, 12}, {16, 8, 1, 1}, {2, 2}, {0, 0}, {1, 1}, 1},   // 1x1 stride 2 (downsample)
+      {{2, 3, 13, 11}, {4, 3, 3, 3}, {3, 2}, {2, 1}, {1, 3}, 1},    // last window short of the padding
+      {{0, 3, 5, 5}, {2, 3, 3, 3}, {1, 1}, {0, 0}, {1, 1}, 1},      // empty batch
+      {{1, 3, 4, 4}, {0, 3, 3, 3}, {1, 1}, {0, 0}, {1, 1}, 1},      // no output channels
   };
+  return configs;
+}
+
+// Runs conv2d_input_grad and conv2d_weight_grad of every config through `run` (default
+// cpu::run_op) against the reference, within the GEMM bound.
+void check_conv_gradients(const RunNode& run = {}) {
   uint64_t seed = 1;
-  for (const ConvConfig& k : configs) {
+  for (const ConvConfig& k : conv_configs()) {
     std::vector<AttrValue> conv_attrs = {ints(k.stride), ints(k.padding), ints(k.dilation), num(k.groups)};
     Result<TensorType> y = infer_op(OpKind::kConv2d, std::vector<TensorType>{{DType::kF32, k.x}, {DType::kF32, k.w}},
                                     conv_attrs);
@@ -127,16 +151,109 @@ TEST(GradNnCpu, ConvGradientsMatchReference) {
     HostBuffer g = test::f32(gs, uniform_values(gs.numel(), seed++));
     HostBuffer w = test::f32(k.w, uniform_values(k.w.numel(), seed++));
     HostBuffer x = test::f32(k.x, uniform_values(k.x.numel(), seed++));
-    PrimitiveCase input_grad{OpKind::kConv2dInputGrad, {}, conv_attrs, (k.w[0] / k.groups) * k.w[2] * k.w[3]};
+    PrimitiveCase input_grad{OpKind::kConv2dInputGrad, {}, conv_attrs,
+                             std::max<int64_t>((k.w[0] / k.groups) * k.w[2] * k.w[3], 1)};
     input_grad.inputs.push_back(g.clone());
     input_grad.inputs.push_back(std::move(w));
     input_grad.attrs.push_back(ints({k.x[2], k.x[3]}));
-    check_primitive(input_grad);
-    PrimitiveCase weight_grad{OpKind::kConv2dWeightGrad, {}, conv_attrs, gs[0] * gs[2] * gs[3]};
+    check_primitive(input_grad, run);
+    PrimitiveCase weight_grad{OpKind::kConv2dWeightGrad, {}, conv_attrs, std::max<int64_t>(gs[0] * gs[2] * gs[3], 1)};
     weight_grad.inputs.push_back(std::move(g));
     weight_grad.inputs.push_back(std::move(x));
     weight_grad.attrs.push_back(ints({k.w[2], k.w[3]}));
-    check_primitive(weight_grad);
+    check_primitive(weight_grad, run);
+  }
+}
+
+TEST(GradNnCpu, ConvGradientsMatchReference) { check_conv_gradients(); }
+
+// The same through oneDNN's backward primitives (backends/cpu/onednn_conv.h), as executables and
+// eager mode run them: every config with something to compute is computed by oneDNN (groups,
+// depthwise, strides, dilation, padding, batches, pointwise), within the same bound; the empty
+// ones are declined (the builtin kernel's zeros).
+TEST(GradNnCpu, ConvGradientsOnOneDnnMatchReference) {
+  cpu::OneDnnConvs convs;
+  size_t computed = 0, declined = 0;
+  check_conv_gradients([&](const Graph& g, NodeId node, std::span<const HostBuffer* const> in, HostBuffer& out) {
+    EXPECT_TRUE(onednn_conv_grad_node(g, g.node(node)));
+    const bool empty = out.numel() == 0 || in[0]->numel() == 0 || in[1]->numel() == 0;
+    const bool done = convs.run(hash_graph(g), g, node, in, nullptr, out);
+    EXPECT_EQ(done, !empty) << op_info(g.node(node).op).name << " " << type_to_string({DType::kF32, in[0]->shape()})
+                            << " " << type_to_string({DType::kF32, in[1]->shape()});
+    ++(done ? computed : declined);
+    if (!done) cpu::run_op(g, node, in, out);
+  });
+  EXPECT_EQ(computed, 2 * (conv_configs().size() - 2));
+  EXPECT_EQ(declined, 4u);
+}
+
+// A graph of both gradients of one convolution (params grad_out, weight, x; outputs dx, dw):
+// the cpu backend's executable marks both kernels oneDNN (CompileOptions::onednn_conv_grad),
+// its outputs equal sim's and eager mode's (which run the same primitives) bitwise and the
+// reference within the GEMM bound. The empty batch is declined by oneDNN at run time and the
+// executable's kernels fall back to the builtin ones (zeros for dw).
+TEST(GradNnCpu, ConvGradientExecutablesRunOneDnnLikeEagerAndSim) {
+  const std::vector<ConvConfig> configs = {
+      {{2, 8, 9, 9}, {16, 4, 3, 3}, {2, 2}, {1, 1}, {1, 1}, 2},
+      {{3, 6, 7, 8}, {6, 1, 3, 3}, {1, 1}, {2, 2}, {2, 2}, 6},  // depthwise, dilated
+      {{0, 3, 5, 5}, {2, 3, 3, 3}, {1, 1}, {0, 0}, {1, 1}, 1},  // empty batch: the fallback
+  };
+  uint64_t seed = 300;
+  for (const ConvConfig& k : configs) {
+    std::vector<AttrValue> conv_attrs = {ints(k.stride), ints(k.padding), ints(k.dilation), num(k.groups)};
+    const Shape gs = infer_op(OpKind::kConv2d, std::vector<TensorType>{{DType::kF32, k.x}, {DType::kF32, k.w}},
+                              conv_attrs)
+                         .value_or_throw()
+                         .shape;
+    std::vector<AttrValue> in_attrs = conv_attrs, w_attrs = conv_attrs;
+    in_attrs.push_back(ints({k.x[2], k.x[3]}));
+    w_attrs.push_back(ints({k.w[2], k.w[3]}));
+    const std::vector<BufferRef> params = {testing::filled(DType::kF32, gs, seed++),
+                                           testing::filled(DType::kF32, k.w, seed++),
+                                           testing::filled(DType::kF32, k.x, seed++)};
+    Graph g;
+    std::vector<NodeId> p;
+    for (const BufferRef& b : params) p.push_back(g.add_parameter({DType::kF32, b->shape()}));
+    const TensorType dx_type{DType::kF32, k.x}, dw_type{DType::kF32, k.w};
+    const NodeId dx = g.add_node(OpKind::kConv2dInputGrad, std::vector<NodeId>{p[0], p[1]}, in_attrs, dx_type);
+    const NodeId dw = g.add_node(OpKind::kConv2dWeightGrad, std::vector<NodeId>{p[0], p[2]}, w_attrs, dw_type);
+    g.add_output(dx);
+    g.add_output(dw);
+    const std::string what = type_to_string(dx_type) + " " + type_to_string(dw_type);
+
+    CpuBackend cpu;
+    const Executable exe = cpu.compile(g, hash_graph(g), cpu.compiler_version()).value_or_throw();
+    ASSERT_TRUE(exe.validate().is_ok()) << exe.validate().to_string();
+    size_t onednn = 0;
+    for (const Kernel& kern : exe.kernel_plan()->kernels) onednn += kern.library == Kernel::Library::kOneDnn;
+    EXPECT_EQ(onednn, 2u) << what;
+
+    const std::vector<BufferRef> got = testing::run_on(cpu, g, params);
+    SimBackend sim(*find_device_preset("a100"));
+    const std::vector<BufferRef> on_sim = testing::run_on(sim, g, params);
+    CpuOpRunner eager;
+    const std::vector<BufferRef> eager_out = {
+        eager.run_op(OpKind::kConv2dInputGrad, std::vector<BufferRef>{params[0], params[1]}, in_attrs, dx_type)
+            .value_or_throw(),
+        eager.run_op(OpKind::kConv2dWeightGrad, std::vector<BufferRef>{params[0], params[2]}, w_attrs, dw_type)
+            .value_or_throw()};
+    for (size_t o = 0; o < 2; ++o) {
+      EXPECT_TRUE(testing::same_bits(*on_sim[o], *got[o])) << what << " output " << o << ": sim vs cpu";
+      EXPECT_TRUE(testing::same_bits(*eager_out[o], *got[o])) << what << " output " << o << ": eager vs cpu";
+      const NodeId node = g.outputs()[o];
+      const Node& n = g.node(node);
+      const std::vector<const HostBuffer*> in = {params[0].get(), params[o + 1].get()};
+      HostBuffer want(n.dtype, n.shape);
+      op_info(n.op).reference(in, g.attrs(n), want);
+      HostBuffer abs0 = params[0]->clone(), abs1 = params[o + 1]->clone();
+      for (float& v : abs0.span<float>()) v = std::fabs(v);
+      for (float& v : abs1.span<float>()) v = std::fabs(v);
+      HostBuffer abs_ref(n.dtype, n.shape);
+      op_info(n.op).reference(std::vector<const HostBuffer*>{&abs0, &abs1}, g.attrs(n), abs_ref);
+      const int64_t terms = o == 0 ? k.w[0] / k.groups * k.w[2] * k.w[3] : gs[0] * gs[2] * gs[3];
+      EXPECT_TRUE(testing::within_gemm_bound(*got[o], want, abs_ref, std::max<int64_t>(terms, 1)))
+          << what << " output " << o;
+    }
   }
 }
 

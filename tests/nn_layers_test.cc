@@ -650,7 +650,7 @@ TEST(NnCpu, Conv2dOnOneDnnMatchesReference) {
     const bool empty = cc.x[0] == 0 || cc.x[1] == 0 || cc.w[0] == 0;
     check_layer(OpKind::kConv2d, conv_case(cc, gen),
                 [&](const Graph& g, NodeId node, std::span<const HostBuffer* const> in, HostBuffer& out) {
-                  const bool computed = convs.conv2d(hash_graph(g), g, node, in, nullptr, out);
+                  const bool computed = convs.run(hash_graph(g), g, node, in, nullptr, out);
                   EXPECT_EQ(computed, !empty) << type_to_string({DType::kF32, cc.x}) << " "
                                               << type_to_string({DType::kF32, cc.w});
                   if (!computed) cpu::run_op(g, node, in, out);
@@ -717,7 +717,7 @@ TEST(NnCpu, OneDnnConvReordersWeightsOfANewBufferOrVersion) {
     const std::vector<const HostBuffer*> in{&x, w.get()};
     HostBuffer want(out_type.dtype, out_type.shape), got = poisoned(out_type);
     op_info(OpKind::kConv2d).reference(in, g.attrs(g.node(node)), want);
-    ASSERT_TRUE(convs.conv2d(key, g, node, in, &w, got)) << what;
+    ASSERT_TRUE(convs.run(key, g, node, in, &w, got)) << what;
     HostBuffer abs_x = x.clone(), abs_w = w->clone();
     for (float& v : abs_x.span<float>()) v = std::fabs(v);
     for (float& v : abs_w.span<float>()) v = std::fabs(v);

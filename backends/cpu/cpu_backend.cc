@@ -26,6 +26,7 @@ Result<Executable> CpuBackend::compile(const Graph& graph, const GraphKey& key,
   co.fuse = options_.fuse;
   co.onednn_conv = true;
   co.onednn_matmul = true;
+  co.onednn_conv_grad = true;
   co.compiler_version = compiler_version;
   return compile_graph(graph, key, std::string(name()), digest_, co);
 }
@@ -200,7 +201,8 @@ Result<std::vector<DeviceRef>> CpuBackend::run(const Executable& exe,
   // The kernels run last; nothing below returns a failure.
   auto run_kernel = [&](const Kernel& k) {
     auto* out = const_cast<HostBuffer*>(value[k.root]);
-    // A parameter weight of a oneDNN conv2d keeps its reordered copy across runs, tied to its owner.
+    // A parameter weight of a oneDNN conv2d or conv2d_input_grad (input 1) keeps its reordered
+    // copy across runs, tied to its owner.
     auto weight_of = [&](NodeId conv) {
       const Slot& w = plan->slots[g.inputs(g.node(conv))[1]];
       return w.kind == Slot::Kind::kParam ? &params[w.index]->storage() : nullptr;
@@ -218,10 +220,11 @@ Result<std::vector<DeviceRef>> CpuBackend::run(const Executable& exe,
     for (NodeId in : g.inputs(g.node(k.root))) ins.push_back(value[in]);
     if (k.library == Kernel::Library::kOneDnn) {
       const OpKind op = g.node(k.root).op;
-      if (op == OpKind::kConv2d ? onednn_.conv2d(exe.graph_key, g, k.root, ins, weight_of(k.root), *out)
-                                : onednn_matmuls_.run(exe.graph_key, g, k.root, ins, *out)) {
-        return;
-      }
+      const bool done = op == OpKind::kMatmul || op == OpKind::kLinear
+                            ? onednn_matmuls_.run(exe.graph_key, g, k.root, ins, *out)
+                            : onednn_.run(exe.graph_key, g, k.root, ins,
+                                          op == OpKind::kConv2dWeightGrad ? nullptr : weight_of(k.root), *out);
+      if (done) return;
     }
     cpu::run_op(g, k.root, ins, *out);
   };

@@ -1,7 +1,7 @@
 // The `cpu` backend: runs executables on the host with the kernels of backends/cpu/cpu_kernels.h
-// (fused elementwise chains, BLAS GEMM, reductions), and f32 conv2d, matmul and linear with
-// oneDNN (backends/cpu/onednn_conv.h, onednn_matmul.h): the compiler marks those kernels
-// (CompileOptions::onednn_conv and onednn_matmul, always set here), so the choice is part of the executable and of the compiler version. Device buffers are host memory (device
+// (fused elementwise chains, BLAS GEMM, reductions), and f32 conv2d, its gradients, matmul and
+// linear with oneDNN (backends/cpu/onednn_conv.h, onednn_matmul.h): the compiler marks those
+// kernels (CompileOptions::onednn_conv, onednn_conv_grad and onednn_matmul, always set here), so the choice is part of the executable and of the compiler version. Device buffers are host memory (device
 // token 0), so the copies share buffers instead of copying, and a donated output whose
 // parameter the caller gave up is written into that parameter's buffer (no second buffer). Results equal the reference evaluator bitwise except
 // where cpu_kernels.h documents a tolerance (GEMM's summation order).
@@ -83,7 +83,7 @@ class CpuBackend final : public Backend {
     uint64_t size_ = 0;
   };
   Arena arena_;
-  cpu::OneDnnConvs onednn_;  // the kOneDnn kernels' primitives and kept weights
+  cpu::OneDnnConvs onednn_;  // the kOneDnn convolution kernels' primitives and kept weights
   cpu::OneDnnMatmuls onednn_matmuls_;  // the kOneDnn matmul and linear kernels' primitives
 };
 

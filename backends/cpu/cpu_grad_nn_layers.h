@@ -18,6 +18,10 @@
 //   avg_pool2d_grad
 //   adaptive_avg_pool2d_grad
 //
+// Executables and eager mode compute f32 conv2d_input_grad and conv2d_weight_grad with oneDNN's
+// backward convolutions instead (backends/cpu/onednn_conv.h, within the same bound); the
+// kernels here are for what oneDNN declines (empty operands, errors) and for direct callers.
+//
 // (*) The GEMM bound of cpu_nn_layers.h, |cpu - ref| <= (K + 3) 2^-24 sum |terms| + one f32
 // ulp, with K the number of terms of one result element: (out channels per group) x kh x kw
 // for conv2d_input_grad, N x OH x OW for conv2d_weight_grad.

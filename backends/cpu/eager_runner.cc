@@ -38,12 +38,14 @@ Result<BufferRef> CpuOpRunner::run_op(OpKind op, std::span<const BufferRef> inpu
   {
     ScopedTimer timer(metrics_, timers::kRun);
     cpu::bind_threads();
-    // f32 conv2d, matmul and linear on oneDNN, as compiled replay runs them (the same
-    // primitive for the same shapes).
+    // f32 conv2d, its gradients, matmul and linear on oneDNN, as compiled replay runs them
+    // (the same primitive for the same shapes).
     const Node& n = node_.node(id);
     bool done = false;
-    if (onednn_conv_node(node_, n)) {
-      done = onednn_.conv2d(hash_graph(node_), node_, id, ptrs, &inputs[1], *result);
+    if (onednn_conv_node(node_, n) || onednn_conv_grad_node(node_, n)) {
+      // Input 1 is the weight of conv2d and conv2d_input_grad: its reordered copy is kept.
+      done = onednn_.run(hash_graph(node_), node_, id, ptrs, op == OpKind::kConv2dWeightGrad ? nullptr : &inputs[1],
+                         *result);
     } else if (onednn_matmul_node(node_, n)) {
       done = onednn_matmuls_.run(hash_graph(node_), node_, id, ptrs, *result);
     }

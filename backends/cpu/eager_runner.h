@@ -1,7 +1,7 @@
 // CpuOpRunner: eager mode on the cpu backend's kernels (capture/trace/eager.h).
 //
 // Each op runs as a one-node graph through cpu::run_op, the same kernels compiled replay uses
-// for unfused nodes, and an f32 conv2d through oneDNN as the cpu backend's executables run it
+// for unfused nodes, and an f32 conv2d or conv2d gradient through oneDNN as the cpu backend's executables run it
 // (backends/cpu/onednn_conv.h; the weights are reordered per op unless the same buffer comes
 // again), an f32 matmul or linear through oneDNN's matmul likewise (onednn_matmul.h); an elementwise op goes through the fused interpreter with one member,
 // which is bitwise equal to a fused chain of the same ops (backends/cpu/cpu_kernels.h). So eager

@@ -2,15 +2,15 @@
 #include "backends/cpu/onednn_conv.h"
 
 #include <atomic>
-#include <map>
 #include <mutex>
-#include <optional>
+#include <new>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <unordered_map>
 #include <utility>
 
 #include "backends/cpu/cpu_kernels.h"
 #include "backends/cpu/cpu_threads.h"
+#include "backends/cpu/onednn_kept.h"
 #include "capture/ops/attr_views.h"
 #include "capture/ops/nn_numerics.h"
 #include "capture/ops/nn_windows.h"
@@ -103,186 +103,359 @@ void nhwc_to_nchw_batch_norm(const float* src, float* dst, int64_t n, int64_t c,
   });
 }
 
-}  // namespace
+// A 1x1, stride-1, ungrouped, unpadded convolution is one GEMM per image on NCHW data: asked
+// for NCHW, oneDNN runs it (and its gradients) as that GEMM (x64:gemm:jit) with no reorder of
+// the activations before and after, which costs less than its NHWC kernel plus the two reorders
+// (bench/results/conv-epilogue-2026-11-23.md). Other shapes take oneDNN's layout.
+Tag activation_tag(const nn::ConvShape& s) {
+  const bool pointwise = s.kh == 1 && s.kw == 1 && s.sh == 1 && s.sw == 1 && s.groups == 1 && s.ph == 0 && s.pw == 0;
+  return pointwise ? Tag::nchw : Tag::any;
+}
 
-// A fused kernel's batch_norm: its per-channel constants, as the builtin kernel computes them.
-struct OneDnnConvs::BatchNorm {
-  std::vector<nn::BatchNormChannel> channels;
-};
+// The memory descriptors and geometry oneDNN takes for a convolution of shape `s`: the tensors
+// as the graph holds them (row-major NCHW, OIHW or GOIHW) and as the primitive may take them.
+struct ConvDescs {
+  memory::desc user_src, user_weights, user_dst;  // the graph's layouts
+  memory::desc src, weights, dst;                 // the primitive's choice (any) or NCHW
+  memory::dims strides, dilates, pad_l, pad_r;
 
-// One conv2d node's primitive, its memories and (for a parameter weight) the kept weights.
-struct Prepared {
-  nn::ConvShape shape{};
-  bool has_bias = false;
-  int threads = 0;  // the OpenMP thread count it was made for
-  dnnl::convolution_forward conv;
-  // The tensors as the graph holds them (row-major NCHW, OIHW or GOIHW); data set per run.
-  memory user_src, user_weights, user_dst, bias;
-  // In the primitive's layout; equal to the user memory (no reorder) when the layouts agree.
-  memory src, weights, dst;
-  bool reorder_src = false, reorder_weights = false, reorder_dst = false;
-  bool dst_nhwc = false;  // the primitive writes NHWC (a fused batch_norm transposes it itself)
-  dnnl::reorder src_in, weights_in, dst_out;
-  memory scratchpad;
-  std::unordered_map<int, memory> args;  // the primitive's arguments: handles to the above
-  // The weight buffer the kept `weights` were reordered from, and its written version then.
-  std::weak_ptr<const HostBuffer> weight_owner;
-  const HostBuffer* watched = nullptr;
-  uint64_t weight_version = 0;
-  bool weights_ready = false;
-
-  ~Prepared() { unwatch(); }
-  void unwatch() {
-    if (watched != nullptr) written_versions().unwatch(watched);
-    watched = nullptr;
-    weights_ready = false;
-  }
-};
-
-struct OneDnnConvs::State {
-  dnnl::engine engine{dnnl::engine::kind::cpu, 0};
-  dnnl::stream stream{engine};
-  std::map<std::pair<GraphKey, NodeId>, std::unique_ptr<Prepared>> prepared;
-  uint64_t kept_bytes = 0;
-
-  std::unique_ptr<Prepared> prepare(const nn::ConvShape& s, bool has_bias) {
-    auto p = std::make_unique<Prepared>();
-    p->shape = s;
-    p->has_bias = has_bias;
+  explicit ConvDescs(const nn::ConvShape& s) {
     const memory::dims src_dims{s.n, s.c, s.h, s.w}, dst_dims{s.n, s.o, s.oh, s.ow};
     const bool grouped = s.groups > 1;
     const memory::dims w_dims = grouped ? memory::dims{s.groups, s.o / s.groups, s.cg, s.kh, s.kw}
                                         : memory::dims{s.o, s.cg, s.kh, s.kw};
     const auto f32 = memory::data_type::f32;
-    const memory::desc user_src_md(src_dims, f32, Tag::nchw), user_dst_md(dst_dims, f32, Tag::nchw);
-    const memory::desc user_w_md(w_dims, f32, grouped ? Tag::goihw : Tag::oihw);
-    const memory::desc bias_md = has_bias ? memory::desc({s.o}, f32, Tag::a) : memory::desc();
+    user_src = memory::desc(src_dims, f32, Tag::nchw);
+    user_dst = memory::desc(dst_dims, f32, Tag::nchw);
+    user_weights = memory::desc(w_dims, f32, grouped ? Tag::goihw : Tag::oihw);
+    const Tag act = activation_tag(s);
+    src = memory::desc(src_dims, f32, act);
+    dst = memory::desc(dst_dims, f32, act);
+    weights = memory::desc(w_dims, f32, Tag::any);
     // oneDNN counts dilation from 0 and wants the right/bottom padding that the output size
     // implies (the graph's padding is symmetric; the last window may stop short of it).
-    const memory::dims strides{s.sh, s.sw}, dilates{s.dh - 1, s.dw - 1}, pad_l{s.ph, s.pw};
-    const memory::dims pad_r{(s.oh - 1) * s.sh + (s.kh - 1) * s.dh + 1 - s.h - s.ph,
-                             (s.ow - 1) * s.sw + (s.kw - 1) * s.dw + 1 - s.w - s.pw};
-    // A 1x1, stride-1, ungrouped, unpadded convolution is one GEMM per image on NCHW data:
-    // asked for NCHW, oneDNN runs it as that GEMM (x64:gemm:jit) with no reorder of the
-    // activations before and after, which costs less than its NHWC kernel plus the two reorders
-    // (bench/results/conv-epilogue-2026-11-23.md). Other shapes take oneDNN's layout.
-    const bool pointwise = s.kh == 1 && s.kw == 1 && s.sh == 1 && s.sw == 1 && s.groups == 1 && s.ph == 0 && s.pw == 0;
-    const Tag act = pointwise ? Tag::nchw : Tag::any;
-    dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
-                                         memory::desc(src_dims, f32, act), memory::desc(w_dims, f32, Tag::any),
-                                         bias_md, memory::desc(dst_dims, f32, act), strides, dilates, pad_l,
-                                         pad_r);
-    dnnl::primitive_attr attr;
-    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-    dnnl::convolution_forward::primitive_desc pd(desc, attr, engine);
-    p->conv = dnnl::convolution_forward(pd);
-    p->user_src = memory(user_src_md, engine, DNNL_MEMORY_NONE);
-    p->user_weights = memory(user_w_md, engine, DNNL_MEMORY_NONE);
-    p->user_dst = memory(user_dst_md, engine, DNNL_MEMORY_NONE);
-    if (has_bias) p->bias = memory(bias_md, engine, DNNL_MEMORY_NONE);
-    p->scratchpad = memory(pd.scratchpad_desc(), engine);
-    p->reorder_src = pd.src_desc() != user_src_md;
-    p->reorder_weights = pd.weights_desc() != user_w_md;
-    p->reorder_dst = pd.dst_desc() != user_dst_md;
-    p->dst_nhwc = pd.dst_desc() == memory::desc(dst_dims, f32, Tag::nhwc);
-    p->src = p->reorder_src ? memory(pd.src_desc(), engine) : p->user_src;
-    p->weights = p->reorder_weights ? memory(pd.weights_desc(), engine) : p->user_weights;
-    p->dst = p->reorder_dst ? memory(pd.dst_desc(), engine) : p->user_dst;
-    if (p->reorder_src) p->src_in = dnnl::reorder(p->user_src, p->src);
-    if (p->reorder_weights) p->weights_in = dnnl::reorder(p->user_weights, p->weights);
-    if (p->reorder_dst) p->dst_out = dnnl::reorder(p->dst, p->user_dst);
-    p->args = {{DNNL_ARG_SRC, p->src}, {DNNL_ARG_WEIGHTS, p->weights}, {DNNL_ARG_DST, p->dst},
-               {DNNL_ARG_SCRATCHPAD, p->scratchpad}};
-    if (has_bias) p->args.emplace(DNNL_ARG_BIAS, p->bias);
-    return p;
+    strides = {s.sh, s.sw};
+    dilates = {s.dh - 1, s.dw - 1};
+    pad_l = {s.ph, s.pw};
+    pad_r = {(s.oh - 1) * s.sh + (s.kh - 1) * s.dh + 1 - s.h - s.ph,
+             (s.ow - 1) * s.sw + (s.kw - 1) * s.dw + 1 - s.w - s.pw};
+  }
+};
+
+dnnl::primitive_attr user_scratchpad() {
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  return attr;
+}
+
+// A weight (OIHW or GOIHW, `user`) in a primitive's layout (`weights`: `user` itself when the
+// layouts agree, else memory of its own). For a parameter weight the reordered copy is kept
+// while it comes from the same buffer at the same written version (onednn_conv.h); its bytes
+// are counted in *kept_bytes while kept.
+struct KeptWeights {
+  memory user, weights;
+  bool reorder = false;
+  dnnl::reorder weights_in;
+  uint64_t* kept_bytes = nullptr;
+  // The weight buffer the kept `weights` were reordered from, and its written version then.
+  std::weak_ptr<const HostBuffer> owner;
+  const HostBuffer* watched = nullptr;
+  uint64_t version = 0;
+  bool ready = false;
+
+  KeptWeights() = default;
+  KeptWeights(const KeptWeights&) = delete;
+  KeptWeights& operator=(const KeptWeights&) = delete;
+  ~KeptWeights() { forget(); }
+
+  void init(const memory::desc& user_md, const memory::desc& md, const dnnl::engine& engine, uint64_t* counter) {
+    kept_bytes = counter;
+    user = memory(user_md, engine, DNNL_MEMORY_NONE);
+    reorder = md != user_md;
+    weights = reorder ? memory(md, engine) : user;
+    if (reorder) weights_in = dnnl::reorder(user, weights);
+  }
+  void forget() {
+    if (watched != nullptr) written_versions().unwatch(watched);
+    if (ready) *kept_bytes -= weights.get_desc().get_size();
+    watched = nullptr;
+    ready = false;
+  }
+  // Makes `weights` hold `w` in the primitive's layout, reusing the kept copy when it was made
+  // from this very buffer (`w_owner`, null for a value computed in the graph) at its current
+  // version.
+  void prepare(dnnl::stream& stream, const HostBuffer& w, const std::shared_ptr<const HostBuffer>* w_owner) {
+    user.set_data_handle(const_cast<std::byte*>(w.bytes()));
+    if (!reorder) return;
+    if (w_owner != nullptr && ready) {
+      const bool same_buffer = !owner.owner_before(*w_owner) && !w_owner->owner_before(owner) && !owner.expired();
+      if (same_buffer && written_versions().version(watched) == version) return;
+    }
+    forget();
+    weights_in.execute(stream, user, weights);
+    if (w_owner == nullptr) return;  // computed in the graph: a new value every run
+    owner = *w_owner;
+    watched = w_owner->get();
+    version = written_versions().watch(watched);
+    ready = true;
+    *kept_bytes += weights.get_desc().get_size();
+  }
+};
+
+// One conv2d node's primitive, its memories and its weights.
+struct Prepared {
+  nn::ConvShape shape{};
+  bool has_bias = false;
+  int threads = 0;  // the OpenMP thread count it was made for (onednn_kept.h)
+  dnnl::convolution_forward conv;
+  // The activations as the graph holds them (row-major NCHW); data set per run.
+  memory user_src, user_dst, bias;
+  // In the primitive's layout; equal to the user memory (no reorder) when the layouts agree.
+  memory src, dst;
+  bool reorder_src = false, reorder_dst = false;
+  bool dst_nhwc = false;  // the primitive writes NHWC (a fused batch_norm transposes it itself)
+  dnnl::reorder src_in, dst_out;
+  KeptWeights weights;
+  memory scratchpad;
+  std::unordered_map<int, memory> args;  // the primitive's arguments: handles to the above
+
+  Prepared(const dnnl::engine& engine, const nn::ConvShape& s, bool bias_term, uint64_t* kept_bytes)
+      : shape(s), has_bias(bias_term) {
+    const ConvDescs d(s);
+    const auto f32 = memory::data_type::f32;
+    const memory::desc bias_md = has_bias ? memory::desc({s.o}, f32, Tag::a) : memory::desc();
+    const dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_inference,
+                                               dnnl::algorithm::convolution_direct, d.src, d.weights, bias_md,
+                                               d.dst, d.strides, d.dilates, d.pad_l, d.pad_r);
+    const dnnl::convolution_forward::primitive_desc pd(desc, user_scratchpad(), engine);
+    conv = dnnl::convolution_forward(pd);
+    user_src = memory(d.user_src, engine, DNNL_MEMORY_NONE);
+    user_dst = memory(d.user_dst, engine, DNNL_MEMORY_NONE);
+    if (has_bias) bias = memory(bias_md, engine, DNNL_MEMORY_NONE);
+    weights.init(d.user_weights, pd.weights_desc(), engine, kept_bytes);
+    scratchpad = memory(pd.scratchpad_desc(), engine);
+    reorder_src = pd.src_desc() != d.user_src;
+    reorder_dst = pd.dst_desc() != d.user_dst;
+    dst_nhwc = pd.dst_desc() == memory::desc(d.user_dst.dims(), f32, Tag::nhwc);
+    src = reorder_src ? memory(pd.src_desc(), engine) : user_src;
+    dst = reorder_dst ? memory(pd.dst_desc(), engine) : user_dst;
+    if (reorder_src) src_in = dnnl::reorder(user_src, src);
+    if (reorder_dst) dst_out = dnnl::reorder(dst, user_dst);
+    args = {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, weights.weights}, {DNNL_ARG_DST, dst},
+            {DNNL_ARG_SCRATCHPAD, scratchpad}};
+    if (has_bias) args.emplace(DNNL_ARG_BIAS, bias);
+  }
+};
+
+// The work buffer of the gradient kernels: their reordered activations and scratchpads, one
+// kernel at a time. 64-byte aligned (oneDNN's kernels load whole cache lines).
+class WorkBuffer {
+ public:
+  static constexpr std::align_val_t kAlign{64};
+  WorkBuffer() = default;
+  WorkBuffer(const WorkBuffer&) = delete;
+  WorkBuffer& operator=(const WorkBuffer&) = delete;
+  ~WorkBuffer() { release(); }
+  // At least `bytes` bytes (contents unspecified). Throws std::bad_alloc.
+  std::byte* at_least(size_t bytes) {
+    if (bytes > size_) {
+      release();
+      data_ = static_cast<std::byte*>(::operator new(bytes, kAlign));
+      size_ = bytes;
+    }
+    return data_;
   }
 
-  // Makes p->weights hold `w` in the primitive's layout, reusing the kept copy when it was made
-  // from this very buffer at its current version.
-  void ready_weights(Prepared& p, const HostBuffer& w, const std::shared_ptr<const HostBuffer>* owner) {
-    p.user_weights.set_data_handle(const_cast<std::byte*>(w.bytes()));
-    if (!p.reorder_weights) return;
-    if (owner != nullptr && p.weights_ready) {
-      const bool same_buffer = !p.weight_owner.owner_before(*owner) && !owner->owner_before(p.weight_owner) &&
-                               !p.weight_owner.expired();
-      if (same_buffer && written_versions().version(p.watched) == p.weight_version) return;
-    }
-    p.unwatch();
-    p.weights_in.execute(stream, p.user_weights, p.weights);
-    if (owner == nullptr) return;  // computed in the graph: a new value every run
-    p.weight_owner = *owner;
-    p.watched = owner->get();
-    p.weight_version = written_versions().watch(p.watched);
-    p.weights_ready = true;
+ private:
+  void release() {
+    if (data_ != nullptr) ::operator delete(data_, kAlign);
+    data_ = nullptr;
+    size_ = 0;
   }
+  std::byte* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+// One tensor of a gradient primitive: `user` as the graph holds it (row-major), `inner` in the
+// primitive's layout: `user` itself, or a range of the work buffer at `offset`, reordered from
+// (an operand) or to (the result) `user`.
+struct Operand {
+  memory user, inner;
+  bool reorder = false;
+  dnnl::reorder convert;
+  size_t offset = 0;
+
+  // *work_bytes grows by the range this operand needs in the work buffer.
+  void init(const memory::desc& user_md, const memory::desc& md, const dnnl::engine& engine, bool result,
+            size_t* work_bytes) {
+    user = memory(user_md, engine, DNNL_MEMORY_NONE);
+    reorder = md != user_md;
+    if (!reorder) {
+      inner = user;
+      return;
+    }
+    inner = memory(md, engine, DNNL_MEMORY_NONE);
+    convert = result ? dnnl::reorder(inner, user) : dnnl::reorder(user, inner);
+    offset = *work_bytes;
+    *work_bytes += round_up(md.get_size());
+  }
+  void bind(const void* data, std::byte* work) {
+    user.set_data_handle(const_cast<void*>(data));
+    if (reorder) inner.set_data_handle(work + offset);
+  }
+  static size_t round_up(size_t bytes) { return (bytes + 63) / 64 * 64; }
+};
+
+// One conv2d_input_grad (backward data: grad_out, weight -> dx) or conv2d_weight_grad
+// (backward weights: grad_out, x -> dw) node's primitive and its memories.
+struct GradPrepared {
+  OpKind op;
+  nn::ConvShape shape{};
+  int threads = 0;  // the OpenMP thread count it was made for (onednn_kept.h)
+  dnnl::primitive primitive;
+  Operand grad_out, input, result;  // input: x of conv2d_weight_grad (unused by the other)
+  KeptWeights weights;              // conv2d_input_grad's weight
+  memory scratchpad;
+  size_t scratchpad_offset = 0;  // in the work buffer, after the reordered operands
+  size_t work_bytes = 0;
+  std::unordered_map<int, memory> args;
+
+  GradPrepared(const dnnl::engine& engine, OpKind kind, const nn::ConvShape& s, uint64_t* kept_bytes)
+      : op(kind), shape(s) {
+    const ConvDescs d(s);
+    const auto direct = dnnl::algorithm::convolution_direct;
+    // oneDNN's backward primitives take the forward one of the same shapes as a hint.
+    const dnnl::convolution_forward::desc forward(dnnl::prop_kind::forward_training, direct, d.src, d.weights,
+                                                  memory::desc(), d.dst, d.strides, d.dilates, d.pad_l, d.pad_r);
+    const dnnl::convolution_forward::primitive_desc hint(forward, engine);
+    memory::desc scratchpad_md;
+    if (op == OpKind::kConv2dInputGrad) {
+      const dnnl::convolution_backward_data::desc desc(direct, d.src, d.weights, d.dst, d.strides, d.dilates, d.pad_l,
+                                                       d.pad_r);
+      const dnnl::convolution_backward_data::primitive_desc pd(desc, user_scratchpad(), engine, hint);
+      primitive = dnnl::convolution_backward_data(pd);
+      grad_out.init(d.user_dst, pd.diff_dst_desc(), engine, false, &work_bytes);
+      result.init(d.user_src, pd.diff_src_desc(), engine, true, &work_bytes);
+      weights.init(d.user_weights, pd.weights_desc(), engine, kept_bytes);
+      scratchpad_md = pd.scratchpad_desc();
+      args = {{DNNL_ARG_DIFF_DST, grad_out.inner}, {DNNL_ARG_WEIGHTS, weights.weights},
+              {DNNL_ARG_DIFF_SRC, result.inner}};
+    } else {
+      const dnnl::convolution_backward_weights::desc desc(direct, d.src, d.weights, d.dst, d.strides, d.dilates,
+                                                          d.pad_l, d.pad_r);
+      const dnnl::convolution_backward_weights::primitive_desc pd(desc, user_scratchpad(), engine, hint);
+      primitive = dnnl::convolution_backward_weights(pd);
+      grad_out.init(d.user_dst, pd.diff_dst_desc(), engine, false, &work_bytes);
+      input.init(d.user_src, pd.src_desc(), engine, false, &work_bytes);
+      result.init(d.user_weights, pd.diff_weights_desc(), engine, true, &work_bytes);
+      scratchpad_md = pd.scratchpad_desc();
+      args = {{DNNL_ARG_DIFF_DST, grad_out.inner}, {DNNL_ARG_SRC, input.inner},
+              {DNNL_ARG_DIFF_WEIGHTS, result.inner}};
+    }
+    scratchpad = memory(scratchpad_md, engine, DNNL_MEMORY_NONE);
+    args.emplace(DNNL_ARG_SCRATCHPAD, scratchpad);
+    scratchpad_offset = work_bytes;
+    work_bytes += Operand::round_up(scratchpad_md.get_size());
+  }
+};
+
+}  // namespace
+
+struct OneDnnConvs::State {
+  uint64_t kept_bytes = 0;  // of reordered weights kept by the Prepared and GradPrepared below
+  KeptPrimitives<Prepared> convs;
+  KeptPrimitives<GradPrepared> grads;
+  WorkBuffer work;
 };
 
 OneDnnConvs::OneDnnConvs() = default;
 OneDnnConvs::~OneDnnConvs() = default;
 
-bool OneDnnConvs::conv2d(const GraphKey& key, const Graph& g, NodeId node, std::span<const HostBuffer* const> inputs,
-                         const std::shared_ptr<const HostBuffer>* weight, HostBuffer& out) {
-  return conv2d_into(key, g, node, inputs, weight, nullptr, out);
+bool OneDnnConvs::run(const GraphKey& key, const Graph& g, NodeId node, std::span<const HostBuffer* const> inputs,
+                      const std::shared_ptr<const HostBuffer>* weight, HostBuffer& out) {
+  if (!state_) state_ = std::make_unique<State>();
+  const bool done = g.node(node).op == OpKind::kConv2d ? conv2d_into(key, g, node, inputs, weight, nullptr, out)
+                                                       : gradient(key, g, node, inputs, weight, out);
+  bound_kept();
+  return done;
+}
+
+void OneDnnConvs::bound_kept() {
+  if (state_->kept_bytes <= kKeptBytes) return;
+  state_->convs.clear();
+  state_->grads.clear();
 }
 
 bool OneDnnConvs::conv2d_into(const GraphKey& key, const Graph& g, NodeId node,
                               std::span<const HostBuffer* const> inputs,
-                              const std::shared_ptr<const HostBuffer>* weight, const BatchNorm* bn,
-                              HostBuffer& out) {
+                              const std::shared_ptr<const HostBuffer>* weight,
+                              const std::vector<nn::BatchNormChannel>* bn, HostBuffer& out) {
   const Node& n = g.node(node);
   const nn::ConvShape s = nn::conv_shape(inputs[0]->shape(), inputs[1]->shape(), out.shape(), Conv2dAttrs(g.attrs(n)));
   if (out.numel() == 0 || s.cg == 0) return false;  // nothing to convolve: the builtin kernel's bias fill
   const bool has_bias = inputs.size() == 3;
-  try {
-    if (!state_) state_ = std::make_unique<State>();
-    State& st = *state_;
-    // A primitive sizes its scratchpad and splits its work for the thread count it was made
-    // with, so it is made again when the count changes.
-    const int threads = cpu::threads();
-    bind_threads();
-    std::unique_ptr<Prepared>& slot = st.prepared[{key, node}];
-    if (!slot || !same_shape(slot->shape, s) || slot->has_bias != has_bias || slot->threads != threads) {
-      if (slot && slot->weights_ready) st.kept_bytes -= slot->weights.get_desc().get_size();
-      slot = st.prepare(s, has_bias);
-      slot->threads = threads;
-    }
-    Prepared& p = *slot;
+  State& st = *state_;
+  return st.convs.run(
+      key, node, [&](const Prepared& p) { return same_shape(p.shape, s) && p.has_bias == has_bias; },
+      [&](const dnnl::engine& engine) { return std::make_unique<Prepared>(engine, s, has_bias, &st.kept_bytes); },
+      [&](Prepared& p, dnnl::stream& stream) {
+        p.weights.prepare(stream, *inputs[1], weight);
+        p.user_src.set_data_handle(const_cast<std::byte*>(inputs[0]->bytes()));
+        p.user_dst.set_data_handle(out.bytes());
+        if (has_bias) p.bias.set_data_handle(const_cast<std::byte*>(inputs[2]->bytes()));
+        if (p.reorder_src) p.src_in.execute(stream, p.user_src, p.src);
+        p.conv.execute(stream, p.args);
+        const int64_t inner = s.oh * s.ow;
+        if (bn != nullptr && p.dst_nhwc) {
+          stream.wait();
+          nhwc_to_nchw_batch_norm(static_cast<const float*>(p.dst.get_data_handle()), out.data<float>(), s.n, s.o,
+                                  inner, *bn);
+        } else {
+          if (p.reorder_dst) p.dst_out.execute(stream, p.dst, p.user_dst);
+          stream.wait();
+          if (bn != nullptr) batch_norm_planes(out.data<float>(), out.data<float>(), s.n, s.o, inner, *bn);
+        }
+      });
+}
 
-    const bool was_kept = p.weights_ready;
-    st.ready_weights(p, *inputs[1], weight);
-    if (p.weights_ready && !was_kept) st.kept_bytes += p.weights.get_desc().get_size();
-    p.user_src.set_data_handle(const_cast<std::byte*>(inputs[0]->bytes()));
-    p.user_dst.set_data_handle(out.bytes());
-    if (has_bias) p.bias.set_data_handle(const_cast<std::byte*>(inputs[2]->bytes()));
-    if (p.reorder_src) p.src_in.execute(st.stream, p.user_src, p.src);
-    p.conv.execute(st.stream, p.args);
-    const int64_t inner = s.oh * s.ow;
-    if (bn != nullptr && p.dst_nhwc) {
-      st.stream.wait();
-      nhwc_to_nchw_batch_norm(static_cast<const float*>(p.dst.get_data_handle()), out.data<float>(), s.n, s.o,
-                              inner, bn->channels);
-    } else {
-      if (p.reorder_dst) p.dst_out.execute(st.stream, p.dst, p.user_dst);
-      st.stream.wait();
-      if (bn != nullptr) batch_norm_planes(out.data<float>(), out.data<float>(), s.n, s.o, inner, bn->channels);
-    }
-    if (st.kept_bytes > kKeptBytes) {
-      st.prepared.clear();
-      st.kept_bytes = 0;
-    }
-    return true;
-  } catch (const dnnl::error&) {
-    if (state_) state_->prepared.erase({key, node});
-    return false;
-  } catch (const std::bad_alloc&) {
-    if (state_) state_->prepared.erase({key, node});
-    return false;
-  }
+bool OneDnnConvs::gradient(const GraphKey& key, const Graph& g, NodeId node, std::span<const HostBuffer* const> inputs,
+                           const std::shared_ptr<const HostBuffer>* weight, HostBuffer& out) {
+  const Node& n = g.node(node);
+  const OpKind op = n.op;
+  const HostBuffer& grad_out = *inputs[0];
+  const HostBuffer& other = *inputs[1];  // the weight (input grad) or the input x (weight grad)
+  // Nothing to compute (an empty batch, plane or channel count): the builtin kernel's zeros.
+  if (out.numel() == 0 || grad_out.numel() == 0 || other.numel() == 0) return false;
+  const nn::ConvShape s =
+      op == OpKind::kConv2dInputGrad
+          ? nn::conv_shape(out.shape(), other.shape(), grad_out.shape(), Conv2dInputGradAttrs(g.attrs(n)))
+          : nn::conv_shape(other.shape(), out.shape(), grad_out.shape(), Conv2dWeightGradAttrs(g.attrs(n)));
+  State& st = *state_;
+  return st.grads.run(
+      key, node, [&](const GradPrepared& p) { return p.op == op && same_shape(p.shape, s); },
+      [&](const dnnl::engine& engine) { return std::make_unique<GradPrepared>(engine, op, s, &st.kept_bytes); },
+      [&](GradPrepared& p, dnnl::stream& stream) {
+        std::byte* work = st.work.at_least(p.work_bytes);
+        p.scratchpad.set_data_handle(work + p.scratchpad_offset);
+        p.grad_out.bind(grad_out.bytes(), work);
+        p.result.bind(out.bytes(), work);
+        if (op == OpKind::kConv2dInputGrad) {
+          p.weights.prepare(stream, other, weight);
+        } else {
+          p.input.bind(other.bytes(), work);
+          if (p.input.reorder) p.input.convert.execute(stream, p.input.user, p.input.inner);
+        }
+        if (p.grad_out.reorder) p.grad_out.convert.execute(stream, p.grad_out.user, p.grad_out.inner);
+        p.primitive.execute(stream, p.args);
+        if (p.result.reorder) p.result.convert.execute(stream, p.result.inner, p.result.user);
+        stream.wait();
+      });
 }
 
 void OneDnnConvs::run_fused(const GraphKey& key, const Graph& g, std::span<const NodeId> members,
                             const std::function<const HostBuffer*(NodeId)>& leaf_value,
                             const std::shared_ptr<const HostBuffer>* weight, HostBuffer& out) {
+  if (!state_) state_ = std::make_unique<State>();
   const NodeId conv = members[0];
   const bool has_bn = members.size() > 1 && g.node(members[1]).op == OpKind::kBatchNorm;
   const size_t heads = has_bn ? 2 : 1;
@@ -290,19 +463,18 @@ void OneDnnConvs::run_fused(const GraphKey& key, const Graph& g, std::span<const
   const std::span<const NodeId> chain = members.subspan(heads);
   const Shape& shape = g.node(head).shape;
 
-  std::optional<BatchNorm> bn;
   if (has_bn) {
     const Node& b = g.node(members[1]);
     const std::span<const NodeId> in = g.inputs(b);
     const double eps = BatchNormAttrs(g.attrs(b)).eps();
     const float *mean = leaf_value(in[1])->data<float>(), *var = leaf_value(in[2])->data<float>();
     const float *w = leaf_value(in[3])->data<float>(), *bias = leaf_value(in[4])->data<float>();
-    bn.emplace();
-    bn->channels.resize(static_cast<size_t>(shape[1]));
-    for (size_t c = 0; c < bn->channels.size(); ++c) {
-      bn->channels[c] = nn::batch_norm_channel(mean[c], var[c], w[c], bias[c], eps);
+    bn_channels_.resize(static_cast<size_t>(shape[1]));
+    for (size_t c = 0; c < bn_channels_.size(); ++c) {
+      bn_channels_[c] = nn::batch_norm_channel(mean[c], var[c], w[c], bias[c], eps);
     }
   }
+  const std::vector<nn::BatchNormChannel>* bn = has_bn ? &bn_channels_ : nullptr;
   // The conv2d's (or batch_norm's) value: the root's buffer when it is the root, else scratch.
   HostBuffer staged;
   HostBuffer* target = &out;
@@ -312,15 +484,16 @@ void OneDnnConvs::run_fused(const GraphKey& key, const Graph& g, std::span<const
     staged = HostBuffer::view(DType::kF32, shape, scratch_.data());
     target = &staged;
   }
-  std::vector<const HostBuffer*> ins;
-  for (NodeId in : g.inputs(g.node(conv))) ins.push_back(leaf_value(in));
-  if (!conv2d_into(key, g, conv, ins, weight, bn ? &*bn : nullptr, *target)) {
-    run_op(g, conv, ins, *target);
-    if (bn) {
+  fused_inputs_.clear();
+  for (NodeId in : g.inputs(g.node(conv))) fused_inputs_.push_back(leaf_value(in));
+  if (!conv2d_into(key, g, conv, fused_inputs_, weight, bn, *target)) {
+    run_op(g, conv, fused_inputs_, *target);
+    if (bn != nullptr) {
       batch_norm_planes(target->data<float>(), target->data<float>(), shape[0], shape[1],
-                        shape.numel() / std::max<int64_t>(shape[0] * shape[1], 1), bn->channels);
+                        shape.numel() / std::max<int64_t>(shape[0] * shape[1], 1), *bn);
     }
   }
+  bound_kept();
   if (chain.empty()) return;
   cpu::run_fused(g, chain, [&](NodeId id) { return id == head ? static_cast<const HostBuffer*>(&staged) : leaf_value(id); },
                  out);

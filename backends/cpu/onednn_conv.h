@@ -1,25 +1,34 @@
-// OneDnnConvs: the cpu backend's f32 conv2d kernels computed by oneDNN's convolution primitive
-// (Debian's libdnnl 2.6), for the kernels the compiler marked Kernel::Library::kOneDnn.
+// OneDnnConvs: the cpu backend's f32 conv2d kernels and the kernels of its gradients
+// (conv2d_input_grad, conv2d_weight_grad) computed by oneDNN's convolution primitives (Debian's
+// libdnnl 2.6: convolution_forward, convolution_backward_data, convolution_backward_weights),
+// for the kernels the compiler marked Kernel::Library::kOneDnn.
 //
 // What is prepared once and kept: per (graph key, node), the primitive (oneDNN picks the
-// layouts, format_tag::any, except NCHW activations for a 1x1 stride-1 convolution: a GEMM)
-// and, when the weight is an executable parameter, the weights reordered into the primitive's
+// layouts, format_tag::any, except NCHW activations for a 1x1 stride-1 ungrouped unpadded
+// convolution and its gradients: a GEMM) and, when the weight of a conv2d or a
+// conv2d_input_grad is an executable parameter, the weights reordered into the primitive's
 // layout. The reordered copy belongs to one weight buffer at one
 // version: it is made again when the kernel is fed another buffer (identity: the buffer's
 // shared ownership, held weakly, so a freed buffer's address cannot pass for it) or the same
 // buffer after a run wrote into it in place (a donated output, note_written_in_place). A
 // weight computed inside the graph is reordered on every run. Activations are reordered to and
-// from the primitive's layout on every run when it is not the tensors' row-major NCHW.
+// from the primitive's layout on every run when it is not the tensors' row-major NCHW (a
+// conv2d's into memory of its own; a gradient's, and its scratchpad, into one work buffer
+// shared by all gradient kernels, grown to the largest and kept for the object's lifetime).
+// The gradient primitives are made with the forward primitive of the same shapes as oneDNN's
+// hint (forward_training), as its API requires; nothing of the forward pass is shared.
 // The kept state is bounded: past kKeptBytes of reordered weights, everything is dropped and
-// prepared again as needed.
+// prepared again as needed. Primitives are made again when the process's thread count changed.
 //
-// Numerics: oneDNN sums in f32 in its own blocked order (with FMA), within the conv2d bound of
-// cpu_nn_layers.h; results are deterministic run to run for the same sizes and thread count
-// (oneDNN's kernels split work over threads without changing any output's summation order for
-// a given thread count).
+// Numerics: oneDNN sums in f32 in its own blocked order (with FMA): conv2d within the conv2d
+// bound of cpu_nn_layers.h, the gradients within the GEMM bound of cpu_grad_nn_layers.h (K =
+// out channels per group x kh x kw terms for conv2d_input_grad, N x OH x OW for
+// conv2d_weight_grad, whose sum oneDNN may split over threads and images and add up in f32:
+// still a sum of the same K terms). Results are deterministic run to run for the same sizes
+// and thread count (oneDNN's kernels split work over threads in a fixed way for a given count).
 //
 // Threads: Debian builds oneDNN with the OpenMP runtime (libgomp; DNNL_CPU_RUNTIME = OMP in
-// dnnl_config.h), so it runs on the backend's one thread team (cpu_threads.h). Every conv2d binds
+// dnnl_config.h), so it runs on the backend's one thread team (cpu_threads.h). Every kernel binds
 // the process's thread count on the calling thread (OpenMP keeps it per thread) before running,
 // and a primitive made for another count is made again (its scratchpad and split depend on it).
 //
@@ -33,8 +42,9 @@
 // from this object's scratch while it is still in cache (one buffer, grown to the largest such
 // value and kept for the object's lifetime).
 //
-// Errors: conv2d() returns false, with nothing written, when oneDNN declines the shape or fails
-// (its errors are exceptions, caught here); the caller then runs the builtin kernel.
+// Errors: run() returns false, with nothing written, when oneDNN declines the shape or fails
+// (its errors are exceptions, caught here: onednn_kept.h) or there is nothing to compute (an
+// empty operand); the caller then runs the builtin kernel.
 // Thread-safety: an OneDnnConvs is used by one thread at a time (its owner CpuBackend's rule);
 // note_written_in_place is thread-safe.
 #pragma once
@@ -48,6 +58,7 @@
 #include "capture/core/buffer.h"
 #include "capture/ir/graph.h"
 #include "capture/ir/hash.h"
+#include "capture/ops/nn_numerics.h"
 
 namespace tracecache::cpu {
 
@@ -61,18 +72,20 @@ class OneDnnConvs {
   OneDnnConvs(const OneDnnConvs&) = delete;
   OneDnnConvs& operator=(const OneDnnConvs&) = delete;
 
-  // Runs conv2d node `node` of graph `g` (whose key is `key`) into `out`: inputs[k] is its k-th
-  // input's value. `weight` is the weight's owning handle when the weight is a parameter of the
-  // run (its reordered copy is kept), null otherwise. Returns false, nothing written, when
-  // oneDNN cannot compute it.
-  // REQUIRES: onednn_conv_node(g, g.node(node)); inputs and out as for cpu::run_op.
-  bool conv2d(const GraphKey& key, const Graph& g, NodeId node, std::span<const HostBuffer* const> inputs,
-              const std::shared_ptr<const HostBuffer>* weight, HostBuffer& out);
+  // Runs conv2d, conv2d_input_grad or conv2d_weight_grad node `node` of graph `g` (whose key is
+  // `key`) into `out`: inputs[k] is its k-th input's value. `weight` is the owning handle of
+  // inputs[1] when that is the weight (conv2d, conv2d_input_grad) and a parameter of the run
+  // (its reordered copy is kept), null otherwise. Returns false, nothing written, when oneDNN
+  // cannot compute it.
+  // REQUIRES: onednn_conv_node(g, g.node(node)) or onednn_conv_grad_node(g, g.node(node));
+  // inputs and out as for cpu::run_op.
+  bool run(const GraphKey& key, const Graph& g, NodeId node, std::span<const HostBuffer* const> inputs,
+           const std::shared_ptr<const HostBuffer>* weight, HostBuffer& out);
 
   // Runs the fused kernel `members` of graph `g` (key `key`) into `out`, the root's buffer:
   // members[0] is the conv2d, members[1] may be a batch_norm of it, the rest (possibly none) an
   // elementwise chain ending at the root. leaf_value(id) is the buffer of a member's input that
-  // is not a member; `weight` as for conv2d(). Falls back to the builtin conv2d kernel when
+  // is not a member; `weight` as for run(). Falls back to the builtin conv2d kernel when
   // oneDNN declines, so it cannot fail.
   // REQUIRES: the members of a kernel that passed KernelPlan::validate(); out as for run_fused.
   void run_fused(const GraphKey& key, const Graph& g, std::span<const NodeId> members,
@@ -81,12 +94,22 @@ class OneDnnConvs {
 
  private:
   struct State;
-  struct BatchNorm;
-  // conv2d() writing into `out` (row-major NCHW) with `bn`, when not null, applied on the way.
+  // conv2d writing into `out` (row-major NCHW) with the batch_norm of channels `bn`, when not
+  // null, applied on the way.
   bool conv2d_into(const GraphKey& key, const Graph& g, NodeId node, std::span<const HostBuffer* const> inputs,
-                   const std::shared_ptr<const HostBuffer>* weight, const BatchNorm* bn, HostBuffer& out);
+                   const std::shared_ptr<const HostBuffer>* weight, const std::vector<nn::BatchNormChannel>* bn,
+                   HostBuffer& out);
+  // conv2d_input_grad or conv2d_weight_grad.
+  bool gradient(const GraphKey& key, const Graph& g, NodeId node, std::span<const HostBuffer* const> inputs,
+                const std::shared_ptr<const HostBuffer>* weight, HostBuffer& out);
+  // Drops everything kept once the reordered weights pass kKeptBytes.
+  void bound_kept();
   std::unique_ptr<State> state_;
-  std::vector<std::byte> scratch_;  // a fused kernel's conv2d (or batch_norm) value, when not the root
+  // run_fused's reused buffers: the conv2d's (or batch_norm's) value when it is not the root,
+  // the batch_norm's channels, the conv2d's inputs.
+  std::vector<std::byte> scratch_;
+  std::vector<nn::BatchNormChannel> bn_channels_;
+  std::vector<const HostBuffer*> fused_inputs_;
 };
 
 // Tells every OneDnnConvs that `storage` was written in place, so copies reordered from it are

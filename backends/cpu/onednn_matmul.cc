@@ -1,14 +1,12 @@
 // oneDNN's matmul behind OneDnnMatmuls (onednn_matmul.h).
 #include "backends/cpu/onednn_matmul.h"
 
-#include <map>
-#include <new>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <unordered_map>
 #include <utility>
 #include <vector>
 
-#include "backends/cpu/cpu_threads.h"
+#include "backends/cpu/onednn_kept.h"
 
 namespace tracecache::cpu {
 
@@ -80,21 +78,12 @@ struct Operands {
 // One node's primitive and its memories (data handles set per run).
 struct Prepared {
   Operands operands;
-  int threads = 0;  // the OpenMP thread count it was made for
+  int threads = 0;  // the OpenMP thread count it was made for (onednn_kept.h)
   dnnl::matmul matmul;
   memory src, weights, bias, dst, scratchpad;
   std::unordered_map<int, memory> args;
-};
 
-}  // namespace
-
-struct OneDnnMatmuls::State {
-  dnnl::engine engine{dnnl::engine::kind::cpu, 0};
-  dnnl::stream stream{engine};
-  std::map<std::pair<GraphKey, NodeId>, std::unique_ptr<Prepared>> prepared;
-
-  std::unique_ptr<Prepared> prepare(const MatmulDims& d) {
-    auto p = std::make_unique<Prepared>();
+  Prepared(const dnnl::engine& engine, const MatmulDims& d) {
     const auto f32 = memory::data_type::f32;
     const memory::desc src_md(d.src, f32, row_major(d.src)), w_md(d.weights, f32, d.weights_strides);
     const memory::desc dst_md(d.dst, f32, row_major(d.dst));
@@ -103,19 +92,23 @@ struct OneDnnMatmuls::State {
     dnnl::primitive_attr attr;
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
     const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src_md, w_md, bias_md, dst_md), attr, engine);
-    p->matmul = dnnl::matmul(pd);
-    p->src = memory(src_md, engine, DNNL_MEMORY_NONE);
-    p->weights = memory(w_md, engine, DNNL_MEMORY_NONE);
-    p->dst = memory(dst_md, engine, DNNL_MEMORY_NONE);
-    p->scratchpad = memory(pd.scratchpad_desc(), engine);
-    p->args = {{DNNL_ARG_SRC, p->src}, {DNNL_ARG_WEIGHTS, p->weights}, {DNNL_ARG_DST, p->dst},
-               {DNNL_ARG_SCRATCHPAD, p->scratchpad}};
+    matmul = dnnl::matmul(pd);
+    src = memory(src_md, engine, DNNL_MEMORY_NONE);
+    weights = memory(w_md, engine, DNNL_MEMORY_NONE);
+    dst = memory(dst_md, engine, DNNL_MEMORY_NONE);
+    scratchpad = memory(pd.scratchpad_desc(), engine);
+    args = {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, dst}, {DNNL_ARG_SCRATCHPAD, scratchpad}};
     if (d.has_bias) {
-      p->bias = memory(bias_md, engine, DNNL_MEMORY_NONE);
-      p->args.emplace(DNNL_ARG_BIAS, p->bias);
+      bias = memory(bias_md, engine, DNNL_MEMORY_NONE);
+      args.emplace(DNNL_ARG_BIAS, bias);
     }
-    return p;
   }
+};
+
+}  // namespace
+
+struct OneDnnMatmuls::State {
+  KeptPrimitives<Prepared> kept;
 };
 
 OneDnnMatmuls::OneDnnMatmuls() = default;
@@ -128,40 +121,32 @@ bool OneDnnMatmuls::run(const GraphKey& key, const Graph& g, NodeId node, std::s
   // K is a's last dim (after lifting a 1-D a, still its last).
   if (out.numel() == 0 || inputs[0]->shape()[inputs[0]->shape().rank() - 1] == 0) return false;
   const Operands operands{inputs[0]->shape(), inputs[1]->shape(), out.shape(), has_bias};
-  try {
-    if (!state_) state_ = std::make_unique<State>();
-    State& st = *state_;
-    const int threads = cpu::threads();
-    bind_threads();
-    std::unique_ptr<Prepared>& slot = st.prepared[{key, node}];
-    if (!slot || !(slot->operands == operands) || slot->threads != threads) {
-      // The dims (vectors) only when a primitive is made: a kept one is found by the shapes.
-      MatmulDims d;
-      if (n.op == OpKind::kLinear) {
-        linear_dims(operands.b, out.shape(), has_bias, &d);
-      } else {
-        matmul_dims(operands.a, operands.b, &d);
-      }
-      slot = st.prepare(d);
-      slot->operands = operands;
-      slot->threads = threads;
-    }
-    Prepared& p = *slot;
-    p.src.set_data_handle(const_cast<std::byte*>(inputs[0]->bytes()));
-    p.weights.set_data_handle(const_cast<std::byte*>(inputs[1]->bytes()));
-    if (has_bias) p.bias.set_data_handle(const_cast<std::byte*>(inputs[2]->bytes()));
-    p.dst.set_data_handle(out.bytes());
-    p.matmul.execute(st.stream, p.args);
-    st.stream.wait();
-    if (st.prepared.size() > kKeptPrimitives) st.prepared.clear();
-    return true;
-  } catch (const dnnl::error&) {
-    if (state_) state_->prepared.erase({key, node});
-    return false;
-  } catch (const std::bad_alloc&) {
-    if (state_) state_->prepared.erase({key, node});
-    return false;
-  }
+  if (!state_) state_ = std::make_unique<State>();
+  KeptPrimitives<Prepared>& kept = state_->kept;
+  const bool done = kept.run(
+      key, node, [&](const Prepared& p) { return p.operands == operands; },
+      [&](const dnnl::engine& engine) {
+        // The dims (vectors) only when a primitive is made: a kept one is found by the shapes.
+        MatmulDims d;
+        if (n.op == OpKind::kLinear) {
+          linear_dims(operands.b, out.shape(), has_bias, &d);
+        } else {
+          matmul_dims(operands.a, operands.b, &d);
+        }
+        auto p = std::make_unique<Prepared>(engine, d);
+        p->operands = operands;
+        return p;
+      },
+      [&](Prepared& p, dnnl::stream& stream) {
+        p.src.set_data_handle(const_cast<std::byte*>(inputs[0]->bytes()));
+        p.weights.set_data_handle(const_cast<std::byte*>(inputs[1]->bytes()));
+        if (has_bias) p.bias.set_data_handle(const_cast<std::byte*>(inputs[2]->bytes()));
+        p.dst.set_data_handle(out.bytes());
+        p.matmul.execute(stream, p.args);
+        stream.wait();
+      });
+  if (kept.size() > kKeptPrimitives) kept.clear();
+  return done;
 }
 
 }  // namespace tracecache::cpu

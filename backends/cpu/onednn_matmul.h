@@ -23,7 +23,7 @@
 // process's thread count on the calling thread first.
 //
 // Errors: run() returns false, with nothing written, when oneDNN declines the shapes or fails
-// (its errors are exceptions, caught here) or there is nothing to multiply (an empty output or
+// (its errors are exceptions, caught here: onednn_kept.h) or there is nothing to multiply (an empty output or
 // K = 0); the caller then runs the builtin kernel.
 // Thread-safety: an OneDnnMatmuls is used by one thread at a time (its owner CpuBackend's rule).
 #pragma once

@@ -95,6 +95,7 @@ Result<Executable> SimBackend::compile(const Graph& graph, const GraphKey& key,
   CompileOptions co;
   co.onednn_conv = true;  // the cpu backend's lowering: sim computes with its kernels
   co.onednn_matmul = true;
+  co.onednn_conv_grad = true;
   co.compiler_version = compiler_version;
   return compile_graph(graph, key, std::string(name()), digest_, co);
 }

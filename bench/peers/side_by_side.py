@@ -64,9 +64,10 @@ TRAINING = SimpleNamespace(
                 "threads) a table of median step times, tracecache / PyTorch, GFLOP per step "
                 "and tracecache's fraction of peak FLOP/s. Run with /usr/bin/python3.",
     torch_kinds=["eager"],
-    zoo_command=["train", "--optimizer", "sgd", "--momentum", str(torch_peer.TrainRunner.momentum),
-                 "--lr", str(torch_peer.TrainRunner.lr)],
-    batches="8", quick={"resolution": 112, "seq_len": 64}, quick_note="224 px -> 112, seq 128 -> 64",
+    zoo_command=["train", "--optimizer", "sgd", "--momentum",
+                 str(torch_peer.TrainRunner.momentum), "--lr", str(torch_peer.TrainRunner.lr)],
+    batches="8", quick={"resolution": 112, "seq_len": 64},
+    quick_note="112 px images, 64 tokens",
     torch_note="PyTorch eager training steps (train mode, cross_entropy, backward, SGD "
                "momentum, loss.item()) in persistent workers")
 
@@ -104,7 +105,8 @@ def parse_args(argv, bench=INFERENCE):
     p.add_argument("--threads", default="1,2", help="comma-separated thread counts")
     p.add_argument("--resolution", type=int, default=RESOLUTION,
                    help="image height = width of the image models (vit_b_16: a multiple of 16)")
-    p.add_argument("--seq-len", type=int, default=SEQ_LEN, help="bert_base's sequence length")
+    p.add_argument("--seq-len", type=int, default=SEQ_LEN,
+                   help="bert_base's sequence length (at most 512)")
     p.add_argument("--steps", type=int, default=None,
                    help="timed steps per system and measurement (default: from --budget)")
     p.add_argument("--budget", type=float, default=4.0,
@@ -186,6 +188,9 @@ def parse_args(argv, bench=INFERENCE):
     if "vit_b_16" in args.model_list and args.resolution % 16:
         p.error(f"--resolution must be a multiple of 16 for vit_b_16 (16 px patches), got "
                 f"{args.resolution}")
+    if "bert_base" in args.model_list and args.seq_len > 512:
+        p.error(f"--seq-len must be at most 512 for bert_base (its position embeddings), got "
+                f"{args.seq_len}")
     if args.min_steps > args.max_steps:
         p.error("--min-steps must not exceed --max-steps")
     if not args.budget > 0:
@@ -690,6 +695,8 @@ def tables(report):
     kinds = report["config"]["torch_systems"]
     columns = kinds + ["tracecache"] + (["tracecache" + LAZY] if report["config"]["tc_lazy"]
                                         else [])
+    labels = {**{k: (k + " ms", k) for k in kinds}, "tracecache": ("tc once", "tc"),
+              "tracecache" + LAZY: ("tc lazy", "lazy")}  # column heading, in "steps"
     ratio_name = "tc/best" if len(kinds) > 1 else f"tc/{kinds[0]}"
 
     def shown(row, s):
@@ -710,12 +717,9 @@ def tables(report):
     for t in report["tables"]:
         out += ["", f"{report['config']['step']}, batch {t['batch']}, threads {t['threads']} "
                     f"(ATen/OpenBLAS/OMP and tracecache --threads all {t['threads']})",
-                f"{'model':<16} " + " ".join(f"{c + ' ms':>9}" for c in kinds)
-                + f" {'tc once':>9}" + (f" {'tc lazy':>9}" if len(columns) > len(kinds) + 1
-                                        else "")
+                f"{'model':<16} " + " ".join(f"{labels[c][0]:>9}" for c in columns)
                 + f" {ratio_name:>8} {'GFLOP':>7} {'tc GF/s':>8} {'%peak':>6}  steps "
-                + "/".join(c.replace("tracecache" + LAZY, "lazy").replace("tracecache", "tc")
-                           for c in columns) + " x rounds"]
+                + "/".join(labels[c][1] for c in columns) + " x rounds"]
         for r in t["rows"]:
             ratio = f"{r['ratio']:8.2f}" if r.get("ratio") else f"{'-':>8}"
             gflop = f"{r['gflop']:7.2f}" if r.get("gflop") else f"{'-':>7}"

@@ -9,6 +9,7 @@ and warmed up before the first round; tracecache runs one `zoo run` process per 
 Python package cannot run a zoo model or a trace program), whose first step(s) are warm-up and
 not timed. FLOPs per step come from tracecache's sim cost model (the registry's per-op cost,
 summed over the kernels of one step in a `--backend sim:h100 --timeline` run). See README.md.
+train_side_by_side.py runs this with training steps (TRAINING) instead of the forward.
 
 Run with Debian's interpreter, which has python3-torch:
     /usr/bin/python3 bench/peers/side_by_side.py --quick
@@ -35,14 +36,40 @@ sys.path.insert(0, HERE)
 import torch_peer  # noqa: E402  (model builders, BLAS probes; imports torch only when asked)
 
 MODELS = torch_peer.MODELS
-TORCH_SYSTEMS = ["eager", "jit"]
-SYSTEMS = TORCH_SYSTEMS + ["tracecache"]
+TORCH_SYSTEMS = ["eager", "jit"]  # the worker kinds (INFERENCE.torch_kinds: both)
 PASSIVE = "_passive"  # suffix of a PyTorch system run with OMP_WAIT_POLICY=PASSIVE
 ACTIVE = "_active"  # suffix of tracecache run with OMP_WAIT_POLICY=active (its default: passive)
+LAZY = "_lazy"  # suffix of tracecache in lazy mode (--tc-lazy)
 SEQ_LEN = 128
 RESOLUTION = 224
 SIM_DEVICE = "sim:h100"  # only its FLOP counts are used: they are the registry's, not the device's
 WORKER_START_TIMEOUT_S = 1800  # building + jit.trace/freeze + warm-up of the largest models
+
+# What a step is. This script measures the forward (inference); train_side_by_side.py passes
+# TRAINING to main(): the workers, the rounds, the tables and the JSON are the same code.
+INFERENCE = SimpleNamespace(
+    tool="bench/peers/side_by_side.py", step="forward", train=False,
+    description="PyTorch 1.13 eager and jit (trace+freeze) against tracecache once mode on the "
+                "zoo models, measured in interleaved rounds; per (batch, threads) a table of "
+                "median step times, tracecache / best PyTorch, GFLOP per step and tracecache's "
+                "fraction of peak FLOP/s. Run with /usr/bin/python3.",
+    torch_kinds=["eager", "jit"], zoo_command=["run"], batches="1,8",
+    quick={"batches": "1"}, quick_note="batch 1",
+    torch_note="PyTorch eager and jit (trace+freeze) in persistent workers")
+TRAINING = SimpleNamespace(
+    tool="bench/peers/train_side_by_side.py", step="training step", train=True,
+    description="A training step (forward, cross-entropy on random labels, backward, SGD "
+                "momentum 0.9 lr 0.01) in PyTorch 1.13 eager against tracecache once mode "
+                "(`zoo train`) on the zoo models, measured in interleaved rounds; per (batch, "
+                "threads) a table of median step times, tracecache / PyTorch, GFLOP per step "
+                "and tracecache's fraction of peak FLOP/s. Run with /usr/bin/python3.",
+    torch_kinds=["eager"],
+    zoo_command=["train", "--optimizer", "sgd", "--momentum",
+                 str(torch_peer.TrainRunner.momentum), "--lr", str(torch_peer.TrainRunner.lr)],
+    batches="8", quick={"resolution": 112, "seq_len": 64},
+    quick_note="112 px images, 64 tokens",
+    torch_note="PyTorch eager training steps (train mode, cross_entropy, backward, SGD "
+               "momentum, loss.item()) in persistent workers")
 
 
 def log(msg):
@@ -66,20 +93,20 @@ def int_list(text, name, parser):
     return values
 
 
-def parse_args(argv):
+def parse_args(argv, bench=INFERENCE):
     p = argparse.ArgumentParser(
-        prog="side_by_side.py",
-        description="PyTorch 1.13 eager and jit (trace+freeze) against tracecache once mode on "
-                    "the zoo models, measured in interleaved rounds; per (batch, threads) a "
-                    "table of median step times, tracecache / best PyTorch, GFLOP per step and "
-                    "tracecache's fraction of peak FLOP/s. Run with /usr/bin/python3.",
+        prog=os.path.basename(bench.tool), description=bench.description,
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--build", default=os.path.join(REPO, "build"),
                    help="tracecache build directory (its cli/tracecache is run)")
     p.add_argument("--models", default=",".join(MODELS),
                    help="comma-separated subset of: " + ", ".join(MODELS))
-    p.add_argument("--batches", default="1,8", help="comma-separated batch sizes")
+    p.add_argument("--batches", default=bench.batches, help="comma-separated batch sizes")
     p.add_argument("--threads", default="1,2", help="comma-separated thread counts")
+    p.add_argument("--resolution", type=int, default=RESOLUTION,
+                   help="image height = width of the image models (vit_b_16: a multiple of 16)")
+    p.add_argument("--seq-len", type=int, default=SEQ_LEN,
+                   help="bert_base's sequence length (at most 512)")
     p.add_argument("--steps", type=int, default=None,
                    help="timed steps per system and measurement (default: from --budget)")
     p.add_argument("--budget", type=float, default=4.0,
@@ -112,15 +139,18 @@ def parse_args(argv):
                         "OMP_WAIT_POLICY; unset, tracecache makes libgomp's idle threads sleep) and "
                         "'active' (OMP_WAIT_POLICY=active: they spin, as PyTorch's do by default); "
                         "the tracecache figure is the faster, marked A when active")
+    p.add_argument("--tc-lazy", action="store_true",
+                   help="also tracecache in lazy mode (trace, hash and look up every step), "
+                        "shown in its own column and not in the ratio")
     p.add_argument("--quick", action="store_true",
-                   help="a sanity run of a few minutes: batch 1 and the largest thread count "
-                        "only (unless --batches/--threads are given), --budget 0.6, "
-                        "--rounds 2, --min-steps 2")
+                   help=f"a sanity run: {bench.quick_note} and the largest thread count "
+                        "only (unless given), --budget 0.6, --rounds 2, --min-steps 2")
     p.add_argument("--seed", type=int, default=0, help="PyTorch's weights and inputs")
     p.add_argument("--json", nargs="?", const="-", metavar="PATH",
                    help="machine-readable output: to stdout instead of the tables (no PATH or "
                         "'-'), or to PATH in addition to the tables")
     p.add_argument("--worker", choices=TORCH_SYSTEMS, help=argparse.SUPPRESS)
+    p.add_argument("--train", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--model", help=argparse.SUPPRESS)
     p.add_argument("--batch", type=int, help=argparse.SUPPRESS)
     p.add_argument("--nthreads", type=int, help=argparse.SUPPRESS)
@@ -128,6 +158,7 @@ def parse_args(argv):
     args = p.parse_args(argv)
     if args.worker:
         return args
+    args.bench = bench
 
     args.model_list = [m for m in args.models.split(",") if m.strip()]
     bad = [m for m in args.model_list if m not in MODELS]
@@ -135,16 +166,11 @@ def parse_args(argv):
         p.error(f"unknown model(s): {', '.join(bad) or '(none given)'}; choose from "
                 f"{', '.join(MODELS)}")
     if args.quick:
-        if "--batches" not in given:
-            args.batches = "1"
-        if "--threads" not in given:
-            args.threads = str(len(os.sched_getaffinity(0)))
-        if "--budget" not in given:
-            args.budget = 0.6
-        if "--rounds" not in given:
-            args.rounds = 2
-        if "--min-steps" not in given:
-            args.min_steps = 2
+        quick = {"threads": str(len(os.sched_getaffinity(0))), "budget": 0.6, "rounds": 2,
+                 "min_steps": 2, **bench.quick}
+        for name, value in quick.items():
+            if "--" + name.replace("_", "-") not in given:
+                setattr(args, name, value)
     args.policy_list = [v for v in args.torch_wait_policies.split(",") if v.strip()]
     args.tc_policy_list = [v.strip() for v in args.tc_wait_policies.split(",") if v.strip()]
     if not args.tc_policy_list or any(v not in ("default", "active") for v in args.tc_policy_list):
@@ -154,11 +180,17 @@ def parse_args(argv):
                 f"'{args.torch_wait_policies}'")
     args.batch_list = int_list(args.batches, "batches", p)
     args.thread_list = int_list(args.threads, "threads", p)
-    for name in ("rounds", "min_steps", "max_steps"):
+    for name in ("rounds", "min_steps", "max_steps", "resolution", "seq_len"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be at least 1")
     if args.steps is not None and args.steps < 1:
         p.error("--steps must be at least 1")
+    if "vit_b_16" in args.model_list and args.resolution % 16:
+        p.error(f"--resolution must be a multiple of 16 for vit_b_16 (16 px patches), got "
+                f"{args.resolution}")
+    if "bert_base" in args.model_list and args.seq_len > 512:
+        p.error(f"--seq-len must be at most 512 for bert_base (its position embeddings), got "
+                f"{args.seq_len}")
     if args.min_steps > args.max_steps:
         p.error("--min-steps must not exceed --max-steps")
     if not args.budget > 0:
@@ -275,9 +307,9 @@ def worker_main(args):
     import torch
     torch_peer.torch = torch
     torch_peer.configure_threads(args.nthreads)
-    torch.set_grad_enabled(False)
-    build_args = SimpleNamespace(seed=args.seed, batch=args.batch, seq_len=SEQ_LEN,
-                                 resolution=RESOLUTION)
+    torch.set_grad_enabled(args.train)
+    build_args = SimpleNamespace(seed=args.seed, batch=args.batch, seq_len=args.seq_len,
+                                 resolution=args.resolution)
 
     def send(obj):
         proto.write(json.dumps(obj) + "\n")
@@ -286,7 +318,8 @@ def worker_main(args):
     try:
         t0 = time.perf_counter()
         model, inputs, params, _ = torch_peer.build(args.model, build_args)
-        runner_cls = torch_peer.EagerRunner if args.worker == "eager" else torch_peer.JitRunner
+        runner_cls = torch_peer.TrainRunner if args.train else \
+            torch_peer.EagerRunner if args.worker == "eager" else torch_peer.JitRunner
         runner = runner_cls(model, inputs)
         runner.prepare()
         setup_s = time.perf_counter() - t0
@@ -341,7 +374,9 @@ class TorchWorker:
         kind = system.removesuffix(PASSIVE)
         cmd = [sys.executable, os.path.abspath(__file__), "--worker", kind, "--model", model,
                "--batch", str(batch), "--nthreads", str(threads), "--seed", str(args.seed),
+               "--resolution", str(args.resolution), "--seq-len", str(args.seq_len),
                "--warmup", str(max(args.warmup, 2 if kind == "jit" else 1))]
+        cmd += ["--train"] if args.bench.train else []
         self.err = tempfile.TemporaryFile("w+")  # a file: a chatty worker never blocks on it
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=self.err, text=True,
@@ -396,14 +431,20 @@ def tracecache_version(cli):
     return out.stdout.strip() or out.stderr.strip()
 
 
-def tracecache_steps(args, model, batch, threads, steps, watch_maps=False, active=False):
-    """One `tracecache zoo run` process of --tc-warmup + `steps` once-mode steps: the timed
+def zoo_command(args, model, mode, batch, threads, steps):
+    """`tracecache zoo run` (or train: args.bench.zoo_command) of `model` without the cache."""
+    return [args.cli, "zoo", *args.bench.zoo_command, model, "--mode", mode, "--batch",
+            str(batch), "--threads", str(threads), "--steps", str(steps), "--no-cache", "-q"] + \
+        (["--seq-len", str(args.seq_len)] if model == "bert_base" else
+         ["--resolution", str(args.resolution)])
+
+
+def tracecache_steps(args, model, batch, threads, steps, watch_maps=False, active=False,
+                     mode="once"):
+    """One `tracecache zoo run` (or train) process of --tc-warmup + `steps` steps: the timed
     steps' ms (and with watch_maps the kernel libraries mapped into the process)."""
     total = args.tc_warmup + steps
-    cmd = [args.cli, "zoo", "run", model, "--mode", "once", "--batch", str(batch),
-           "--threads", str(threads), "--steps", str(total), "--no-cache", "--json", "-q"]
-    cmd += ["--seq-len", str(SEQ_LEN)] if model == "bert_base" else \
-        ["--resolution", str(RESOLUTION)]
+    cmd = zoo_command(args, model, mode, batch, threads, total) + ["--json"]
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=thread_env(threads, active=active))
         libs = set()
@@ -419,22 +460,20 @@ def tracecache_steps(args, model, batch, threads, steps, watch_maps=False, activ
                       f"{errors.splitlines()[-1] if errors else '(no message)'}")
     report = json.loads(text)
     step_ms = report["step_ms"]
-    if len(step_ms) != total or report["counters"]["traces"] != 1:
-        raise Failure(f"tracecache: expected {total} steps and 1 trace, got "
+    traces = 1 if mode == "once" else total
+    if len(step_ms) != total or report["counters"]["traces"] != traces:
+        raise Failure(f"tracecache: expected {total} steps and {traces} trace(s), got "
                       f"{len(step_ms)} steps and {report['counters']['traces']} traces")
     return step_ms[args.tc_warmup:], kernel_libraries(libs) if watch_maps else None
 
 
 def model_gflop(args, model, batch, threads):
-    """FLOPs of one forward step by tracecache's cost model: the sum of the registry cost of
-    every kernel of one sim step (flops of a fused kernel are its ops')."""
+    """FLOPs of one step (forward, or training step) by tracecache's cost model: the sum of the
+    registry cost of every kernel of one sim step (flops of a fused kernel are its ops')."""
     with tempfile.TemporaryDirectory() as tmp:
         timeline = os.path.join(tmp, "timeline.json")
-        cmd = [args.cli, "zoo", "run", model, "--mode", "once", "--backend", SIM_DEVICE,
-               "--batch", str(batch), "--threads", str(threads), "--steps", "1", "--no-cache",
-               "-q", "--timeline", timeline]
-        cmd += ["--seq-len", str(SEQ_LEN)] if model == "bert_base" else \
-            ["--resolution", str(RESOLUTION)]
+        cmd = zoo_command(args, model, "once", batch, threads, 1) + [
+            "--backend", SIM_DEVICE, "--timeline", timeline]
         done = subprocess.run(cmd, capture_output=True, text=True, env=thread_env(threads),
                               check=False)
         if done.returncode != 0:
@@ -464,14 +503,15 @@ def torch_systems(args, threads):
     with OMP_WAIT_POLICY=PASSIVE (--torch-wait-policies)."""
     policies = args.policy_list if threads > 1 else ["default"]
     return [kind + ("" if policy == "default" else PASSIVE)
-            for policy in policies for kind in TORCH_SYSTEMS]
+            for policy in policies for kind in args.bench.torch_kinds]
 
 
 def tc_systems(args, threads):
-    """tracecache's systems of a measurement: its default, and at more than one thread also with
-    OMP_WAIT_POLICY=active (--tc-wait-policies)."""
+    """tracecache's systems of a measurement: its default, at more than one thread also with
+    OMP_WAIT_POLICY=active (--tc-wait-policies), and with --tc-lazy lazy mode."""
     policies = args.tc_policy_list if threads > 1 else ["default"]
-    return ["tracecache" + ("" if policy == "default" else ACTIVE) for policy in policies]
+    return ["tracecache" + ("" if policy == "default" else ACTIVE) for policy in policies] + \
+        (["tracecache" + LAZY] if args.tc_lazy else [])
 
 
 def measure(args, model, batch, threads, env_out):
@@ -491,8 +531,10 @@ def measure(args, model, batch, threads, env_out):
                 continue
             row[system] = {"setup_s": info["setup_s"],
                            "warmup_ms": [ns / 1e6 for ns in info["warmup_ns"]]}
-            row[system].update({k: info[k] for k in ("trace_s", "freeze_s", "first_call_s")
-                                if k in info})
+            row[system].update({k: info[k] for k in ("trace_s", "freeze_s", "first_call_s",
+                                                     "classes") if k in info})
+            if "note" in info and f"{model}: {info['note']}" not in env_out.get("torch_notes", []):
+                env_out.setdefault("torch_notes", []).append(f"{model}: {info['note']}")
             env_out.setdefault("torch", {k: info.get(k) for k in (
                 "torch", "torchvision", "openblas_library", "openblas_config")})
             env_out.setdefault("torch_workers", {})[f"{system}@{threads}"] = {
@@ -520,7 +562,8 @@ def measure(args, model, batch, threads, env_out):
                 if s.startswith("tracecache"):
                     watch = f"tc@{threads}" not in env_out.get("tracecache_processes", {})
                     ms, libs = tracecache_steps(args, model, batch, threads, steps, watch,
-                                                active=s.endswith(ACTIVE))
+                                                active=s.endswith(ACTIVE),
+                                                mode="lazy" if s.endswith(LAZY) else "once")
                     if libs is not None:
                         env_out.setdefault("tracecache_processes", {})[f"tc@{threads}"] = {
                             "libraries": libs}
@@ -565,9 +608,9 @@ def threads_peak(cpu, threads):
         if cpu["peak_gflops"] else None
 
 
-def finish_row(row, gflop, peak_gflops):
+def finish_row(row, gflop, peak_gflops, torch_kinds):
     best = [row[s]["median_ms"] for s in row
-            if s.removesuffix(PASSIVE) in TORCH_SYSTEMS and "median_ms" in row[s]]
+            if s.removesuffix(PASSIVE) in torch_kinds and "median_ms" in row[s]]
     tcs = [row[s]["median_ms"] for s in ("tracecache", "tracecache" + ACTIVE)
            if "median_ms" in row.get(s, {})]
     tc = min(tcs) if tcs else None
@@ -632,22 +675,35 @@ def header_lines(report):
                  + ("; tracecache at >1 thread also with OMP_WAIT_POLICY=active: an A marks the "
                     "cells where that was faster (see JSON tracecache_active)"
                     if "active" in report["config"].get("tc_wait_policies", []) else ""))
-    lines.append("steps: PyTorch eager and jit (trace+freeze) in persistent workers; tracecache "
-                 "once mode, one `zoo run` process per round (first "
-                 f"{report['config']['tc_warmup']} step(s) untimed); median step ms; rounds "
-                 "interleave all systems")
+    config = report["config"]
+    lines.append(f"steps: {config['torch_note']}; tracecache once mode"
+                 + (" (and lazy)" if config["tc_lazy"] else "")
+                 + f", one `zoo {config['zoo_command'][0]}` process per round (first "
+                 f"{config['tc_warmup']} step(s) untimed); median step ms; rounds interleave "
+                 f"all systems; images {config['resolution']} px, bert_base {config['seq_len']} "
+                 f"tokens")
     lines.append(f"GFLOP: tracecache's cost model (registry op costs summed over one "
-                 f"{SIM_DEVICE} step); %peak = tracecache GFLOP/s / the peak of as many cores as "
-                 f"threads")
+                 f"{SIM_DEVICE} {config['step']}); %peak = tracecache GFLOP/s / the peak of as "
+                 f"many cores as threads")
+    lines += [f"note: {n}" for n in env.get("torch_notes", [])]
     return lines
 
 
 def tables(report):
     out = header_lines(report)
 
+    kinds = report["config"]["torch_systems"]
+    columns = kinds + ["tracecache"] + (["tracecache" + LAZY] if report["config"]["tc_lazy"]
+                                        else [])
+    labels = {**{k: (k + " ms", k) for k in kinds}, "tracecache": ("tc once", "tc"),
+              "tracecache" + LAZY: ("tc lazy", "lazy")}  # column heading, in "steps"
+    ratio_name = "tc/best" if len(kinds) > 1 else f"tc/{kinds[0]}"
+
     def shown(row, s):
         """The system whose cell is shown for `s`: its other wait policy's variant (PyTorch's
         PASSIVE, tracecache's active) when that was faster."""
+        if s.endswith(LAZY):
+            return s
         other = s + (ACTIVE if s == "tracecache" else PASSIVE)
         v = row.get(s, {}).get("median_ms")
         p = row.get(other, {}).get("median_ms")
@@ -659,23 +715,23 @@ def tables(report):
         return f"{v:{9 - len(mark)}.2f}{mark}" if v is not None else f"{'-':>9}"
 
     for t in report["tables"]:
-        out += ["", f"batch {t['batch']}, threads {t['threads']} (ATen/OpenBLAS/OMP and "
-                    f"tracecache --threads all {t['threads']})",
-                f"{'model':<16} {'eager ms':>9} {'jit ms':>9} {'tc once':>9} {'tc/best':>8} "
-                f"{'GFLOP':>7} {'tc GF/s':>8} {'%peak':>6}  steps e/j/tc x rounds"]
+        out += ["", f"{report['config']['step']}, batch {t['batch']}, threads {t['threads']} "
+                    f"(ATen/OpenBLAS/OMP and tracecache --threads all {t['threads']})",
+                f"{'model':<16} " + " ".join(f"{labels[c][0]:>9}" for c in columns)
+                + f" {ratio_name:>8} {'GFLOP':>7} {'tc GF/s':>8} {'%peak':>6}  steps "
+                + "/".join(labels[c][1] for c in columns) + " x rounds"]
         for r in t["rows"]:
             ratio = f"{r['ratio']:8.2f}" if r.get("ratio") else f"{'-':>8}"
             gflop = f"{r['gflop']:7.2f}" if r.get("gflop") else f"{'-':>7}"
             gfs = f"{r['tracecache_gflops']:8.1f}" if r.get("tracecache_gflops") else f"{'-':>8}"
             frac = f"{100 * r['tracecache_peak_fraction']:5.1f}%" \
                 if r.get("tracecache_peak_fraction") else f"{'-':>6}"
-            steps = "/".join(str(r.get(shown(r, s), {}).get("steps", "-")) for s in SYSTEMS)
-            out.append(f"{r['model']:<16} {ms(r, 'eager')} {ms(r, 'jit')} "
-                       f"{ms(r, 'tracecache')} {ratio} {gflop} {gfs} {frac}  "
-                       f"{steps} x {r.get('rounds', '-')}")
+            steps = "/".join(str(r.get(shown(r, s), {}).get("steps", "-")) for s in columns)
+            out.append(f"{r['model']:<16} " + " ".join(ms(r, s) for s in columns)
+                       + f" {ratio} {gflop} {gfs} {frac}  {steps} x {r.get('rounds', '-')}")
         g = t["geomean_ratio"]
-        out.append(f"{'geomean tc/best':<16} {'':>9} {'':>9} {'':>9} "
-                   + (f"{g:8.2f}" if g else f"{'-':>8}")
+        out.append(f"{'geomean ' + ratio_name:<16} " + " ".join(f"{'':>9}" for _ in columns)
+                   + " " + (f"{g:8.2f}" if g else f"{'-':>8}")
                    + f"  ({t['geomean_models']} models)")
         for r in t["rows"]:
             for s, e in r["errors"].items():
@@ -686,9 +742,9 @@ def tables(report):
 
 # --------------------------------------------------------------------------------------
 
-def main(argv=None):
+def main(argv=None, bench=INFERENCE):
     argv = sys.argv[1:] if argv is None else argv
-    args = parse_args(argv)
+    args = parse_args(argv, bench)
     if args.worker:
         return worker_main(args)
     t_start = time.perf_counter()
@@ -718,7 +774,8 @@ def main(argv=None):
                         log(f"  {e}")
                         gflops[(model, batch)] = None
                 row = measure(args, model, batch, threads, env)
-                rows.append(finish_row(row, gflops[(model, batch)], threads_peak(cpu, threads)))
+                rows.append(finish_row(row, gflops[(model, batch)], threads_peak(cpu, threads),
+                                       bench.torch_kinds))
                 log("  " + ", ".join(f"{s} {row[s]['median_ms']:.2f} ms" for s in row
                                      if isinstance(row[s], dict) and "median_ms" in row[s])
                     + (f"; tc/best {row['ratio']:.2f}" if row.get("ratio") else "")
@@ -728,15 +785,18 @@ def main(argv=None):
                             "geomean_ratio": geomean(ratios), "geomean_models": len(ratios)})
     env["loadavg_end"] = list(os.getloadavg())
     report = {
-        "tool": "bench/peers/side_by_side.py",
+        "tool": bench.tool,
         "config": {"cli": args.cli, "models": args.model_list, "batches": args.batch_list,
                    "threads": args.thread_list, "steps": args.steps, "budget_s": args.budget,
                    "min_steps": args.min_steps, "max_steps": args.max_steps,
                    "rounds": args.rounds, "warmup": args.warmup, "tc_warmup": args.tc_warmup,
                    "settle_s": args.settle, "torch_wait_policies": args.policy_list,
                    "tc_wait_policies": args.tc_policy_list,
-                   "seed": args.seed, "resolution": RESOLUTION, "seq_len": SEQ_LEN,
-                   "quick": args.quick, "flop_source": f"tracecache {SIM_DEVICE} cost model"},
+                   "seed": args.seed, "resolution": args.resolution, "seq_len": args.seq_len,
+                   "step": bench.step, "torch_systems": bench.torch_kinds,
+                   "torch_note": bench.torch_note, "zoo_command": bench.zoo_command,
+                   "tc_lazy": args.tc_lazy, "quick": args.quick,
+                   "flop_source": f"tracecache {SIM_DEVICE} cost model"},
         "env": env,
         "tables": results,
         "wall_s": time.perf_counter() - t_start,

@@ -573,6 +573,48 @@ class JitRunner(EagerRunner):
                      "first_call_s": (t3 - t2) / 1e9}
 
 
+class TrainRunner(EagerRunner):
+    """An eager training step as `tracecache zoo train` runs it (frontend/zoo/program.h): the
+    model in train mode (batch statistics, dropout), the mean cross-entropy of its logits (BERT:
+    of the pooler output, the model's last output) against fixed random labels, backward, and
+    torch.optim.SGD (lr 0.01, momentum 0.9); a step ends with loss.item(). The zoo's BERT has
+    no dropout on the attention probabilities, so neither has this one (it is swapped for the
+    identity and noted in info)."""
+    mode = "train"
+    lr, momentum = 0.01, 0.9
+
+    def prepare(self):
+        self.model.train()
+        dropped = 0
+        for m in self.model.modules():
+            if type(m).__name__ == "BertSelfAttention":  # build_bert_classes'
+                m.dropout = torch.nn.Identity()
+                dropped += 1
+        if dropped:
+            self.info["note"] = (f"attention-probability dropout removed from {dropped} layers "
+                                 "(the zoo's BERT has none)")
+        with torch.no_grad():
+            classes = self.logits(self.model(*self.inputs)).shape[1]
+        g = torch.Generator().manual_seed(2)
+        self.labels = torch.randint(0, classes, (self.inputs[0].shape[0],), generator=g)
+        self.info["classes"] = classes
+        self.opt = torch.optim.SGD(self.model.parameters(), lr=self.lr, momentum=self.momentum)
+
+    @staticmethod
+    def logits(out):
+        return out[-1] if isinstance(out, (tuple, list)) else out
+
+    def step(self):
+        t0 = now()
+        self.opt.zero_grad(set_to_none=True)
+        loss = torch.nn.functional.cross_entropy(self.logits(self.model(*self.inputs)),
+                                                 self.labels)
+        loss.backward()
+        self.opt.step()
+        loss.item()
+        return now() - t0
+
+
 class LazyMhaFix:
     """LTC 1.13 aborts on nn.MultiheadAttention: its packed in-projection ends in
     linear(...).chunk(3, dim=-1); chunk becomes split_copy, which LTC runs as a CPU

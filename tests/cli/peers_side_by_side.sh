@@ -1,5 +1,6 @@
-# bench/peers/side_by_side.py (issue 17): bad arguments exit 2 with a message, and a one-step
-# run of one small model gives a JSON report with the three systems, the ratio and the FLOPs.
+# bench/peers/side_by_side.py (issue 17): bad arguments exit 2 with a message (also for
+# train_side_by_side.py, which shares its options), and a one-step run of one small model gives
+# a JSON report with the three systems, the ratio and the FLOPs.
 # Needs Debian's python3-torchvision under /usr/bin/python3 (scripts/setup.sh --peers).
 source "$(dirname "$0")/lib.sh"
 PY=/usr/bin/python3
@@ -7,16 +8,27 @@ PY=/usr/bin/python3
   fail "python3-torch and python3-torchvision are not installed; run scripts/setup.sh --peers"
 SBS="$SRC/bench/peers/side_by_side.py"
 BUILD=$(dirname "$(dirname "$TC")")
-expect_exit 2 "$PY" "$SBS" --build "$BUILD" --models resnet18,nosuchnet
-grep -q "unknown model(s): nosuchnet" "$TMP/err" || fail "$(cat "$TMP/err")"
-expect_exit 2 "$PY" "$SBS" --build "$BUILD" --batches 1,0
-grep -q -- "--batches takes comma-separated positive integers" "$TMP/err" || fail "$(cat "$TMP/err")"
-expect_exit 2 "$PY" "$SBS" --build "$BUILD" --threads two
-expect_exit 2 "$PY" "$SBS" --build "$BUILD" --steps 0
-expect_exit 2 "$PY" "$SBS" --build "$TMP/no-build"
-grep -q "no tracecache binary at $TMP/no-build/cli/tracecache" "$TMP/err" || fail "$(cat "$TMP/err")"
-expect_exit 0 "$PY" "$SBS" --help
-grep -q -- "--rounds" "$TMP/out" || fail "--help does not list --rounds"
+for script in "$SBS" "$SRC/bench/peers/train_side_by_side.py"; do
+  expect_exit 2 "$PY" "$script" --build "$BUILD" --models resnet18,nosuchnet
+  grep -q "unknown model(s): nosuchnet" "$TMP/err" || fail "$(cat "$TMP/err")"
+  expect_exit 2 "$PY" "$script" --build "$BUILD" --batches 1,0
+  grep -q -- "--batches takes comma-separated positive integers" "$TMP/err" ||
+    fail "$(cat "$TMP/err")"
+  expect_exit 2 "$PY" "$script" --build "$BUILD" --threads two
+  expect_exit 2 "$PY" "$script" --build "$BUILD" --steps 0
+  expect_exit 2 "$PY" "$script" --build "$BUILD" --resolution 0
+  grep -q -- "--resolution must be at least 1" "$TMP/err" || fail "$(cat "$TMP/err")"
+  expect_exit 2 "$PY" "$script" --build "$BUILD" --models vit_b_16 --resolution 40
+  grep -q -- "--resolution must be a multiple of 16 for vit_b_16" "$TMP/err" ||
+    fail "$(cat "$TMP/err")"
+  expect_exit 2 "$PY" "$script" --build "$BUILD" --tc-wait-policies spin
+  expect_exit 2 "$PY" "$script" --build "$TMP/no-build"
+  grep -q "no tracecache binary at $TMP/no-build/cli/tracecache" "$TMP/err" ||
+    fail "$(cat "$TMP/err")"
+  expect_exit 0 "$PY" "$script" --help
+  grep -q -- "--rounds" "$TMP/out" && grep -q -- "--tc-lazy" "$TMP/out" ||
+    fail "--help does not list --rounds and --tc-lazy"
+done
 
 expect_exit 0 "$PY" "$SBS" --build "$BUILD" --models squeezenet1_1 --batches 1 --threads 1 \
   --steps 1 --json

@@ -147,7 +147,7 @@ inline WindowMax window_max(const float* plane, const Window2d& win, int64_t y, 
     // v != v: NaN wins. Selects rather than branches (| not ||): on data the comparison is a
     // coin toss, and a mispredicted branch per cell dominated the pool kernels.
     const bool better = (v > best) | (v != v);
-    at = better | (at < 0) ? cell : at;
+    at = (better | (at < 0)) ? cell : at;
     best = better ? v : best;
   });
   return {best, at};

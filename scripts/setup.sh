@@ -10,10 +10,14 @@
 #                              with OpenBLAS, for bench/peers/ and
 #                              scripts/export_torchvision_weights.py
 set -euo pipefail
+# ocl-icd-opencl-dev: Debian builds oneDNN with its OpenCL GPU runtime, so dnnl's CMake config
+# (find_package(dnnl)) requires OpenCL's headers and libOpenCL.so; libdnnl-dev only recommends
+# the package, and this script installs without recommends.
 packages=(
   cmake ninja-build g++ pkg-config clang libclang-rt-14-dev
   libsqlite3-dev sqlite3 libxxhash-dev libprotobuf-dev protobuf-compiler libhiredis-dev redis-server
   libcli11-dev libfmt-dev libgtest-dev libgmock-dev libbenchmark-dev libopenblas-openmp-dev libdnnl-dev
+  ocl-icd-opencl-dev
   pybind11-dev python3-dev python3-numpy
   libonnx-dev libonnx-testdata python3-onnx
   graphviz chromium

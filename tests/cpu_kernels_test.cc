@@ -307,8 +307,8 @@ std::vector<OpCase> cases_for(const OpInfo& op) {
             add({{t, {4}}}, {{"shape", ints({4})}});
             add({{t, {300}}}, {{"shape", ints({300, 300})}});
             add({{t, {2, 1, 3}}}, {{"shape", ints({2, 5, 3})}});
-            // runs of one value longer than a 32-byte block and not a multiple of it, for
-            // every element size (copy_run's blocked fill and its tail)
+            // runs of one value longer than a vector and not a multiple of one, for every
+            // element size (copy_run's vectorized fill and its remainder)
             add({{t, {3, 1}}}, {{"shape", ints({2, 3, 77})}});
             add({{t, {}}}, {{"shape", ints({1000})}});
             break;

@@ -4,6 +4,7 @@
 // GFLOP/s counts 2 flops per multiply-add of the layer.
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "capture/ir/graph.h"
@@ -22,19 +23,26 @@ struct Layer {
   std::vector<const HostBuffer*> in;
   HostBuffer out;
 
+  // Inputs are f32 unless `dtypes` names another (index inputs: U[0, `index_high`) floored).
   Layer(OpKind op, const std::vector<Shape>& shapes,
-        const std::vector<std::pair<std::string_view, AttrValue>>& named) {
+        const std::vector<std::pair<std::string_view, AttrValue>>& named, const std::vector<DType>& dtypes = {},
+        double index_high = 0) {
     const OpInfo& info = op_info(op);
     std::vector<AttrValue> attrs;
     for (const AttrSpec& spec : info.attrs) attrs.push_back(spec.default_value);
     for (const auto& [name, value] : named) attrs[static_cast<size_t>(info.attr_index(name))] = value;
     std::vector<NodeId> ids;
     std::vector<TensorType> types;
-    for (const Shape& s : shapes) {
-      types.push_back({DType::kF32, s});
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      const DType dtype = i < dtypes.size() ? dtypes[i] : DType::kF32;
+      types.push_back({dtype, shapes[i]});
       ids.push_back(g.add_parameter(types.back()));
-      values.emplace_back(DType::kF32, s);
-      fill_uniform(values.back(), ids.size(), -1.0, 1.0);
+      values.emplace_back(dtype, shapes[i]);
+      if (dtype == DType::kF32) {
+        fill_uniform(values.back(), ids.size(), -1.0, 1.0);
+      } else {
+        fill_uniform(values.back(), ids.size(), 0.0, index_high);
+      }
     }
     for (const HostBuffer& v : values) in.push_back(&v);
     const TensorType t = infer_op(op, types, attrs).value_or_throw();
@@ -92,6 +100,18 @@ void BM_Linear_Vgg16Fc(benchmark::State& state) {
   l.run(state, 2.0 * 25088 * 4096);
 }
 BENCHMARK(BM_Linear_Vgg16Fc)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// bert_base's word-embedding gradient at batch 8, sequence 128: the rows of 1,024 tokens
+// scattered into the [30522, 768] table (the index broadcast across the row, as the gradient
+// rule builds it). Counts one add per src element.
+void BM_ScatterAdd_BertEmbeddingGrad(benchmark::State& state) {
+  Layer l(OpKind::kScatterAdd, {{30522, 768}, {1024, 768}, {1024, 768}}, {{"axis", AttrValue::of_int(0)}},
+          {DType::kF32, DType::kI64, DType::kF32}, 30522);
+  int64_t* index = l.values[1].data<int64_t>();
+  for (int64_t r = 0; r < 1024; ++r) std::fill_n(index + r * 768 + 1, 767, index[r * 768]);
+  l.run(state, 1024.0 * 768);
+}
+BENCHMARK(BM_ScatterAdd_BertEmbeddingGrad)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 }  // namespace
 }  // namespace tracecache

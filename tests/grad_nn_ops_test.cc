@@ -92,6 +92,23 @@ TEST(ScatterAdd, CpuEqualsTheReferenceOnManyDuplicates) {
   }
 }
 
+// The embedding gradient's shape: a table larger than one copy chunk (2^18 elements), a few rows
+// reached many times; and the same along a middle axis with an outer and an inner dim.
+TEST(ScatterAdd, CpuEqualsTheReferenceOnALargeTable) {
+  std::mt19937 rng(11);
+  std::uniform_int_distribution<int64_t> pick(-1, 700);  // rows 0..599, some clamped at both ends
+  struct Case {
+    Shape xs, is;
+    int axis;
+  };
+  for (const Case& c : {Case{{600, 700}, {90, 700}, 0}, Case{{3, 500, 200}, {2, 300, 150}, 1}}) {
+    std::vector<int64_t> idx(static_cast<size_t>(c.is.numel()));
+    for (int64_t& v : idx) v = pick(rng);
+    const std::vector<float> out = scatter_add_both(random_f32(c.xs, 3), test::i64(c.is, idx), random_f32(c.is, 4), c.axis);
+    EXPECT_EQ(static_cast<int64_t>(out.size()), c.xs.numel());
+  }
+}
+
 TEST(ScatterAdd, RejectsWhatItCannotScatter) {
   auto error = [](std::vector<TensorType> in, int64_t axis) {
     std::vector<AttrValue> attrs = {AttrValue::of_int(axis)};

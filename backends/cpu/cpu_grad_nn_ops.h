@@ -3,8 +3,11 @@
 //
 // Numerics: as the reference kernel (capture/ops/reference_grad_nn_ops.cc): each output element is
 // x plus its src elements in increasing src index, summed in double and rounded once, so the
-// result is BITWISE the reference's. Only the index walk differs (incremental, no division per
-// element). Single-threaded: the scatter's writes collide by design (duplicate indices).
+// result is BITWISE the reference's. Only the walk differs: x is copied (over the thread team),
+// src elements are bucketed by their row along `axis` (a stable counting sort) and each row's sums
+// are kept in double only for the elements that row reaches, so the cost is that of x's copy plus
+// src, not a double copy of all of x (the embedding gradient's x is the whole table). The sums are
+// single-threaded: the scatter's writes collide by design (duplicate indices).
 // Thread-safe (per-call scratch only).
 #pragma once
 

@@ -95,6 +95,14 @@ void BM_MaxPool_Resnet50(benchmark::State& state) {
 }
 BENCHMARK(BM_MaxPool_Resnet50)->Unit(benchmark::kMillisecond)->UseRealTime();
 
+// Its gradient in a training step at batch 8: grad_out [8, 64, 56, 56] back onto the input.
+void BM_MaxPoolGrad_Resnet18Batch8(benchmark::State& state) {
+  Layer l(OpKind::kMaxPool2dGrad, {{8, 64, 56, 56}, {8, 64, 112, 112}},
+          {{"kernel", pair(3)}, {"stride", pair(2)}, {"padding", pair(1)}});
+  l.run(state, static_cast<double>(8 * 64 * 56 * 56 * 9));
+}
+BENCHMARK(BM_MaxPoolGrad_Resnet18Batch8)->Unit(benchmark::kMillisecond)->UseRealTime();
+
 void BM_Linear_Vgg16Fc(benchmark::State& state) {
   Layer l(OpKind::kLinear, {{1, 25088}, {4096, 25088}, {4096}}, {});
   l.run(state, 2.0 * 25088 * 4096);

@@ -271,15 +271,19 @@ TEST(GradNnCpu, PoolGradientsMatchReferenceBitwise) {
       {{2, 1, 9, 8}, {2, 3}, {1, 2}, {1, 1}, {2, 2}, true, false},
       {{1, 3, 5, 5}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, false, false},  // overlapping windows
       {{1, 1, 4, 4}, {4, 4}, {4, 4}, {2, 2}, {1, 1}, true, true},
+      // rows wider than a vector with a remainder, as the cpu's max_pool2d_grad scans them
+      {{2, 2, 9, 45}, {3, 3}, {2, 2}, {1, 1}, {1, 1}, false, false},
   };
   uint64_t seed = 100;
   for (const PoolConfig& k : configs) {
-    for (bool specials : {false, true}) {
+    for (int specials : {0, 1, 2}) {
       std::vector<float> xv = tie_values(k.x.numel(), seed++);
-      if (specials) {  // NaN and infinities in max_pool2d's windows
+      if (specials == 1) {  // NaN and infinities in max_pool2d's windows
         xv[0] = std::numeric_limits<float>::quiet_NaN();
         xv[xv.size() / 2] = -std::numeric_limits<float>::infinity();
         xv[xv.size() - 1] = std::numeric_limits<float>::infinity();
+      } else if (specials == 2) {  // all -inf: each window's first cell inside the input gets it
+        std::fill(xv.begin(), xv.end(), -std::numeric_limits<float>::infinity());
       }
       HostBuffer x = test::f32(k.x, xv);
       std::vector<AttrValue> max_attrs = {ints(k.kernel), ints(k.stride), ints(k.padding), ints(k.dilation),

@@ -12,7 +12,10 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <cstdint>
+#include <limits>
 #include <memory>
+#include <vector>
 
 #include "capture/ops/attr_views.h"
 #include "capture/ops/nn_windows.h"
@@ -91,6 +94,64 @@ int64_t window_work(const View& a, const HostBuffer& out, const HostBuffer& g) {
   return win.out_plane() * win.rows.kernel * win.cols.kernel;
 }
 
+// max_pool2d_grad as the forward max_pool2d kernel scans (cpu_nn_layers.cc): per output row, taps
+// outermost, each output column keeping its best value and the cell it came from (a select per
+// tap, which vectorizes), so every output meets its window's cells in the reference's row-major
+// order and picks the same cell (nn::window_max: the first cell inside the input, replaced by
+// each later one that is greater or NaN). Then the row's gradients are added to their cells in a
+// double plane in row-major output order, and the plane is rounded once: the reference's sums
+// (nn::max_pool2d_grad_planes), bitwise.
+void max_pool2d_grad(std::span<const HostBuffer* const> in, std::span<const AttrValue> attrs, HostBuffer& out) {
+  const HostBuffer& g = *in[0];
+  const HostBuffer& x = *in[1];
+  const MaxPool2dAttrs a(attrs);
+  const nn::Window2d win = nn::pool_window(a, x.shape(), g.shape());
+  const int64_t w = win.cols.size, oh = win.rows.out, ow = win.cols.out;
+  const int64_t kw = win.cols.kernel, sw = win.cols.stride;
+  std::vector<nn::Interval> tap_cols(static_cast<size_t>(kw));
+  for (int64_t j = 0; j < kw; ++j) tap_cols[static_cast<size_t>(j)] = win.cols.outputs_reaching(j);
+  split_planes(out, win.out_plane() * win.rows.kernel * kw, [&](int64_t begin, int64_t end) {
+    std::vector<double> acc(static_cast<size_t>(win.in_plane()));
+    std::vector<float> best_row(static_cast<size_t>(ow));
+    std::vector<int32_t> at_row(static_cast<size_t>(ow));
+    float* __restrict best = best_row.data();
+    int32_t* __restrict at = at_row.data();
+    for (int64_t p = begin; p < end; ++p) {
+      std::fill(acc.begin(), acc.end(), 0.0);
+      const float* __restrict plane = x.data<float>() + p * win.in_plane();
+      const float* gp = g.data<float>() + p * win.out_plane();
+      for (int64_t y = 0; y < oh; ++y) {
+        std::fill_n(best, ow, -std::numeric_limits<float>::infinity());
+        std::fill_n(at, ow, -1);
+        const int64_t y_start = win.rows.start(y);
+        const nn::Interval rows = win.rows.taps_inside(y);
+        for (int64_t i = rows.lo; i < rows.hi; ++i) {
+          const int64_t row = (y_start + i * win.rows.dilation) * w;
+          for (int64_t j = 0; j < kw; ++j) {
+            const nn::Interval cols = tap_cols[static_cast<size_t>(j)];
+            const int32_t offset = static_cast<int32_t>(row + j * win.cols.dilation - win.cols.padding);
+            const int32_t step = static_cast<int32_t>(sw);
+            for (int32_t z = static_cast<int32_t>(cols.lo); z < static_cast<int32_t>(cols.hi); ++z) {
+              // The first cell inside the input is taken whatever it holds (at < 0); a later one
+              // when greater or NaN. Taking a first -inf leaves best as it was, so one mask serves.
+              const int32_t cell = z * step + offset;
+              const float v = plane[cell];
+              const bool take = (v > best[z]) | (v != v) | (at[z] < 0);
+              at[z] = take ? cell : at[z];
+              best[z] = take ? v : best[z];
+            }
+          }
+        }
+        for (int64_t z = 0; z < ow; ++z) {
+          if (at[z] >= 0) acc[static_cast<size_t>(at[z])] += static_cast<double>(gp[y * ow + z]);
+        }
+      }
+      float* dst = out.data<float>() + p * win.in_plane();
+      for (int64_t c = 0; c < win.in_plane(); ++c) dst[c] = static_cast<float>(acc[static_cast<size_t>(c)]);
+    }
+  });
+}
+
 }  // namespace
 
 bool run_grad_nn_layer(OpKind op, std::span<const HostBuffer* const> in, std::span<const AttrValue> attrs,
@@ -101,9 +162,13 @@ bool run_grad_nn_layer(OpKind op, std::span<const HostBuffer* const> in, std::sp
     case OpKind::kConv2dWeightGrad:
       return conv2d_weight_grad(in, attrs, out);
     case OpKind::kMaxPool2dGrad:
-      split_planes(out, window_work(MaxPool2dAttrs(attrs), out, *in[0]), [&](int64_t begin, int64_t end) {
-        nn::max_pool2d_grad_planes(in, attrs, out, begin, end);
-      });
+      if (out.shape()[2] * out.shape()[3] <= std::numeric_limits<int32_t>::max()) {
+        max_pool2d_grad(in, attrs, out);
+      } else {  // cells past int32: the reference's plane loops
+        split_planes(out, window_work(MaxPool2dAttrs(attrs), out, *in[0]), [&](int64_t begin, int64_t end) {
+          nn::max_pool2d_grad_planes(in, attrs, out, begin, end);
+        });
+      }
       return true;
     case OpKind::kAvgPool2dGrad:
       split_planes(out, window_work(AvgPool2dGradAttrs(attrs), out, *in[0]), [&](int64_t begin, int64_t end) {

@@ -13,9 +13,12 @@
 //   conv2d_weight_grad        per image, group and block, weight += grad_out x    TOLERANCE (*)
 //                             im2col(input)^T (cblas_sgemm, beta = 1); 1x1
 //                             stride-1 unpadded: the input plane is the matrix
-//   max_pool2d_grad           the reference's plane loops (capture/ops/           bitwise
+//   max_pool2d_grad           per output row, taps outermost as max_pool2d: each  bitwise
+//                             column's best value and cell by selects (vectorized),
+//                             then the row's grads added to their cells in a double
+//                             plane in row-major order; planes split over threads
+//   avg_pool2d_grad           the reference's plane loops (capture/ops/           bitwise
 //                             nn_windows.h), planes split over threads
-//   avg_pool2d_grad
 //   adaptive_avg_pool2d_grad
 //
 // Executables and eager mode compute f32 conv2d_input_grad and conv2d_weight_grad with oneDNN's

@@ -13,10 +13,14 @@ set -euo pipefail
 # ocl-icd-opencl-dev: Debian builds oneDNN with its OpenCL GPU runtime, so dnnl's CMake config
 # (find_package(dnnl)) requires OpenCL's headers and libOpenCL.so; libdnnl-dev only recommends
 # the package, and this script installs without recommends.
+# libopenblas0-pthread: the system's default libopenblas.so.0 / libblas.so.3 stays the pthreads
+# build (priority 100 against the OpenMP build's 95), which numpy and PyTorch load; tracecache
+# links the OpenMP build by path (docs/architecture.md). Without it, libopenblas-dev (--peers) is
+# satisfied by the OpenMP -dev package already here and the OpenMP build becomes the default.
 packages=(
   cmake ninja-build g++ pkg-config clang libclang-rt-14-dev
   libsqlite3-dev sqlite3 libxxhash-dev libprotobuf-dev protobuf-compiler libhiredis-dev redis-server
-  libcli11-dev libfmt-dev libgtest-dev libgmock-dev libbenchmark-dev libopenblas-openmp-dev libdnnl-dev
+  libcli11-dev libfmt-dev libgtest-dev libgmock-dev libbenchmark-dev libopenblas-openmp-dev libopenblas0-pthread libdnnl-dev
   ocl-icd-opencl-dev
   pybind11-dev python3-dev python3-numpy
   libonnx-dev libonnx-testdata python3-onnx
@@ -24,7 +28,7 @@ packages=(
 )
 for arg in "$@"; do
   case "$arg" in
-    --peers) packages=(python3-torch python3-torchvision libopenblas-dev) ;;
+    --peers) packages=(python3-torch python3-torchvision libopenblas-dev libopenblas0-pthread) ;;
     -h|--help) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "setup: unknown option '$arg' (try --help)" >&2; exit 2 ;;
   esac

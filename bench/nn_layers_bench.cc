@@ -109,6 +109,25 @@ void BM_Linear_Vgg16Fc(benchmark::State& state) {
 }
 BENCHMARK(BM_Linear_Vgg16Fc)->Unit(benchmark::kMillisecond)->UseRealTime();
 
+// The transposes of bert_base's backward at batch 8, sequence 128: activation gradients
+// [1024, 3072] and [1024, 768] for weight gradients' matmuls, and the heads' keys [96, 128, 64]. Counts bytes
+// moved (read + write) as "GFLOP/s".
+void BM_Transpose_Bert1024x3072(benchmark::State& state) {
+  Layer l(OpKind::kTranspose, {{1024, 3072}}, {{"dim0", AttrValue::of_int(0)}, {"dim1", AttrValue::of_int(1)}});
+  l.run(state, 8.0 * 1024 * 3072);
+}
+BENCHMARK(BM_Transpose_Bert1024x3072)->Unit(benchmark::kMillisecond)->UseRealTime();
+void BM_Transpose_Bert1024x768(benchmark::State& state) {
+  Layer l(OpKind::kTranspose, {{1024, 768}}, {{"dim0", AttrValue::of_int(0)}, {"dim1", AttrValue::of_int(1)}});
+  l.run(state, 8.0 * 1024 * 768);
+}
+BENCHMARK(BM_Transpose_Bert1024x768)->Unit(benchmark::kMillisecond)->UseRealTime();
+void BM_Transpose_BertHeads(benchmark::State& state) {
+  Layer l(OpKind::kTranspose, {{96, 128, 64}}, {{"dim0", AttrValue::of_int(1)}, {"dim1", AttrValue::of_int(2)}});
+  l.run(state, 8.0 * 96 * 128 * 64);
+}
+BENCHMARK(BM_Transpose_BertHeads)->Unit(benchmark::kMillisecond)->UseRealTime();
+
 // bert_base's word-embedding gradient at batch 8, sequence 128: the rows of 1,024 tokens
 // scattered into the [30522, 768] table (the index broadcast across the row, as the gradient
 // rule builds it). Counts one add per src element.

@@ -299,6 +299,9 @@ std::vector<OpCase> cases_for(const OpInfo& op) {
             add({{t, {2, 3, 4}}}, {{"dim0", num(-1)}, {"dim1", num(1)}});
             add({{t, {5}}}, {{"dim0", num(0)}, {"dim1", num(0)}});
             add({{t, {3, 0}}}, {{"dim0", num(0)}, {"dim1", num(1)}});
+            // transposes of the last two dims (strided_gather; CpuTranspose has the blocked ones)
+            add({{t, {70, 45}}}, {{"dim0", num(0)}, {"dim1", num(1)}});
+            add({{t, {3, 37, 70}}}, {{"dim0", num(1)}, {"dim1", num(2)}});
             break;
           case OpKind::kBroadcastTo:
             add({{t, {3, 1}}}, {{"shape", ints({2, 3, 4})}});
@@ -650,6 +653,23 @@ TEST(CpuReduce, EveryAxisSetAtOneAndTwoThreads) {
             EXPECT_TRUE(check_case(op, c, rng)) << describe(op, c) << " rejected";
           }
         }
+      }
+    }
+  }
+  cpu::set_threads(saved);
+}
+
+// Transposes large enough to split over the team (strided_gather's blocked path), every dtype.
+TEST(CpuTranspose, BlockedAtOneAndTwoThreads) {
+  const int saved = cpu::threads();
+  const OpInfo& op = *find_op("transpose");
+  for (int n : {1, 2}) {
+    cpu::set_threads(n);
+    Rng rng(5);
+    for (DType t : kAll) {
+      for (const Shape& s : {Shape{2, 300, 250}, Shape{257, 263}}) {  // slices past 256 KB at 4 bytes
+        const OpCase c{{{t, s}}, {{"dim0", num(-2)}, {"dim1", num(-1)}}};
+        EXPECT_TRUE(check_case(op, c, rng)) << describe(op, c) << " rejected";
       }
     }
   }

@@ -149,12 +149,56 @@ void gather_range(const StridedSpace& space, const std::byte* src, int64_t base,
   }
 }
 
+// A transpose's copy: out[o][a][b] = src[base + o * outer_stride + a + b * b_stride] over
+// `outer` x `rows` x `cols`. Read row by row, every output row would read a column of src, one
+// element per cache line; in blocks of kBlock x kBlock, the lines a block reads are used whole
+// while they are in cache. Blocks of rows split over the team.
+template <typename U>
+void transpose_blocks(const U* src, int64_t outer, int64_t outer_stride, int64_t rows, int64_t cols,
+                      int64_t b_stride, U* dst) {
+  constexpr int64_t kBlock = 16;
+  const int64_t row_blocks = (rows + kBlock - 1) / kBlock;
+  parallel_chunks(outer * row_blocks, outer * rows * cols, [&](int64_t first, int64_t last) {
+    for (int64_t unit = first; unit < last; ++unit) {
+      const int64_t o = unit / row_blocks, a0 = unit % row_blocks * kBlock;
+      const int64_t a1 = std::min(rows, a0 + kBlock);
+      const U* s = src + o * outer_stride;
+      U* d = dst + o * rows * cols;
+      for (int64_t b0 = 0; b0 < cols; b0 += kBlock) {
+        const int64_t b1 = std::min(cols, b0 + kBlock);
+        for (int64_t a = a0; a < a1; ++a) {
+          for (int64_t b = b0; b < b1; ++b) d[a * cols + b] = s[a + b * b_stride];
+        }
+      }
+    }
+  });
+}
+
 // out[i] = src[base + offset(i)] over out's row-major order, `strides` per out dim.
 void strided_gather(const HostBuffer& src, const IntList& strides, int64_t base, HostBuffer& out) {
   const int64_t n = out.numel();
   if (n == 0) return;
   const StridedSpace space = simplify(out.shape(), strides);
   const size_t elem = dtype_size(out.dtype());
+  // A transpose of the last two dims (after merging): the second-to-last reads contiguously, the
+  // last with a stride, and at most one dim outside them; blocked when one slice is larger than
+  // the caches hold (a [1024, 3072] f32 transpose: 15.9 -> 5.7 ms, [1024, 768] 1.12 -> 0.86 ms),
+  // row by row below that (bert's heads, [96, 128, 64]: 0.35 ms row by row, 0.92 blocked;
+  // nn_layers_bench, 1 thread).
+  const int r = space.rank;
+  constexpr int64_t kBlockedSliceBytes = int64_t{1} << 18;
+  if (r >= 2 && r <= 3 && space.strides[r - 2] == 1 && space.strides[r - 1] > 1 &&
+      space.dims[r - 2] * space.dims[r - 1] * static_cast<int64_t>(elem) > kBlockedSliceBytes &&
+      (elem == 4 || elem == 8)) {
+    const int64_t outer = r == 3 ? space.dims[0] : 1, outer_stride = r == 3 ? space.strides[0] : 0;
+    auto go = [&]<typename U>() {
+      transpose_blocks(reinterpret_cast<const U*>(src.bytes()) + base, outer, outer_stride, space.dims[r - 2],
+                       space.dims[r - 1], space.strides[r - 1], reinterpret_cast<U*>(out.bytes()));
+    };
+    if (elem == 4) go.operator()<uint32_t>();
+    else go.operator()<uint64_t>();
+    return;
+  }
   constexpr int64_t kChunk = 1 << 14;
   const int64_t chunks = (n + kChunk - 1) / kChunk;
   parallel_chunks(chunks, n, [&](int64_t b, int64_t e) {

@@ -14,6 +14,7 @@
 #include "capture/ops/attr_views.h"
 #include "capture/ops/nn_numerics.h"
 #include "backends/cpu/cpu_kernels.h"
+#include "backends/cpu/cpu_threads.h"
 
 namespace tracecache::cpu {
 
@@ -178,48 +179,65 @@ bool attention(std::span<const HostBuffer* const> in, std::span<const AttrValue>
   const float* v = in[2]->data<float>();
   const int m_ = static_cast<int>(lq), n_ = static_cast<int>(lk), e_ = static_cast<int>(e),
             ev_ = static_cast<int>(ev);
-  std::vector<float> scores(static_cast<size_t>(lq * lk));
-  std::vector<double> row_sum(static_cast<size_t>(lq));
-  for (int64_t b = 0; b < batches; ++b) {
-    float* s = scores.data();
-    if (e == 0) {
-      std::fill(scores.begin(), scores.end(), 0.0f);
-    } else {
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m_, n_, e_, 1.0f, q + b * lq * e, e_,
-                  k + b * lk * e, e_, 0.0f, s, n_);
-    }
-    int64_t mask_base = 0;
-    if (mask) mask_base = nn::mask_block_offset(b, rank, scores_shape, mask_strides);
-    for (int64_t i = 0; i < lq; ++i) {
-      float* row = s + i * lk;
-      for (int64_t j = 0; j < lk; ++j) row[j] *= scale;
-      if (mask) {
-        const float* mrow = mask->data<float>() + mask_base + i * mask_strides[rank - 2];
-        const int64_t step = mask_strides[rank - 1];
-        for (int64_t j = 0; j < lk; ++j) row[j] += mrow[j * step];
+  // Batches (images x heads) split into one group per thread, each group with its own scores
+  // (allocated here, before the team starts: an allocation failure is an exception for the
+  // caller, not a terminate inside the team). Inside the team each sgemm runs on its caller
+  // alone; with one group (one thread, or one batch) OpenBLAS threads it. Either way a batch is
+  // computed the same way for a given thread count and shape (the matmul bound across counts).
+  const bool split = batches * lq * lk * (e + ev + 1) >= kParallelThreshold;  // both products, softmax
+  const int64_t groups = split ? std::max<int64_t>(1, std::min<int64_t>(threads(), batches)) : 1;
+  std::vector<std::vector<float>> scores_of(static_cast<size_t>(groups), std::vector<float>(static_cast<size_t>(lq * lk)));
+  std::vector<std::vector<double>> sums_of(static_cast<size_t>(groups), std::vector<double>(static_cast<size_t>(lq)));
+  auto group = [&](int64_t gi) {
+    const int64_t begin = batches * gi / groups, end = batches * (gi + 1) / groups;
+    std::vector<float>& scores = scores_of[static_cast<size_t>(gi)];
+    std::vector<double>& row_sum = sums_of[static_cast<size_t>(gi)];
+    for (int64_t b = begin; b < end; ++b) {
+      float* s = scores.data();
+      if (e == 0) {
+        std::fill(scores.begin(), scores.end(), 0.0f);
+      } else {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m_, n_, e_, 1.0f, q + b * lq * e, e_,
+                    k + b * lk * e, e_, 0.0f, s, n_);
       }
-      if (causal) {
-        for (int64_t j = i + 1; j < lk; ++j) row[j] = kNegInf;
+      int64_t mask_base = 0;
+      if (mask) mask_base = nn::mask_block_offset(b, rank, scores_shape, mask_strides);
+      for (int64_t i = 0; i < lq; ++i) {
+        float* row = s + i * lk;
+        for (int64_t j = 0; j < lk; ++j) row[j] *= scale;
+        if (mask) {
+          const float* mrow = mask->data<float>() + mask_base + i * mask_strides[rank - 2];
+          const int64_t step = mask_strides[rank - 1];
+          for (int64_t j = 0; j < lk; ++j) row[j] += mrow[j * step];
+        }
+        if (causal) {
+          for (int64_t j = i + 1; j < lk; ++j) row[j] = kNegInf;
+        }
+        float m = kNegInf;
+        for (int64_t j = 0; j < lk; ++j) m = nn::max_step(m, row[j]);
+        double sum = 0;
+        for (int64_t j = 0; j < lk; ++j) {
+          row[j] = std::exp(row[j] - m);
+          sum += static_cast<double>(row[j]);
+        }
+        row_sum[static_cast<size_t>(i)] = sum;
       }
-      float m = kNegInf;
-      for (int64_t j = 0; j < lk; ++j) m = nn::max_step(m, row[j]);
-      double sum = 0;
-      for (int64_t j = 0; j < lk; ++j) {
-        row[j] = std::exp(row[j] - m);
-        sum += static_cast<double>(row[j]);
+      float* ob = o + b * lq * ev;
+      if (ev > 0) {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m_, ev_, n_, 1.0f, s, n_,
+                    v + b * lk * ev, ev_, 0.0f, ob, ev_);
       }
-      row_sum[static_cast<size_t>(i)] = sum;
+      for (int64_t i = 0; i < lq; ++i) {
+        const double sum = row_sum[static_cast<size_t>(i)];
+        float* orow = ob + i * ev;
+        for (int64_t c = 0; c < ev; ++c) orow[c] = static_cast<float>(static_cast<double>(orow[c]) / sum);
+      }
     }
-    float* ob = o + b * lq * ev;
-    if (ev > 0) {
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m_, ev_, n_, 1.0f, s, n_,
-                  v + b * lk * ev, ev_, 0.0f, ob, ev_);
-    }
-    for (int64_t i = 0; i < lq; ++i) {
-      const double sum = row_sum[static_cast<size_t>(i)];
-      float* orow = ob + i * ev;
-      for (int64_t c = 0; c < ev; ++c) orow[c] = static_cast<float>(static_cast<double>(orow[c]) / sum);
-    }
+  };
+  if (groups == 1) {
+    group(0);
+  } else {
+    run_chunks(groups, group);
   }
   return true;
 }

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -68,6 +69,27 @@ inline ::testing::AssertionResult within_gemm_bound(const HostBuffer& got, const
     if (!(std::fabs(g - w) <= bound)) {
       return ::testing::AssertionFailure() << "element " << i << " of " << got.numel() << ": got " << g
                                            << ", reference " << w << ", bound " << bound;
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+// The erf bound of cpu_kernels.h (libmvec's vector erf, vector_math.h): erf within 2 ulp of the
+// reference (ulp at the larger magnitude); gelu's erf form, x = its input (any dtype),
+// |got - ref| <= 2^-22 |x| + 2 ulp(ref) (the erf's 2 ulp carried through 1 + erf and the
+// product with x / 2, each rounded). Equal values (infinities) and NaN against NaN pass.
+inline ::testing::AssertionResult within_erf_bound(const HostBuffer& got, const HostBuffer& want,
+                                                   const HostBuffer& x, bool gelu) {
+  for (int64_t i = 0; i < got.numel(); ++i) {
+    const float g = got.data<float>()[i], w = want.data<float>()[i];
+    if (g == w || (std::isnan(g) && std::isnan(w))) continue;
+    const float big = std::max(std::fabs(g), std::fabs(w));
+    const double ulp = std::nextafter(big, std::numeric_limits<float>::infinity()) - big;
+    const double bound = 2 * ulp + (gelu ? 0x1.0p-22 * std::fabs(x.element_as_double(i)) : 0.0);
+    if (!(std::fabs(static_cast<double>(g) - w) <= bound)) {
+      return ::testing::AssertionFailure() << "element " << i << " of " << got.numel() << ": input "
+                                           << x.element_as_double(i) << ", got " << g << ", reference " << w
+                                           << ", bound " << bound;
     }
   }
   return ::testing::AssertionSuccess();

@@ -11,7 +11,8 @@
 //    (any NaN matching any NaN), except the BLAS ops (f32 matmul, linear, conv2d and its
 //    gradients conv2d_input_grad, conv2d_weight_grad, and conv_transpose2d: the GEMM bound
 //    of cpu_kernels.h / cpu_nn_layers.h; scaled_dot_product_attention: the bound of
-//    cpu_nn_ops.h), and bitwise equal between all backends (sim computes with the cpu kernels);
+//    cpu_nn_ops.h; erf and gelu's erf form: the erf bound of cpu_kernels.h, libmvec's vector
+//    erf), and bitwise equal between all backends (sim computes with the cpu kernels);
 //  - a backend that declines an op: the Runtime never compiles that graph and runs it on the
 //    reference with a `fallback` event; the registry's names and errors.
 #include <gtest/gtest.h>
@@ -24,6 +25,7 @@
 
 #include "backends/cpu/cpu_backend.h"
 #include "backends/registry/registry.h"
+#include "capture/ops/attr_views.h"
 #include "capture/ops/ops.h"
 #include "capture/reference/reference.h"
 #include "runtime/runtime.h"
@@ -168,6 +170,8 @@ void expect_matches_reference(const OpInfo& op, const Graph& g, std::span<const 
                                                 params.size() > 3 ? params[3].get() : nullptr,
                                                 a[0].as_bool(), a[1].f))
         << what;
+  } else if (op.kind == OpKind::kErf || (op.kind == OpKind::kGelu && !GeluAttrs(g.attrs(node)).tanh())) {
+    EXPECT_TRUE(testing::within_erf_bound(*got[0], *want[0], *params[0], op.kind == OpKind::kGelu)) << what;
   } else {
     for (size_t o = 0; o < got.size(); ++o) EXPECT_TRUE(same_bits(*got[o], *want[o])) << what;
   }

@@ -29,6 +29,7 @@
 #include "backends/cpu/cpu_kernels.h"
 #include "runtime/runtime.h"
 #include "tests/attention_bound.h"
+#include "tests/backend_compare.h"
 #include "tests/test_graphs.h"
 #include "tests/test_buffers.h"
 
@@ -443,6 +444,10 @@ void expect_cpu_matches(OpKind kind, const std::vector<const HostBuffer*>& in, c
         << what;
     return;
   }
+  if (kind == OpKind::kErf || (kind == OpKind::kGelu && !GeluAttrs{std::span(attrs)}.tanh())) {
+    EXPECT_TRUE(testing::within_erf_bound(got, want, *in[0], kind == OpKind::kGelu)) << what;  // libmvec's erf
+    return;
+  }
   std::string where;
   EXPECT_TRUE(same_bits_any_nan(got, want, &where)) << what << ": " << where;
 }
@@ -596,7 +601,12 @@ void expect_runtime_matches_reference(Fn build, size_t want_kernels, size_t want
     if (i < tolerance.size() && tolerance[i] > 0) {
       ASSERT_EQ(got->shape(), want->shape());
       for (int64_t e = 0; e < want->numel(); ++e) {
-        EXPECT_NEAR(got->data<float>()[e], want->data<float>()[e], tolerance[i]) << "output " << i << " element " << e;
+        const float g = got->data<float>()[e], w = want->data<float>()[e];
+        if (std::isnan(w) || g == w) {  // NaN where the reference has NaN; equal (infinite) values
+          EXPECT_TRUE(std::isnan(w) == std::isnan(g)) << "output " << i << " element " << e << ": " << g;
+          continue;
+        }
+        EXPECT_NEAR(g, w, tolerance[i]) << "output " << i << " element " << e;
       }
       continue;
     }
@@ -605,7 +615,10 @@ void expect_runtime_matches_reference(Fn build, size_t want_kernels, size_t want
   }
 }
 
-TEST(NnFusion, ActivationChainIsOneFusedKernelWithTheReferenceBits) {
+// The reference's values up to erf's last bits: gelu's erf form and erf run libmvec's vector erf
+// (cpu_kernels.h, within 2 ulp), and the chain carries that difference on; everything else in the
+// chain is bitwise (CpuFused.RandomChainsMatchReferenceNodeByNode checks fusion node by node).
+TEST(NnFusion, ActivationChainIsOneFusedKernelCloseToTheReference) {
   std::mt19937_64 gen(11);
   const std::vector<HostBuffer> in = [&] {
     std::vector<HostBuffer> v;
@@ -621,7 +634,7 @@ TEST(NnFusion, ActivationChainIsOneFusedKernelWithTheReferenceBits) {
         h = relu6(erf(hardsigmoid(gelu(h, /*tanh_approximation=*/true))));
         return std::vector<Tensor>{h};
       },
-      1, 10, in);
+      1, 10, in, {1e-5});
 }
 
 TEST(NnFusion, IntegerClampFusesWithIntegerArithmetic) {
@@ -644,14 +657,15 @@ TEST(NnFusion, NormsAndAttentionAreKernelsOfTheirOwn) {
   in.push_back(random_f32({32}, gen, 1));         // weight
   in.push_back(random_f32({16, 16}, gen, 1));     // mask
   // layer_norm -> gelu (a fused kernel of one) -> attention -> softmax -> log_softmax: five
-  // kernels. Up to gelu the bits are the reference's; after attention (BLAS) only close.
+  // kernels. Up to layer_norm the bits are the reference's; gelu (libmvec's erf) and after
+  // attention (BLAS) only close.
   expect_runtime_matches_reference(
       [](const std::vector<Tensor>& t) {
         Tensor h = gelu(layer_norm(t[0], 1, t[1], Tensor()));
         Tensor a = scaled_dot_product_attention(h, h, h, t[2], /*causal=*/true);
         return std::vector<Tensor>{h, log_softmax(softmax(a, 1), -1)};
       },
-      5, 0, in, {0, 1e-5});
+      5, 0, in, {4e-6, 1e-5});
 }
 
 // ---- the Tensor API and trace programs ----------------------------------------------------

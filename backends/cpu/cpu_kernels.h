@@ -12,8 +12,10 @@
 //   neg abs exp log sqrt rsqrt tanh      tiled interpreter (run_fused with one   bitwise
 //   sigmoid relu add sub mul div pow     member), operands converted with
 //   maximum minimum eq lt gt where cast  convert<C>, C = compute_dtype()
-//   gelu silu hardswish hardsigmoid
-//   erf clamp
+//   gelu (tanh form) silu hardswish
+//   hardsigmoid clamp
+//   erf, gelu (erf form)                 tiled interpreter; erf by libmvec's     TOLERANCE (**)
+//                                        vector erff (vector_math.h)
 //   broadcast_to                         tiled interpreter (a broadcast load)    bitwise
 //   matmul, f32 output                   OpenBLAS cblas_sgemm per batch (batch   TOLERANCE (*)
 //                                        folded into M when b has no batch);
@@ -43,6 +45,13 @@
 //   |cpu - ref| <= (K + 2) * 2^-24 * sum_p |a[i,p] * b[p,j]|      (K = inner dim)
 // plus one f32 ulp of the result. Results are deterministic run to run (same sizes, same
 // thread count), so replay still equals eager on this backend.
+//
+// (**) libmvec's erff is within 2 ulp of glibc's scalar erff (std::erf, the reference's), measured
+// over every f32 input (bench/erf_ulps.cc). erf: |cpu - ref| <= 2 ulp; gelu's erf form,
+// x * 0.5 * (1 + erf(x / sqrt 2)) in the same f32 steps: |cpu - ref| <= 2^-22 |x| + 2 ulp(ref)
+// (the erf's ulp carried through 1 + erf and the product). Every element goes through the same
+// vector function wherever it sits in a tile, so fused, unfused, eager and replayed results are
+// the same bits on this backend.
 //
 // "Bitwise" treats NaN like any other value except for its payload: when two different NaNs
 // meet in one operation (add(NaN_a, NaN_b), or a sum over both), which payload survives is up

@@ -185,8 +185,9 @@ struct Where { template <typename T> T operator()(bool c, T a, T b) const { retu
 // as in PyTorch, because the formulas compute -inf * 0).
 
 // gelu, erf form: x * 0.5 * (1 + erf(x / sqrt(2))).
+inline constexpr float kGeluErfScale = 0.70710678118654752f;  // 1 / sqrt(2)
 struct GeluErf {
-  float operator()(float x) const { return x * 0.5f * (1.0f + std::erf(x * 0.70710678118654752f)); }
+  float operator()(float x) const { return x * 0.5f * (1.0f + std::erf(x * kGeluErfScale)); }
 };
 // gelu, tanh form (PyTorch's approximate='tanh'):
 // 0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x^3))).

@@ -162,9 +162,12 @@ bool run_grad_nn_layer(OpKind op, std::span<const HostBuffer* const> in, std::sp
     case OpKind::kConv2dWeightGrad:
       return conv2d_weight_grad(in, attrs, out);
     case OpKind::kMaxPool2dGrad:
-      // Cells and every tap's offset (z * stride + tap - padding) in int32.
-      if (out.shape()[2] * (out.shape()[3] + 2 * MaxPool2dAttrs(attrs).padding()[1]) * 2 <=
-          std::numeric_limits<int32_t>::max()) {
+      // Cells and every tap's offset (z * stride + tap - padding) in int32 (in double: the
+      // padding comes from the program and is bounded only by the kernel).
+      if (static_cast<double>(out.shape()[2]) *
+              (static_cast<double>(out.shape()[3]) + 2.0 * static_cast<double>(MaxPool2dAttrs(attrs).padding()[1])) *
+              2.0 <=
+          static_cast<double>(std::numeric_limits<int32_t>::max())) {
         max_pool2d_grad(in, attrs, out);
       } else {  // cells past int32: the reference's plane loops
         split_planes(out, window_work(MaxPool2dAttrs(attrs), out, *in[0]), [&](int64_t begin, int64_t end) {

@@ -7,23 +7,12 @@
 #include <memory>
 #include <vector>
 
-#include "backends/cpu/cpu_threads.h"
+#include "backends/cpu/cpu_kernels.h"
 #include "capture/ops/attr_views.h"
 
 namespace tracecache::cpu {
 
 namespace {
-
-// out = x: a plain copy, split over the team (the embedding gradient's x is a whole table).
-void copy_parallel(const float* from, float* to, int64_t n) {
-  constexpr int64_t kChunk = int64_t{1} << 18;
-  const int64_t chunks = (n + kChunk - 1) / kChunk;
-  auto body = [&](int64_t c) {
-    const int64_t begin = c * kChunk;
-    std::memcpy(to + begin, from + begin, static_cast<size_t>(std::min(kChunk, n - begin)) * sizeof(float));
-  };
-  run_chunks(chunks, body);
-}
 
 // x's element offsets split at `axis`: offset = (o * axis_dim + row) * inner + i. A src element
 // is bucketed by its (clamped) row, in increasing src index (a stable counting sort), and a
@@ -105,7 +94,12 @@ void scatter_add_rows(const HostBuffer& x, const Index* index, const HostBuffer&
 
 template <typename Index>
 void scatter_add(const HostBuffer& x, const Index* index, const HostBuffer& src, int axis, HostBuffer& out) {
-  copy_parallel(x.data<float>(), out.data<float>(), x.numel());
+  // out = x, split over the team (the embedding gradient's x is a whole table).
+  const float* from = x.data<float>();
+  float* to = out.data<float>();
+  parallel_for(x.numel(), x.numel(), [&](int64_t begin, int64_t end) {
+    std::memcpy(to + begin, from + begin, static_cast<size_t>(end - begin) * sizeof(float));
+  });
   if (src.numel() == 0) return;
   constexpr int64_t kNarrow = std::numeric_limits<uint32_t>::max();
   if (src.numel() <= kNarrow && x.numel() / x.shape()[axis] <= kNarrow) {

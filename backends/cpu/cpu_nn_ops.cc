@@ -184,7 +184,9 @@ bool attention(std::span<const HostBuffer* const> in, std::span<const AttrValue>
   // caller, not a terminate inside the team). Inside the team each sgemm runs on its caller
   // alone; with one group (one thread, or one batch) OpenBLAS threads it. Either way a batch is
   // computed the same way for a given thread count and shape (the matmul bound across counts).
-  const bool split = batches * lq * lk * (e + ev + 1) >= kParallelThreshold;  // both products, softmax
+  // Work: both products and the softmax (in double: the dims are only bounded one by one).
+  const bool split = static_cast<double>(batches) * static_cast<double>(lq) * static_cast<double>(lk) *
+                         static_cast<double>(e + ev + 1) >= static_cast<double>(kParallelThreshold);
   const int64_t groups = split ? std::max<int64_t>(1, std::min<int64_t>(threads(), batches)) : 1;
   std::vector<std::vector<float>> scores_of(static_cast<size_t>(groups), std::vector<float>(static_cast<size_t>(lq * lk)));
   std::vector<std::vector<double>> sums_of(static_cast<size_t>(groups), std::vector<double>(static_cast<size_t>(lq)));

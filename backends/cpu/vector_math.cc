@@ -43,15 +43,10 @@ void erf_sse(const float* in, float scale, float* out, int64_t n) {
   }
 }
 
-bool has_avx2() {
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx2");
-}
-
-// Chosen once per process (a function-local static: safe whichever static initializer calls
+// Asked once per process (a function-local static: safe whichever static initializer calls
 // first).
 bool avx2() {
-  static const bool yes = has_avx2();
+  static const bool yes = (__builtin_cpu_init(), __builtin_cpu_supports("avx2") != 0);
   return yes;
 }
 

@@ -187,7 +187,9 @@ struct Where { template <typename T> T operator()(bool c, T a, T b) const { retu
 // gelu, erf form: x * 0.5 * (1 + erf(x / sqrt(2))).
 inline constexpr float kGeluErfScale = 0.70710678118654752f;  // 1 / sqrt(2)
 struct GeluErf {
-  float operator()(float x) const { return x * 0.5f * (1.0f + std::erf(x * kGeluErfScale)); }
+  // gelu from erf(x * kGeluErfScale): the cpu backend computes that erf elsewhere (vectorized).
+  static float from_erf(float x, float erf_value) { return x * 0.5f * (1.0f + erf_value); }
+  float operator()(float x) const { return from_erf(x, std::erf(x * kGeluErfScale)); }
 };
 // gelu, tanh form (PyTorch's approximate='tanh'):
 // 0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x^3))).

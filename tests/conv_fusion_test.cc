@@ -201,6 +201,65 @@ TEST(ConvFusion, OneConvolutionPerKernel) {
   expect_same_as_unfused(g);
 }
 
+// oneDNN writes each convolution in a layout of its choosing (NCHW for a 1x1 stride-1 GEMM,
+// NHWC, channel blocks of 4, 8 or 16; which one depends on the shape and the CPU), and the
+// epilogue reads the conv2d's value from there: for shapes like ResNeXt's, MobileNet's and a
+// stem's, every epilogue form (batch_norm alone; with relu; with a residual add and relu; a
+// chain ending in a cast to another dtype) is bitwise the kernels one by one, and sim's.
+TEST(ConvFusion, EveryLayoutOneDnnChoosesGivesTheUnfusedBits) {
+  struct Case {
+    Shape x, w;
+    int64_t stride, padding, groups;
+  };
+  const std::vector<Case> cases = {
+      {{2, 64, 8, 8}, {128, 64, 1, 1}, 1, 0, 1},    // pointwise: a GEMM on NCHW
+      {{2, 64, 8, 8}, {128, 64, 1, 1}, 2, 0, 1},    // strided pointwise
+      {{2, 128, 8, 8}, {128, 4, 3, 3}, 1, 1, 32},   // ResNeXt's groups of 4 channels
+      {{2, 256, 8, 8}, {256, 8, 3, 3}, 2, 1, 32},   // of 8, strided
+      {{2, 512, 6, 6}, {512, 16, 3, 3}, 1, 1, 32},  // of 16
+      {{2, 1024, 4, 4}, {1024, 32, 3, 3}, 1, 1, 32},
+      {{2, 3, 16, 16}, {64, 3, 7, 7}, 2, 3, 1},     // a stem
+      {{2, 32, 9, 9}, {32, 1, 3, 3}, 1, 1, 32},     // depthwise
+  };
+  for (size_t c = 0; c < cases.size(); ++c) {
+    const Case& k = cases[c];
+    RecordingExecutor exec;
+    LazyContext ctx(&exec);
+    auto t = [&](Shape s) { return ctx.from_buffer(HostBuffer(DType::kF32, s)); };
+    const int64_t o = k.w[0];
+    const int64_t oh = (k.x[2] + 2 * k.padding - k.w[2]) / k.stride + 1;
+    Tensor x = t(k.x), mean = t({o}), var = t({o}), gamma = t({o}), beta = t({o});
+    Tensor residual = t({k.x[0], o, oh, oh});
+    {
+      // A weight per convolution: the same conv2d twice would be one node used four times.
+      std::vector<Tensor> w;
+      for (int i = 0; i < 4; ++i) w.push_back(t(k.w));
+      auto conv = [&](int i) {
+        return conv2d(x, w[i], Tensor(), {k.stride, k.stride}, {k.padding, k.padding}, {1, 1}, k.groups);
+      };
+      auto bn = [&](const Tensor& y) { return batch_norm(y, mean, var, gamma, beta); };
+      std::vector<Tensor> keep = {bn(conv(0)), relu(bn(conv(1))), relu(add(bn(conv(2)), residual)),
+                                  cast(relu(conv(3)), DType::kI32)};
+      ctx.mark_step();
+    }
+    const CanonicalGraph g = exec.graphs().at(0).graph;
+    const Executable e = compile_cpu(g);
+    ASSERT_TRUE(e.validate().is_ok()) << e.validate().to_string();
+    ASSERT_EQ(conv_kernels(e).size(), 4u) << "case " << c;
+    const std::vector<BufferRef> params = params_of(g.graph);
+    CpuBackend fused_cpu, unfused_cpu(CpuBackendOptions{.fuse = false});
+    SimBackend sim(*find_device_preset("a100"));
+    const std::vector<BufferRef> fused = run_on(fused_cpu, g.graph, params);
+    const std::vector<BufferRef> unfused = run_on(unfused_cpu, g.graph, params);
+    const std::vector<BufferRef> simmed = run_on(sim, g.graph, params);
+    ASSERT_EQ(fused.size(), 4u);
+    for (size_t i = 0; i < fused.size(); ++i) {
+      EXPECT_TRUE(same_bits(*fused[i], *unfused[i])) << "case " << c << " output " << i;
+      EXPECT_TRUE(same_bits(*simmed[i], *fused[i])) << "case " << c << " output " << i;
+    }
+  }
+}
+
 // The fusion record is part of the executable: it survives serialization, and every tampering
 // below is refused like any corrupt executable.
 TEST(ConvFusion, RecordRoundTripsAndTamperingIsRefused) {

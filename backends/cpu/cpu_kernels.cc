@@ -240,6 +240,7 @@ struct Instr {
   // Attribute values the tile function reads (clamp: min and max).
   std::array<double, 2> params{};
   const BroadcastLoad* load = nullptr;  // broadcast loads only
+  const TileSource* source = nullptr;   // a tile source's fill only
 };
 
 // The element loops read and write distinct registers (a kernel's output never overlaps its
@@ -351,6 +352,10 @@ void convert_tile(const Instr& ins, std::byte* const* regs, int64_t, int64_t len
 
 void broadcast_load_tile(const Instr& ins, std::byte* const* regs, int64_t start, int64_t len) {
   gather_range(ins.load->space, ins.load->leaf, 0, ins.load->elem, start, len, regs[ins.dst]);
+}
+
+void source_tile(const Instr& ins, std::byte* const* regs, int64_t start, int64_t len) {
+  ins.source->fill(start, len, regs[ins.dst]);
 }
 
 // The tile function of each (op, compute dtype) pair the inference rules allow.
@@ -467,8 +472,9 @@ constexpr size_t kRegAlign = 64;
 class FusedProgram {
  public:
   FusedProgram(const Graph& g, std::span<const NodeId> members,
-               const std::function<const HostBuffer*(NodeId)>& leaf_value, HostBuffer& out)
-      : leaf_value_(leaf_value), shape_(out.shape()), numel_(out.numel()) {
+               const std::function<const HostBuffer*(NodeId)>& leaf_value, HostBuffer& out,
+               const TileSource* source = nullptr)
+      : leaf_value_(leaf_value), source_(source), shape_(out.shape()), numel_(out.numel()) {
     const NodeId root = members.back();
     // The position of the last member that reads each node. A non-root broadcast_to is an alias
     // of its input's register: its input lives as long as it does (walk backwards so that
@@ -614,6 +620,15 @@ class FusedProgram {
   Value& lookup(NodeId id) {
     auto it = values_.find(id);
     if (it != values_.end()) return it->second;
+    if (source_ != nullptr && id == source_->id) {
+      const uint32_t reg = add_reg(source_->dtype, nullptr);
+      Instr ins;
+      ins.fn = source_tile;
+      ins.dst = reg;
+      ins.source = source_;
+      instrs_.push_back(ins);
+      return values_.emplace(id, make_value(reg, /*owns=*/true)).first->second;
+    }
     const HostBuffer* b = leaf_value_(id);
     assert(b != nullptr && "leaf_value returned no buffer for a leaf");
     uint32_t reg;
@@ -674,6 +689,7 @@ class FusedProgram {
   }
 
   const std::function<const HostBuffer*(NodeId)>& leaf_value_;
+  const TileSource* source_;
   Shape shape_;
   int64_t numel_;
   std::vector<Reg> regs_;
@@ -1098,10 +1114,11 @@ void parallel_for(int64_t items, int64_t work, const std::function<void(int64_t,
 }
 
 void run_fused(const Graph& g, std::span<const NodeId> members,
-               const std::function<const HostBuffer*(NodeId)>& leaf_value, HostBuffer& out) {
+               const std::function<const HostBuffer*(NodeId)>& leaf_value, HostBuffer& out,
+               const TileSource* source) {
   assert(!members.empty());
   if (out.numel() == 0) return;
-  FusedProgram(g, members, leaf_value, out).run();
+  FusedProgram(g, members, leaf_value, out, source).run();
 }
 
 FusedPlanSize plan_fused(const Graph& g, std::span<const NodeId> members,

@@ -90,8 +90,22 @@ inline constexpr int64_t kParallelThreshold = int64_t{1} << 16;
 //    its buffer, whose shape broadcasts (NumPy rules) to the root's shape;
 //  - `out` does not overlap any leaf's bytes.
 // Result: bitwise what running the members one by one with the reference kernels gives.
+//
+// A TileSource stands for one leaf whose value is not in a buffer of its own but computed tile by
+// tile (a convolution's epilogue: its output read from oneDNN's layout with the batch_norm
+// applied, onednn_conv.h): leaf_value is not asked for `id`; instead fill(start, len, dst)
+// writes that leaf's elements [start, start + len) in the root's row-major order, as `dtype`
+// (the leaf has the root's shape), before any member of the tile reads it. fill is called
+// concurrently for disjoint ranges, and for each range before the root's elements of the range
+// are written, so it may read `out`'s own bytes at the same positions (in place).
+struct TileSource {
+  NodeId id;
+  DType dtype;
+  std::function<void(int64_t start, int64_t len, std::byte* dst)> fill;
+};
 void run_fused(const Graph& g, std::span<const NodeId> members,
-               const std::function<const HostBuffer*(NodeId)>& leaf_value, HostBuffer& out);
+               const std::function<const HostBuffer*(NodeId)>& leaf_value, HostBuffer& out,
+               const TileSource* source = nullptr);
 
 // What run_fused compiles a chain into, for tests and tools: instructions and registers (both
 // linear in the chain's length), the scratch bytes each thread needs per tile (bounded by the

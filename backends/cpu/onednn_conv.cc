@@ -1,9 +1,12 @@
 // oneDNN's convolution behind OneDnnConvs (onednn_conv.h).
 #include "backends/cpu/onednn_conv.h"
 
+#include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <mutex>
 #include <new>
+#include <optional>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <unordered_map>
 #include <utility>
@@ -70,37 +73,57 @@ bool same_shape(const nn::ConvShape& a, const nn::ConvShape& b) {
          a.pw == b.pw && a.dh == b.dh && a.dw == b.dw && a.groups == b.groups;
 }
 
-// y = batch_norm(x) over row-major [n, c, inner] data, one (image, channel) plane per item;
-// x == y is allowed (each element is read before it is written, by the same thread).
-void batch_norm_planes(const float* x, float* y, int64_t n, int64_t c, int64_t inner,
-                       const std::vector<nn::BatchNormChannel>& ch) {
-  parallel_for(n * c, n * c * inner, [&](int64_t begin, int64_t end) {
-    for (int64_t plane = begin; plane < end; ++plane) {
-      const nn::BatchNormChannel k = ch[static_cast<size_t>(plane % c)];
-      const float* px = x + plane * inner;
-      float* py = y + plane * inner;
-      for (int64_t i = 0; i < inner; ++i) py[i] = nn::batch_norm_apply(px[i], k);
-    }
-  });
+// Where a conv2d's output element (image, channel k, position p = row * ow + column) sits in
+// memory, in floats: image * image + (k / block) * block_stride + k % block + p * position.
+// Row-major NCHW is block 1 and position stride 1; oneDNN's NHWC (acdb) block 1, block stride
+// 1 and position stride C; its channel-blocked aBcdXb (X channels innermost) block X.
+struct OutLayout {
+  int64_t image = 0, block_stride = 0, position = 0, block = 1;
+};
+
+OutLayout plain_layout(int64_t c, int64_t hw) { return {c * hw, hw, 1, 1}; }
+
+// The layout of the primitive's dst `md` (dims n, c, oh, ow) when an OutLayout describes it: f32,
+// blocked, no offset, rows of positions packed one after another, at most one inner block and
+// that over channels. Else nullopt (the caller reorders to NCHW with oneDNN).
+std::optional<OutLayout> out_layout(const memory::desc& md) {
+  const dnnl_memory_desc_t& d = md.data;
+  if (d.ndims != 4 || d.data_type != dnnl_f32 || d.format_kind != dnnl_blocked || d.offset0 != 0) return std::nullopt;
+  const dnnl_blocking_desc_t& b = d.format_desc.blocking;
+  int64_t block = 1;
+  if (b.inner_nblks > 1 || (b.inner_nblks == 1 && b.inner_idxs[0] != 1)) return std::nullopt;
+  if (b.inner_nblks == 1) block = b.inner_blks[0];
+  if (b.strides[2] != d.dims[3] * b.strides[3] || block < 1) return std::nullopt;
+  if (block > 1 && b.strides[3] != block) return std::nullopt;  // the block is innermost
+  return OutLayout{b.strides[0], b.strides[1], b.strides[3], block};
 }
 
-// dst (row-major [n, c, hw]) = batch_norm(src (row-major [n, hw, c])): the transpose from the
-// primitive's NHWC output, with the batch_norm applied on the way, in tiles of hw positions.
-void nhwc_to_nchw_batch_norm(const float* src, float* dst, int64_t n, int64_t c, int64_t hw,
-                             const std::vector<nn::BatchNormChannel>& ch) {
-  constexpr int64_t kTile = 32;
-  const int64_t tiles = (hw + kTile - 1) / kTile;
-  parallel_for(n * tiles, n * c * hw, [&](int64_t begin, int64_t end) {
-    for (int64_t item = begin; item < end; ++item) {
-      const int64_t image = item / tiles, t0 = item % tiles * kTile, t1 = std::min(t0 + kTile, hw);
-      const float* s = src + image * hw * c;
-      float* d = dst + image * c * hw;
-      for (int64_t k = 0; k < c; ++k) {
-        const nn::BatchNormChannel chan = ch[static_cast<size_t>(k)];
-        for (int64_t i = t0; i < t1; ++i) d[k * hw + i] = nn::batch_norm_apply(s[i * c + k], chan);
+// dst[0, len) = the conv2d's output elements [start, start + len) in row-major [n, c, hw] order,
+// read from `src` laid out as `l`, with nn::batch_norm_apply of channels `bn` when not null (the
+// batch_norm kernel's own formula, so the bits are the unfused kernels'). src may be dst itself
+// at the same positions (plain layout, in place): each element is read before it is written.
+void gather_output(const float* src, const OutLayout& l, int64_t c, int64_t hw,
+                   const std::vector<nn::BatchNormChannel>* bn, int64_t start, int64_t len, float* dst) {
+  int64_t plane = start / hw, p = start % hw;
+  for (int64_t done = 0; done < len; ++plane, p = 0) {
+    const int64_t image = plane / c, k = plane % c, count = std::min(hw - p, len - done);
+    const float* s = src + image * l.image + k / l.block * l.block_stride + k % l.block + p * l.position;
+    float* d = dst + done;
+    const int64_t step = l.position;
+    if (bn != nullptr) {
+      const nn::BatchNormChannel chan = (*bn)[static_cast<size_t>(k)];
+      if (step == 1) {
+        for (int64_t i = 0; i < count; ++i) d[i] = nn::batch_norm_apply(s[i], chan);
+      } else {
+        for (int64_t i = 0; i < count; ++i) d[i] = nn::batch_norm_apply(s[i * step], chan);
       }
+    } else if (step == 1) {
+      if (s != d) std::memcpy(d, s, static_cast<size_t>(count) * sizeof(float));
+    } else {
+      for (int64_t i = 0; i < count; ++i) d[i] = s[i * step];
     }
-  });
+    done += count;
+  }
 }
 
 // A 1x1, stride-1, ungrouped, unpadded convolution is one GEMM per image on NCHW data: asked
@@ -213,7 +236,9 @@ struct Prepared {
   // In the primitive's layout; equal to the user memory (no reorder) when the layouts agree.
   memory src, dst;
   bool reorder_src = false, reorder_dst = false;
-  bool dst_nhwc = false;  // the primitive writes NHWC (a fused batch_norm transposes it itself)
+  // Where the primitive writes each element (dst's layout); nullopt when OutLayout cannot say,
+  // and a fused kernel then has oneDNN reorder dst to NCHW as an unfused conv2d does.
+  std::optional<OutLayout> dst_layout;
   dnnl::reorder src_in, dst_out;
   KeptWeights weights;
   memory scratchpad;
@@ -236,7 +261,7 @@ struct Prepared {
     scratchpad = memory(pd.scratchpad_desc(), engine);
     reorder_src = pd.src_desc() != d.user_src;
     reorder_dst = pd.dst_desc() != d.user_dst;
-    dst_nhwc = pd.dst_desc() == memory::desc(d.user_dst.dims(), f32, Tag::nhwc);
+    dst_layout = reorder_dst ? out_layout(pd.dst_desc()) : plain_layout(s.o, s.oh * s.ow);
     src = reorder_src ? memory(pd.src_desc(), engine) : user_src;
     dst = reorder_dst ? memory(pd.dst_desc(), engine) : user_dst;
     if (reorder_src) src_in = dnnl::reorder(user_src, src);
@@ -374,7 +399,7 @@ OneDnnConvs::~OneDnnConvs() = default;
 bool OneDnnConvs::run(const GraphKey& key, const Graph& g, NodeId node, std::span<const HostBuffer* const> inputs,
                       const std::shared_ptr<const HostBuffer>* weight, HostBuffer& out) {
   if (!state_) state_ = std::make_unique<State>();
-  const bool done = g.node(node).op == OpKind::kConv2d ? conv2d_into(key, g, node, inputs, weight, nullptr, out)
+  const bool done = g.node(node).op == OpKind::kConv2d ? conv2d_into(key, g, node, inputs, weight, out, nullptr)
                                                        : gradient(key, g, node, inputs, weight, out);
   bound_kept();
   return done;
@@ -386,10 +411,16 @@ void OneDnnConvs::bound_kept() {
   state_->grads.clear();
 }
 
+// A conv2d's output where the primitive left it (its own dst memory, or the kernel's output
+// buffer in row-major NCHW) and how it is laid out there.
+struct OneDnnConvs::RawOutput {
+  const float* data = nullptr;
+  OutLayout layout;
+};
+
 bool OneDnnConvs::conv2d_into(const GraphKey& key, const Graph& g, NodeId node,
                               std::span<const HostBuffer* const> inputs,
-                              const std::shared_ptr<const HostBuffer>* weight,
-                              const std::vector<nn::BatchNormChannel>* bn, HostBuffer& out) {
+                              const std::shared_ptr<const HostBuffer>* weight, HostBuffer& out, RawOutput* raw) {
   const Node& n = g.node(node);
   const nn::ConvShape s = nn::conv_shape(inputs[0]->shape(), inputs[1]->shape(), out.shape(), Conv2dAttrs(g.attrs(n)));
   if (out.numel() == 0 || s.cg == 0) return false;  // nothing to convolve: the builtin kernel's bias fill
@@ -405,16 +436,12 @@ bool OneDnnConvs::conv2d_into(const GraphKey& key, const Graph& g, NodeId node,
         if (has_bias) p.bias.set_data_handle(const_cast<std::byte*>(inputs[2]->bytes()));
         if (p.reorder_src) p.src_in.execute(stream, p.user_src, p.src);
         p.conv.execute(stream, p.args);
-        const int64_t inner = s.oh * s.ow;
-        if (bn != nullptr && p.dst_nhwc) {
-          stream.wait();
-          nhwc_to_nchw_batch_norm(static_cast<const float*>(p.dst.get_data_handle()), out.data<float>(), s.n, s.o,
-                                  inner, *bn);
-        } else {
-          if (p.reorder_dst) p.dst_out.execute(stream, p.dst, p.user_dst);
-          stream.wait();
-          if (bn != nullptr) batch_norm_planes(out.data<float>(), out.data<float>(), s.n, s.o, inner, *bn);
-        }
+        const bool leave = raw != nullptr && p.reorder_dst && p.dst_layout.has_value();
+        if (p.reorder_dst && !leave) p.dst_out.execute(stream, p.dst, p.user_dst);
+        stream.wait();
+        if (raw == nullptr) return;
+        *raw = leave ? RawOutput{static_cast<const float*>(p.dst.get_data_handle()), *p.dst_layout}
+                     : RawOutput{out.data<float>(), plain_layout(s.o, s.oh * s.ow)};
       });
 }
 
@@ -475,28 +502,48 @@ void OneDnnConvs::run_fused(const GraphKey& key, const Graph& g, std::span<const
     }
   }
   const std::vector<nn::BatchNormChannel>* bn = has_bn ? &bn_channels_ : nullptr;
-  // The conv2d's (or batch_norm's) value: the root's buffer when it is the root, else scratch.
+  if (out.numel() == 0) return;
+  fused_inputs_.clear();
+  for (NodeId in : g.inputs(g.node(conv))) fused_inputs_.push_back(leaf_value(in));
+  // The conv2d's value: left in the primitive's layout when it is not NCHW (read from there by
+  // the epilogue below), else in `out`, which the epilogue then rewrites in place, or in
+  // scratch when the chain ends in another dtype.
   HostBuffer staged;
   HostBuffer* target = &out;
-  if (!chain.empty()) {
+  if (out.dtype() != DType::kF32) {
     const size_t bytes = static_cast<size_t>(shape.numel()) * sizeof(float);
     if (scratch_.size() < bytes) scratch_.resize(bytes);
     staged = HostBuffer::view(DType::kF32, shape, scratch_.data());
     target = &staged;
   }
-  fused_inputs_.clear();
-  for (NodeId in : g.inputs(g.node(conv))) fused_inputs_.push_back(leaf_value(in));
-  if (!conv2d_into(key, g, conv, fused_inputs_, weight, bn, *target)) {
+  RawOutput raw;
+  if (!conv2d_into(key, g, conv, fused_inputs_, weight, *target, &raw)) {
     run_op(g, conv, fused_inputs_, *target);
-    if (bn != nullptr) {
-      batch_norm_planes(target->data<float>(), target->data<float>(), shape[0], shape[1],
-                        shape.numel() / std::max<int64_t>(shape[0] * shape[1], 1), *bn);
-    }
+    raw = {target->data<float>(), plain_layout(shape[1], shape.numel() / (shape[0] * shape[1]))};
   }
-  bound_kept();
-  if (chain.empty()) return;
-  cpu::run_fused(g, chain, [&](NodeId id) { return id == head ? static_cast<const HostBuffer*>(&staged) : leaf_value(id); },
-                 out);
+  const int64_t c = shape[1], hw = shape.numel() / (shape[0] * shape[1]);
+  // One pass: each tile of the head (the batch_norm's value, or the conv2d's) is made from the
+  // conv2d's output and goes through the chain while in cache.
+  const auto head_tile = [&](int64_t start, int64_t len, float* dst) {
+    gather_output(raw.data, raw.layout, c, hw, bn, start, len, dst);
+  };
+  if (chain.empty()) {
+    if (bn != nullptr || raw.data != target->data<float>()) {
+      const int64_t numel = shape.numel(), tiles = (numel + kTileElements - 1) / kTileElements;
+      parallel_for(tiles, numel, [&](int64_t first, int64_t last) {
+        for (int64_t t = first; t < last; ++t) {
+          const int64_t start = t * kTileElements;
+          head_tile(start, std::min(kTileElements, numel - start), target->data<float>() + start);
+        }
+      });
+    }
+  } else {
+    const TileSource source{head, DType::kF32, [&](int64_t start, int64_t len, std::byte* dst) {
+                              head_tile(start, len, reinterpret_cast<float*>(dst));
+                            }};
+    cpu::run_fused(g, chain, leaf_value, out, &source);
+  }
+  bound_kept();  // after the epilogue: raw may point into a kept primitive's memory
 }
 
 void note_written_in_place(const HostBuffer* storage) { written_versions().bump(storage); }

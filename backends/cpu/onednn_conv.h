@@ -36,11 +36,13 @@
 // computes the conv2d, then, when the kernel has one, the batch_norm reading it, then the
 // elementwise chain after them, each with the same scalar formulas as the unfused kernels
 // (nn::batch_norm_apply, run_fused's interpreter), so the result is bitwise what the kernels
-// one by one give. What it saves: the conv2d's output is written once in row-major NCHW with
-// the batch_norm applied while it is read from the primitive's layout (NHWC here), instead of
-// reorder, batch_norm and chain as three passes over arena buffers; the chain then reads it
-// from this object's scratch while it is still in cache (one buffer, grown to the largest such
-// value and kept for the object's lifetime).
+// one by one give. What it saves: the conv2d's output stays where the primitive wrote it (in
+// its layout: NHWC or channel blocks of 4, 8 or 16, in the primitive's own memory; row-major
+// NCHW, in the kernel's output buffer) and is read from there once, tile by tile: the
+// batch_norm is applied to each tile on the way and the chain (cpu_kernels.h's TileSource)
+// takes it while it is in cache, writing the root. Unfused, the same work is a reorder, a
+// batch_norm and the chain: three passes over arena buffers. A layout the epilogue cannot
+// describe is reordered to NCHW by oneDNN first, as for an unfused conv2d.
 //
 // Errors: run() returns false, with nothing written, when oneDNN declines the shape or fails
 // (its errors are exceptions, caught here: onednn_kept.h) or there is nothing to compute (an
@@ -94,19 +96,20 @@ class OneDnnConvs {
 
  private:
   struct State;
-  // conv2d writing into `out` (row-major NCHW) with the batch_norm of channels `bn`, when not
-  // null, applied on the way.
+  struct RawOutput;
+  // conv2d: with `raw` null, into `out` (row-major NCHW); else wherever the primitive writes it
+  // (its own memory, in its layout, when that is not NCHW, else `out`), described in *raw, valid
+  // until the next call or bound_kept().
   bool conv2d_into(const GraphKey& key, const Graph& g, NodeId node, std::span<const HostBuffer* const> inputs,
-                   const std::shared_ptr<const HostBuffer>* weight, const std::vector<nn::BatchNormChannel>* bn,
-                   HostBuffer& out);
+                   const std::shared_ptr<const HostBuffer>* weight, HostBuffer& out, RawOutput* raw);
   // conv2d_input_grad or conv2d_weight_grad.
   bool gradient(const GraphKey& key, const Graph& g, NodeId node, std::span<const HostBuffer* const> inputs,
                 const std::shared_ptr<const HostBuffer>* weight, HostBuffer& out);
   // Drops everything kept once the reordered weights pass kKeptBytes.
   void bound_kept();
   std::unique_ptr<State> state_;
-  // run_fused's reused buffers: the conv2d's (or batch_norm's) value when it is not the root,
-  // the batch_norm's channels, the conv2d's inputs.
+  // run_fused's reused buffers: the conv2d's value when the root is not f32 (a chain ending in
+  // a cast), the batch_norm's channels, the conv2d's inputs.
   std::vector<std::byte> scratch_;
   std::vector<nn::BatchNormChannel> bn_channels_;
   std::vector<const HostBuffer*> fused_inputs_;

@@ -15,6 +15,7 @@
 #include "capture/ops/nn_numerics.h"
 #include "backends/cpu/cpu_kernels.h"
 #include "backends/cpu/cpu_threads.h"
+#include "backends/cpu/vector_math.h"
 
 namespace tracecache::cpu {
 
@@ -40,10 +41,7 @@ void batch_norm(std::span<const HostBuffer* const> in, double eps, HostBuffer& o
   // One plane (n, c) of `inner` elements per item.
   parallel_for(s[0] * channels, out.numel(), [&](int64_t begin, int64_t end) {
     for (int64_t plane = begin; plane < end; ++plane) {
-      const nn::BatchNormChannel c = ch[static_cast<size_t>(plane % channels)];
-      const float* __restrict px = x + plane * inner;
-      float* __restrict po = o + plane * inner;
-      for (int64_t i = 0; i < inner; ++i) po[i] = nn::batch_norm_apply(px[i], c);
+      batch_norm_f32(x + plane * inner, 1, ch[static_cast<size_t>(plane % channels)], o + plane * inner, inner);
     }
   });
 }

@@ -6,7 +6,6 @@
 #include <cstring>
 #include <mutex>
 #include <new>
-#include <optional>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <unordered_map>
 #include <utility>
@@ -14,6 +13,7 @@
 #include "backends/cpu/cpu_kernels.h"
 #include "backends/cpu/cpu_threads.h"
 #include "backends/cpu/onednn_kept.h"
+#include "backends/cpu/vector_math.h"
 #include "capture/ops/attr_views.h"
 #include "capture/ops/nn_numerics.h"
 #include "capture/ops/nn_windows.h"
@@ -73,54 +73,19 @@ bool same_shape(const nn::ConvShape& a, const nn::ConvShape& b) {
          a.pw == b.pw && a.dh == b.dh && a.dw == b.dw && a.groups == b.groups;
 }
 
-// Where a conv2d's output element (image, channel k, position p = row * ow + column) sits in
-// memory, in floats: image * image + (k / block) * block_stride + k % block + p * position.
-// Row-major NCHW is block 1 and position stride 1; oneDNN's NHWC (acdb) block 1, block stride
-// 1 and position stride C; its channel-blocked aBcdXb (X channels innermost) block X.
-struct OutLayout {
-  int64_t image = 0, block_stride = 0, position = 0, block = 1;
-};
-
-OutLayout plain_layout(int64_t c, int64_t hw) { return {c * hw, hw, 1, 1}; }
-
-// The layout of the primitive's dst `md` (dims n, c, oh, ow) when an OutLayout describes it: f32,
-// blocked, no offset, rows of positions packed one after another, at most one inner block and
-// that over channels. Else nullopt (the caller reorders to NCHW with oneDNN).
-std::optional<OutLayout> out_layout(const memory::desc& md) {
-  const dnnl_memory_desc_t& d = md.data;
-  if (d.ndims != 4 || d.data_type != dnnl_f32 || d.format_kind != dnnl_blocked || d.offset0 != 0) return std::nullopt;
-  const dnnl_blocking_desc_t& b = d.format_desc.blocking;
-  int64_t block = 1;
-  if (b.inner_nblks > 1 || (b.inner_nblks == 1 && b.inner_idxs[0] != 1)) return std::nullopt;
-  if (b.inner_nblks == 1) block = b.inner_blks[0];
-  if (b.strides[2] != d.dims[3] * b.strides[3] || block < 1) return std::nullopt;
-  if (block > 1 && b.strides[3] != block) return std::nullopt;  // the block is innermost
-  return OutLayout{b.strides[0], b.strides[1], b.strides[3], block};
-}
-
-// dst[0, len) = the conv2d's output elements [start, start + len) in row-major [n, c, hw] order,
-// read from `src` laid out as `l`, with nn::batch_norm_apply of channels `bn` when not null (the
-// batch_norm kernel's own formula, so the bits are the unfused kernels'). src may be dst itself
-// at the same positions (plain layout, in place): each element is read before it is written.
-void gather_output(const float* src, const OutLayout& l, int64_t c, int64_t hw,
-                   const std::vector<nn::BatchNormChannel>* bn, int64_t start, int64_t len, float* dst) {
+// dst[0, len) = the conv2d's output elements [start, start + len) of row-major [n, c, hw] `src`,
+// with nn::batch_norm_apply of channels `bn` when not null (the batch_norm kernel's own formula,
+// so the bits are the unfused kernels'). src may be dst itself (in place).
+void epilogue_head(const float* src, int64_t c, int64_t hw, const std::vector<nn::BatchNormChannel>* bn,
+                   int64_t start, int64_t len, float* dst) {
   int64_t plane = start / hw, p = start % hw;
   for (int64_t done = 0; done < len; ++plane, p = 0) {
-    const int64_t image = plane / c, k = plane % c, count = std::min(hw - p, len - done);
-    const float* s = src + image * l.image + k / l.block * l.block_stride + k % l.block + p * l.position;
-    float* d = dst + done;
-    const int64_t step = l.position;
+    const int64_t count = std::min(hw - p, len - done);
+    const float* s = src + plane * hw + p;
     if (bn != nullptr) {
-      const nn::BatchNormChannel chan = (*bn)[static_cast<size_t>(k)];
-      if (step == 1) {
-        for (int64_t i = 0; i < count; ++i) d[i] = nn::batch_norm_apply(s[i], chan);
-      } else {
-        for (int64_t i = 0; i < count; ++i) d[i] = nn::batch_norm_apply(s[i * step], chan);
-      }
-    } else if (step == 1) {
-      if (s != d) std::memcpy(d, s, static_cast<size_t>(count) * sizeof(float));
-    } else {
-      for (int64_t i = 0; i < count; ++i) d[i] = s[i * step];
+      batch_norm_f32(s, 1, (*bn)[static_cast<size_t>(plane % c)], dst + done, count);
+    } else if (s != dst + done) {
+      std::memcpy(dst + done, s, static_cast<size_t>(count) * sizeof(float));
     }
     done += count;
   }
@@ -236,9 +201,6 @@ struct Prepared {
   // In the primitive's layout; equal to the user memory (no reorder) when the layouts agree.
   memory src, dst;
   bool reorder_src = false, reorder_dst = false;
-  // Where the primitive writes each element (dst's layout); nullopt when OutLayout cannot say,
-  // and a fused kernel then has oneDNN reorder dst to NCHW as an unfused conv2d does.
-  std::optional<OutLayout> dst_layout;
   dnnl::reorder src_in, dst_out;
   KeptWeights weights;
   memory scratchpad;
@@ -261,7 +223,6 @@ struct Prepared {
     scratchpad = memory(pd.scratchpad_desc(), engine);
     reorder_src = pd.src_desc() != d.user_src;
     reorder_dst = pd.dst_desc() != d.user_dst;
-    dst_layout = reorder_dst ? out_layout(pd.dst_desc()) : plain_layout(s.o, s.oh * s.ow);
     src = reorder_src ? memory(pd.src_desc(), engine) : user_src;
     dst = reorder_dst ? memory(pd.dst_desc(), engine) : user_dst;
     if (reorder_src) src_in = dnnl::reorder(user_src, src);
@@ -399,7 +360,7 @@ OneDnnConvs::~OneDnnConvs() = default;
 bool OneDnnConvs::run(const GraphKey& key, const Graph& g, NodeId node, std::span<const HostBuffer* const> inputs,
                       const std::shared_ptr<const HostBuffer>* weight, HostBuffer& out) {
   if (!state_) state_ = std::make_unique<State>();
-  const bool done = g.node(node).op == OpKind::kConv2d ? conv2d_into(key, g, node, inputs, weight, out, nullptr)
+  const bool done = g.node(node).op == OpKind::kConv2d ? conv2d_into(key, g, node, inputs, weight, out)
                                                        : gradient(key, g, node, inputs, weight, out);
   bound_kept();
   return done;
@@ -411,16 +372,9 @@ void OneDnnConvs::bound_kept() {
   state_->grads.clear();
 }
 
-// A conv2d's output where the primitive left it (its own dst memory, or the kernel's output
-// buffer in row-major NCHW) and how it is laid out there.
-struct OneDnnConvs::RawOutput {
-  const float* data = nullptr;
-  OutLayout layout;
-};
-
 bool OneDnnConvs::conv2d_into(const GraphKey& key, const Graph& g, NodeId node,
                               std::span<const HostBuffer* const> inputs,
-                              const std::shared_ptr<const HostBuffer>* weight, HostBuffer& out, RawOutput* raw) {
+                              const std::shared_ptr<const HostBuffer>* weight, HostBuffer& out) {
   const Node& n = g.node(node);
   const nn::ConvShape s = nn::conv_shape(inputs[0]->shape(), inputs[1]->shape(), out.shape(), Conv2dAttrs(g.attrs(n)));
   if (out.numel() == 0 || s.cg == 0) return false;  // nothing to convolve: the builtin kernel's bias fill
@@ -436,12 +390,8 @@ bool OneDnnConvs::conv2d_into(const GraphKey& key, const Graph& g, NodeId node,
         if (has_bias) p.bias.set_data_handle(const_cast<std::byte*>(inputs[2]->bytes()));
         if (p.reorder_src) p.src_in.execute(stream, p.user_src, p.src);
         p.conv.execute(stream, p.args);
-        const bool leave = raw != nullptr && p.reorder_dst && p.dst_layout.has_value();
-        if (p.reorder_dst && !leave) p.dst_out.execute(stream, p.dst, p.user_dst);
+        if (p.reorder_dst) p.dst_out.execute(stream, p.dst, p.user_dst);
         stream.wait();
-        if (raw == nullptr) return;
-        *raw = leave ? RawOutput{static_cast<const float*>(p.dst.get_data_handle()), *p.dst_layout}
-                     : RawOutput{out.data<float>(), plain_layout(s.o, s.oh * s.ow)};
       });
 }
 
@@ -505,9 +455,8 @@ void OneDnnConvs::run_fused(const GraphKey& key, const Graph& g, std::span<const
   if (out.numel() == 0) return;
   fused_inputs_.clear();
   for (NodeId in : g.inputs(g.node(conv))) fused_inputs_.push_back(leaf_value(in));
-  // The conv2d's value: left in the primitive's layout when it is not NCHW (read from there by
-  // the epilogue below), else in `out`, which the epilogue then rewrites in place, or in
-  // scratch when the chain ends in another dtype.
+  // The conv2d's value, in row-major NCHW: in `out`, which the epilogue then rewrites in place,
+  // or in scratch when the chain ends in another dtype.
   HostBuffer staged;
   HostBuffer* target = &out;
   if (out.dtype() != DType::kF32) {
@@ -516,34 +465,24 @@ void OneDnnConvs::run_fused(const GraphKey& key, const Graph& g, std::span<const
     staged = HostBuffer::view(DType::kF32, shape, scratch_.data());
     target = &staged;
   }
-  RawOutput raw;
-  if (!conv2d_into(key, g, conv, fused_inputs_, weight, *target, &raw)) {
-    run_op(g, conv, fused_inputs_, *target);
-    raw = {target->data<float>(), plain_layout(shape[1], shape.numel() / (shape[0] * shape[1]))};
-  }
+  if (!conv2d_into(key, g, conv, fused_inputs_, weight, *target)) run_op(g, conv, fused_inputs_, *target);
+  bound_kept();
+  const float* value = target->data<float>();
   const int64_t c = shape[1], hw = shape.numel() / (shape[0] * shape[1]);
-  // One pass: each tile of the head (the batch_norm's value, or the conv2d's) is made from the
-  // conv2d's output and goes through the chain while in cache.
-  const auto head_tile = [&](int64_t start, int64_t len, float* dst) {
-    gather_output(raw.data, raw.layout, c, hw, bn, start, len, dst);
-  };
   if (chain.empty()) {
-    if (bn != nullptr || raw.data != target->data<float>()) {
-      const int64_t numel = shape.numel(), tiles = (numel + kTileElements - 1) / kTileElements;
-      parallel_for(tiles, numel, [&](int64_t first, int64_t last) {
-        for (int64_t t = first; t < last; ++t) {
-          const int64_t start = t * kTileElements;
-          head_tile(start, std::min(kTileElements, numel - start), target->data<float>() + start);
-        }
-      });
-    }
-  } else {
-    const TileSource source{head, DType::kF32, [&](int64_t start, int64_t len, std::byte* dst) {
-                              head_tile(start, len, reinterpret_cast<float*>(dst));
-                            }};
-    cpu::run_fused(g, chain, leaf_value, out, &source);
+    if (bn == nullptr) return;
+    const int64_t planes = shape[0] * c;
+    parallel_for(planes, shape.numel(), [&](int64_t first, int64_t last) {
+      epilogue_head(value, c, hw, bn, first * hw, (last - first) * hw, target->data<float>() + first * hw);
+    });
+    return;
   }
-  bound_kept();  // after the epilogue: raw may point into a kept primitive's memory
+  // One pass: each tile of the head (the batch_norm's value, or the conv2d's) is made from the
+  // conv2d's and goes through the chain while in cache.
+  const TileSource source{head, DType::kF32, [&](int64_t start, int64_t len, std::byte* dst) {
+                            epilogue_head(value, c, hw, bn, start, len, reinterpret_cast<float*>(dst));
+                          }};
+  cpu::run_fused(g, chain, leaf_value, out, &source);
 }
 
 void note_written_in_place(const HostBuffer* storage) { written_versions().bump(storage); }

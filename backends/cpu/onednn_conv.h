@@ -36,13 +36,13 @@
 // computes the conv2d, then, when the kernel has one, the batch_norm reading it, then the
 // elementwise chain after them, each with the same scalar formulas as the unfused kernels
 // (nn::batch_norm_apply, run_fused's interpreter), so the result is bitwise what the kernels
-// one by one give. What it saves: the conv2d's output stays where the primitive wrote it (in
-// its layout: NHWC or channel blocks of 4, 8 or 16, in the primitive's own memory; row-major
-// NCHW, in the kernel's output buffer) and is read from there once, tile by tile: the
-// batch_norm is applied to each tile on the way and the chain (cpu_kernels.h's TileSource)
-// takes it while it is in cache, writing the root. Unfused, the same work is a reorder, a
-// batch_norm and the chain: three passes over arena buffers. A layout the epilogue cannot
-// describe is reordered to NCHW by oneDNN first, as for an unfused conv2d.
+// one by one give. What it saves: the conv2d is written in row-major NCHW into the kernel's
+// output buffer (by the primitive, or by oneDNN's reorder from the primitive's layout) and read
+// back once, tile by tile: the batch_norm is applied to each tile on the way and the chain
+// (cpu_kernels.h's TileSource) takes it while it is in cache, writing the root's elements over
+// the ones it read. Unfused, the batch_norm and the chain would be a pass each over arena
+// buffers. (Reading the primitive's NHWC or channel-blocked layout directly, element by element,
+// cost more than oneDNN's reorder: strided loads.)
 //
 // Errors: run() returns false, with nothing written, when oneDNN declines the shape or fails
 // (its errors are exceptions, caught here: onednn_kept.h) or there is nothing to compute (an
@@ -96,12 +96,9 @@ class OneDnnConvs {
 
  private:
   struct State;
-  struct RawOutput;
-  // conv2d: with `raw` null, into `out` (row-major NCHW); else wherever the primitive writes it
-  // (its own memory, in its layout, when that is not NCHW, else `out`), described in *raw, valid
-  // until the next call or bound_kept().
+  // conv2d into `out` (row-major NCHW).
   bool conv2d_into(const GraphKey& key, const Graph& g, NodeId node, std::span<const HostBuffer* const> inputs,
-                   const std::shared_ptr<const HostBuffer>* weight, HostBuffer& out, RawOutput* raw);
+                   const std::shared_ptr<const HostBuffer>* weight, HostBuffer& out);
   // conv2d_input_grad or conv2d_weight_grad.
   bool gradient(const GraphKey& key, const Graph& g, NodeId node, std::span<const HostBuffer* const> inputs,
                 const std::shared_ptr<const HostBuffer>* weight, HostBuffer& out);

@@ -59,4 +59,82 @@ void erf_f32(const float* in, float* out, int64_t n, float scale) {
 
 const char* erf_variant() { return avx2() ? "avx2" : "sse"; }
 
+namespace {
+
+using BatchNormFn = void (*)(const float*, int64_t, const nn::BatchNormChannel&, float*, int64_t);
+
+// A strided run is gathered with 32-bit lane offsets: up to 8 lanes of `step` floats apart.
+bool gatherable(int64_t step) { return step <= (int64_t{1} << 27); }
+
+// GCC 12's AVX-512 conversion intrinsics start from _mm512_undefined_*, which its
+// -Wmaybe-uninitialized reports as uninitialized once inlined (GCC bug 105593): a false positive.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+// (x - mean) * scale + bias, the scalar formula's operations one by one, on 8 doubles.
+__attribute__((target("avx512f"))) __m256 batch_norm8(__m256 x, __m512d mean, __m512d scale, __m512d bias) {
+  const __m512d y = _mm512_add_pd(_mm512_mul_pd(_mm512_sub_pd(_mm512_cvtps_pd(x), mean), scale), bias);
+  return _mm512_cvtpd_ps(y);
+}
+
+__attribute__((target("avx512f"))) void batch_norm_avx512(const float* in, int64_t step,
+                                                           const nn::BatchNormChannel& c, float* out, int64_t n) {
+  const __m512d mean = _mm512_set1_pd(c.mean), scale = _mm512_set1_pd(c.scale), bias = _mm512_set1_pd(c.bias);
+  int64_t i = 0;
+  if (step == 1) {
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, batch_norm8(_mm256_loadu_ps(in + i), mean, scale, bias));
+  } else if (gatherable(step)) {
+    const __m256i lanes = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+                                             _mm256_set1_epi32(static_cast<int>(step)));
+    for (; i + 8 <= n; i += 8) {
+      _mm256_storeu_ps(out + i, batch_norm8(_mm256_i32gather_ps(in + i * step, lanes, 4), mean, scale, bias));
+    }
+  }
+  for (; i < n; ++i) out[i] = nn::batch_norm_apply(in[i * step], c);
+}
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+
+__attribute__((target("avx2"))) __m128 batch_norm4(__m128 x, __m256d mean, __m256d scale, __m256d bias) {
+  const __m256d y = _mm256_add_pd(_mm256_mul_pd(_mm256_sub_pd(_mm256_cvtps_pd(x), mean), scale), bias);
+  return _mm256_cvtpd_ps(y);
+}
+
+__attribute__((target("avx2"))) void batch_norm_avx2(const float* in, int64_t step, const nn::BatchNormChannel& c,
+                                                      float* out, int64_t n) {
+  const __m256d mean = _mm256_set1_pd(c.mean), scale = _mm256_set1_pd(c.scale), bias = _mm256_set1_pd(c.bias);
+  int64_t i = 0;
+  if (step == 1) {
+    for (; i + 4 <= n; i += 4) _mm_storeu_ps(out + i, batch_norm4(_mm_loadu_ps(in + i), mean, scale, bias));
+  } else if (gatherable(step)) {
+    const __m128i lanes = _mm_mullo_epi32(_mm_setr_epi32(0, 1, 2, 3), _mm_set1_epi32(static_cast<int>(step)));
+    for (; i + 4 <= n; i += 4) {
+      _mm_storeu_ps(out + i, batch_norm4(_mm_i32gather_ps(in + i * step, lanes, 4), mean, scale, bias));
+    }
+  }
+  for (; i < n; ++i) out[i] = nn::batch_norm_apply(in[i * step], c);
+}
+
+void batch_norm_scalar(const float* in, int64_t step, const nn::BatchNormChannel& c, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = nn::batch_norm_apply(in[i * step], c);
+}
+
+bool avx512() {
+  static const bool yes = (__builtin_cpu_init(), __builtin_cpu_supports("avx512f") != 0);
+  return yes;
+}
+
+}  // namespace
+
+void batch_norm_f32(const float* in, int64_t step, const nn::BatchNormChannel& c, float* out, int64_t n) {
+  static const BatchNormFn fn = avx512() ? batch_norm_avx512 : avx2() ? batch_norm_avx2 : batch_norm_scalar;
+  if (n > 0) fn(in, step, c, out, n);
+}
+
+const char* batch_norm_variant() { return avx512() ? "avx512" : avx2() ? "avx2" : "scalar"; }
+
 }  // namespace tracecache::cpu

@@ -17,10 +17,18 @@
 // (as threaded sgemm's do), never between runs on one. A step the runtime falls back to the
 // reference evaluator for computes std::erf (as it computes matmul in double).
 //
+// batch_norm_f32 applies nn::batch_norm_apply (f32 -> double, (x - mean) * scale + bias, rounded
+// once to f32) to a run of floats with the CPU's widest vectors (AVX-512, AVX2, else the scalar
+// loop): each element goes through the same IEEE double operations in the same order as the
+// scalar formula (no fused multiply-add: the build turns contraction off), so the bits are the
+// formula's on every variant.
+//
 // Thread-safe (no state but the variant, chosen once under a function-local static). No errors.
 #pragma once
 
 #include <cstdint>
+
+#include "capture/ops/nn_numerics.h"
 
 namespace tracecache::cpu {
 
@@ -30,5 +38,12 @@ void erf_f32(const float* in, float* out, int64_t n, float scale = 1.0f);
 
 // The name of the variant erf_f32 uses: "avx2" or "sse".
 const char* erf_variant();
+
+// out[i] = nn::batch_norm_apply(in[i * step], c) for i in [0, n). step >= 1. `out` may be `in`
+// itself with step 1; they must not otherwise overlap.
+void batch_norm_f32(const float* in, int64_t step, const nn::BatchNormChannel& c, float* out, int64_t n);
+
+// The name of the variant batch_norm_f32 uses: "avx512", "avx2" or "scalar".
+const char* batch_norm_variant();
 
 }  // namespace tracecache::cpu

@@ -92,8 +92,8 @@ inline constexpr int64_t kParallelThreshold = int64_t{1} << 16;
 // Result: bitwise what running the members one by one with the reference kernels gives.
 //
 // A TileSource stands for one leaf whose value is not in a buffer of its own but computed tile by
-// tile (a convolution's epilogue: its output read from oneDNN's layout with the batch_norm
-// applied, onednn_conv.h): leaf_value is not asked for `id`; instead fill(start, len, dst)
+// tile (a convolution's epilogue: the conv2d's output read back with the batch_norm applied,
+// onednn_conv.h): leaf_value is not asked for `id`; instead fill(start, len, dst)
 // writes that leaf's elements [start, start + len) in the root's row-major order, as `dtype`
 // (the leaf has the root's shape), before any member of the tile reads it. fill is called
 // concurrently for disjoint ranges, and for each range before the root's elements of the range

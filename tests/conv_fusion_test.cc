@@ -202,8 +202,8 @@ TEST(ConvFusion, OneConvolutionPerKernel) {
 }
 
 // oneDNN writes each convolution in a layout of its choosing (NCHW for a 1x1 stride-1 GEMM,
-// NHWC, channel blocks of 4, 8 or 16; which one depends on the shape and the CPU), and the
-// epilogue reads the conv2d's value from there: for shapes like ResNeXt's, MobileNet's and a
+// NHWC, channel blocks of 4, 8 or 16; which one depends on the shape and the CPU), reordered to
+// NCHW before the epilogue reads it back: for shapes like ResNeXt's, MobileNet's and a
 // stem's, every epilogue form (batch_norm alone; with relu; with a residual add and relu; a
 // chain ending in a cast to another dtype) is bitwise the kernels one by one, and sim's.
 TEST(ConvFusion, EveryLayoutOneDnnChoosesGivesTheUnfusedBits) {
@@ -301,6 +301,52 @@ TEST(ConvFusion, RecordRoundTripsAndTamperingIsRefused) {
     EXPECT_EQ(tampered.validate().code(), StatusCode::kCorruption) << "tampering " << t;
     EXPECT_EQ(parse_executable(serialize_executable(tampered)).status().code(), StatusCode::kCorruption)
         << "tampering " << t;
+  }
+}
+
+// A donated output whose chain reads the donated parameter (elementwise, so the donation stands:
+// r <- r + relu(batch_norm(conv2d(x)))) is written in place; the conv2d's value must not land in
+// r's storage before the chain has read r. Run with each backend's own copy of the parameters
+// (the donation overwrites them), fused == unfused == sim bitwise, and near the reference.
+TEST(ConvFusion, DonatedParameterReadByTheChainIsReadBeforeItIsOverwritten) {
+  RecordingExecutor exec;
+  LazyContext ctx(&exec);
+  auto t = [&](Shape s) { return ctx.from_buffer(HostBuffer(DType::kF32, s)); };
+  Tensor x = t({2, 8, 6, 6}), w = t({8, 8, 3, 3}), r = t({2, 8, 6, 6});
+  Tensor mean = t({8}), var = t({8}), gamma = t({8}), beta = t({8});
+  ctx.assign(r, add(r, relu(batch_norm(conv2d(x, w, Tensor(), {1, 1}, {1, 1}), mean, var, gamma, beta))));
+  ctx.mark_step();
+  const CanonicalGraph g = exec.graphs().at(0).graph;
+  ASSERT_EQ(g.graph.donations().size(), 1u);
+  const Executable e = compile_cpu(g);
+  ASSERT_TRUE(e.validate().is_ok()) << e.validate().to_string();
+  ASSERT_EQ(conv_kernels(e).size(), 1u);
+  const NodeId root = g.graph.outputs()[0];
+  ASSERT_EQ(e.kernel_plan()->slots[root].kind, Slot::Kind::kDonated) << "the case must write in place";
+
+  const std::vector<BufferRef> params = params_of(g.graph);
+  auto copies = [&] {
+    std::vector<BufferRef> c;
+    for (const BufferRef& p : params) c.push_back(std::make_shared<HostBuffer>(p->clone()));
+    return c;
+  };
+  CpuBackend fused_cpu, unfused_cpu(CpuBackendOptions{.fuse = false});
+  SimBackend sim(*find_device_preset("a100"));
+  const BufferRef fused = run_on(fused_cpu, g.graph, copies()).at(0);
+  const BufferRef unfused = run_on(unfused_cpu, g.graph, copies()).at(0);
+  const BufferRef simmed = run_on(sim, g.graph, copies()).at(0);
+  Result<std::vector<BufferRef>> ref = evaluate_reference(g.graph, copies());
+  ASSERT_TRUE(ref.is_ok()) << ref.status().to_string();
+  EXPECT_TRUE(same_bits(*fused, *unfused));
+  EXPECT_TRUE(same_bits(*simmed, *fused));
+  const HostBuffer& want = *(*ref)[0];
+  for (int64_t i = 0; i < want.numel(); ++i) {
+    const float got = fused->data<float>()[i], expect = want.data<float>()[i];
+    if (std::isnan(expect)) {
+      EXPECT_TRUE(std::isnan(got)) << "element " << i;
+    } else {
+      EXPECT_NEAR(got, expect, 1e-4 * (1 + std::fabs(expect))) << "element " << i;
+    }
   }
 }
 

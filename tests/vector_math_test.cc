@@ -1,6 +1,7 @@
 // backends/cpu/vector_math.h: batch_norm_f32 (AVX-512, AVX2 or scalar, whichever this CPU has)
-// gives nn::batch_norm_apply's bits for every element, contiguous or strided, in place or not,
-// whatever the run's length (full vectors and the scalar tail), on values of every class.
+// gives nn::batch_norm_apply's bits for every element, in place or not, whatever the run's
+// length (full vectors and the scalar tail), on values of every class. Only the variant this
+// CPU dispatches to is run.
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -48,21 +49,17 @@ TEST(VectorMath, BatchNormIsTheScalarFormulaBitwise) {
       nn::batch_norm_channel(1e20f, 1e30f, -2.0f, 0.0f, 1e-3),
   };
   for (const nn::BatchNormChannel& c : channels) {
-    for (int64_t step : {1, 2, 3, 16, 1000}) {
-      for (int64_t n : {0, 1, 3, 4, 7, 8, 9, 15, 16, 17, 64, 301}) {
-        const std::vector<float> in = inputs(static_cast<size_t>(n * step + 1), static_cast<uint32_t>(n * 7 + step));
-        std::vector<float> out(static_cast<size_t>(n) + 1, -7.0f);
-        cpu::batch_norm_f32(in.data(), step, c, out.data(), n);
-        for (int64_t i = 0; i < n; ++i) {
-          ASSERT_TRUE(same_bits(out[i], nn::batch_norm_apply(in[i * step], c))) << "step " << step << " n " << n << " i " << i;
-        }
-        EXPECT_EQ(out[n], -7.0f) << "wrote past the run";
-        if (step == 1) {  // in place
-          std::vector<float> inplace = in;
-          cpu::batch_norm_f32(inplace.data(), 1, c, inplace.data(), n);
-          for (int64_t i = 0; i < n; ++i) ASSERT_TRUE(same_bits(inplace[i], out[i])) << "in place, n " << n << " i " << i;
-        }
+    for (int64_t n : {0, 1, 3, 4, 7, 8, 9, 15, 16, 17, 64, 301}) {
+      const std::vector<float> in = inputs(static_cast<size_t>(n), static_cast<uint32_t>(n * 7 + 1));
+      std::vector<float> out(static_cast<size_t>(n) + 1, -7.0f);
+      cpu::batch_norm_f32(in.data(), c, out.data(), n);
+      for (int64_t i = 0; i < n; ++i) {
+        ASSERT_TRUE(same_bits(out[i], nn::batch_norm_apply(in[i], c))) << "n " << n << " i " << i;
       }
+      EXPECT_EQ(out[n], -7.0f) << "wrote past the run";
+      std::vector<float> inplace = in;
+      cpu::batch_norm_f32(inplace.data(), c, inplace.data(), n);
+      for (int64_t i = 0; i < n; ++i) ASSERT_TRUE(same_bits(inplace[i], out[i])) << "in place, n " << n << " i " << i;
     }
   }
 }

@@ -540,6 +540,8 @@ class FusedProgram {
   }
 
   void run() const {
+    // A tile source may read the root's own storage: it must come before the root's write.
+    assert(source_ == nullptr || instrs_.back().dst == 0);
     const int64_t tiles = (numel_ + kTileElements - 1) / kTileElements;
     parallel_chunks(tiles, numel_, [&](int64_t first, int64_t last) { run_tiles(first, last); });
   }

@@ -88,7 +88,9 @@ inline constexpr int64_t kParallelThreshold = int64_t{1} << 16;
 //    shape; every member except the root is used only by later members;
 //  - for each input of a member that is not itself a member (a "leaf"), leaf_value(id) returns
 //    its buffer, whose shape broadcasts (NumPy rules) to the root's shape;
-//  - `out` does not overlap any leaf's bytes.
+//  - `out` shares bytes with a leaf only as that leaf's own storage at the same positions (a
+//    donated parameter the chain reads elementwise: every tile reads its elements before the root
+//    writes them).
 // Result: bitwise what running the members one by one with the reference kernels gives.
 //
 // A TileSource stands for one leaf whose value is not in a buffer of its own but computed tile by
@@ -97,7 +99,9 @@ inline constexpr int64_t kParallelThreshold = int64_t{1} << 16;
 // writes that leaf's elements [start, start + len) in the root's row-major order, as `dtype`
 // (the leaf has the root's shape), before any member of the tile reads it. fill is called
 // concurrently for disjoint ranges, and for each range before the root's elements of the range
-// are written, so it may read `out`'s own bytes at the same positions (in place).
+// are written, so it may read `out`'s own bytes at the same positions (in place); whoever wrote
+// the source's values into `out` before the call must know that no leaf shares `out`'s bytes
+// (onednn_conv.cc stages them elsewhere when one does).
 struct TileSource {
   NodeId id;
   DType dtype;

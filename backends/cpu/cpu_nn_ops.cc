@@ -41,7 +41,7 @@ void batch_norm(std::span<const HostBuffer* const> in, double eps, HostBuffer& o
   // One plane (n, c) of `inner` elements per item.
   parallel_for(s[0] * channels, out.numel(), [&](int64_t begin, int64_t end) {
     for (int64_t plane = begin; plane < end; ++plane) {
-      batch_norm_f32(x + plane * inner, 1, ch[static_cast<size_t>(plane % channels)], o + plane * inner, inner);
+      batch_norm_f32(x + plane * inner, ch[static_cast<size_t>(plane % channels)], o + plane * inner, inner);
     }
   });
 }

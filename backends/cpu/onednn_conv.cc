@@ -83,12 +83,28 @@ void epilogue_head(const float* src, int64_t c, int64_t hw, const std::vector<nn
     const int64_t count = std::min(hw - p, len - done);
     const float* s = src + plane * hw + p;
     if (bn != nullptr) {
-      batch_norm_f32(s, 1, (*bn)[static_cast<size_t>(plane % c)], dst + done, count);
+      batch_norm_f32(s, (*bn)[static_cast<size_t>(plane % c)], dst + done, count);
     } else if (s != dst + done) {
       std::memcpy(dst + done, s, static_cast<size_t>(count) * sizeof(float));
     }
     done += count;
   }
+}
+
+// True if an input of the kernel's batch_norm or chain that is not a member (a leaf) shares bytes
+// with `out`.
+bool chain_reads(const Graph& g, std::span<const NodeId> members,
+                 const std::function<const HostBuffer*(NodeId)>& leaf_value, const HostBuffer& out) {
+  const std::byte* begin = out.bytes();
+  const std::byte* end = begin + out.nbytes();
+  for (size_t i = 1; i < members.size(); ++i) {
+    for (NodeId in : g.inputs(g.node(members[i]))) {
+      if (std::find(members.begin(), members.end(), in) != members.end()) continue;
+      const HostBuffer* b = leaf_value(in);
+      if (b != nullptr && b->bytes() < end && begin < b->bytes() + b->nbytes()) return true;
+    }
+  }
+  return false;
 }
 
 // A 1x1, stride-1, ungrouped, unpadded convolution is one GEMM per image on NCHW data: asked
@@ -456,10 +472,11 @@ void OneDnnConvs::run_fused(const GraphKey& key, const Graph& g, std::span<const
   fused_inputs_.clear();
   for (NodeId in : g.inputs(g.node(conv))) fused_inputs_.push_back(leaf_value(in));
   // The conv2d's value, in row-major NCHW: in `out`, which the epilogue then rewrites in place,
-  // or in scratch when the chain ends in another dtype.
+  // or in scratch when the chain ends in another dtype or reads `out`'s own bytes (a donated
+  // parameter updated by the chain, read elementwise: the conv2d must not overwrite it first).
   HostBuffer staged;
   HostBuffer* target = &out;
-  if (out.dtype() != DType::kF32) {
+  if (out.dtype() != DType::kF32 || chain_reads(g, members, leaf_value, out)) {
     const size_t bytes = static_cast<size_t>(shape.numel()) * sizeof(float);
     if (scratch_.size() < bytes) scratch_.resize(bytes);
     staged = HostBuffer::view(DType::kF32, shape, scratch_.data());

@@ -40,8 +40,9 @@
 // output buffer (by the primitive, or by oneDNN's reorder from the primitive's layout) and read
 // back once, tile by tile: the batch_norm is applied to each tile on the way and the chain
 // (cpu_kernels.h's TileSource) takes it while it is in cache, writing the root's elements over
-// the ones it read. Unfused, the batch_norm and the chain would be a pass each over arena
-// buffers. (Reading the primitive's NHWC or channel-blocked layout directly, element by element,
+// the ones it read (in scratch instead when the root is not f32, or when a leaf of the chain is
+// `out`'s own storage: a donated parameter the chain reads). Unfused, the batch_norm and the
+// chain would be a pass each over arena buffers. (Reading the primitive's NHWC or channel-blocked layout directly, element by element,
 // cost more than oneDNN's reorder: strided loads.)
 //
 // Errors: run() returns false, with nothing written, when oneDNN declines the shape or fails

@@ -1,4 +1,4 @@
-// libmvec's erff behind one function. See vector_math.h.
+// libmvec's erff, and batch_norm's formula on AVX-512 / AVX2 doubles. See vector_math.h.
 #include "backends/cpu/vector_math.h"
 
 #include <immintrin.h>
@@ -61,10 +61,7 @@ const char* erf_variant() { return avx2() ? "avx2" : "sse"; }
 
 namespace {
 
-using BatchNormFn = void (*)(const float*, int64_t, const nn::BatchNormChannel&, float*, int64_t);
-
-// A strided run is gathered with 32-bit lane offsets: up to 8 lanes of `step` floats apart.
-bool gatherable(int64_t step) { return step <= (int64_t{1} << 27); }
+using BatchNormFn = void (*)(const float*, const nn::BatchNormChannel&, float*, int64_t);
 
 // GCC 12's AVX-512 conversion intrinsics start from _mm512_undefined_*, which its
 // -Wmaybe-uninitialized reports as uninitialized once inlined (GCC bug 105593): a false positive.
@@ -79,20 +76,12 @@ __attribute__((target("avx512f"))) __m256 batch_norm8(__m256 x, __m512d mean, __
   return _mm512_cvtpd_ps(y);
 }
 
-__attribute__((target("avx512f"))) void batch_norm_avx512(const float* in, int64_t step,
-                                                           const nn::BatchNormChannel& c, float* out, int64_t n) {
+__attribute__((target("avx512f"))) void batch_norm_avx512(const float* in, const nn::BatchNormChannel& c, float* out,
+                                                           int64_t n) {
   const __m512d mean = _mm512_set1_pd(c.mean), scale = _mm512_set1_pd(c.scale), bias = _mm512_set1_pd(c.bias);
   int64_t i = 0;
-  if (step == 1) {
-    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, batch_norm8(_mm256_loadu_ps(in + i), mean, scale, bias));
-  } else if (gatherable(step)) {
-    const __m256i lanes = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
-                                             _mm256_set1_epi32(static_cast<int>(step)));
-    for (; i + 8 <= n; i += 8) {
-      _mm256_storeu_ps(out + i, batch_norm8(_mm256_i32gather_ps(in + i * step, lanes, 4), mean, scale, bias));
-    }
-  }
-  for (; i < n; ++i) out[i] = nn::batch_norm_apply(in[i * step], c);
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, batch_norm8(_mm256_loadu_ps(in + i), mean, scale, bias));
+  for (; i < n; ++i) out[i] = nn::batch_norm_apply(in[i], c);
 }
 
 #if defined(__GNUC__) && !defined(__clang__)
@@ -104,23 +93,16 @@ __attribute__((target("avx2"))) __m128 batch_norm4(__m128 x, __m256d mean, __m25
   return _mm256_cvtpd_ps(y);
 }
 
-__attribute__((target("avx2"))) void batch_norm_avx2(const float* in, int64_t step, const nn::BatchNormChannel& c,
-                                                      float* out, int64_t n) {
+__attribute__((target("avx2"))) void batch_norm_avx2(const float* in, const nn::BatchNormChannel& c, float* out,
+                                                      int64_t n) {
   const __m256d mean = _mm256_set1_pd(c.mean), scale = _mm256_set1_pd(c.scale), bias = _mm256_set1_pd(c.bias);
   int64_t i = 0;
-  if (step == 1) {
-    for (; i + 4 <= n; i += 4) _mm_storeu_ps(out + i, batch_norm4(_mm_loadu_ps(in + i), mean, scale, bias));
-  } else if (gatherable(step)) {
-    const __m128i lanes = _mm_mullo_epi32(_mm_setr_epi32(0, 1, 2, 3), _mm_set1_epi32(static_cast<int>(step)));
-    for (; i + 4 <= n; i += 4) {
-      _mm_storeu_ps(out + i, batch_norm4(_mm_i32gather_ps(in + i * step, lanes, 4), mean, scale, bias));
-    }
-  }
-  for (; i < n; ++i) out[i] = nn::batch_norm_apply(in[i * step], c);
+  for (; i + 4 <= n; i += 4) _mm_storeu_ps(out + i, batch_norm4(_mm_loadu_ps(in + i), mean, scale, bias));
+  for (; i < n; ++i) out[i] = nn::batch_norm_apply(in[i], c);
 }
 
-void batch_norm_scalar(const float* in, int64_t step, const nn::BatchNormChannel& c, float* out, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) out[i] = nn::batch_norm_apply(in[i * step], c);
+void batch_norm_scalar(const float* in, const nn::BatchNormChannel& c, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = nn::batch_norm_apply(in[i], c);
 }
 
 bool avx512() {
@@ -130,9 +112,9 @@ bool avx512() {
 
 }  // namespace
 
-void batch_norm_f32(const float* in, int64_t step, const nn::BatchNormChannel& c, float* out, int64_t n) {
+void batch_norm_f32(const float* in, const nn::BatchNormChannel& c, float* out, int64_t n) {
   static const BatchNormFn fn = avx512() ? batch_norm_avx512 : avx2() ? batch_norm_avx2 : batch_norm_scalar;
-  if (n > 0) fn(in, step, c, out, n);
+  if (n > 0) fn(in, c, out, n);
 }
 
 const char* batch_norm_variant() { return avx512() ? "avx512" : avx2() ? "avx2" : "scalar"; }

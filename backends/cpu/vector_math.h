@@ -1,4 +1,5 @@
-// Vectorized elementwise math for the cpu kernels: erf over a run of floats through glibc's
+// Vectorized elementwise math for the cpu kernels: batch_norm's formula (below), and erf over a
+// run of floats through glibc's
 // vector math library (libmvec, the x86_64 vector-function ABI: _ZGVdN8v_erff with AVX2, else
 // _ZGVbN4v_erff with SSE). The scalar erff costs about 10 ns per element here, the vector one
 // about 0.5 ns; at batch 1 and 1 thread that took 12-17% off a vit_b_16 or bert_base step
@@ -12,7 +13,7 @@
 // function whatever its position in a run (a partial vector is padded), so a value's result
 // does not depend on tiling, fusion, threads or eager vs replay: the cpu backend stays bitwise
 // equal to itself. The variant is chosen at the first call from the CPU's features (AVX2 or not;
-// the AVX-512 variant is not used: up to 4 ulp from the scalar and no faster here), and libmvec
+// libmvec's AVX-512 erff is not used: up to 4 ulp from the scalar and no faster here), and libmvec
 // picks its own implementation of each for the CPU, so these bits may differ between machines
 // (as threaded sgemm's do), never between runs on one. A step the runtime falls back to the
 // reference evaluator for computes std::erf (as it computes matmul in double).
@@ -23,7 +24,8 @@
 // scalar formula (no fused multiply-add: the build turns contraction off), so the bits are the
 // formula's on every variant.
 //
-// Thread-safe (no state but the variant, chosen once under a function-local static). No errors.
+// Thread-safe (no state but the variants, each chosen once under a function-local static). No
+// errors.
 #pragma once
 
 #include <cstdint>
@@ -39,9 +41,9 @@ void erf_f32(const float* in, float* out, int64_t n, float scale = 1.0f);
 // The name of the variant erf_f32 uses: "avx2" or "sse".
 const char* erf_variant();
 
-// out[i] = nn::batch_norm_apply(in[i * step], c) for i in [0, n). step >= 1. `out` may be `in`
-// itself with step 1; they must not otherwise overlap.
-void batch_norm_f32(const float* in, int64_t step, const nn::BatchNormChannel& c, float* out, int64_t n);
+// out[i] = nn::batch_norm_apply(in[i], c) for i in [0, n). `out` may be `in` itself; they must
+// not otherwise overlap.
+void batch_norm_f32(const float* in, const nn::BatchNormChannel& c, float* out, int64_t n);
 
 // The name of the variant batch_norm_f32 uses: "avx512", "avx2" or "scalar".
 const char* batch_norm_variant();

@@ -304,6 +304,15 @@ TEST(ConvFusion, RecordRoundTripsAndTamperingIsRefused) {
   }
 }
 
+// Compiles `g`, a step with one donation (an in-place update) and one convolution epilogue, into
+// *e, checking both.
+void compile_update(const CanonicalGraph& g, Executable* e) {
+  ASSERT_EQ(g.graph.donations().size(), 1u);
+  *e = compile_cpu(g);
+  ASSERT_TRUE(e->validate().is_ok()) << e->validate().to_string();
+  ASSERT_EQ(conv_kernels(*e).size(), 1u);
+}
+
 // A donated output whose chain reads the donated parameter (elementwise, so the donation stands:
 // r <- r + relu(batch_norm(conv2d(x)))) is written in place; the conv2d's value must not land in
 // r's storage before the chain has read r. Run with each backend's own copy of the parameters
@@ -317,10 +326,8 @@ TEST(ConvFusion, DonatedParameterReadByTheChainIsReadBeforeItIsOverwritten) {
   ctx.assign(r, add(r, relu(batch_norm(conv2d(x, w, Tensor(), {1, 1}, {1, 1}), mean, var, gamma, beta))));
   ctx.mark_step();
   const CanonicalGraph g = exec.graphs().at(0).graph;
-  ASSERT_EQ(g.graph.donations().size(), 1u);
-  const Executable e = compile_cpu(g);
-  ASSERT_TRUE(e.validate().is_ok()) << e.validate().to_string();
-  ASSERT_EQ(conv_kernels(e).size(), 1u);
+  Executable e;
+  ASSERT_NO_FATAL_FAILURE(compile_update(g, &e));
   const NodeId root = g.graph.outputs()[0];
   ASSERT_EQ(e.kernel_plan()->slots[root].kind, Slot::Kind::kDonated) << "the case must write in place";
 
@@ -360,10 +367,8 @@ TEST(ConvFusion, NoDonationIntoTheConvolutionsInput) {
   ctx.assign(x, relu(conv2d(x, w, Tensor(), {1, 1}, {1, 1})));
   ctx.mark_step();
   const CanonicalGraph g = exec.graphs().at(0).graph;
-  ASSERT_EQ(g.graph.donations().size(), 1u);
-  const Executable e = compile_cpu(g);
-  ASSERT_TRUE(e.validate().is_ok()) << e.validate().to_string();
-  ASSERT_EQ(conv_kernels(e).size(), 1u);
+  Executable e;
+  ASSERT_NO_FATAL_FAILURE(compile_update(g, &e));
   for (const Slot& s : e.kernel_plan()->slots) EXPECT_NE(s.kind, Slot::Kind::kDonated);
   Executable tampered = e;
   for (Slot& s : tampered.kernel_plan()->slots) {

@@ -94,16 +94,31 @@ std::vector<std::vector<OpKind>> conv_kernels(const Executable& e) {
   return out;
 }
 
+// A copy of each parameter: a run that updates one in place (a donation) overwrites it.
+std::vector<BufferRef> copies_of(const std::vector<BufferRef>& params) {
+  std::vector<BufferRef> c;
+  for (const BufferRef& p : params) c.push_back(std::make_shared<HostBuffer>(p->clone()));
+  return c;
+}
+
+// `g`'s outputs on cpu with fusion, without (the kernels one by one) and on sim, each run on its
+// own copy of `params`.
+struct ThreeRuns {
+  std::vector<BufferRef> fused, unfused, simmed;
+};
+ThreeRuns run_fused_unfused_sim(const Graph& g, const std::vector<BufferRef>& params) {
+  CpuBackend fused_cpu, unfused_cpu(CpuBackendOptions{.fuse = false});
+  SimBackend sim(*find_device_preset("a100"));
+  return {run_on(fused_cpu, g, copies_of(params)), run_on(unfused_cpu, g, copies_of(params)),
+          run_on(sim, g, copies_of(params))};
+}
+
 // Runs `g` on cpu with fusion and without (the kernels one by one), on sim, and on the reference
 // evaluator: fused == unfused == sim bitwise; near the reference (the conv2d sums in another
 // order: a loose relative bound, the exact conv2d bound is nn_layers_test's).
 void expect_same_as_unfused(const CanonicalGraph& g) {
   const std::vector<BufferRef> params = params_of(g.graph);
-  CpuBackend fused_cpu, unfused_cpu(CpuBackendOptions{.fuse = false});
-  SimBackend sim(*find_device_preset("a100"));
-  const std::vector<BufferRef> fused = run_on(fused_cpu, g.graph, params);
-  const std::vector<BufferRef> unfused = run_on(unfused_cpu, g.graph, params);
-  const std::vector<BufferRef> simmed = run_on(sim, g.graph, params);
+  const auto [fused, unfused, simmed] = run_fused_unfused_sim(g.graph, params);
   Result<std::vector<BufferRef>> ref = evaluate_reference(g.graph, params);
   ASSERT_TRUE(ref.is_ok()) << ref.status().to_string();
   ASSERT_EQ(fused.size(), unfused.size());
@@ -246,12 +261,7 @@ TEST(ConvFusion, EveryLayoutOneDnnChoosesGivesTheUnfusedBits) {
     const Executable e = compile_cpu(g);
     ASSERT_TRUE(e.validate().is_ok()) << e.validate().to_string();
     ASSERT_EQ(conv_kernels(e).size(), 4u) << "case " << c;
-    const std::vector<BufferRef> params = params_of(g.graph);
-    CpuBackend fused_cpu, unfused_cpu(CpuBackendOptions{.fuse = false});
-    SimBackend sim(*find_device_preset("a100"));
-    const std::vector<BufferRef> fused = run_on(fused_cpu, g.graph, params);
-    const std::vector<BufferRef> unfused = run_on(unfused_cpu, g.graph, params);
-    const std::vector<BufferRef> simmed = run_on(sim, g.graph, params);
+    const auto [fused, unfused, simmed] = run_fused_unfused_sim(g.graph, params_of(g.graph));
     ASSERT_EQ(fused.size(), 4u);
     for (size_t i = 0; i < fused.size(); ++i) {
       EXPECT_TRUE(same_bits(*fused[i], *unfused[i])) << "case " << c << " output " << i;
@@ -315,8 +325,8 @@ void compile_update(const CanonicalGraph& g, Executable* e) {
 
 // A donated output whose chain reads the donated parameter (elementwise, so the donation stands:
 // r <- r + relu(batch_norm(conv2d(x)))) is written in place; the conv2d's value must not land in
-// r's storage before the chain has read r. Run with each backend's own copy of the parameters
-// (the donation overwrites them), fused == unfused == sim bitwise, and near the reference.
+// r's storage before the chain has read r. fused == unfused == sim bitwise, and near the
+// reference.
 TEST(ConvFusion, DonatedParameterReadByTheChainIsReadBeforeItIsOverwritten) {
   RecordingExecutor exec;
   LazyContext ctx(&exec);
@@ -332,17 +342,9 @@ TEST(ConvFusion, DonatedParameterReadByTheChainIsReadBeforeItIsOverwritten) {
   ASSERT_EQ(e.kernel_plan()->slots[root].kind, Slot::Kind::kDonated) << "the case must write in place";
 
   const std::vector<BufferRef> params = params_of(g.graph);
-  auto copies = [&] {
-    std::vector<BufferRef> c;
-    for (const BufferRef& p : params) c.push_back(std::make_shared<HostBuffer>(p->clone()));
-    return c;
-  };
-  CpuBackend fused_cpu, unfused_cpu(CpuBackendOptions{.fuse = false});
-  SimBackend sim(*find_device_preset("a100"));
-  const BufferRef fused = run_on(fused_cpu, g.graph, copies()).at(0);
-  const BufferRef unfused = run_on(unfused_cpu, g.graph, copies()).at(0);
-  const BufferRef simmed = run_on(sim, g.graph, copies()).at(0);
-  Result<std::vector<BufferRef>> ref = evaluate_reference(g.graph, copies());
+  const ThreeRuns runs = run_fused_unfused_sim(g.graph, params);
+  const BufferRef fused = runs.fused.at(0), unfused = runs.unfused.at(0), simmed = runs.simmed.at(0);
+  Result<std::vector<BufferRef>> ref = evaluate_reference(g.graph, copies_of(params));
   ASSERT_TRUE(ref.is_ok()) << ref.status().to_string();
   EXPECT_TRUE(same_bits(*fused, *unfused));
   EXPECT_TRUE(same_bits(*simmed, *fused));

@@ -540,7 +540,8 @@ class FusedProgram {
   }
 
   void run() const {
-    // A tile source may read the root's own storage: it must come before the root's write.
+    // A tile source may read the root's own storage: it must come before the root's write, the
+    // last instruction (register 0 is out's: the constructor adds it first).
     assert(source_ == nullptr || instrs_.back().dst == 0);
     const int64_t tiles = (numel_ + kTileElements - 1) / kTileElements;
     parallel_chunks(tiles, numel_, [&](int64_t first, int64_t last) { run_tiles(first, last); });

@@ -732,7 +732,7 @@ def tables(report):
         g = t["geomean_ratio"]
         out.append(f"{'geomean ' + ratio_name:<16} " + " ".join(f"{'':>9}" for _ in columns)
                    + " " + (f"{g:8.2f}" if g else f"{'-':>8}")
-                   + f"  ({t['geomean_models']} models)")
+                   + f"  ({t['geomean_models']} model{'' if t['geomean_models'] == 1 else 's'})")
         for r in t["rows"]:
             for s, e in r["errors"].items():
                 out.append(f"  {r['model']} {s}: {e}")

@@ -1,9 +1,12 @@
-// backends/cpu/vector_math.h: batch_norm_f32 (AVX-512, AVX2 or scalar, whichever this CPU has)
-// gives nn::batch_norm_apply's bits for every element, in place or not, whatever the run's
-// length (full vectors and the scalar tail), on values of every class. Only the variant this
-// CPU dispatches to is run.
+// backends/cpu/vector_math.h: every variant this CPU can run, not only the one it dispatches to
+// (an AVX2 machine runs the AVX2 ones, which an AVX-512 machine would otherwise never test):
+// batch_norm_f32's (AVX-512, AVX2, scalar) give nn::batch_norm_apply's bits for every element,
+// in place or not, whatever the run's length (full vectors and the scalar tail), on values of
+// every class; erf_f32's (AVX2, SSE) are within 2 ulp of the scalar erff, and a value's result
+// does not depend on where it sits in a run (a partial vector is padded).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -42,24 +45,80 @@ std::vector<float> inputs(size_t n, uint32_t seed) {
 }
 
 TEST(VectorMath, BatchNormIsTheScalarFormulaBitwise) {
-  SCOPED_TRACE(cpu::batch_norm_variant());
+  const std::vector<cpu::BatchNormVariant> variants = cpu::batch_norm_variants();
+  ASSERT_FALSE(variants.empty());
+  EXPECT_STREQ(variants.front().name, cpu::batch_norm_variant());
+  EXPECT_STREQ(variants.back().name, "scalar");
   const std::vector<nn::BatchNormChannel> channels = {
       nn::batch_norm_channel(0.5f, 2.0f, 1.5f, -0.25f, 1e-5),
       nn::batch_norm_channel(-3.0f, 1e-6f, 7.0f, 100.0f, 1e-5),
       nn::batch_norm_channel(1e20f, 1e30f, -2.0f, 0.0f, 1e-3),
   };
-  for (const nn::BatchNormChannel& c : channels) {
-    for (int64_t n : {0, 1, 3, 4, 7, 8, 9, 15, 16, 17, 64, 301}) {
-      const std::vector<float> in = inputs(static_cast<size_t>(n), static_cast<uint32_t>(n * 7 + 1));
-      std::vector<float> out(static_cast<size_t>(n) + 1, -7.0f);
-      cpu::batch_norm_f32(in.data(), c, out.data(), n);
-      for (int64_t i = 0; i < n; ++i) {
-        ASSERT_TRUE(same_bits(out[i], nn::batch_norm_apply(in[i], c))) << "n " << n << " i " << i;
+  for (const cpu::BatchNormVariant& v : variants) {
+    SCOPED_TRACE(v.name);
+    for (const nn::BatchNormChannel& c : channels) {
+      for (int64_t n : {0, 1, 3, 4, 7, 8, 9, 15, 16, 17, 64, 301}) {
+        const std::vector<float> in = inputs(static_cast<size_t>(n), static_cast<uint32_t>(n * 7 + 1));
+        std::vector<float> out(static_cast<size_t>(n) + 1, -7.0f);
+        v.fn(in.data(), c, out.data(), n);
+        for (int64_t i = 0; i < n; ++i) {
+          ASSERT_TRUE(same_bits(out[i], nn::batch_norm_apply(in[i], c))) << "n " << n << " i " << i;
+        }
+        EXPECT_EQ(out[n], -7.0f) << "wrote past the run";
+        std::vector<float> inplace = in;
+        v.fn(inplace.data(), c, inplace.data(), n);
+        for (int64_t i = 0; i < n; ++i) ASSERT_TRUE(same_bits(inplace[i], out[i])) << "in place, n " << n << " i " << i;
       }
-      EXPECT_EQ(out[n], -7.0f) << "wrote past the run";
-      std::vector<float> inplace = in;
-      cpu::batch_norm_f32(inplace.data(), c, inplace.data(), n);
-      for (int64_t i = 0; i < n; ++i) ASSERT_TRUE(same_bits(inplace[i], out[i])) << "in place, n " << n << " i " << i;
+    }
+  }
+}
+
+// The distance in ulps between two finite floats of the same sign or zero (monotonic integer
+// order of the bit patterns).
+int64_t ulps(float a, float b) {
+  auto ordered = [](float f) {
+    const int32_t i = std::bit_cast<int32_t>(f);
+    return i < 0 ? static_cast<int64_t>(std::numeric_limits<int32_t>::min()) - i : static_cast<int64_t>(i);
+  };
+  const int64_t d = ordered(a) - ordered(b);
+  return d < 0 ? -d : d;
+}
+
+TEST(VectorMath, EveryErfVariantIsWithinTwoUlpAndIndependentOfPosition) {
+  const std::vector<cpu::ErfVariant> variants = cpu::erf_variants();
+  ASSERT_FALSE(variants.empty());
+  EXPECT_STREQ(variants.front().name, cpu::erf_variant());
+  EXPECT_STREQ(variants.back().name, "sse");
+  std::mt19937 rng(5);
+  std::vector<float> in(4099);
+  for (size_t i = 0; i < in.size(); ++i) {
+    in[i] = i % 7 == 0 ? std::bit_cast<float>(static_cast<uint32_t>(rng()))  // any class, NaN too
+                       : std::uniform_real_distribution<float>(-6.0f, 6.0f)(rng);
+  }
+  const float specials[] = {0.0f, -0.0f, std::numeric_limits<float>::infinity(),
+                            -std::numeric_limits<float>::infinity(), std::numeric_limits<float>::denorm_min(), 1e-30f};
+  std::copy(std::begin(specials), std::end(specials), in.begin());
+  for (const cpu::ErfVariant& v : variants) {
+    SCOPED_TRACE(v.name);
+    for (float scale : {1.0f, 0.70710678f}) {
+      std::vector<float> out(in.size() + 1, -7.0f);
+      v.fn(in.data(), scale, out.data(), static_cast<int64_t>(in.size()));
+      EXPECT_EQ(out[in.size()], -7.0f) << "wrote past the run";
+      for (size_t i = 0; i < in.size(); ++i) {
+        const float x = in[i] * scale;
+        const float want = std::erf(x);
+        if (std::isnan(want)) {
+          ASSERT_TRUE(std::isnan(out[i])) << "erf(" << x << ")";
+          continue;
+        }
+        ASSERT_LE(ulps(out[i], want), 2) << "erf(" << x << ") = " << out[i] << ", erff " << want;
+      }
+      // Each value alone (a run of one, padded) and in place: the same bits as in the long run.
+      for (size_t i = 0; i < in.size(); i += 97) {
+        float alone = in[i];
+        v.fn(&alone, scale, &alone, 1);
+        ASSERT_TRUE(same_bits(alone, out[i])) << "position " << i;
+      }
     }
   }
 }

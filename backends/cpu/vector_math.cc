@@ -16,7 +16,7 @@ namespace tracecache::cpu {
 
 namespace {
 
-using ErfFn = void (*)(const float*, float, float*, int64_t);
+using ErfFn = decltype(ErfVariant::fn);
 
 // erf(in[i] * scale): the product rounded to f32 as the scalar expression would be.
 __attribute__((target("avx2"))) void erf_avx2(const float* in, float scale, float* out, int64_t n) {
@@ -52,16 +52,23 @@ bool avx2() {
 
 }  // namespace
 
+std::vector<ErfVariant> erf_variants() {
+  std::vector<ErfVariant> v;
+  if (avx2()) v.push_back({"avx2", erf_avx2});
+  v.push_back({"sse", erf_sse});
+  return v;
+}
+
 void erf_f32(const float* in, float* out, int64_t n, float scale) {
-  static const ErfFn fn = avx2() ? erf_avx2 : erf_sse;
+  static const ErfFn fn = erf_variants().front().fn;
   if (n > 0) fn(in, scale, out, n);
 }
 
-const char* erf_variant() { return avx2() ? "avx2" : "sse"; }
+const char* erf_variant() { return erf_variants().front().name; }
 
 namespace {
 
-using BatchNormFn = void (*)(const float*, const nn::BatchNormChannel&, float*, int64_t);
+using BatchNormFn = decltype(BatchNormVariant::fn);
 
 // GCC 12's AVX-512 conversion intrinsics start from _mm512_undefined_*, which its
 // -Wmaybe-uninitialized reports as uninitialized once inlined (GCC bug 105593): a false positive.
@@ -112,11 +119,19 @@ bool avx512() {
 
 }  // namespace
 
+std::vector<BatchNormVariant> batch_norm_variants() {
+  std::vector<BatchNormVariant> v;
+  if (avx512()) v.push_back({"avx512", batch_norm_avx512});
+  if (avx2()) v.push_back({"avx2", batch_norm_avx2});
+  v.push_back({"scalar", batch_norm_scalar});
+  return v;
+}
+
 void batch_norm_f32(const float* in, const nn::BatchNormChannel& c, float* out, int64_t n) {
-  static const BatchNormFn fn = avx512() ? batch_norm_avx512 : avx2() ? batch_norm_avx2 : batch_norm_scalar;
+  static const BatchNormFn fn = batch_norm_variants().front().fn;
   if (n > 0) fn(in, c, out, n);
 }
 
-const char* batch_norm_variant() { return avx512() ? "avx512" : avx2() ? "avx2" : "scalar"; }
+const char* batch_norm_variant() { return batch_norm_variants().front().name; }
 
 }  // namespace tracecache::cpu

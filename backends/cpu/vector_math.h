@@ -29,6 +29,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "capture/ops/nn_numerics.h"
 
@@ -41,11 +42,26 @@ void erf_f32(const float* in, float* out, int64_t n, float scale = 1.0f);
 // The name of the variant erf_f32 uses: "avx2" or "sse".
 const char* erf_variant();
 
+// Every erf_f32 variant this CPU can run, the one erf_f32 uses first (so tests check each, also
+// the ones another machine would use): name and function (out[i] = erf(in[i] * scale)).
+struct ErfVariant {
+  const char* name;
+  void (*fn)(const float* in, float scale, float* out, int64_t n);
+};
+std::vector<ErfVariant> erf_variants();
+
 // out[i] = nn::batch_norm_apply(in[i], c) for i in [0, n). `out` may be `in` itself; they must
 // not otherwise overlap.
 void batch_norm_f32(const float* in, const nn::BatchNormChannel& c, float* out, int64_t n);
 
 // The name of the variant batch_norm_f32 uses: "avx512", "avx2" or "scalar".
 const char* batch_norm_variant();
+
+// Every batch_norm_f32 variant this CPU can run, the one batch_norm_f32 uses first.
+struct BatchNormVariant {
+  const char* name;
+  void (*fn)(const float* in, const nn::BatchNormChannel& c, float* out, int64_t n);
+};
+std::vector<BatchNormVariant> batch_norm_variants();
 
 }  // namespace tracecache::cpu

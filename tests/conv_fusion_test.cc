@@ -216,7 +216,7 @@ TEST(ConvFusion, OneConvolutionPerKernel) {
   expect_same_as_unfused(g);
 }
 
-// oneDNN writes each convolution in a layout of its choosing (NCHW for a 1x1 stride-1 GEMM,
+// oneDNN writes each convolution in a layout of its choosing (NCHW for a 1x1 GEMM, strided or not,
 // NHWC, channel blocks of 4, 8 or 16; which one depends on the shape and the CPU), reordered to
 // NCHW before the epilogue reads it back: for shapes like ResNeXt's, MobileNet's and a
 // stem's, every epilogue form (batch_norm alone; with relu; with a residual add and relu; a
@@ -227,8 +227,11 @@ TEST(ConvFusion, EveryLayoutOneDnnChoosesGivesTheUnfusedBits) {
     int64_t stride, padding, groups;
   };
   const std::vector<Case> cases = {
-      {{2, 64, 8, 8}, {128, 64, 1, 1}, 1, 0, 1},    // pointwise: a GEMM on NCHW
-      {{2, 64, 8, 8}, {128, 64, 1, 1}, 2, 0, 1},    // strided pointwise
+      {{2, 64, 10, 10}, {128, 64, 1, 1}, 1, 0, 1},  // pointwise: a GEMM on NCHW
+      {{2, 64, 20, 20}, {128, 64, 1, 1}, 2, 0, 1},  // strided: a GEMM on the gathered pixels
+      {{1, 64, 8, 8}, {128, 64, 1, 1}, 2, 0, 1},    // the same at batch 1 on a small plane
+      {{2, 64, 8, 8}, {128, 64, 1, 1}, 1, 0, 1},    // a batch on a small plane: oneDNN's layout
+      {{2, 64, 8, 8}, {128, 64, 1, 1}, 2, 0, 1},    // strided, likewise
       {{2, 128, 8, 8}, {128, 4, 3, 3}, 1, 1, 32},   // ResNeXt's groups of 4 channels
       {{2, 256, 8, 8}, {256, 8, 3, 3}, 2, 1, 32},   // of 8, strided
       {{2, 512, 6, 6}, {512, 16, 3, 3}, 1, 1, 32},  // of 16

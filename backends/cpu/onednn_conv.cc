@@ -107,13 +107,32 @@ bool chain_reads(const Graph& g, std::span<const NodeId> members,
   return false;
 }
 
-// A 1x1, stride-1, ungrouped, unpadded convolution is one GEMM per image on NCHW data: asked
-// for NCHW, oneDNN runs it (and its gradients) as that GEMM (x64:gemm:jit) with no reorder of
-// the activations before and after, which costs less than its NHWC kernel plus the two reorders
-// (bench/results/conv-epilogue-2026-11-23.md). Other shapes take oneDNN's layout.
-Tag activation_tag(const nn::ConvShape& s) {
-  const bool pointwise = s.kh == 1 && s.kw == 1 && s.sh == 1 && s.sw == 1 && s.groups == 1 && s.ph == 0 && s.pw == 0;
-  return pointwise ? Tag::nchw : Tag::any;
+// A 1x1, ungrouped, unpadded convolution: at stride 1, one GEMM per image on NCHW data.
+bool pointwise(const nn::ConvShape& s) {
+  return s.kh == 1 && s.kw == 1 && s.groups == 1 && s.ph == 0 && s.pw == 0;
+}
+
+// Output planes of fewer pixels than this make a conv2d's per-image GEMM too narrow: measured
+// on resnext50 at batch 8, oneDNN's GEMM ran a 7x7 plane's (N = 49) at about 245 GFLOP/s
+// against 320-370 for 14x14 and larger, and its 1x1 kernel on its own layout, which takes the
+// whole batch as the rows of one GEMM, took the 7x7 layers in less time, reorders included
+// (13% less); at 14x14 it took 25% more.
+constexpr int64_t kGemmMinPlane = 100;
+
+// Whether a conv2d (forward) or a gradient of shape `s` runs as the NCHW GEMM per image: asked
+// for NCHW, oneDNN runs a stride-1 pointwise convolution as that GEMM (x64:gemm:jit) with no
+// reorder of the activations before and after, which costs less than its NHWC kernel plus the
+// two reorders (bench/results/conv-epilogue-2026-11-23.md), except for a conv2d of a batch on
+// small planes (kGemmMinPlane; at batch 1 the GEMM is as wide either way). The gradients keep
+// it on every plane (not measured otherwise).
+bool nchw_gemm(const nn::ConvShape& s, bool forward) {
+  return pointwise(s) && (!forward || s.n == 1 || s.oh * s.ow >= kGemmMinPlane);
+}
+
+// The activations' layout the primitive is asked for: NCHW for a GEMM (nchw_gemm), else oneDNN's
+// choice.
+Tag activation_tag(const nn::ConvShape& s, bool forward) {
+  return s.sh == 1 && s.sw == 1 && nchw_gemm(s, forward) ? Tag::nchw : Tag::any;
 }
 
 // The memory descriptors and geometry oneDNN takes for a convolution of shape `s`: the tensors
@@ -123,7 +142,8 @@ struct ConvDescs {
   memory::desc src, weights, dst;                 // the primitive's choice (any) or NCHW
   memory::dims strides, dilates, pad_l, pad_r;
 
-  explicit ConvDescs(const nn::ConvShape& s) {
+  // `forward`: for a conv2d, else for its gradients (activation_tag).
+  ConvDescs(const nn::ConvShape& s, bool forward) {
     const memory::dims src_dims{s.n, s.c, s.h, s.w}, dst_dims{s.n, s.o, s.oh, s.ow};
     const bool grouped = s.groups > 1;
     const memory::dims w_dims = grouped ? memory::dims{s.groups, s.o / s.groups, s.cg, s.kh, s.kw}
@@ -132,7 +152,7 @@ struct ConvDescs {
     user_src = memory::desc(src_dims, f32, Tag::nchw);
     user_dst = memory::desc(dst_dims, f32, Tag::nchw);
     user_weights = memory::desc(w_dims, f32, grouped ? Tag::goihw : Tag::oihw);
-    const Tag act = activation_tag(s);
+    const Tag act = activation_tag(s, forward);
     src = memory::desc(src_dims, f32, act);
     dst = memory::desc(dst_dims, f32, act);
     weights = memory::desc(w_dims, f32, Tag::any);
@@ -206,6 +226,37 @@ struct KeptWeights {
   }
 };
 
+// A strided pointwise conv2d reads every sh-th row and sw-th column of its input: it is the
+// same convolution at stride 1 of those pixels, gathered into NCHW memory of the output's plane
+// size, which runs as the GEMM (nchw_gemm) with no reorder of the input or the output. oneDNN
+// would run the strided one on its NHWC kernel with two reorders: at batch 8 the downsample
+// layers of resnext50 on 28x28 and 14x14 planes took 6.2 and 5.8 ms gathered against 10.3 and
+// 9.2 ms.
+bool strided_pointwise(const nn::ConvShape& s) { return (s.sh > 1 || s.sw > 1) && nchw_gemm(s, true); }
+
+// `s` with its input cut to the pixels the strided 1x1 convolution reads, at stride 1.
+nn::ConvShape gathered(nn::ConvShape s) {
+  s.h = s.oh;
+  s.w = s.ow;
+  s.sh = s.sw = 1;
+  return s;
+}
+
+// dst[n, c, oh, ow] = src[n, c, oh * sh, ow * sw] for the planes of shape `s`.
+void gather_strided(const float* src, const nn::ConvShape& s, float* dst) {
+  const int64_t planes = s.n * s.c, in_plane = s.h * s.w, out_plane = s.oh * s.ow;
+  parallel_for(planes, planes * out_plane, [&](int64_t first, int64_t last) {
+    for (int64_t p = first; p < last; ++p) {
+      const float* in = src + p * in_plane;
+      float* out = dst + p * out_plane;
+      for (int64_t y = 0; y < s.oh; ++y) {
+        const float* row = in + y * s.sh * s.w;
+        for (int64_t x = 0; x < s.ow; ++x) out[y * s.ow + x] = row[x * s.sw];
+      }
+    }
+  });
+}
+
 // One conv2d node's primitive, its memories and its weights.
 struct Prepared {
   nn::ConvShape shape{};
@@ -222,9 +273,14 @@ struct Prepared {
   memory scratchpad;
   std::unordered_map<int, memory> args;  // the primitive's arguments: handles to the above
 
-  Prepared(const dnnl::engine& engine, const nn::ConvShape& s, bool bias_term, uint64_t* kept_bytes)
-      : shape(s), has_bias(bias_term) {
-    const ConvDescs d(s);
+  // A strided 1x1 convolution run on its gathered input (strided_pointwise): the gathered
+  // pixels go to the front of the work buffer.
+  bool gather = false;
+
+  Prepared(const dnnl::engine& engine, const nn::ConvShape& shape_in, bool bias_term, uint64_t* kept_bytes)
+      : shape(shape_in), has_bias(bias_term), gather(strided_pointwise(shape_in)) {
+    const nn::ConvShape s = gather ? gathered(shape_in) : shape_in;
+    const ConvDescs d(s, true);
     const auto f32 = memory::data_type::f32;
     const memory::desc bias_md = has_bias ? memory::desc({s.o}, f32, Tag::a) : memory::desc();
     const dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_inference,
@@ -249,8 +305,8 @@ struct Prepared {
   }
 };
 
-// The work buffer of the gradient kernels: their reordered activations and scratchpads, one
-// kernel at a time. 64-byte aligned (oneDNN's kernels load whole cache lines).
+// The work buffer of the gradient kernels (their reordered activations and scratchpads) and of
+// the strided 1x1 convolutions (their gathered input), one kernel at a time. 64-byte aligned (oneDNN's kernels load whole cache lines).
 class WorkBuffer {
  public:
   static constexpr std::align_val_t kAlign{64};
@@ -324,7 +380,7 @@ struct GradPrepared {
 
   GradPrepared(const dnnl::engine& engine, OpKind kind, const nn::ConvShape& s, uint64_t* kept_bytes)
       : op(kind), shape(s) {
-    const ConvDescs d(s);
+    const ConvDescs d(s, false);
     const auto direct = dnnl::algorithm::convolution_direct;
     // oneDNN's backward primitives take the forward one of the same shapes as a hint.
     const dnnl::convolution_forward::desc forward(dnnl::prop_kind::forward_training, direct, d.src, d.weights,
@@ -401,7 +457,14 @@ bool OneDnnConvs::conv2d_into(const GraphKey& key, const Graph& g, NodeId node,
       [&](const dnnl::engine& engine) { return std::make_unique<Prepared>(engine, s, has_bias, &st.kept_bytes); },
       [&](Prepared& p, dnnl::stream& stream) {
         p.weights.prepare(stream, *inputs[1], weight);
-        p.user_src.set_data_handle(const_cast<std::byte*>(inputs[0]->bytes()));
+        if (p.gather) {  // n * c * oh * ow floats: fewer than the input's, which exists
+          auto* pixels = reinterpret_cast<float*>(
+              st.work.at_least(static_cast<size_t>(s.n * s.c * s.oh * s.ow) * sizeof(float)));
+          gather_strided(inputs[0]->data<float>(), s, pixels);
+          p.user_src.set_data_handle(pixels);
+        } else {
+          p.user_src.set_data_handle(const_cast<std::byte*>(inputs[0]->bytes()));
+        }
         p.user_dst.set_data_handle(out.bytes());
         if (has_bias) p.bias.set_data_handle(const_cast<std::byte*>(inputs[2]->bytes()));
         if (p.reorder_src) p.src_in.execute(stream, p.user_src, p.src);

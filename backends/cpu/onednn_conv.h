@@ -5,7 +5,8 @@
 //
 // What is prepared once and kept: per (graph key, node), the primitive (oneDNN picks the
 // layouts, format_tag::any, except NCHW activations for a 1x1 stride-1 ungrouped unpadded
-// convolution and its gradients: a GEMM) and, when the weight of a conv2d or a
+// convolution and its gradients: a GEMM; a strided such conv2d runs as that GEMM on the pixels
+// its stride reads, gathered per run into the work buffer below) and, when the weight of a conv2d or a
 // conv2d_input_grad is an executable parameter, the weights reordered into the primitive's
 // layout. The reordered copy belongs to one weight buffer at one
 // version: it is made again when the kernel is fed another buffer (identity: the buffer's
@@ -14,7 +15,8 @@
 // weight computed inside the graph is reordered on every run. Activations are reordered to and
 // from the primitive's layout on every run when it is not the tensors' row-major NCHW (a
 // conv2d's into memory of its own; a gradient's, and its scratchpad, into one work buffer
-// shared by all gradient kernels, grown to the largest and kept for the object's lifetime).
+// shared by all gradient kernels and strided 1x1 conv2ds, grown to the largest and kept for the
+// object's lifetime).
 // The gradient primitives are made with the forward primitive of the same shapes as oneDNN's
 // hint (forward_training), as its API requires; nothing of the forward pass is shared.
 // The kept state is bounded: past kKeptBytes of reordered weights, everything is dropped and

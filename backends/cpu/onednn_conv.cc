@@ -306,7 +306,8 @@ struct Prepared {
 };
 
 // The work buffer of the gradient kernels (their reordered activations and scratchpads) and of
-// the strided 1x1 convolutions (their gathered input), one kernel at a time. 64-byte aligned (oneDNN's kernels load whole cache lines).
+// the strided 1x1 convolutions (their gathered input), one kernel at a time. 64-byte aligned
+// (oneDNN's kernels load whole cache lines).
 class WorkBuffer {
  public:
   static constexpr std::align_val_t kAlign{64};

@@ -229,7 +229,7 @@ TEST(ConvFusion, EveryLayoutOneDnnChoosesGivesTheUnfusedBits) {
   const std::vector<Case> cases = {
       {{2, 64, 10, 10}, {128, 64, 1, 1}, 1, 0, 1},  // pointwise: a GEMM on NCHW
       {{2, 64, 20, 20}, {128, 64, 1, 1}, 2, 0, 1},  // strided: a GEMM on the gathered pixels
-      {{1, 64, 8, 8}, {128, 64, 1, 1}, 2, 0, 1},    // the same at batch 1 on a small plane
+      {{1, 64, 8, 8}, {128, 64, 1, 1}, 2, 0, 1},    // strided, batch 1, a small plane: gathered
       {{2, 64, 8, 8}, {128, 64, 1, 1}, 1, 0, 1},    // a batch on a small plane: oneDNN's layout
       {{2, 64, 8, 8}, {128, 64, 1, 1}, 2, 0, 1},    // strided, likewise
       {{2, 128, 8, 8}, {128, 4, 3, 3}, 1, 1, 32},   // ResNeXt's groups of 4 channels

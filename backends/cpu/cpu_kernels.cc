@@ -175,7 +175,8 @@ void transpose_blocks(const U* src, int64_t outer, int64_t outer_stride, int64_t
   });
 }
 
-// out[i] = src[base + offset(i)] over out's row-major order, `strides` per out dim.
+}  // namespace
+
 void strided_gather(const HostBuffer& src, const IntList& strides, int64_t base, HostBuffer& out) {
   const int64_t n = out.numel();
   if (n == 0) return;
@@ -208,6 +209,8 @@ void strided_gather(const HostBuffer& src, const IntList& strides, int64_t base,
                  out.bytes() + static_cast<size_t>(start) * elem);
   });
 }
+
+namespace {
 
 // ---- the fused interpreter --------------------------------------------------------------------
 

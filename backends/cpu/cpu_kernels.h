@@ -124,6 +124,11 @@ struct FusedPlanSize {
 FusedPlanSize plan_fused(const Graph& g, std::span<const NodeId> members,
                          const std::function<const HostBuffer*(NodeId)>& leaf_value, HostBuffer& out);
 
+// out[i] = src[base + offset(i)] over out's row-major order, offset(i) the sum of i's index
+// times `strides` (in elements, one per out dim): permute, transpose, broadcast_to and slice,
+// split over the thread team. REQUIRES: src and out of one dtype; every offset within src.
+void strided_gather(const HostBuffer& src, const IntList& strides, int64_t base, HostBuffer& out);
+
 // Calls fn(begin, end) on disjoint ranges covering [0, items), on this thread and the helper
 // team when `work` (elements touched in total) reaches kParallelThreshold, on this thread
 // alone otherwise (see Threading above). For kernels outside this file (cpu_nn_ops.cc,

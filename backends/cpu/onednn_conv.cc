@@ -242,21 +242,6 @@ nn::ConvShape gathered(nn::ConvShape s) {
   return s;
 }
 
-// dst[n, c, oh, ow] = src[n, c, oh * sh, ow * sw] for the planes of shape `s`.
-void gather_strided(const float* src, const nn::ConvShape& s, float* dst) {
-  const int64_t planes = s.n * s.c, in_plane = s.h * s.w, out_plane = s.oh * s.ow;
-  parallel_for(planes, planes * out_plane, [&](int64_t first, int64_t last) {
-    for (int64_t p = first; p < last; ++p) {
-      const float* in = src + p * in_plane;
-      float* out = dst + p * out_plane;
-      for (int64_t y = 0; y < s.oh; ++y) {
-        const float* row = in + y * s.sh * s.w;
-        for (int64_t x = 0; x < s.ow; ++x) out[y * s.ow + x] = row[x * s.sw];
-      }
-    }
-  });
-}
-
 // One conv2d node's primitive, its memories and its weights.
 struct Prepared {
   nn::ConvShape shape{};
@@ -458,11 +443,12 @@ bool OneDnnConvs::conv2d_into(const GraphKey& key, const Graph& g, NodeId node,
       [&](const dnnl::engine& engine) { return std::make_unique<Prepared>(engine, s, has_bias, &st.kept_bytes); },
       [&](Prepared& p, dnnl::stream& stream) {
         p.weights.prepare(stream, *inputs[1], weight);
-        if (p.gather) {  // n * c * oh * ow floats: fewer than the input's, which exists
-          auto* pixels = reinterpret_cast<float*>(
-              st.work.at_least(static_cast<size_t>(s.n * s.c * s.oh * s.ow) * sizeof(float)));
-          gather_strided(inputs[0]->data<float>(), s, pixels);
-          p.user_src.set_data_handle(pixels);
+        if (p.gather) {  // pixels[n, c, y, x] = x[n, c, y * sh, x * sw]: fewer than the input's
+          const Shape plane{s.n, s.c, s.oh, s.ow};
+          HostBuffer pixels = HostBuffer::view(DType::kF32, plane,
+                                               st.work.at_least(static_cast<size_t>(plane.numel()) * sizeof(float)));
+          strided_gather(*inputs[0], {s.c * s.h * s.w, s.h * s.w, s.sh * s.w, s.sw}, 0, pixels);
+          p.user_src.set_data_handle(pixels.bytes());
         } else {
           p.user_src.set_data_handle(const_cast<std::byte*>(inputs[0]->bytes()));
         }

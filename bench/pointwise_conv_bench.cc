@@ -1,0 +1,120 @@
+// How close the cpu backend's 1x1 convolutions come to this machine's GEMM peak, and whether
+// another oneDNN route would be faster: for the stride-1 1x1 convolution shapes of
+// resnext50_32x4d (the bulk of its FLOPs), at batch 8 and 1, in row-major NCHW as the backend
+// runs them (backends/cpu/onednn_conv.cc: nchw_gemm), the same product three ways:
+//   Conv:   oneDNN's convolution asked for NCHW (it picks its GEMM kernel, x64:gemm:jit), what
+//           the backend runs;
+//   ConvBlocked: the same with the activations already in oneDNN's own (blocked) layout, no
+//           reorder timed, as if they were kept in it from layer to layer (PyTorch reorders
+//           around every convolution instead);
+//   Matmul: oneDNN's matmul, weights [1, O, C] broadcast over images [N, C, H*W] (brgemm);
+//   Sgemm:  dnnl_sgemm once per image.
+// and Peak: dnnl_sgemm on square matrices, the GEMM rate this machine reaches at all.
+// The flops counter is 2 * N * O * C * H * W per iteration (per second with kIsRate).
+// Threads: oneDNN's OpenMP team; set OMP_NUM_THREADS (and OMP_WAIT_POLICY=active to match the
+// side-by-side's tracecache runs). Findings: bench/results/resnext50-limits-2026-11-27.md.
+#include <benchmark/benchmark.h>
+
+#include <cstdint>
+#include <iterator>
+#include <oneapi/dnnl/dnnl.hpp>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace {
+
+using dnnl::memory;
+using Tag = memory::format_tag;
+constexpr auto kF32 = memory::data_type::f32;
+
+struct Pointwise {
+  int64_t n, c, o, hw;
+};
+// resnext50_32x4d's stride-1 1x1 convolutions (and two at batch 1).
+constexpr Pointwise kShapes[] = {{8, 128, 256, 56}, {8, 256, 512, 28},  {8, 1024, 512, 14}, {8, 512, 1024, 14},
+                                 {8, 1024, 1024, 14}, {8, 1024, 2048, 7}, {8, 2048, 1024, 7}, {1, 1024, 512, 14},
+                                 {1, 256, 64, 56}};
+
+void label(benchmark::State& state, const Pointwise& p, const char* impl) {
+  state.SetLabel("n" + std::to_string(p.n) + " c" + std::to_string(p.c) + " o" + std::to_string(p.o) + " " +
+                 std::to_string(p.hw) + "x" + std::to_string(p.hw) + " " + impl);
+  state.counters["flops"] = benchmark::Counter(2.0 * static_cast<double>(p.n * p.o * p.c * p.hw * p.hw),
+                                               benchmark::Counter::kIsIterationInvariantRate);
+}
+
+// The convolution with activations in layout `act` (nchw, or any: oneDNN's choice, a blocked
+// layout, with no reorder timed: what keeping activations blocked from layer to layer would cost).
+void conv(benchmark::State& state, Tag act) {
+  const Pointwise p = kShapes[state.range(0)];
+  dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  dnnl::stream stream(engine);
+  const memory::desc src({p.n, p.c, p.hw, p.hw}, kF32, act), dst({p.n, p.o, p.hw, p.hw}, kF32, act);
+  const memory::desc weights({p.o, p.c, 1, 1}, kF32, Tag::any);
+  const dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
+                                             src, weights, dst, {1, 1}, {0, 0}, {0, 0});
+  const dnnl::convolution_forward::primitive_desc pd(desc, engine);
+  dnnl::convolution_forward conv(pd);
+  memory s(pd.src_desc(), engine), d(pd.dst_desc(), engine), w(pd.weights_desc(), engine),
+      pad(pd.scratchpad_desc(), engine);
+  const std::unordered_map<int, memory> args{
+      {DNNL_ARG_SRC, s}, {DNNL_ARG_WEIGHTS, w}, {DNNL_ARG_DST, d}, {DNNL_ARG_SCRATCHPAD, pad}};
+  for (auto _ : state) {
+    conv.execute(stream, args);
+    stream.wait();
+  }
+  label(state, p, pd.impl_info_str());
+}
+void BM_Conv(benchmark::State& state) { conv(state, Tag::nchw); }
+void BM_ConvBlocked(benchmark::State& state) { conv(state, Tag::any); }
+BENCHMARK(BM_ConvBlocked)->DenseRange(0, std::size(kShapes) - 1)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_Conv)->DenseRange(0, std::size(kShapes) - 1)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+void BM_Matmul(benchmark::State& state) {
+  const Pointwise p = kShapes[state.range(0)];
+  dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  dnnl::stream stream(engine);
+  const int64_t hw = p.hw * p.hw;
+  const memory::desc a({1, p.o, p.c}, kF32, Tag::abc), b({p.n, p.c, hw}, kF32, Tag::abc),
+      c({p.n, p.o, hw}, kF32, Tag::abc);
+  const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), engine);
+  dnnl::matmul matmul(pd);
+  memory ma(a, engine), mb(b, engine), mc(c, engine), pad(pd.scratchpad_desc(), engine);
+  const std::unordered_map<int, memory> args{
+      {DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}, {DNNL_ARG_SCRATCHPAD, pad}};
+  for (auto _ : state) {
+    matmul.execute(stream, args);
+    stream.wait();
+  }
+  label(state, p, pd.impl_info_str());
+}
+BENCHMARK(BM_Matmul)->DenseRange(0, std::size(kShapes) - 1)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+void BM_Sgemm(benchmark::State& state) {
+  const Pointwise p = kShapes[state.range(0)];
+  const int64_t hw = p.hw * p.hw;
+  std::vector<float> w(static_cast<size_t>(p.o * p.c), 0.5f), x(static_cast<size_t>(p.n * p.c * hw), 0.25f),
+      y(static_cast<size_t>(p.n * p.o * hw));
+  for (auto _ : state) {
+    for (int64_t i = 0; i < p.n; ++i) {
+      dnnl_sgemm('N', 'N', p.o, hw, p.c, 1.0f, w.data(), p.c, x.data() + i * p.c * hw, hw, 0.0f,
+                 y.data() + i * p.o * hw, hw);
+    }
+  }
+  label(state, p, "dnnl_sgemm per image");
+}
+BENCHMARK(BM_Sgemm)->DenseRange(0, std::size(kShapes) - 1)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// Square sgemm: the machine's reachable GEMM rate.
+void BM_Peak(benchmark::State& state) {
+  const int64_t m = state.range(0);
+  std::vector<float> a(static_cast<size_t>(m * m), 0.5f), b(a), c(a.size());
+  for (auto _ : state) dnnl_sgemm('N', 'N', m, m, m, 1.0f, a.data(), m, b.data(), m, 0.0f, c.data(), m);
+  state.counters["flops"] =
+      benchmark::Counter(2.0 * static_cast<double>(m * m * m), benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_Peak)->Arg(1024)->Arg(2048)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+}  // namespace
+
+BENCHMARK_MAIN();

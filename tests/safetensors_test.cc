@@ -1,6 +1,7 @@
 // safetensors files: round trips of every readable dtype through memory and disk, the exact
 // bytes of a small file, and one malformed file per validation rule with its error.
 #include "frontend/files/safetensors.h"
+#include "tests/test_support.h"
 
 #include <gtest/gtest.h>
 
@@ -66,7 +67,8 @@ TEST(Safetensors, RoundTripsEveryReadableDtypeAndRank) {
     EXPECT_EQ(r->checksum(), buffers[i].checksum());
   }
 
-  fs::path path = fs::temp_directory_path() / "tracecache_safetensors_roundtrip.safetensors";
+  const testing::TempDir dir;
+  const fs::path path = dir.file("roundtrip.safetensors");
   ASSERT_TRUE(write_safetensors(path.string(), named).is_ok());
   Result<SafetensorsFile> disk = SafetensorsFile::open(path.string());
   ASSERT_TRUE(disk.is_ok()) << disk.status().to_string();
@@ -75,7 +77,6 @@ TEST(Safetensors, RoundTripsEveryReadableDtypeAndRank) {
     ASSERT_TRUE(r.is_ok()) << r.status().to_string();
     EXPECT_EQ(r->checksum(), buffers[i].checksum()) << named[i].name;
   }
-  fs::remove(path);
 }
 
 TEST(Safetensors, WritesTheReferenceLayout) {
@@ -212,7 +213,8 @@ TEST(Safetensors, FileErrorsNameThePath) {
   EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
   EXPECT_EQ(missing.status().message(), "/nonexistent/w.safetensors: no such file");
 
-  fs::path path = fs::temp_directory_path() / "tracecache_safetensors_truncated.safetensors";
+  const testing::TempDir dir;
+  const fs::path path = dir.file("truncated.safetensors");
   HostBuffer a = sample(DType::kF32, Shape{4});
   NamedBuffer named[] = {{"a", &a}};
   ASSERT_TRUE(write_safetensors(path.string(), named).is_ok());
@@ -222,7 +224,6 @@ TEST(Safetensors, FileErrorsNameThePath) {
   EXPECT_EQ(truncated.status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(truncated.status().message(),
             path.string() + ": tensor 'a': data_offsets [0, 16] run past the data section (12 bytes)");
-  fs::remove(path);
 }
 
 TEST(Safetensors, WriterRejectsBadNames) {

@@ -24,6 +24,7 @@
 #include "frontend/zoo/layers.h"
 #include "frontend/zoo/model.h"
 #include "frontend/zoo/program.h"
+#include "tests/test_support.h"
 
 namespace tracecache::zoo {
 namespace {
@@ -215,7 +216,8 @@ TEST(ZooWeights, EveryMisfitIsNamedInOneError) {
 
 TEST(ZooWeights, SavedInitialWeightsFitAndHoldTheInitializersValues) {
   ModelSpec spec = model("mnasnet1_0", small());
-  std::string path = (std::filesystem::temp_directory_path() / "tracecache_zoo_mnas.safetensors").string();
+  const testing::TempDir dir;  // its own folder: ctest may run this test in two processes at once
+  const std::string path = dir.file("mnas.safetensors");
   ASSERT_TRUE(write_initial_weights(spec, path).is_ok());
   Result<SafetensorsFile> file = SafetensorsFile::open(path);
   ASSERT_TRUE(file.is_ok()) << file.status().to_string();
@@ -233,7 +235,6 @@ TEST(ZooWeights, SavedInitialWeightsFitAndHoldTheInitializersValues) {
   for (float x : w.span<float>()) largest = std::max(largest, std::abs(static_cast<double>(x)));
   EXPECT_LE(largest, bound);
   EXPECT_GT(largest, bound / 2);
-  std::filesystem::remove(path);
 }
 
 TEST(ZooWeights, LongListsAreCut) {
@@ -298,7 +299,8 @@ std::vector<StepResult> run(const Program& p, LazyContext& ctx) {
 
 TEST(ZooPrograms, WeightsFromAFileGiveTheSeededOutputs) {
   ModelSpec spec = model("bert_base", small());
-  std::string path = (std::filesystem::temp_directory_path() / "tracecache_zoo_bert.safetensors").string();
+  const testing::TempDir dir;  // its own folder: ctest may run this test in two processes at once
+  const std::string path = dir.file("bert.safetensors");
   ASSERT_TRUE(write_initial_weights(spec, path).is_ok());
   ProgramOptions o;
   o.weights_path = path;
@@ -311,7 +313,6 @@ TEST(ZooPrograms, WeightsFromAFileGiveTheSeededOutputs) {
   for (size_t k = 0; k < 2; ++k) {
     EXPECT_EQ(x[0].outputs[k].second->checksum(), y[0].outputs[k].second->checksum());
   }
-  std::filesystem::remove(path);
 }
 
 // BERT's attention mask: a masked token changes no other token's output; unmasked, it does.

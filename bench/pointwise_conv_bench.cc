@@ -1,7 +1,7 @@
 // How close the cpu backend's 1x1 convolutions come to this machine's GEMM peak, and whether
 // another oneDNN route would be faster: for the stride-1 1x1 convolution shapes of
 // resnext50_32x4d (the bulk of its FLOPs), at batch 8 and 1, in row-major NCHW as the backend
-// runs them (backends/cpu/onednn_conv.cc: nchw_gemm), the same product three ways:
+// runs them (backends/cpu/onednn_conv.cc: nchw_gemm), the same product four ways:
 //   Conv:   oneDNN's convolution asked for NCHW (it picks its GEMM kernel, x64:gemm:jit), what
 //           the backend runs;
 //   ConvBlocked: the same with the activations already in oneDNN's own (blocked) layout, no
@@ -43,26 +43,33 @@ void label(benchmark::State& state, const Pointwise& p, const char* impl) {
                                                benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// Times `primitive` (made on `engine`) on memories of the given descriptors, each run waited for.
+void time_runs(benchmark::State& state, const dnnl::engine& engine, const dnnl::primitive& primitive,
+               const memory::desc& src, const memory::desc& weights, const memory::desc& dst,
+               const memory::desc& scratchpad) {
+  dnnl::stream stream(engine);
+  const std::unordered_map<int, memory> args{{DNNL_ARG_SRC, memory(src, engine)},
+                                             {DNNL_ARG_WEIGHTS, memory(weights, engine)},
+                                             {DNNL_ARG_DST, memory(dst, engine)},
+                                             {DNNL_ARG_SCRATCHPAD, memory(scratchpad, engine)}};
+  for (auto _ : state) {
+    primitive.execute(stream, args);
+    stream.wait();
+  }
+}
+
 // The convolution with activations in layout `act` (nchw, or any: oneDNN's choice, a blocked
 // layout, with no reorder timed: what keeping activations blocked from layer to layer would cost).
 void conv(benchmark::State& state, Tag act) {
   const Pointwise p = kShapes[state.range(0)];
-  dnnl::engine engine(dnnl::engine::kind::cpu, 0);
-  dnnl::stream stream(engine);
+  const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
   const memory::desc src({p.n, p.c, p.hw, p.hw}, kF32, act), dst({p.n, p.o, p.hw, p.hw}, kF32, act);
   const memory::desc weights({p.o, p.c, 1, 1}, kF32, Tag::any);
   const dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
                                              src, weights, dst, {1, 1}, {0, 0}, {0, 0});
   const dnnl::convolution_forward::primitive_desc pd(desc, engine);
-  dnnl::convolution_forward conv(pd);
-  memory s(pd.src_desc(), engine), d(pd.dst_desc(), engine), w(pd.weights_desc(), engine),
-      pad(pd.scratchpad_desc(), engine);
-  const std::unordered_map<int, memory> args{
-      {DNNL_ARG_SRC, s}, {DNNL_ARG_WEIGHTS, w}, {DNNL_ARG_DST, d}, {DNNL_ARG_SCRATCHPAD, pad}};
-  for (auto _ : state) {
-    conv.execute(stream, args);
-    stream.wait();
-  }
+  time_runs(state, engine, dnnl::convolution_forward(pd), pd.src_desc(), pd.weights_desc(), pd.dst_desc(),
+            pd.scratchpad_desc());
   label(state, p, pd.impl_info_str());
 }
 void BM_Conv(benchmark::State& state) { conv(state, Tag::nchw); }
@@ -72,20 +79,12 @@ BENCHMARK(BM_Conv)->DenseRange(0, std::size(kShapes) - 1)->Unit(benchmark::kMill
 
 void BM_Matmul(benchmark::State& state) {
   const Pointwise p = kShapes[state.range(0)];
-  dnnl::engine engine(dnnl::engine::kind::cpu, 0);
-  dnnl::stream stream(engine);
+  const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
   const int64_t hw = p.hw * p.hw;
   const memory::desc a({1, p.o, p.c}, kF32, Tag::abc), b({p.n, p.c, hw}, kF32, Tag::abc),
       c({p.n, p.o, hw}, kF32, Tag::abc);
   const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), engine);
-  dnnl::matmul matmul(pd);
-  memory ma(a, engine), mb(b, engine), mc(c, engine), pad(pd.scratchpad_desc(), engine);
-  const std::unordered_map<int, memory> args{
-      {DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}, {DNNL_ARG_SCRATCHPAD, pad}};
-  for (auto _ : state) {
-    matmul.execute(stream, args);
-    stream.wait();
-  }
+  time_runs(state, engine, dnnl::matmul(pd), a, b, c, pd.scratchpad_desc());
   label(state, p, pd.impl_info_str());
 }
 BENCHMARK(BM_Matmul)->DenseRange(0, std::size(kShapes) - 1)->Unit(benchmark::kMillisecond)->UseRealTime();

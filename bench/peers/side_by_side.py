@@ -139,6 +139,12 @@ def parse_args(argv, bench=INFERENCE):
                         "OMP_WAIT_POLICY; unset, tracecache makes libgomp's idle threads sleep) and "
                         "'active' (OMP_WAIT_POLICY=active: they spin, as PyTorch's do by default); "
                         "the tracecache figure is the faster, marked A when active")
+    p.add_argument("--pin", choices=["rotate", "none"], default="rotate",
+                   help="cells with fewer threads than CPUs: 'rotate' (default) runs every "
+                        "system's block of round r on the same CPUs, rotating over the CPUs "
+                        "this process may use round by round, so no system gets a faster CPU "
+                        "by chance (on a VM one vCPU can be slower than another: a busy SMT "
+                        "sibling on the host); 'none' leaves placement to the scheduler")
     p.add_argument("--tc-lazy", action="store_true",
                    help="also tracecache in lazy mode (trace, hash and look up every step), "
                         "shown in its own column and not in the ratio")
@@ -401,6 +407,14 @@ class TorchWorker:
         self.info = self._reply(WORKER_START_TIMEOUT_S)
         return self.info
 
+    def pin(self, cpus):
+        """Every thread of the worker on `cpus` (threads it starts later inherit it)."""
+        for tid in os.listdir(f"/proc/{self.proc.pid}/task"):
+            try:
+                os.sched_setaffinity(int(tid), cpus)
+            except (ProcessLookupError, FileNotFoundError):
+                pass  # a thread that ended
+
     def run(self, steps, timeout_s):
         self.proc.stdin.write(f"run {steps}\n")
         self.proc.stdin.flush()
@@ -440,13 +454,15 @@ def zoo_command(args, model, mode, batch, threads, steps):
 
 
 def tracecache_steps(args, model, batch, threads, steps, watch_maps=False, active=False,
-                     mode="once"):
-    """One `tracecache zoo run` (or train) process of --tc-warmup + `steps` steps: the timed
-    steps' ms (and with watch_maps the kernel libraries mapped into the process)."""
+                     mode="once", cpus=None):
+    """One `tracecache zoo run` (or train) process of --tc-warmup + `steps` steps, on `cpus`
+    (None: any): the timed steps' ms (and with watch_maps the kernel libraries mapped into the
+    process)."""
     total = args.tc_warmup + steps
     cmd = zoo_command(args, model, mode, batch, threads, total) + ["--json"]
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=thread_env(threads, active=active))
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=thread_env(threads, active=active),
+                                preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None)
         libs = set()
         while watch_maps and proc.poll() is None:
             libs |= mapped_libraries(proc.pid)
@@ -514,6 +530,15 @@ def tc_systems(args, threads):
         (["tracecache" + LAZY] if args.tc_lazy else [])
 
 
+def round_cpus(args, threads, r):
+    """The CPUs every system's block of round `r` runs on: `threads` of the CPUs this process
+    may use, rotated round by round (--pin rotate); None (any) at as many threads as CPUs."""
+    allowed = sorted(os.sched_getaffinity(0))
+    if args.pin == "none" or threads >= len(allowed):
+        return None
+    return {allowed[(r * threads + k) % len(allowed)] for k in range(threads)}
+
+
 def measure(args, model, batch, threads, env_out):
     row = {"model": model, "errors": {}, "loadavg_start": list(os.getloadavg())}
     workers = {}
@@ -549,6 +574,7 @@ def measure(args, model, batch, threads, env_out):
         systems = [s for s in torch_systems(args, threads) + tc_systems(args, threads)
                    if s not in row["errors"]]
         times = {s: [] for s in systems}
+        by_cpus = {s: {} for s in systems}  # pinned rounds: the steps' ms per CPU set
 
         def block(s, steps, r):
             """`steps` timed steps of system `s` in round `r`, appended to times[s]."""
@@ -558,19 +584,25 @@ def measure(args, model, batch, threads, env_out):
             # after their last GEMM, libgomp's for a while after a parallel region) go to
             # sleep before this block starts.
             time.sleep(args.settle)
+            cpus = round_cpus(args, threads, r)
             try:
                 if s.startswith("tracecache"):
                     watch = f"tc@{threads}" not in env_out.get("tracecache_processes", {})
                     ms, libs = tracecache_steps(args, model, batch, threads, steps, watch,
                                                 active=s.endswith(ACTIVE),
-                                                mode="lazy" if s.endswith(LAZY) else "once")
+                                                mode="lazy" if s.endswith(LAZY) else "once",
+                                                cpus=cpus)
                     if libs is not None:
                         env_out.setdefault("tracecache_processes", {})[f"tc@{threads}"] = {
                             "libraries": libs}
                 else:
                     per_step = times[s][0] / 1e3 if times[s] else WORKER_START_TIMEOUT_S
+                    if cpus:
+                        workers[s].pin(cpus)
                     ms = workers[s].run(steps, timeout_s=max(600, 50 * per_step * steps))
                 times[s] += ms
+                if cpus and r > 0:
+                    by_cpus[s].setdefault(",".join(map(str, sorted(cpus))), []).extend(ms)
             except Failure as e:
                 row["errors"][s] = str(e)
 
@@ -594,7 +626,12 @@ def measure(args, model, batch, threads, env_out):
         for s in systems:
             if s not in row["errors"] and times[s]:
                 row[s].update(summarize(times[s]))
+                if by_cpus[s]:
+                    row[s]["median_ms_by_cpus"] = {c: statistics.median(v)
+                                                   for c, v in sorted(by_cpus[s].items())}
         row["rounds"] = rounds
+        row["pinned"] = [sorted(c) for c in (round_cpus(args, threads, r) for r in range(rounds))
+                         if c] or None
         row["loadavg_end"] = list(os.getloadavg())
     finally:
         for w in workers.values():
@@ -780,6 +817,11 @@ def main(argv=None, bench=INFERENCE):
                                      if isinstance(row[s], dict) and "median_ms" in row[s])
                     + (f"; tc/best {row['ratio']:.2f}" if row.get("ratio") else "")
                     + "".join(f"; {s} FAILED" for s in row["errors"]))
+                by = [f"{s} " + " / ".join(f"cpu {c}: {m:.2f}" for c, m in
+                                           row[s]["median_ms_by_cpus"].items())
+                      for s in row if isinstance(row[s], dict) and "median_ms_by_cpus" in row[s]]
+                if by:
+                    log("  by CPU (ms): " + "; ".join(by))
             ratios = [r["ratio"] for r in rows if r.get("ratio")]
             results.append({"batch": batch, "threads": threads, "rows": rows,
                             "geomean_ratio": geomean(ratios), "geomean_models": len(ratios)})
@@ -790,7 +832,8 @@ def main(argv=None, bench=INFERENCE):
                    "threads": args.thread_list, "steps": args.steps, "budget_s": args.budget,
                    "min_steps": args.min_steps, "max_steps": args.max_steps,
                    "rounds": args.rounds, "warmup": args.warmup, "tc_warmup": args.tc_warmup,
-                   "settle_s": args.settle, "torch_wait_policies": args.policy_list,
+                   "settle_s": args.settle, "pin": args.pin,
+                   "torch_wait_policies": args.policy_list,
                    "tc_wait_policies": args.tc_policy_list,
                    "seed": args.seed, "resolution": args.resolution, "seq_len": args.seq_len,
                    "step": bench.step, "torch_systems": bench.torch_kinds,

@@ -22,6 +22,7 @@ for script in "$SBS" "$SRC/bench/peers/train_side_by_side.py"; do
   grep -q -- "--resolution must be a multiple of 16 for vit_b_16" "$TMP/err" ||
     fail "$(cat "$TMP/err")"
   expect_exit 2 "$PY" "$script" --build "$BUILD" --tc-wait-policies spin
+  expect_exit 2 "$PY" "$script" --build "$BUILD" --pin sideways
   expect_exit 2 "$PY" "$script" --build "$TMP/no-build"
   grep -q "no tracecache binary at $TMP/no-build/cli/tracecache" "$TMP/err" ||
     fail "$(cat "$TMP/err")"
@@ -51,4 +52,29 @@ assert abs(table["geomean_ratio"] - row["ratio"]) < 1e-9, table
 assert 0.5 < row["gflop"] < 1.0, row["gflop"]
 assert 0 < row["tracecache_peak_fraction"] < 1, row
 PY
+
+# --pin rotate (the default): at fewer threads than CPUs every round runs all systems on the
+# same CPU, the next CPU each round; the timed rounds' medians are kept per CPU.
+ncpu=$("$PY" -c "import os; print(len(os.sched_getaffinity(0)))")
+if [ "$ncpu" -ge 2 ]; then
+  expect_exit 0 "$PY" "$SBS" --build "$BUILD" --models squeezenet1_1 --batches 1 --threads 1 \
+    --steps 3 --rounds 3 --json
+  "$PY" - "$TMP/out" <<'PY'
+import json, os, sys
+r = json.load(open(sys.argv[1]))
+assert r["config"]["pin"] == "rotate", r["config"]
+(row,) = r["tables"][0]["rows"]
+cpus = sorted(os.sched_getaffinity(0))
+assert row["rounds"] == 3 and row["pinned"] == [[cpus[0]], [cpus[1]], [cpus[2 % len(cpus)]]], row
+timed = {str(cpus[1]), str(cpus[2 % len(cpus)])}
+for system in ("eager", "jit", "tracecache"):
+    by = row[system]["median_ms_by_cpus"]
+    assert set(by) == timed and all(v > 0 for v in by.values()), (system, by)
+PY
+  expect_exit 0 "$PY" "$SBS" --build "$BUILD" --models squeezenet1_1 --batches 1 --threads 1 \
+    --steps 2 --pin none --json
+  "$PY" -c "import json,sys; (row,) = json.load(open(sys.argv[1]))['tables'][0]['rows']; \
+assert row['pinned'] is None and 'median_ms_by_cpus' not in row['tracecache'], row" "$TMP/out" ||
+    fail "--pin none pinned"
+fi
 echo ok

@@ -408,8 +408,13 @@ class TorchWorker:
         return self.info
 
     def pin(self, cpus):
-        """Every thread of the worker on `cpus` (threads it starts later inherit it)."""
-        for tid in os.listdir(f"/proc/{self.proc.pid}/task"):
+        """Every thread of the worker on `cpus` (threads it starts later inherit it). A worker
+        that has ended is left alone: its next request reports it."""
+        try:
+            tids = os.listdir(f"/proc/{self.proc.pid}/task")
+        except FileNotFoundError:
+            return
+        for tid in tids:
             try:
                 os.sched_setaffinity(int(tid), cpus)
             except (ProcessLookupError, FileNotFoundError):

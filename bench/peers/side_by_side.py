@@ -347,7 +347,8 @@ def worker_main(args):
     for line in sys.stdin:
         cmd = line.split()
         if cmd[:1] == ["run"] and len(cmd) == 2:
-            send({"ns": [runner.step() for _ in range(int(cmd[1]))]})
+            send({"ns": [runner.step() for _ in range(int(cmd[1]))],
+                  "cpus": sorted(os.sched_getaffinity(0))})
         elif cmd == ["sgemm"]:
             send({"gflops": sgemm_gflops(torch)})
         elif cmd == ["quit"]:
@@ -421,9 +422,11 @@ class TorchWorker:
                 pass  # a thread that ended
 
     def run(self, steps, timeout_s):
+        """`steps` steps: their ms and the CPUs the worker's main thread could run them on."""
         self.proc.stdin.write(f"run {steps}\n")
         self.proc.stdin.flush()
-        return [ns / 1e6 for ns in self._reply(timeout_s)["ns"]]
+        reply = self._reply(timeout_s)
+        return [ns / 1e6 for ns in reply["ns"]], set(reply["cpus"])
 
     def sgemm(self):
         self.proc.stdin.write("sgemm\n")
@@ -461,13 +464,17 @@ def zoo_command(args, model, mode, batch, threads, steps):
 def tracecache_steps(args, model, batch, threads, steps, watch_maps=False, active=False,
                      mode="once", cpus=None):
     """One `tracecache zoo run` (or train) process of --tc-warmup + `steps` steps, on `cpus`
-    (None: any): the timed steps' ms (and with watch_maps the kernel libraries mapped into the
-    process)."""
+    (None: any): the timed steps' ms, the CPUs the process could run on (read from it once it
+    started) and with watch_maps the kernel libraries mapped into it."""
     total = args.tc_warmup + steps
     cmd = zoo_command(args, model, mode, batch, threads, total) + ["--json"]
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=thread_env(threads, active=active),
                                 preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None)
+        try:  # not yet reaped, so readable even if it has already exited
+            ran_on = os.sched_getaffinity(proc.pid)
+        except ProcessLookupError:
+            ran_on = None
         libs = set()
         while watch_maps and proc.poll() is None:
             libs |= mapped_libraries(proc.pid)
@@ -485,7 +492,7 @@ def tracecache_steps(args, model, batch, threads, steps, watch_maps=False, activ
     if len(step_ms) != total or report["counters"]["traces"] != traces:
         raise Failure(f"tracecache: expected {total} steps and {traces} trace(s), got "
                       f"{len(step_ms)} steps and {report['counters']['traces']} traces")
-    return step_ms[args.tc_warmup:], kernel_libraries(libs) if watch_maps else None
+    return step_ms[args.tc_warmup:], ran_on, kernel_libraries(libs) if watch_maps else None
 
 
 def model_gflop(args, model, batch, threads):
@@ -579,7 +586,9 @@ def measure(args, model, batch, threads, env_out):
         systems = [s for s in torch_systems(args, threads) + tc_systems(args, threads)
                    if s not in row["errors"]]
         times = {s: [] for s in systems}
-        by_cpus = {s: {} for s in systems}  # pinned rounds: the steps' ms per CPU set
+        # Pinned rounds: the steps' ms by the CPUs the system could run on, as read from its
+        # process (so a pin that did not take shows as such).
+        by_cpus = {s: {} for s in systems}
 
         def block(s, steps, r):
             """`steps` timed steps of system `s` in round `r`, appended to times[s]."""
@@ -593,10 +602,10 @@ def measure(args, model, batch, threads, env_out):
             try:
                 if s.startswith("tracecache"):
                     watch = f"tc@{threads}" not in env_out.get("tracecache_processes", {})
-                    ms, libs = tracecache_steps(args, model, batch, threads, steps, watch,
-                                                active=s.endswith(ACTIVE),
-                                                mode="lazy" if s.endswith(LAZY) else "once",
-                                                cpus=cpus)
+                    ms, ran_on, libs = tracecache_steps(args, model, batch, threads, steps, watch,
+                                                        active=s.endswith(ACTIVE),
+                                                        mode="lazy" if s.endswith(LAZY) else "once",
+                                                        cpus=cpus)
                     if libs is not None:
                         env_out.setdefault("tracecache_processes", {})[f"tc@{threads}"] = {
                             "libraries": libs}
@@ -604,10 +613,11 @@ def measure(args, model, batch, threads, env_out):
                     per_step = times[s][0] / 1e3 if times[s] else WORKER_START_TIMEOUT_S
                     if cpus:
                         workers[s].pin(cpus)
-                    ms = workers[s].run(steps, timeout_s=max(600, 50 * per_step * steps))
+                    ms, ran_on = workers[s].run(steps, timeout_s=max(600, 50 * per_step * steps))
                 times[s] += ms
                 if cpus and r > 0:
-                    by_cpus[s].setdefault(",".join(map(str, sorted(cpus))), []).extend(ms)
+                    key = ",".join(map(str, sorted(ran_on))) if ran_on else "?"
+                    by_cpus[s].setdefault(key, []).extend(ms)
             except Failure as e:
                 row["errors"][s] = str(e)
 

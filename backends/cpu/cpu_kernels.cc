@@ -885,17 +885,33 @@ void reduce_in_order(const T* x, const ReduceView& v, R* o, Acc init, Step step,
       }
       if (cn == 8) {  // eight chains, each over its own contiguous runs
         assert(rs == 1);
-        constexpr int kChains = 8;
-        for (int q = 0; q < kChains; ++q) acc[static_cast<size_t>(q)] = init;
+        // The chains live in locals, not in `acc`: an accumulator in memory would put a store
+        // and a load into every chain's dependency (measured: twice as slow).
+        Acc a0 = init, a1 = init, a2 = init, a3 = init, a4 = init, a5 = init, a6 = init, a7 = init;
         for_each_group([&](int64_t off) {
-          const T* p = base + off;
+          const T* __restrict p0 = base + off;
+          const T* __restrict p1 = p0 + ks;
+          const T* __restrict p2 = p1 + ks;
+          const T* __restrict p3 = p2 + ks;
+          const T* __restrict p4 = p3 + ks;
+          const T* __restrict p5 = p4 + ks;
+          const T* __restrict p6 = p5 + ks;
+          const T* __restrict p7 = p6 + ks;
+          Acc b0 = a0, b1 = a1, b2 = a2, b3 = a3, b4 = a4, b5 = a5, b6 = a6, b7 = a7;
           for (int64_t r = 0; r < len; ++r) {
-            for (int q = 0; q < kChains; ++q) {
-              acc[static_cast<size_t>(q)] = step(acc[static_cast<size_t>(q)], p[q * ks + r]);
-            }
+            b0 = step(b0, p0[r]);
+            b1 = step(b1, p1[r]);
+            b2 = step(b2, p2[r]);
+            b3 = step(b3, p3[r]);
+            b4 = step(b4, p4[r]);
+            b5 = step(b5, p5[r]);
+            b6 = step(b6, p6[r]);
+            b7 = step(b7, p7[r]);
           }
+          a0 = b0, a1 = b1, a2 = b2, a3 = b3, a4 = b4, a5 = b5, a6 = b6, a7 = b7;
         });
-        for (int q = 0; q < kChains; ++q) out[q] = finish(acc[static_cast<size_t>(q)]);
+        out[0] = finish(a0), out[1] = finish(a1), out[2] = finish(a2), out[3] = finish(a3);
+        out[4] = finish(a4), out[5] = finish(a5), out[6] = finish(a6), out[7] = finish(a7);
         continue;
       }
       for (int64_t q = 0; q < cn; ++q) {

@@ -885,18 +885,20 @@ void reduce_in_order(const T* x, const ReduceView& v, R* o, Acc init, Step step,
       }
       if (cn == 8) {  // eight chains, each over its own contiguous runs
         assert(rs == 1);
-        // The chains live in locals, not in `acc`: an accumulator in memory would put a store
-        // and a load into every chain's dependency (measured: about three times as slow).
+        // The chains live in eight scalar locals, not in `acc`: an accumulator in memory would
+        // put a store and a load into every chain's dependency (measured: about three times as
+        // slow). A local std::array<Acc, 8> copied in and out per group is no better: GCC 12
+        // keeps it in memory too (measured: as slow as `acc`).
         Acc a0 = init, a1 = init, a2 = init, a3 = init, a4 = init, a5 = init, a6 = init, a7 = init;
         for_each_group([&](int64_t off) {
-          const T* __restrict p0 = base + off;
-          const T* __restrict p1 = p0 + ks;
-          const T* __restrict p2 = p1 + ks;
-          const T* __restrict p3 = p2 + ks;
-          const T* __restrict p4 = p3 + ks;
-          const T* __restrict p5 = p4 + ks;
-          const T* __restrict p6 = p5 + ks;
-          const T* __restrict p7 = p6 + ks;
+          const T* p0 = base + off;
+          const T* p1 = p0 + ks;
+          const T* p2 = p1 + ks;
+          const T* p3 = p2 + ks;
+          const T* p4 = p3 + ks;
+          const T* p5 = p4 + ks;
+          const T* p6 = p5 + ks;
+          const T* p7 = p6 + ks;
           Acc b0 = a0, b1 = a1, b2 = a2, b3 = a3, b4 = a4, b5 = a5, b6 = a6, b7 = a7;
           for (int64_t r = 0; r < len; ++r) {
             b0 = step(b0, p0[r]);

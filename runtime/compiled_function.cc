@@ -224,15 +224,15 @@ struct CompiledFunction::Impl {
     for (size_t e = 0; e < entries.size(); ++e) {
       ++stats.guard_checks;
       guard_checks.add();
-      ScopedTimer guard_timer(&guard_check_timer);
-      const bool holds = entries[e].guards.holds(args, options_digest);
-      guard_timer.stop();
+      const bool holds =
+          timed_guard_check() ? holds_timed(entries[e], args) : entries[e].guards.holds(args, options_digest);
       if (!holds) {
         count_guard_failure();
         continue;
       }
       std::string why;
-      Result<std::optional<std::vector<DataRef>>> r = replay_verified(entries[e], args, &why);
+      Result<std::optional<std::vector<DataRef>>> r =
+          entries[e].direct ? replay_direct(entries[e], args) : replay_verified(entries[e], args, &why);
       if (lost) return std::nullopt;
       if (!r.is_ok()) {
         drop_entry(entries[e], r.status());
@@ -252,10 +252,25 @@ struct CompiledFunction::Impl {
       }
       ++entries[e].hits;
       ++entries[e].unflushed_hits;
+      if (!entries[e].direct) entries[e].direct = direct_replay_applies(entries[e]);
       last_entry = static_cast<int64_t>(e);
       return std::move(**r);
     }
     return std::nullopt;
+  }
+
+  // Whether this guard check is timed (timers::kGuardCheck): the function's first
+  // kTimedGuardChecks, then one in kGuardCheckSamplePeriod, and all while a timeline is drawn.
+  // Timing every check cost about 0.08 µs per call on the mlp fixture (two ordered clock reads
+  // each wait for the loads before them), a fifth of once mode's host overhead there
+  // (bench/results/host-overhead-footprint-2026-11-28.md).
+  bool timed_guard_check() const {
+    return stats.guard_checks <= kTimedGuardChecks || stats.guard_checks % kGuardCheckSamplePeriod == 0 ||
+           guard_check_timer.observed();
+  }
+  bool holds_timed(const GuardEntry& e, const CallArgs& args) {
+    ScopedTimer timer(&guard_check_timer);
+    return e.guards.holds(args, options_digest);
   }
 
   void count_guard_failure() {
@@ -317,6 +332,67 @@ struct CompiledFunction::Impl {
   }
 
   // ---- replay -------------------------------------------------------------------------------
+
+  // Clears the replay's parameter list on every way out (its handles must not outlive the call).
+  struct ClearScratch {
+    std::vector<DataRef>& scratch;
+    ~ClearScratch() { scratch.clear(); }
+  };
+
+  // The outputs are what the entry promises (its recorded types; a dynamic entry's sizes follow
+  // the call), whatever a stored entry routes: never a value of another type.
+  static bool as_promised(const GuardEntry& e, size_t o, const DataRef& b) {
+    if (!b) return false;
+    const TensorType& promised = e.output_types[o];
+    return b->dtype() == promised.dtype &&
+           (e.dynamic ? b->shape().rank() == promised.shape.rank() : b->shape() == promised.shape);
+  }
+  static Status not_as_promised(const GuardEntry& e, size_t o, const DataRef& b) {
+    if (!b) return corruption("guard entry returns an argument it gave up to update in place");
+    return corruption(fmt::format("guard entry output {} is recorded as {}, the replay gave {}", o,
+                                  type_to_string(e.output_types[o]), type_to_string({b->dtype(), b->shape()})));
+  }
+
+  // Whether entry `e` replays through replay_direct(): static, one segment whose executable is at
+  // hand and whose parameters are all arguments or constants, no value guards, no argument
+  // updated in place (so nothing donated), the segment's outputs returned as they are, in order,
+  // and its outputs verified (replay_verified). Asked after a replay() of `e` succeeded; none of
+  // it changes later. Most entries: a traced function that reads no value mid-trace.
+  bool direct_replay_applies(const GuardEntry& e) const {
+    if (e.dynamic || e.segments.size() != 1 || !e.updates.empty()) return false;
+    if (!e.outputs_verified && options.output_types) return false;
+    const Segment& seg = e.segments[0];
+    if (!seg.exe || !seg.value_guards.empty()) return false;
+    for (const ValueSource& v : seg.params) {
+      if (v.kind != ValueSource::Kind::kInput && v.kind != ValueSource::Kind::kConstant) return false;
+    }
+    for (size_t o = 0; o < e.outputs.size(); ++o) {
+      const ValueSource& v = e.outputs[o];
+      if (v.kind != ValueSource::Kind::kSegmentOutput || v.a != 0 || v.b != o) return false;
+    }
+    return true;
+  }
+
+  // replay() of an entry direct_replay_applies() accepted, without the routing it does not need:
+  // one run of the segment's executable on the call's arguments, its outputs checked as replay()
+  // checks them (same errors). On the mlp fixture replay()'s general machinery was about a sixth
+  // of once mode's host overhead (bench/results/host-overhead-footprint-2026-11-28.md).
+  Result<std::optional<std::vector<DataRef>>> replay_direct(GuardEntry& e, const CallArgs& args) {
+    const Segment& seg = e.segments[0];
+    ClearScratch clear_scratch{scratch};
+    scratch.clear();
+    for (const ValueSource& v : seg.params) {
+      scratch.push_back(v.kind == ValueSource::Kind::kInput ? args.tensors[v.a].data() : v.constant);
+    }
+    Result<std::vector<DataRef>> outs = run_executable(*runtime, *seg.exe, scratch);
+    scratch.clear();
+    if (!outs.is_ok()) return corruption("guard entry does not fit its executable: " + outs.status().message());
+    if (outs->size() != e.outputs.size()) return corruption("guard entry routes a value that does not exist");
+    for (size_t o = 0; o < outs->size(); ++o) {
+      if (!as_promised(e, o, (*outs)[o])) return not_as_promised(e, o, (*outs)[o]);
+    }
+    return std::optional<std::vector<DataRef>>(std::move(*outs));
+  }
 
   // replay(), and for an entry loaded from the cache the first time, verify_outputs().
   // The types to verify are found before the replay, which may give arguments up.
@@ -392,10 +468,7 @@ struct CompiledFunction::Impl {
     auto routed = [&](const ValueSource& v) {
       return v.kind != ValueSource::Kind::kSegmentOutput || v.b < seg_out[v.a].size();
     };
-    struct ClearScratch {
-      std::vector<DataRef>& scratch;
-      ~ClearScratch() { scratch.clear(); }
-    } clear_scratch{scratch};
+    ClearScratch clear_scratch{scratch};
     // Arguments this replay took from the caller to donate; a replay that took one and does
     // not finish cannot be retried (see `lost`).
     struct LoseTakenOnFailure {
@@ -463,24 +536,11 @@ struct CompiledFunction::Impl {
         }
       }
     }
-    // The outputs are what the entry promises (its recorded types; a dynamic entry's sizes
-    // follow the call), whatever a stored entry routes: never a value of another type.
-    auto as_promised = [&e](size_t o, const DataRef& b) {
-      if (!b) return false;
-      const TensorType& promised = e.output_types[o];
-      return b->dtype() == promised.dtype &&
-             (e.dynamic ? b->shape().rank() == promised.shape.rank() : b->shape() == promised.shape);
-    };
-    auto not_as_promised = [&e](size_t o, const DataRef& b) {
-      if (!b) return corruption("guard entry returns an argument it gave up to update in place");
-      return corruption(fmt::format("guard entry output {} is recorded as {}, the replay gave {}", o,
-                                    type_to_string(e.output_types[o]), type_to_string({b->dtype(), b->shape()})));
-    };
     std::vector<DataRef> outputs;
     if (returns_last_segment(e.outputs, seg_out)) {  // the common case: taken, not copied
       outputs = std::move(seg_out.back());
       for (size_t o = 0; o < outputs.size(); ++o) {
-        if (!as_promised(o, outputs[o])) return not_as_promised(o, outputs[o]);
+        if (!as_promised(e, o, outputs[o])) return not_as_promised(e, o, outputs[o]);
       }
     } else {
       outputs.reserve(e.outputs.size());
@@ -488,7 +548,7 @@ struct CompiledFunction::Impl {
         const ValueSource& v = e.outputs[o];
         if (!routed(v)) return corruption("guard entry routes a value that does not exist");
         DataRef b = value_of(v);
-        if (!as_promised(o, b)) return not_as_promised(o, b);
+        if (!as_promised(e, o, b)) return not_as_promised(e, o, b);
         outputs.push_back(std::move(b));
       }
     }

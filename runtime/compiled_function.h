@@ -212,4 +212,10 @@ inline constexpr std::string_view kRecompiles = "recompiles";
 inline constexpr std::string_view kSpecializations = "shape_specializations";
 }  // namespace counters
 
+// The guard checks timed into timers::kGuardCheck: a function's first kTimedGuardChecks, then one
+// in kGuardCheckSamplePeriod, and all of them while a SpanObserver watches the metrics (a
+// timeline). counters::kGuardChecks counts every check.
+inline constexpr int64_t kTimedGuardChecks = 64;
+inline constexpr int64_t kGuardCheckSamplePeriod = 64;
+
 }  // namespace tracecache

@@ -1,7 +1,8 @@
 // The once-mode replay path keeps storage across calls to allocate less (issue 17's host
 // overhead): the segment outputs' and device parameters' vectors are reused, a replay's outputs
-// are its last segment's result taken as it is, guard sets in record()'s layout are checked as a
-// table, and the counters are updated through handles. None of it may change what a call
+// are its last segment's result taken as it is, an entry that needs no routing replays directly
+// (from its second replay on), guard sets in record()'s layout are checked as a table, the
+// counters are updated through handles, and guard checks are timed on a sample. None of it may change what a call
 // returns or counts: outputs of call k stay intact after call k+1 while the caller holds them,
 // no call keeps its arguments alive, call_data() and operator() give the same values, and the
 // counters are those of every call.
@@ -60,6 +61,39 @@ TEST(OnceReplayReuse, AReplayKeepsNoHandleOfItsArgumentsOrOutputs) {
   }
   EXPECT_EQ(x.use_count(), before);
   EXPECT_TRUE(output.expired());
+}
+
+// Guard checks are counted every call but timed on a sample (timing one costs about what the
+// check does): the first kTimedGuardChecks, then one in kGuardCheckSamplePeriod; every one while a
+// SpanObserver (a timeline) watches, each drawn as a span.
+TEST(OnceReplayReuse, GuardChecksAreTimedOnASampleAndAllWhileATimelineWatches) {
+  Harness h;
+  CompiledFunction f("f", two_outputs, &h.runtime);
+  const CallArgs args = arguments(h, 1);
+  ASSERT_TRUE(f(h.ctx, args).is_ok());  // traces: no guard check
+  constexpr int64_t kChecks = 3 * kGuardCheckSamplePeriod + kTimedGuardChecks + 5;
+  int64_t timed = 0;
+  for (int64_t k = 1; k <= kChecks; ++k) {
+    ASSERT_TRUE(f(h.ctx, args).is_ok());
+    timed += k <= kTimedGuardChecks || k % kGuardCheckSamplePeriod == 0 ? 1 : 0;
+  }
+  EXPECT_EQ(f.stats().traces, 1);
+  EXPECT_EQ(h.metrics.counter(counters::kGuardChecks), kChecks);
+  EXPECT_EQ(h.metrics.timer(timers::kGuardCheck).count, timed);
+  EXPECT_LT(timed, kChecks);
+  struct Spans : SpanObserver {
+    int64_t guard_checks = 0;
+    void on_span(std::string_view timer, std::chrono::steady_clock::time_point,
+                 std::chrono::steady_clock::time_point) override {
+      guard_checks += timer == timers::kGuardCheck ? 1 : 0;
+    }
+  } spans;
+  h.metrics.set_span_observer(&spans);
+  for (int k = 0; k < 10; ++k) ASSERT_TRUE(f(h.ctx, args).is_ok());
+  h.metrics.set_span_observer(nullptr);
+  EXPECT_EQ(spans.guard_checks, 10);
+  EXPECT_EQ(h.metrics.timer(timers::kGuardCheck).count, timed + 10);
+  EXPECT_EQ(h.metrics.counter(counters::kGuardChecks), kChecks + 10);
 }
 
 TEST(OnceReplayReuse, CallDataGivesTheValuesOfTheTensorCall) {

@@ -68,6 +68,9 @@ struct GuardEntry {
   // False for an entry loaded from the cache until its outputs were compared with
   // CompiledFunctionOptions::output_types (routes are the same for every call of an entry).
   bool outputs_verified = true;
+  // Set by CompiledFunction after a replay showed the entry needs none of the general replay's
+  // routing (CompiledFunction::Impl::direct_replay_applies); kept in this process, not stored.
+  bool direct = false;
   int64_t db_index = -1;  // row in the functions table, -1 if not stored
   int64_t hits = 0;       // replays in this process
   int64_t unflushed_hits = 0;

@@ -337,5 +337,44 @@ TEST(OnceDonationFailure, AThrowWithTheArgumentKeptFallsBackAndKeepsIt) {
   EXPECT_EQ(w.to_vector<float>(), kept);
 }
 
+// An entry with nothing to update replays directly from its second replay on (no routing); a
+// failing run there costs the call its speed as on the general path: every kind of failure is a
+// reference run with the right values, and the entry stays (no retrace).
+TEST(OnceDirectReplayFailure, EveryFailureFallsBackToTheReferenceAndKeepsTheEntry) {
+  FailingBackend backend;
+  Runtime runtime(&backend, nullptr, nullptr);
+  LazyContext ctx(&runtime);
+  CompiledFunction f("half_plus_one", [](LazyContext&, const TraceArgs& a) {
+    return std::vector<Tensor>{add(mul(a.tensor(0), 0.5), 1.0)};
+  }, &runtime);
+  auto call = [&] {
+    CallArgs args;
+    args.tensors.push_back(ctx.from_buffer(ramp(Step::kSize)));
+    Result<std::vector<Tensor>> out = f(ctx, args);
+    ASSERT_TRUE(out.is_ok()) << out.status().to_string();
+    EXPECT_EQ((*out)[0].to_vector<float>(), updated_ramp(Step::kSize));
+  };
+  for (int k = 0; k < 3; ++k) call();  // a trace, a replay, a direct replay
+  EXPECT_TRUE(runtime.warnings().empty());
+  for (FailingBackend::Fail fail : {FailingBackend::Fail::kStatusBeforeRun, FailingBackend::Fail::kThrowBeforeRun,
+                                    FailingBackend::Fail::kThrowAfterRun}) {
+    SCOPED_TRACE(static_cast<int>(fail));
+    backend.fail = fail;
+    auto fallbacks = [&] {
+      return std::count_if(runtime.events().begin(), runtime.events().end(),
+                           [](const store::Event& e) { return e.kind == store::EventKind::kFallback; });
+    };
+    const auto before = fallbacks();
+    call();
+    EXPECT_EQ(fallbacks(), before + 1);
+    ASSERT_FALSE(runtime.warnings().empty());  // distinct warnings: the two throws say the same
+    EXPECT_NE(runtime.warnings().back().find("reference evaluator"), std::string::npos);
+  }
+  backend.fail = FailingBackend::Fail::kNone;
+  call();
+  EXPECT_EQ(f.stats().traces, 1);
+  EXPECT_EQ(f.num_entries(), 1u);
+}
+
 }  // namespace
 }  // namespace tracecache

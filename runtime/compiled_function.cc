@@ -231,8 +231,9 @@ struct CompiledFunction::Impl {
         continue;
       }
       std::string why;
-      Result<std::optional<std::vector<DataRef>>> r =
-          entries[e].direct ? replay_direct(entries[e], args) : replay_verified(entries[e], args, &why);
+      Result<std::optional<std::vector<DataRef>>> r = entries[e].replay_path == GuardEntry::ReplayPath::kDirect
+                                                           ? replay_direct(entries[e], args)
+                                                           : replay_verified(entries[e], args, &why);
       if (lost) return std::nullopt;
       if (!r.is_ok()) {
         drop_entry(entries[e], r.status());
@@ -252,7 +253,10 @@ struct CompiledFunction::Impl {
       }
       ++entries[e].hits;
       ++entries[e].unflushed_hits;
-      if (!entries[e].direct) entries[e].direct = direct_replay_applies(entries[e]);
+      if (entries[e].replay_path == GuardEntry::ReplayPath::kUndecided) {
+        entries[e].replay_path =
+            direct_replay_applies(entries[e]) ? GuardEntry::ReplayPath::kDirect : GuardEntry::ReplayPath::kGeneral;
+      }
       last_entry = static_cast<int64_t>(e);
       return std::move(**r);
     }
@@ -352,12 +356,20 @@ struct CompiledFunction::Impl {
     return corruption(fmt::format("guard entry output {} is recorded as {}, the replay gave {}", o,
                                   type_to_string(e.output_types[o]), type_to_string({b->dtype(), b->shape()})));
   }
+  // Outputs taken as they are from the run (a replay's last segment): each as promised.
+  static Status check_promised(const GuardEntry& e, const std::vector<DataRef>& outputs) {
+    for (size_t o = 0; o < outputs.size(); ++o) {
+      if (!as_promised(e, o, outputs[o])) return not_as_promised(e, o, outputs[o]);
+    }
+    return Status::ok();
+  }
 
   // Whether entry `e` replays through replay_direct(): static, one segment whose executable is at
   // hand and whose parameters are all arguments or constants, no value guards, no argument
   // updated in place (so nothing donated), the segment's outputs returned as they are, in order,
-  // and its outputs verified (replay_verified). Asked after a replay() of `e` succeeded; none of
-  // it changes later. Most entries: a traced function that reads no value mid-trace.
+  // and its outputs verified (replay_verified). Asked once, after the first replay() of `e`
+  // succeeded; none of it changes later. Most entries: a traced function that reads no value
+  // mid-trace.
   bool direct_replay_applies(const GuardEntry& e) const {
     if (e.dynamic || e.segments.size() != 1 || !e.updates.empty()) return false;
     if (!e.outputs_verified && options.output_types) return false;
@@ -388,9 +400,7 @@ struct CompiledFunction::Impl {
     scratch.clear();
     if (!outs.is_ok()) return corruption("guard entry does not fit its executable: " + outs.status().message());
     if (outs->size() != e.outputs.size()) return corruption("guard entry routes a value that does not exist");
-    for (size_t o = 0; o < outs->size(); ++o) {
-      if (!as_promised(e, o, (*outs)[o])) return not_as_promised(e, o, (*outs)[o]);
-    }
+    if (Status promised = check_promised(e, *outs); !promised.is_ok()) return promised;
     return std::optional<std::vector<DataRef>>(std::move(*outs));
   }
 
@@ -539,9 +549,7 @@ struct CompiledFunction::Impl {
     std::vector<DataRef> outputs;
     if (returns_last_segment(e.outputs, seg_out)) {  // the common case: taken, not copied
       outputs = std::move(seg_out.back());
-      for (size_t o = 0; o < outputs.size(); ++o) {
-        if (!as_promised(e, o, outputs[o])) return not_as_promised(e, o, outputs[o]);
-      }
+      if (Status promised = check_promised(e, outputs); !promised.is_ok()) return promised;
     } else {
       outputs.reserve(e.outputs.size());
       for (size_t o = 0; o < e.outputs.size(); ++o) {

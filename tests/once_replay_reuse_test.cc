@@ -2,10 +2,10 @@
 // overhead): the segment outputs' and device parameters' vectors are reused, a replay's outputs
 // are its last segment's result taken as it is, an entry that needs no routing replays directly
 // (from its second replay on), guard sets in record()'s layout are checked as a table, the
-// counters are updated through handles, and guard checks are timed on a sample. None of it may change what a call
-// returns or counts: outputs of call k stay intact after call k+1 while the caller holds them,
-// no call keeps its arguments alive, call_data() and operator() give the same values, and the
-// counters are those of every call.
+// counters are updated through handles, and guard checks are timed on a sample. None of it may
+// change what a call returns or counts: outputs of call k stay intact after call k+1 while the
+// caller holds them, no call keeps its arguments alive, call_data() and operator() give the same
+// values, and the counters are those of every call.
 #include <gtest/gtest.h>
 
 #include "tests/once_harness.h"

@@ -43,9 +43,8 @@ inline constexpr std::string_view kLookup = "lookup";
 inline constexpr std::string_view kCompile = "compile";
 inline constexpr std::string_view kRun = "run";
 // One guard entry's guards, timed on a sample of the checks (runtime/compiled_function.h,
-// kTimedGuardChecks: the first 64 of a function, then one in 64, and every one while a
-// SpanObserver watches): timing a check of about 0.1 µs costs about as much as the check. The
-// counter "guard_checks" counts them all.
+// kTimedGuardChecks; every one while a SpanObserver watches): timing a check of about 0.1 µs
+// costs about as much as the check. The counter "guard_checks" counts them all.
 inline constexpr std::string_view kGuardCheck = "guard_check";
 }  // namespace timers
 

@@ -68,9 +68,11 @@ struct GuardEntry {
   // False for an entry loaded from the cache until its outputs were compared with
   // CompiledFunctionOptions::output_types (routes are the same for every call of an entry).
   bool outputs_verified = true;
-  // Set by CompiledFunction after a replay showed the entry needs none of the general replay's
-  // routing (CompiledFunction::Impl::direct_replay_applies); kept in this process, not stored.
-  bool direct = false;
+  // How CompiledFunction replays the entry: decided once, after its first successful replay (its
+  // executable is then at hand and its outputs verified, and nothing the decision reads changes
+  // later; CompiledFunction::Impl::direct_replay_applies). Kept in this process, not stored.
+  enum class ReplayPath : uint8_t { kUndecided, kGeneral, kDirect };
+  ReplayPath replay_path = ReplayPath::kUndecided;
   int64_t db_index = -1;  // row in the functions table, -1 if not stored
   int64_t hits = 0;       // replays in this process
   int64_t unflushed_hits = 0;

@@ -58,10 +58,17 @@ def stats():
 
 
 def _package_digest():
+    """A digest of this package's code (every .py file under tracecache/torch, by relative path):
+    a change to capture or lowering gives every compiled module a new version."""
     h = hashlib.sha256()
     here = os.path.dirname(os.path.abspath(__file__))
-    for name in ("capture.py", "lowering.py", "emit_live.py", "compiled.py"):
-        with open(os.path.join(here, name), "rb") as f:
+    files = []
+    for root, dirs, names in os.walk(here):
+        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+        files += [os.path.join(root, n) for n in names if n.endswith(".py")]
+    for path in sorted(files):
+        h.update(os.path.relpath(path, here).encode())
+        with open(path, "rb") as f:
             h.update(f.read())
     return h.hexdigest()
 

@@ -1,0 +1,148 @@
+"""Identities, views and layout: reshape, transpose, permute, expand, slices, splits, concat, pad.
+
+Part of the one mapping from ATen ops to tracecache registry ops (`tracecache.torch.lowering`
+has the Lowerer and the contract every lowering follows). Read-only after import.
+"""
+
+from ..lowering import lowers
+
+
+@lowers("aten.clone.default", "aten.detach.default", "aten.alias.default", "aten.lift_fresh_copy.default",
+        "aten.lift_fresh.default", "aten.contiguous.default", ops="(none: the value itself)")
+def _identity(ctx, node):
+    return ctx.args().self
+
+
+@lowers("aten.view.default", "aten._unsafe_view.default", "aten._reshape_alias.default",
+        "aten.reshape.default", "aten.unsqueeze.default", "aten.squeeze.dim", "aten.squeeze.default",
+        "aten.flatten.using_ints", "aten.view_copy.default", "aten._reshape_alias_copy.default",
+        "aten.unsqueeze_copy.default", "aten.squeeze_copy.dim", ops="reshape")
+def _reshape(ctx, node):
+    _, shape = ctx.meta()
+    return ctx.reshape(ctx.args().self, shape)
+
+
+@lowers("aten.t.default", "aten.t_copy.default", ops="transpose")
+def _t(ctx, node):
+    x = ctx.args().self
+    return ctx.transpose(x, 0, 1) if len(x.shape) == 2 else x
+
+
+@lowers("aten.transpose.int", "aten.transpose_copy.int", ops="transpose")
+def _transpose(ctx, node):
+    a = ctx.args()
+    return ctx.transpose(a.self, a.dim0, a.dim1)
+
+
+@lowers("aten.permute.default", "aten.permute_copy.default", ops="permute")
+def _permute(ctx, node):
+    a = ctx.args()
+    return ctx.permute(a.self, a.dims)
+
+
+@lowers("aten.expand.default", "aten.expand_copy.default", ops="broadcast_to")
+def _expand(ctx, node):
+    _, shape = ctx.meta()
+    return ctx.broadcast_to(ctx.args().self, shape)
+
+
+@lowers("aten.slice.Tensor", "aten.slice_copy.Tensor", ops="slice")
+def _slice(ctx, node):
+    a = ctx.args()
+    if a.step < 1:
+        ctx.fail(f"slice step {a.step}: only positive steps are supported")
+    return ctx.slice(a.self, a.dim, a.start, a.end, a.step)
+
+
+@lowers("aten.select.int", "aten.select_copy.int", ops="slice, reshape")
+def _select(ctx, node):
+    a = ctx.args()
+    x = a.self
+    dim = a.dim % len(x.shape)
+    index = a.index + x.shape[dim] if a.index < 0 else a.index
+    _, shape = ctx.meta()
+    return ctx.reshape(ctx.slice(x, dim, index, index + 1), shape)
+
+
+@lowers("aten.split.Tensor", "aten.split_with_sizes.default", "aten.split_copy.Tensor", ops="slice")
+def _split(ctx, node):
+    a = ctx.args()
+    x = a.self
+    dim = a.dim % len(x.shape)
+    sizes = a.split_sizes if hasattr(a, "split_sizes") else None
+    if sizes is None:
+        n, step = x.shape[dim], a.split_size
+        sizes = [min(step, n - s) for s in range(0, n, step)] if n else [0]
+    out, start = [], 0
+    for s in sizes:
+        out.append(ctx.slice(x, dim, start, start + s))
+        start += s
+    return tuple(out)
+
+
+@lowers("aten.unbind.int", ops="slice, reshape")
+def _unbind(ctx, node):
+    a = ctx.args()
+    x = a.self
+    dim = a.dim % len(x.shape)
+    shape = x.shape[:dim] + x.shape[dim + 1:]
+    return tuple(ctx.reshape(ctx.slice(x, dim, i, i + 1), shape) for i in range(x.shape[dim]))
+
+
+def _pad_axis(ctx, g, axis, before, after, shape):
+    """g zero-padded along one axis to `shape` (the backward of a slice or a select)."""
+    rank = len(shape)
+    if rank - axis > 4:
+        ctx.fail(f"padding axis {axis} of a rank-{rank} tensor: pad covers the last 4 dims only")
+    pads = [0] * (2 * (rank - axis))
+    pads[-2], pads[-1] = before, after
+    return ctx.op("pad", [g], g.dtype, shape, pads=pads, value=0.0)
+
+
+@lowers("aten.slice_backward.default", ops="pad", note="the gradient zero-padded back (step 1)")
+def _slice_backward(ctx, node):
+    a = ctx.args()
+    shape = tuple(a.input_sizes)
+    axis = a.dim % len(shape)
+    n = shape[axis]
+    start = min(max(a.start + n if a.start < 0 else a.start, 0), n)
+    end = min(max(a.end + n if a.end < 0 else a.end, start), n)
+    if a.step != 1:
+        ctx.fail(f"the backward of a slice with step {a.step} is not supported")
+    return _pad_axis(ctx, a.grad_output, axis, start, n - end, shape)
+
+
+@lowers("aten.select_backward.default", ops="reshape, pad", note="the gradient zero-padded back")
+def _select_backward(ctx, node):
+    a = ctx.args()
+    shape = tuple(a.input_sizes)
+    axis = a.dim % len(shape)
+    index = a.index + shape[axis] if a.index < 0 else a.index
+    g = ctx.reshape(a.grad_output, shape[:axis] + (1,) + shape[axis + 1:])
+    return _pad_axis(ctx, g, axis, index, shape[axis] - index - 1, shape)
+
+
+@lowers("aten.cat.default", ops="concat")
+def _cat(ctx, node):
+    a = ctx.args()
+    dtype, _ = ctx.meta()
+    xs = [ctx.cast(t, dtype) for t in a.tensors if not (len(t.shape) == 1 and t.shape[0] == 0)]
+    return ctx.concat(xs, a.dim)
+
+
+@lowers("aten.stack.default", ops="reshape, concat")
+def _stack(ctx, node):
+    a = ctx.args()
+    dtype, shape = ctx.meta()
+    dim = a.dim % len(shape)
+    xs = [ctx.reshape(ctx.cast(t, dtype), t.shape[:dim] + (1,) + t.shape[dim:]) for t in a.tensors]
+    return ctx.concat(xs, dim)
+
+
+@lowers("aten.constant_pad_nd.default", ops="pad")
+def _constant_pad(ctx, node):
+    a = ctx.args()
+    dtype, shape = ctx.meta()
+    if not any(a.pad):
+        return a.self
+    return ctx.op("pad", [a.self], dtype, shape, pads=list(a.pad), value=float(a.value))

@@ -90,7 +90,8 @@ Result<store::AuditFilter> audit_filter(const CacheCommandOptions& options, stor
   store::AuditFilter f{options.program, options.function, options.kind, 0, std::nullopt};
   if (!options.kind.empty()) {
     std::optional<store::ParsedEventName> kind = store::parse_event_name(options.kind);
-    const bool graph_kind = kind && kind->kind != store::EventKind::kRecompile && kind->kind != store::EventKind::kFallback;
+    const bool graph_kind = kind && kind->kind != store::EventKind::kRecompile && kind->kind != store::EventKind::kFallback &&
+                            kind->kind != store::EventKind::kGraphBreak;
     if (!graph_kind) {
       return invalid_argument(fmt::format("--kind '{}' is not a kind of graph event (kinds: hit_memory, hit_disk, "
                                           "hit_remote, miss, compile, store, evict, corrupt, store_failed; the "

@@ -335,9 +335,10 @@ details summary{cursor:pointer;color:#334e68}
       compile_ms += a.compile_ms_total;
       saved_ms += a.saved_ms;
     }
-    int64_t recompiles = 0, fallbacks = 0;
+    int64_t recompiles = 0, fallbacks = 0, graph_breaks = 0;
     for (const store::Event& e : events_) {
       recompiles += e.kind == store::EventKind::kRecompile;
+      graph_breaks += e.kind == store::EventKind::kGraphBreak;
       fallbacks += e.kind == store::EventKind::kFallback;
       corrupt += e.kind == store::EventKind::kCorrupt && is_function_event(e);
     }
@@ -355,6 +356,7 @@ details summary{cursor:pointer;color:#334e68}
     card(fmt::format("{}", compiles), "compiles");
     card(fmt::format("{}", recompiles), "recompiles (once mode)", recompiles ? "bad" : "");
     card(fmt::format("{}", fallbacks), "fallbacks", fallbacks ? "bad" : "");
+    if (graph_breaks > 0) card(fmt::format("{}", graph_breaks), "graph breaks traced (host ops)");
     card(fmt::format("{}", corrupt), "corrupt entries", corrupt ? "bad" : "");
     card(ms_text(compile_ms), "spent compiling");
     card(ms_text(saved_ms), "saved by the cache", "good");
@@ -436,6 +438,7 @@ details summary{cursor:pointer;color:#334e68}
                                ex, y - 6, tip);
           break;
         case store::EventKind::kFallback:
+        case store::EventKind::kGraphBreak:
         case store::EventKind::kCorrupt:
         case store::EventKind::kStoreFailed:
           html_ += fmt::format("<path d=\"M{0:.1f} {1:.1f} l8 8 m0 -8 l-8 8\" stroke=\"#102a43\" stroke-width=\"2.5\">"

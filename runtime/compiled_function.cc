@@ -4,6 +4,7 @@
 #include <xxhash.h>
 
 #include <optional>
+#include <unordered_set>
 
 #include "capture/ir/trace_template.h"
 #include "runtime/guards/guard_entry.h"
@@ -75,6 +76,15 @@ class Recorder final : public GraphExecutor {
   Runtime* runtime_;
 };
 
+// The values a trace's function read (LazyOptions::value_reads), each once, in order.
+struct ValueReads final : ValueReadObserver {
+  std::vector<DataRef> values;
+  std::unordered_set<const void*> seen;
+  void on_value_read(const DataRef& d) override {
+    if (seen.insert(d->identity()).second) values.push_back(d);
+  }
+};
+
 // Why the lookup found no entry to replay, besides failed guards.
 struct LookupMisses {
   bool value_guard_failed = false;  // a value read inside the function changed
@@ -138,6 +148,12 @@ const Tensor& TraceArgs::scalar_tensor(size_t i) const {
         "scalar argument {} is static: read it with scalar({}), or declare it dynamic", i, i)));
   }
   return scalar_tensors_[i];
+}
+
+std::vector<Tensor> TraceArgs::host_op(std::string payload, std::span<const Tensor> inputs,
+                                       std::string description) const {
+  if (!host_op_) throw Error(invalid_argument("host_op: only a traced function's arguments can run a graph break"));
+  return host_op_(std::move(payload), inputs, std::move(description));
 }
 
 struct CompiledFunction::Impl {
@@ -371,7 +387,10 @@ struct CompiledFunction::Impl {
   // succeeded; none of it changes later. Most entries: a traced function that reads no value
   // mid-trace.
   bool direct_replay_applies(const GuardEntry& e) const {
-    if (e.dynamic || e.segments.size() != 1 || !e.updates.empty()) return false;
+    if (e.dynamic || e.segments.size() != 1 || !e.updates.empty() || !e.host_ops.empty() ||
+        !e.input_value_guards.empty()) {
+      return false;
+    }
     if (!e.outputs_verified && options.output_types) return false;
     const Segment& seg = e.segments[0];
     if (!seg.exe || !seg.value_guards.empty()) return false;
@@ -451,7 +470,7 @@ struct CompiledFunction::Impl {
     Result<std::span<Segment>> found = segments_for(e, args, why);
     if (!found.is_ok()) return found.status();
     std::span<Segment> segments = *found;
-    if (segments.empty()) return std::optional<std::vector<DataRef>>();
+    if (e.dynamic && segments.empty()) return std::optional<std::vector<DataRef>>();  // the template does not apply
     struct SegmentOutputs {  // the scratch, taken for this replay (and so safe from a nested one)
       std::vector<std::vector<DataRef>>& scratch;
       std::vector<std::vector<DataRef>> outs = std::move(scratch);
@@ -462,6 +481,7 @@ struct CompiledFunction::Impl {
     } segment_outs{segment_outputs};
     std::vector<std::vector<DataRef>>& seg_out = segment_outs.outs;
     seg_out.resize(segments.size());
+    std::vector<std::vector<DataRef>> host_out(e.host_ops.size());  // no allocation without host ops
     auto value_of = [&](const ValueSource& v) -> DataRef {
       switch (v.kind) {
         case ValueSource::Kind::kInput: return args.tensors[v.a].defined() ? args.tensors[v.a].data() : nullptr;
@@ -472,11 +492,30 @@ struct CompiledFunction::Impl {
         }
         case ValueSource::Kind::kSegmentOutput: return seg_out[v.a][v.b];
         case ValueSource::Kind::kConstant: return v.constant;
+        case ValueSource::Kind::kHostOutput: return host_out[v.a][v.b];
       }
       return nullptr;
     };
     auto routed = [&](const ValueSource& v) {
+      if (v.kind == ValueSource::Kind::kHostOutput) return v.b < host_out[v.a].size();
       return v.kind != ValueSource::Kind::kSegmentOutput || v.b < seg_out[v.a].size();
+    };
+    // The values `fn` read from its arguments, checked before anything runs.
+    for (const InputValueGuard& g : e.input_value_guards) {
+      DataRef d = value_of(g.source);
+      if (!d) return corruption("guard entry reads an argument it gave up to update in place");
+      if (!value_matches(*read_value(d), g.hash, fmt::format("{}", input_label(g.source)), g.preview)) {
+        return std::optional<std::vector<DataRef>>();
+      }
+    }
+    // Host ops run before segment `position`; the rest after the last segment.
+    size_t next_host_op = 0;
+    auto run_host_ops = [&](size_t before_segment) -> Result<bool> {
+      for (; next_host_op < e.host_ops.size() && e.host_ops[next_host_op].position <= before_segment; ++next_host_op) {
+        Result<bool> served = run_host_op(e, next_host_op, value_of, routed, host_out);
+        if (!served.is_ok() || !*served) return served;
+      }
+      return true;
     };
     ClearScratch clear_scratch{scratch};
     // Arguments this replay took from the caller to donate; a replay that took one and does
@@ -495,6 +534,11 @@ struct CompiledFunction::Impl {
     } lose_taken{*this, key.name, {}};
     const bool may_donate = given != nullptr && !e.updates.empty() && !e.dynamic;
     for (size_t k = 0; k < segments.size(); ++k) {
+      if (!e.host_ops.empty()) {
+        Result<bool> served = run_host_ops(k);
+        if (!served.is_ok()) return served.status();
+        if (!*served) return std::optional<std::vector<DataRef>>();
+      }
       Segment& seg = segments[k];
       if (!seg.exe) {  // an entry loaded from the cache: fetch its executable by key
         Result<std::shared_ptr<const Executable>> exe = runtime->prepare_by_key(seg.key);
@@ -536,15 +580,16 @@ struct CompiledFunction::Impl {
       for (size_t g = 0; g < seg.value_guards.size(); ++g) {
         const auto& [o, expected] = seg.value_guards[g];
         if (o >= seg_out[k].size()) return corruption("guard entry checks an output that does not exist");
-        BufferRef read = read_value(seg_out[k][o]);
-        if (!XXH128_isEqual(value_hash(*read), expected)) {
-          value_change = fmt::format("segment {} output {}: expected {}, actual {}", k, o,
-                                     g < seg.value_previews.size() ? seg.value_previews[g]
-                                                                   : std::string("the value traced (not kept in a stored entry)"),
-                                     value_preview(*read));
+        if (!value_matches(*read_value(seg_out[k][o]), expected, fmt::format("segment {} output {}", k, o),
+                           g < seg.value_previews.size() ? seg.value_previews[g] : std::string())) {
           return std::optional<std::vector<DataRef>>();
         }
       }
+    }
+    if (!e.host_ops.empty()) {
+      Result<bool> served = run_host_ops(segments.size());
+      if (!served.is_ok()) return served.status();
+      if (!*served) return std::optional<std::vector<DataRef>>();
     }
     std::vector<DataRef> outputs;
     if (returns_last_segment(e.outputs, seg_out)) {  // the common case: taken, not copied
@@ -562,6 +607,72 @@ struct CompiledFunction::Impl {
     }
     lose_taken.finished = true;
     return std::optional<std::vector<DataRef>>(std::move(outputs));
+  }
+
+  // Whether `read` is the value a guard expects (hash); if not, `value_change` says which value
+  // (`what`) changed from what (`traced`, the preview kept when traced; empty for a stored entry).
+  bool value_matches(const HostBuffer& read, const XXH128_hash_t& expected, const std::string& what,
+                     const std::string& traced) {
+    if (XXH128_isEqual(value_hash(read), expected)) return true;
+    value_change = fmt::format("{}: expected {}, actual {}", what,
+                               traced.empty() ? std::string("the value traced (not kept in a stored entry)") : traced,
+                               value_preview(read));
+    return false;
+  }
+
+  std::string input_label(const ValueSource& v) const {
+    return v.kind == ValueSource::Kind::kDynamicScalar ? fmt::format("scalar {}", v.a) : env().input_name(v.a);
+  }
+
+  // Runs host op `h` of entry `e` during a replay (its inputs are routed, their values computed).
+  // False (not an error) when its results are not of the types traced or a value guard on them
+  // fails (`value_change` says which); an error when the runner fails or the entry cannot be run.
+  template <typename ValueOf, typename Routed>
+  Result<bool> run_host_op(const GuardEntry& e, size_t h, const ValueOf& value_of, const Routed& routed,
+                           std::vector<std::vector<DataRef>>& host_out) {
+    const HostOp& op = e.host_ops[h];
+    if (!options.host_op) {
+      return unsupported(fmt::format("the entry has a graph break ({}) but '{}' has no host op runner",
+                                             op.description, key.name));
+    }
+    std::vector<BufferRef> inputs;
+    inputs.reserve(op.inputs.size());
+    for (const ValueSource& v : op.inputs) {
+      if (!routed(v)) return corruption("guard entry routes a value that does not exist");
+      DataRef d = value_of(v);
+      if (!d) return corruption("guard entry reads an argument it gave up to update in place");
+      inputs.push_back(read_value(d));
+    }
+    Result<std::vector<BufferRef>> outs = options.host_op(op.payload, inputs);
+    if (!outs.is_ok()) return outs.status();
+    ++stats.host_op_runs;
+    if (outs->size() != op.output_types.size()) {
+      value_change = fmt::format("graph break {} ({}): {} results, traced {}", h, op.description, outs->size(),
+                                 op.output_types.size());
+      return false;
+    }
+    std::vector<DataRef>& out = host_out[h];
+    out.clear();
+    for (size_t o = 0; o < outs->size(); ++o) {
+      const BufferRef& b = (*outs)[o];
+      const TensorType got = b ? TensorType{b->dtype(), b->shape()} : TensorType{};
+      if (!b || got != op.output_types[o]) {
+        value_change = fmt::format("graph break {} ({}): result {} is {}, traced {}", h, op.description, o,
+                                   b ? type_to_string(got) : std::string("missing"), type_to_string(op.output_types[o]));
+        return false;
+      }
+      out.push_back(host_data(b));
+    }
+    for (size_t g = 0; g < op.value_guards.size(); ++g) {
+      const auto& [o, expected] = op.value_guards[g];
+      if (o >= out.size()) return corruption("guard entry checks an output that does not exist");
+      if (!value_matches(*(*outs)[o], expected,
+                         fmt::format("graph break {} result {}", h, o),
+                         g < op.value_previews.size() ? op.value_previews[g] : std::string())) {
+        return false;
+      }
+    }
+    return true;
   }
 
   // Whether parameter `p` of a segment, argument `a` of the call, is to be given to its run to
@@ -603,6 +714,8 @@ struct CompiledFunction::Impl {
     lo.canonicalize = options.canonicalize;
     lo.metrics = &runtime->metrics();
     if (keep && !dynamic_dims.empty()) lo.capture = &tmpl;
+    ValueReads reads;
+    lo.value_reads = &reads;
     std::vector<Tensor> outputs;
     std::vector<ArgumentUpdate> donated;
     std::string entry_note;
@@ -624,6 +737,9 @@ struct CompiledFunction::Impl {
         rec.trace.origin.try_emplace(ref->identity(), ValueSource{ValueSource::Kind::kDynamicScalar, s, 0, nullptr});
         targs.scalar_tensors_[s] = tctx.from_data(ref);
       }
+      targs.host_op_ = [&](std::string payload, std::span<const Tensor> inputs, std::string description) {
+        return trace_host_op(tctx, rec.trace, lo.capture, std::move(payload), inputs, std::move(description));
+      };
       try {
         outputs = fn(tctx, targs);
         if (Status st = check_no_argument_assigned(args, targs); !st.is_ok()) return st;
@@ -655,12 +771,29 @@ struct CompiledFunction::Impl {
       entry.output_types.push_back({b->dtype(), b->shape()});
       result.push_back(std::move(b));
     }
-    // Everything materialized while fn ran may have been read by it: guard the contents.
-    for (size_t k = 0; k < rec.trace.segments_inside_fn; ++k) {
-      for (uint32_t o = 0; o < rec.last_outputs[k].size(); ++o) {
-        BufferRef read = read_value(rec.last_outputs[k][o]);
-        rec.trace.segments[k].value_guards.emplace_back(o, value_hash(*read));
-        rec.trace.segments[k].value_previews.push_back(value_preview(*read));
+    // Every value fn read: guard its contents where it comes from.
+    for (const DataRef& d : reads.values) {
+      auto it = rec.trace.origin.find(d->identity());
+      if (it == rec.trace.origin.end()) continue;  // data fn made itself (a constant): nothing to guard
+      const ValueSource& v = it->second;
+      if (v.kind == ValueSource::Kind::kConstant) continue;
+      BufferRef read = read_value(d);
+      const XXH128_hash_t hash = value_hash(*read);
+      rec.trace.read_values = true;
+      switch (v.kind) {
+        case ValueSource::Kind::kSegmentOutput:
+          rec.trace.segments[v.a].value_guards.emplace_back(v.b, hash);
+          rec.trace.segments[v.a].value_previews.push_back(value_preview(*read));
+          break;
+        case ValueSource::Kind::kHostOutput:
+          rec.trace.host_ops[v.a].value_guards.emplace_back(v.b, hash);
+          rec.trace.host_ops[v.a].value_previews.push_back(value_preview(*read));
+          break;
+        case ValueSource::Kind::kInput:
+        case ValueSource::Kind::kDynamicScalar:
+          entry.input_value_guards.push_back({v, hash, value_preview(*read)});
+          break;
+        case ValueSource::Kind::kConstant: break;
       }
     }
     if (keep) {
@@ -670,6 +803,7 @@ struct CompiledFunction::Impl {
       }
       if (!entry.dynamic) {
         entry.segments = std::move(rec.trace.segments);
+        entry.host_ops = std::move(rec.trace.host_ops);
         entry.updates = std::move(donated);
       }
       entry.guards = GuardSet::record(args, env(),
@@ -683,6 +817,61 @@ struct CompiledFunction::Impl {
     } else {
       unkept_note = std::move(entry_note);
     }
+    return result;
+  }
+
+  // TraceArgs::host_op during a trace: ends the graph so far (a segment), runs the op through the
+  // runner on its inputs' host bytes, records it in `trace` and returns its results as tensors of
+  // the trace. Throws Error (see TraceArgs::host_op).
+  std::vector<Tensor> trace_host_op(LazyContext& tctx, TraceRecord& trace, TraceTemplate* capture, std::string payload,
+                                    std::span<const Tensor> inputs, std::string description) {
+    if (!options.host_op) {
+      throw Error(invalid_argument(fmt::format("{}: a graph break ({}) needs a host op runner "
+                                               "(CompiledFunctionOptions::host_op)", key.name, description)));
+    }
+    if (payload.size() > kMaxHostOpPayloadBytes || description.size() > kMaxHostOpPayloadBytes) {
+      throw Error(invalid_argument(fmt::format("{}: a graph break's payload has {} bytes (at most {})", key.name,
+                                               payload.size(), kMaxHostOpPayloadBytes)));
+    }
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      if (!inputs[i].defined() || &inputs[i].context() != &tctx) {
+        throw Error(invalid_argument(fmt::format("{}: input {} of a graph break ({}) is not a tensor of the trace",
+                                                 key.name, i, description)));
+      }
+    }
+    if (capture) capture->mark_unusable("the traced code has a graph break (a host op)");
+    tctx.mark_step();  // the graph so far: every pending value, the op's inputs among them
+    HostOp op;
+    op.payload = std::move(payload);
+    op.description = std::move(description);
+    op.position = static_cast<uint32_t>(trace.segments.size());
+    std::vector<BufferRef> bufs;
+    for (const Tensor& t : inputs) {
+      const DataRef& d = t.data();
+      auto it = trace.origin.find(d->identity());
+      if (it == trace.origin.end()) {
+        throw Error(invalid_argument(fmt::format(
+            "{}: a graph break ({}) reads tensor data that is not one of the function's arguments; pass it as an "
+            "argument", key.name, op.description)));
+      }
+      op.inputs.push_back(it->second);
+      bufs.push_back(read_value(d));
+    }
+    Result<std::vector<BufferRef>> outs = options.host_op(op.payload, bufs);
+    if (!outs.is_ok()) throw Error(outs.status());
+    const uint32_t h = static_cast<uint32_t>(trace.host_ops.size());
+    std::vector<Tensor> result;
+    for (uint32_t o = 0; o < outs->size(); ++o) {
+      BufferRef& b = (*outs)[o];
+      if (!b) throw Error(internal_error(fmt::format("{}: graph break {} ({}) gave no result {}", key.name, h, op.description, o)));
+      op.output_types.push_back({b->dtype(), b->shape()});
+      Tensor t = tctx.from_buffer(std::move(b));
+      trace.origin.try_emplace(t.data()->identity(), ValueSource{ValueSource::Kind::kHostOutput, h, o, nullptr});
+      result.push_back(std::move(t));
+    }
+    runtime->function_event(store::EventKind::kGraphBreak, key.name,
+                            fmt::format("{} {}: {}", options.call_name, stats.calls - 1, op.description));
+    trace.host_ops.push_back(std::move(op));
     return result;
   }
 

@@ -17,10 +17,25 @@
 //    graph input read with TraceArgs::scalar_tensor);
 //  - aliasing: which tensor arguments share data;
 //  - the options that change lowering (canonicalization options, backend and its options);
-//  - values read inside `fn` (item(), to_vector(), mark_step() mid-function): the trace is split
-//    there into segments, and the contents of every value materialized between segments are
-//    guarded, checked during replay before the next segment runs; a mismatch falls back to
-//    tracing the call.
+//  - values read inside `fn` (item(), to_vector(), buffer()): the trace is split there into
+//    segments (a value that is still pending is materialized first), and the contents of every
+//    value `fn` read are guarded: an argument's before anything runs, a segment's or a host op's
+//    result as soon as it is computed during replay, before anything after it runs; a mismatch
+//    falls back to tracing the call (a second path: a new entry, the first keeps replaying).
+//    Values materialized without being read (mark_step() mid-function, a host op's inputs) are
+//    not guarded: `fn` cannot have branched on them.
+//
+// Graph breaks (host ops). `fn` may hand a step to the caller's own framework with
+// TraceArgs::host_op(payload, inputs): an op no backend has (torch's cumsum), run by
+// CompiledFunctionOptions::host_op on the inputs' host bytes. The graph so far ends there (every
+// pending value is materialized: a segment), the op runs, and its results are tensors of the
+// trace again, feeding later graphs. The entry records the op (payload, where its inputs come
+// from, its results' types) and a replay runs it at the same point between the segments, on that
+// call's values, without tracing. Each host op is a `graph_break` event when traced (not on
+// replays). A host op's results must have the types they had when traced: otherwise the entry
+// does not serve the call (as a failed value guard), since the graphs after it were traced for
+// those types. An entry with host ops stays static (no dynamic dims) and replays through the
+// general path.
 // A guard set is a flat list of checks; checking allocates nothing (runtime/guards/guard_set.h).
 //
 // Dynamic dims (shape polymorphism). A dim marked dynamic (CompiledFunctionOptions::
@@ -61,6 +76,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -82,13 +98,28 @@ class TraceArgs {
   double scalar(size_t i) const;
   // Dynamic scalar `i` as a rank-0 f32 graph input. Throws Error for a static scalar.
   const Tensor& scalar_tensor(size_t i) const;
+  // A graph break: runs the op `payload` describes on `inputs` through
+  // CompiledFunctionOptions::host_op (see the header comment) and returns its results as tensors
+  // of this trace. `description` names it in events and messages ("aten.cumsum.default at
+  // model.py:6"). Throws Error (kInvalidArgument) when the function has no host_op runner, an
+  // input is not a tensor of this trace or is data the function was not given, or the payload
+  // is larger than kMaxHostOpPayloadBytes; the runner's error as it is.
+  std::vector<Tensor> host_op(std::string payload, std::span<const Tensor> inputs, std::string description) const;
 
  private:
   friend class CompiledFunction;
   std::vector<Tensor> tensors_;
   std::vector<double> scalars_;
   std::vector<Tensor> scalar_tensors_;  // defined for dynamic scalars only
+  std::function<std::vector<Tensor>(std::string, std::span<const Tensor>, std::string)> host_op_;
 };
+
+// Runs a host op (a graph break; see the header comment) on its inputs' host bytes: the results,
+// or an error, which fails the call (a trace) or makes the entry unusable for it (a replay: the
+// call traces, and the trace's run of the op reports the error). Called with no lock of
+// tracecache's held beyond the compiled function's own (one thread at a time).
+using HostOpRunner = std::function<Result<std::vector<BufferRef>>(const std::string& payload,
+                                                                   std::span<const BufferRef> inputs)>;
 
 using TracedFn = std::function<std::vector<Tensor>(LazyContext& ctx, const TraceArgs& args)>;
 
@@ -138,6 +169,9 @@ struct CompiledFunctionOptions {
   // not hold (tracecache.torch keeps the Python structure of the outputs there). At most
   // kMaxGuardEntryNoteBytes (runtime/guards/guard_entry_codec.h), else the trace fails.
   std::function<std::string()> entry_note;
+  // Runs the host ops `fn` asks for (TraceArgs::host_op) and replays them; a function without
+  // one cannot have graph breaks.
+  HostOpRunner host_op;
 };
 
 // What a compiled function did in this process; derived from its entries and counters.
@@ -148,6 +182,7 @@ struct FunctionStats {
   int64_t guard_failures = 0;  // entries whose guards failed
   int64_t recompiles = 0;      // traces after the first
   int64_t specializations = 0; // dynamic entries instantiated at new sizes (no trace)
+  int64_t host_op_runs = 0;    // host ops run by replays (graph breaks served without a trace)
   bool fell_back_to_lazy = false;
   std::vector<int64_t> hits_per_entry;        // one per current entry, in lookup order
   std::vector<std::string> recompile_reasons;  // one line per recompile, all failures joined

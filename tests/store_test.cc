@@ -847,7 +847,7 @@ TEST(CacheDbStore, NamesOfReasonsAndKinds) {
       {EventKind::kCompile, "", "compile"},         {EventKind::kStore, "", "store"},
       {EventKind::kEvict, "", "evict"},             {EventKind::kCorrupt, "", "corrupt"},
       {EventKind::kStoreFailed, "", "store_failed"}, {EventKind::kRecompile, "", "recompile"},
-      {EventKind::kFallback, "", "fallback"},
+      {EventKind::kFallback, "", "fallback"},       {EventKind::kGraphBreak, "", "graph_break"},
   };
   for (const auto& [kind, tier, name] : kinds) {
     EXPECT_EQ(event_name(kind, tier), name);

@@ -64,6 +64,7 @@ const DataRef& Tensor::data() const {
 
 BufferRef Tensor::buffer() const {
   const DataRef& d = data();
+  if (ValueReadObserver* o = impl_->ctx->options_.value_reads) o->on_value_read(d);
   if (const BufferRef* host = d->host_buffer()) return *host;  // host memory: no copy, no wait
   if (!impl_->host) {
     Result<BufferRef> host = d->read();

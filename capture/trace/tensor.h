@@ -157,6 +157,15 @@ class Tensor {
   TensorImpl* impl_ = nullptr;
 };
 
+// Told of every value read of a context's tensors (Tensor::buffer(), and item() and to_vector()
+// through it), after the value is materialized, with the data that was read. For a caller that
+// must know which values the traced code looked at (a compiled function guards their contents).
+class ValueReadObserver {
+ public:
+  virtual ~ValueReadObserver() = default;
+  virtual void on_value_read(const DataRef& data) = 0;
+};
+
 struct LazyOptions {
   CanonicalizeOptions canonicalize;
   // Where barriers count traces and time canonicalize + hash; not owned, may be null.
@@ -167,6 +176,8 @@ struct LazyOptions {
   // When set (not owned), the trace is also captured as a template (capture/ir/trace_template.h)
   // until its first barrier.
   TraceTemplate* capture = nullptr;
+  // When set (not owned), told of every value read (see ValueReadObserver).
+  ValueReadObserver* value_reads = nullptr;
 };
 
 // Declares attribute `attr` of a record() call (element `element` of an int list, -1 for an

@@ -1,7 +1,8 @@
 // GuardEntry: one traced specialization of a compiled function (runtime/compiled_function.h):
 // the guards under which it may replay, the graphs it runs (segments: one per value read inside
-// the traced function, or a shape-polymorphic plan), where every graph parameter and output
-// comes from at replay time, the outputs' recorded types, and the arguments it updates in place
+// the traced function, or a shape-polymorphic plan), the host ops between them (graph breaks:
+// ops the caller runs on its own framework), where every graph parameter and output comes from
+// at replay time, the values the traced function read (value guards), the outputs' recorded types, and the arguments it updates in place
 // (donation). Entries persist through
 // guard_entry_codec.h; an entry decoded from stored bytes is untrusted until that codec's
 // checks passed.
@@ -29,24 +30,50 @@ namespace tracecache {
 
 // Where a value used by a guard entry comes from at replay time.
 struct ValueSource {
-  enum class Kind : uint8_t { kInput, kDynamicScalar, kSegmentOutput, kConstant };
+  enum class Kind : uint8_t { kInput, kDynamicScalar, kSegmentOutput, kConstant, kHostOutput };
   Kind kind = Kind::kInput;
-  uint32_t a = 0;      // input / scalar / segment index
-  uint32_t b = 0;      // segment output index
+  uint32_t a = 0;      // input / scalar / segment / host op index
+  uint32_t b = 0;      // segment or host op output index
   DataRef constant;  // kConstant: a lifted scalar, made once
 };
 
-// A segment: one graph executed between two value reads of the traced function.
+// A segment: one graph executed between two value reads or graph breaks of the traced function.
 struct Segment {
   GraphKey key;
   std::shared_ptr<const Executable> exe;  // null until first use for an entry loaded from disk
   std::vector<ValueSource> params;
-  // Contents of outputs that `fn` may have read (all outputs of a segment that ended inside
-  // `fn`): output index -> value_hash of the output.
+  // Contents of outputs that `fn` read into the host (a value read: Tensor::buffer(), item(),
+  // to_vector()): output index -> value_hash of the output.
   std::vector<std::pair<uint32_t, XXH128_hash_t>> value_guards;
   // The values those guards were taken from, as read when traced ("[1, 2]"; one per value guard),
   // for recompile reasons only: kept in this process, not stored (a loaded entry has none).
   std::vector<std::string> value_previews;
+};
+
+// A value the traced function read into the host (Tensor::buffer(), item(), to_vector()) that is
+// known when the call starts: an argument or a dynamic scalar. Its contents are guarded before
+// anything runs.
+struct InputValueGuard {
+  ValueSource source;  // kInput or kDynamicScalar
+  XXH128_hash_t hash{};
+  std::string preview;  // as read when traced, for recompile reasons; not stored
+};
+
+// A host op: a step of the traced function that the caller's framework runs instead of a graph
+// (a graph break, CompiledFunctionOptions::host_op). It runs after segments [0, position) and
+// before segment `position`, on its inputs' host bytes; its results feed later segments, host
+// ops and outputs (ValueSource::kHostOutput). Its results' types are part of what the entry
+// promises: a replay whose host op gives other types is not served by the entry (the call
+// traces, as when a value guard fails), since later graphs were traced for those types.
+struct HostOp {
+  std::string payload;      // the caller's description of the op (opaque here, bounded)
+  std::string description;  // for events and messages ("aten.cumsum.default at model.py:6")
+  uint32_t position = 0;
+  std::vector<ValueSource> inputs;
+  std::vector<TensorType> output_types;
+  // Results the traced function read: output index -> value_hash (as Segment::value_guards).
+  std::vector<std::pair<uint32_t, XXH128_hash_t>> value_guards;
+  std::vector<std::string> value_previews;  // not stored
 };
 
 struct DynamicPlan;  // runtime/guards/shape_specialization.h
@@ -55,6 +82,8 @@ struct GuardEntry {
   GuardSet guards;
   std::shared_ptr<DynamicPlan> dynamic;  // null: a static entry (fixed segments)
   std::vector<Segment> segments;
+  std::vector<HostOp> host_ops;  // in the order they run (non-decreasing position)
+  std::vector<InputValueGuard> input_value_guards;
   std::vector<ValueSource> outputs;
   // One per output: its type when traced. A dynamic entry's sizes follow its dynamic dims.
   std::vector<TensorType> output_types;

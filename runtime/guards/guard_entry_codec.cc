@@ -26,7 +26,7 @@ void source_to_proto(const ValueSource& v, proto::ValueSource* out) {
 }
 
 std::optional<ValueSource> source_from_proto(const proto::ValueSource& in) {
-  if (in.kind() > static_cast<uint32_t>(ValueSource::Kind::kConstant)) return std::nullopt;
+  if (in.kind() > static_cast<uint32_t>(ValueSource::Kind::kHostOutput)) return std::nullopt;
   ValueSource v;
   v.kind = static_cast<ValueSource::Kind>(in.kind());
   v.a = in.a();
@@ -100,6 +100,7 @@ bool parse_dynamic(const proto::DynamicPlan& pd, uint64_t num_tensors, uint64_t 
 // Bounds of a stored guard entry, each checked before anything is sized by it.
 constexpr uint64_t kMaxArguments = 4096;  // tensor arguments, and scalar arguments
 constexpr int kMaxSegments = 4096;
+constexpr int kMaxHostOps = 4096;
 constexpr int kMaxRoutes = 1 << 16;       // parameters of a segment; outputs of an entry
 constexpr size_t kMaxLabelBytes = 256;
 
@@ -107,6 +108,11 @@ constexpr size_t kMaxLabelBytes = 256;
 // options, per tensor dtype, rank, contiguity, device, aliasing and two per dim, per scalar one.
 constexpr uint64_t max_checks(uint64_t tensors, uint64_t scalars) {
   return 3 + tensors * (5 + 2 * static_cast<uint64_t>(kMaxRank)) + scalars;
+}
+
+void type_to_proto(const TensorType& t, proto::OutputType* pt) {
+  pt->set_dtype(static_cast<uint32_t>(t.dtype));
+  for (int d = 0; d < t.shape.rank(); ++d) pt->add_shape(t.shape[d]);
 }
 
 std::optional<TensorType> type_from_proto(const proto::OutputType& pt) {
@@ -155,10 +161,26 @@ std::string encode_guard_entry(const GuardEntry& e) {
     }
   }
   for (const ValueSource& v : e.outputs) source_to_proto(v, pe.add_outputs());
-  for (const TensorType& t : e.output_types) {
-    proto::OutputType* pt = pe.add_output_types();
-    pt->set_dtype(static_cast<uint32_t>(t.dtype));
-    for (int d = 0; d < t.shape.rank(); ++d) pt->add_shape(t.shape[d]);
+  for (const TensorType& t : e.output_types) type_to_proto(t, pe.add_output_types());
+  for (const HostOp& op : e.host_ops) {
+    proto::HostOp* ph = pe.add_host_ops();
+    ph->set_payload(op.payload);
+    ph->set_description(op.description);
+    ph->set_position(op.position);
+    for (const ValueSource& v : op.inputs) source_to_proto(v, ph->add_inputs());
+    for (const TensorType& t : op.output_types) type_to_proto(t, ph->add_output_types());
+    for (const auto& [o, h] : op.value_guards) {
+      proto::ValueGuard* g = ph->add_value_guards();
+      g->set_output(o);
+      g->set_hash_high(h.high64);
+      g->set_hash_low(h.low64);
+    }
+  }
+  for (const InputValueGuard& g : e.input_value_guards) {
+    proto::InputValueGuard* pg = pe.add_input_value_guards();
+    source_to_proto(g.source, pg->mutable_source());
+    pg->set_hash_high(g.hash.high64);
+    pg->set_hash_low(g.hash.low64);
   }
   pe.set_options_label(e.guards.options_label());
   for (const ArgumentUpdate& u : e.updates) {
@@ -216,7 +238,8 @@ Result<GuardEntry> decode_guard_entry(const std::string& bytes) {
   }
   if (static_cast<uint64_t>(pe.checks_size()) > max_checks(num_tensors, num_scalars) ||
       pe.segments_size() > kMaxSegments || pe.outputs_size() > kMaxRoutes ||
-      pe.options_label().size() > kMaxLabelBytes || pe.note().size() > kMaxGuardEntryNoteBytes) {
+      pe.options_label().size() > kMaxLabelBytes || pe.note().size() > kMaxGuardEntryNoteBytes ||
+      pe.host_ops_size() > kMaxHostOps || pe.input_value_guards_size() > kMaxRoutes) {
     return corruption("guard entry has more checks, segments, outputs or note bytes than it may");
   }
   GuardEntry e;
@@ -277,15 +300,67 @@ Result<GuardEntry> decode_guard_entry(const std::string& bytes) {
     for (int64_t d = 0; complete && d < rank[t]; ++d) complete = sized[t][static_cast<size_t>(d)];
     if (!complete) return corruption(fmt::format("guard entry does not guard the type of input {}", t));
   }
-  auto source_ok = [&](const ValueSource& v, size_t segments_before) {
+  // Host ops are parsed before the segments (each must come after the segments it reads), so a
+  // value a segment or an output reads from a host op is checked against them.
+  auto source_ok = [&](const ValueSource& v, size_t segments_before, size_t host_ops_before) {
     switch (v.kind) {
       case ValueSource::Kind::kInput: return v.a < num_tensors;
       case ValueSource::Kind::kDynamicScalar: return v.a < num_scalars;
       case ValueSource::Kind::kSegmentOutput: return v.a < segments_before;  // b: check_segment
       case ValueSource::Kind::kConstant: return v.constant != nullptr;
+      case ValueSource::Kind::kHostOutput:
+        return v.a < host_ops_before && v.b < e.host_ops[v.a].output_types.size();
     }
     return false;
   };
+  // The host ops that run before segment k: those with position <= k.
+  auto host_ops_before = [&](size_t k) {
+    size_t n = 0;
+    while (n < e.host_ops.size() && e.host_ops[n].position <= k) ++n;
+    return n;
+  };
+  for (int h = 0; h < pe.host_ops_size(); ++h) {
+    const proto::HostOp& ph = pe.host_ops(h);
+    if (ph.payload().size() > kMaxHostOpPayloadBytes || ph.description().size() > kMaxHostOpPayloadBytes ||
+        ph.inputs_size() > kMaxRoutes || ph.output_types_size() > kMaxRoutes || ph.value_guards_size() > kMaxRoutes) {
+      return corruption(fmt::format("guard entry host op {} is larger than it may be", h));
+    }
+    if (ph.position() > static_cast<uint32_t>(pe.segments_size()) ||
+        (!e.host_ops.empty() && ph.position() < e.host_ops.back().position)) {
+      return corruption(fmt::format("guard entry host op {} runs at a position out of range or out of order", h));
+    }
+    HostOp op;
+    op.payload = ph.payload();
+    op.description = ph.description();
+    op.position = ph.position();
+    for (const proto::ValueSource& pv : ph.inputs()) {
+      std::optional<ValueSource> v = source_from_proto(pv);
+      if (!v || !source_ok(*v, op.position, static_cast<size_t>(h))) {
+        return corruption(fmt::format("guard entry host op {} reads a value out of range", h));
+      }
+      op.inputs.push_back(std::move(*v));
+    }
+    for (const proto::OutputType& pt : ph.output_types()) {
+      std::optional<TensorType> t = type_from_proto(pt);
+      if (!t || !checked_numel(t->shape.span()).is_ok()) {
+        return corruption(fmt::format("guard entry host op {} has a malformed result type", h));
+      }
+      op.output_types.push_back(std::move(*t));
+    }
+    for (const proto::ValueGuard& g : ph.value_guards()) {
+      if (g.output() >= op.output_types.size()) return corruption("guard entry checks an output that does not exist");
+      op.value_guards.emplace_back(g.output(), XXH128_hash_t{g.hash_low(), g.hash_high()});
+    }
+    e.host_ops.push_back(std::move(op));
+  }
+  for (const proto::InputValueGuard& pg : pe.input_value_guards()) {
+    std::optional<ValueSource> v = source_from_proto(pg.source());
+    if (!v || (v->kind != ValueSource::Kind::kInput && v->kind != ValueSource::Kind::kDynamicScalar) ||
+        !source_ok(*v, 0, 0)) {
+      return corruption("guard entry guards the value of an argument out of range");
+    }
+    e.input_value_guards.push_back({std::move(*v), XXH128_hash_t{pg.hash_low(), pg.hash_high()}, {}});
+  }
   for (const proto::Segment& ps : pe.segments()) {
     std::optional<GraphKey> key = GraphKey::from_bytes(ps.graph_key());
     if (!key) return corruption("guard entry has a malformed graph key");
@@ -296,7 +371,9 @@ Result<GuardEntry> decode_guard_entry(const std::string& bytes) {
     seg.key = *key;
     for (const proto::ValueSource& pv : ps.params()) {
       std::optional<ValueSource> v = source_from_proto(pv);
-      if (!v || !source_ok(*v, e.segments.size())) return corruption("guard entry routes a parameter out of range");
+      if (!v || !source_ok(*v, e.segments.size(), host_ops_before(e.segments.size()))) {
+        return corruption("guard entry routes a parameter out of range");
+      }
       seg.params.push_back(std::move(*v));
     }
     for (const proto::ValueGuard& g : ps.value_guards()) {
@@ -305,7 +382,8 @@ Result<GuardEntry> decode_guard_entry(const std::string& bytes) {
     e.segments.push_back(std::move(seg));
   }
   if (pe.has_dynamic()) {
-    if (!e.segments.empty() || !parse_dynamic(pe.dynamic(), num_tensors, num_scalars, rank, e)) {
+    if (!e.segments.empty() || !e.host_ops.empty() || !e.input_value_guards.empty() ||
+        !parse_dynamic(pe.dynamic(), num_tensors, num_scalars, rank, e)) {
       return corruption("guard entry has a malformed dynamic plan");
     }
   }
@@ -318,7 +396,9 @@ Result<GuardEntry> decode_guard_entry(const std::string& bytes) {
   for (int o = 0; o < pe.outputs_size(); ++o) {
     std::optional<ValueSource> v = source_from_proto(pe.outputs(o));
     std::optional<TensorType> type = type_from_proto(pe.output_types(o));
-    if (!v || !type || !source_ok(*v, segments)) return corruption(fmt::format("guard entry output {} is out of range", o));
+    if (!v || !type || !source_ok(*v, segments, e.host_ops.size())) {
+      return corruption(fmt::format("guard entry output {} is out of range", o));
+    }
     // The type this output has when the entry's guards hold (dynamic dims: any size).
     bool fits = true;
     switch (v->kind) {
@@ -339,6 +419,7 @@ Result<GuardEntry> decode_guard_entry(const std::string& bytes) {
           fits = type->dtype == n.dtype && type->shape == n.shape;
         }
         break;
+      case ValueSource::Kind::kHostOutput: fits = *type == e.host_ops[v->a].output_types[v->b]; break;
     }
     if (!fits) {
       return corruption(fmt::format("guard entry output {} does not have its recorded type {}", o, type_to_string(*type)));
@@ -380,6 +461,11 @@ Status check_segment(const GuardEntry& e, size_t k, const Executable& exe) {
   };
   for (size_t j = k + 1; j < e.segments.size(); ++j) {
     for (const ValueSource& v : e.segments[j].params) {
+      if (!in_range(v)) return corruption("guard entry routes a value that does not exist");
+    }
+  }
+  for (const HostOp& op : e.host_ops) {
+    for (const ValueSource& v : op.inputs) {
       if (!in_range(v)) return corruption("guard entry routes a value that does not exist");
     }
   }

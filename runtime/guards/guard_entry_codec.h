@@ -10,7 +10,9 @@
 // recorded type per output, equal to the guarded type of an input it returns, to the
 // template's root type (dynamic), or to a constant's type; each updated argument and each
 // output replacing one at most once, in a static entry, the output of the argument's guarded
-// type. What depends on the executables (the
+// type; host ops (graph breaks) in order, each reading only values computed before it, with
+// bounded payloads and result types whose element counts do not overflow, their value guards on
+// results they have; value guards on arguments that exist. What depends on the executables (the
 // routes into segment outputs) is proven by check_segment when each one is fetched.
 // Thread-safety: all functions are pure (thread-safe). Errors: kCorruption naming what failed.
 // Ownership: nothing is kept from the arguments. A decoded entry owns what it holds (its
@@ -29,8 +31,14 @@
 namespace tracecache {
 
 // The format of a serialized guard entry; a change to what encode_guard_entry writes bumps it.
-// 3: output types recorded; 4: the arguments updated in place (donation); 5: the caller's note
-inline constexpr uint32_t kGuardEntryFormat = 5;
+// 3: output types recorded; 4: the arguments updated in place (donation); 5: the caller's note;
+// 6: host ops (graph breaks) and value guards on what the traced function read (its arguments,
+// a host op's results) instead of on every value materialized while it ran
+inline constexpr uint32_t kGuardEntryFormat = 6;
+
+// The largest payload or description of a host op (HostOp, guard_entry.h); a stored entry with a
+// longer one is corrupt, and a trace that asks for one fails.
+inline constexpr size_t kMaxHostOpPayloadBytes = size_t{1} << 16;
 
 // The largest note (GuardEntry::note) an entry may carry; a stored entry with a longer one is
 // corrupt, and a trace whose note is longer fails.

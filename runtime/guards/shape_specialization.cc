@@ -54,7 +54,8 @@ std::vector<DynamicDim> dims_to_make_dynamic(const CallArgs& args, std::span<con
 std::string make_dynamic(GuardEntry& entry, TraceTemplate& tmpl, TraceRecord& trace, std::vector<DynamicDim> dims,
                          const CallArgs& args, const GuardEnvironment& env) {
   if (!tmpl.usable) return "dims stay static: " + tmpl.unusable_reason;
-  if (trace.segments.size() != 1 || trace.segments_inside_fn != 0 || tmpl.barriers != 1) {
+  if (!trace.host_ops.empty()) return "dims stay static: the traced code has a graph break (a host op)";
+  if (trace.segments.size() != 1 || trace.segments_inside_fn != 0 || tmpl.barriers != 1 || trace.read_values) {
     return "dims stay static: the traced code read a value (more than one graph)";
   }
   auto d = std::make_shared<DynamicPlan>();

@@ -54,10 +54,12 @@ struct TraceRecord {
   std::unordered_map<const void*, ValueSource> origin;  // DeviceData::identity(), this trace only
   std::vector<Segment> segments;
   size_t segments_inside_fn = 0;  // segments that ended while the function ran (value reads)
+  std::vector<HostOp> host_ops;   // graph breaks, in the order they ran
+  bool read_values = false;       // the function read a value into the host
 };
 
 // Makes `entry` shape-polymorphic in `dims` from the template of its trace, if the trace allows
-// it (one graph, no value read, every parameter an argument); the dims of an input whose shape
+// it (one graph, no value read, no host op, every parameter an argument); the dims of an input whose shape
 // the function read stay static. Takes the trace's segment when it succeeds. Returns a note for
 // the recompile reason ("dynamic: input 0 'x' dim 0", "dims stay static: ...", or "").
 std::string make_dynamic(GuardEntry& entry, TraceTemplate& tmpl, TraceRecord& trace, std::vector<DynamicDim> dims,

@@ -30,8 +30,9 @@ constexpr std::pair<EventKind, std::string_view> kEventKindNames[] = {
     {EventKind::kCorrupt, "corrupt"},   {EventKind::kStoreFailed, "store_failed"},
     {EventKind::kRecompile, "recompile"}, {EventKind::kFallback, "fallback"},
     {EventKind::kUnavailable, "unavailable"}, {EventKind::kSkip, "skip"},
+    {EventKind::kGraphBreak, "graph_break"},
 };
-static_assert(std::size(kEventKindNames) == static_cast<size_t>(EventKind::kSkip),
+static_assert(std::size(kEventKindNames) == static_cast<size_t>(EventKind::kGraphBreak),
               "every EventKind but kHit has a name");
 
 bool is_tier_name(std::string_view s) {

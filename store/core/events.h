@@ -50,11 +50,13 @@ enum class EventKind : uint8_t {
                  // exception), or a compiled function hit its recompile limit (reason: its name)
   kUnavailable,  // a tier could not be reached or did not answer in time (remote); detail says why
   kSkip,         // a tier was not asked: backing off after a failure, or read-only (detail)
+  kGraphBreak,   // a compiled function's trace handed an op to the host framework (reason: its
+                 // name, detail: the call and the op, "call 0: aten.cumsum.default at m.py:6")
 };
 
 // The name an event is stored and printed under: "hit_<tier>" for kHit ("hit_memory",
 // "hit_disk"), else "miss", "compile", "store", "evict", "corrupt", "store_failed", "recompile",
-// "fallback", "unavailable", "skip", followed by "_<tier>" when the event names a tier
+// "fallback", "unavailable", "skip", "graph_break", followed by "_<tier>" when the event names a tier
 // ("miss_remote"). REQUIRES: `tier` is a tier name (lowercase letters) for kHit.
 std::string event_name(EventKind kind, std::string_view tier = {});
 struct ParsedEventName {

@@ -73,9 +73,9 @@ struct PythonOwner {
   }
 };
 
-// Zero-copy: a buffer viewing `a`'s memory, holding `a` alive. REQUIRES: C-contiguous, aligned,
-// of a tracecache dtype (the Python side copies anything else first).
-std::shared_ptr<PyTensor> from_numpy_exact(py::array a) {
+// Zero-copy: a buffer viewing `a`'s memory, holding `a` alive. Throws TypeError/ValueError unless
+// `a` is C-contiguous, aligned and of a tracecache dtype.
+BufferRef buffer_of_numpy(py::array a) {
   std::optional<DType> dtype = dtype_of_numpy(a.dtype());
   if (!dtype) throw py::type_error(fmt::format("from_numpy_exact: dtype {} is not one of float32, int32, int64, bool", std::string(py::str(a.dtype()))));
   constexpr int kNeeded = py::detail::npy_api::NPY_ARRAY_C_CONTIGUOUS_ | py::detail::npy_api::NPY_ARRAY_ALIGNED_;
@@ -92,9 +92,26 @@ std::shared_ptr<PyTensor> from_numpy_exact(py::array a) {
   std::byte* data = a.size() == 0 ? empty : static_cast<std::byte*>(const_cast<void*>(a.data()));
   PyObject* owner = a.ptr();
   Py_INCREF(owner);
-  BufferRef buffer(new HostBuffer(HostBuffer::view(*dtype, shape, data)), PythonOwner{owner});
+  return BufferRef(new HostBuffer(HostBuffer::view(*dtype, shape, data)), PythonOwner{owner});
+}
+
+// tracecache.from_numpy's core: zero-copy (the Python side copies anything else first).
+std::shared_ptr<PyTensor> from_numpy_exact(py::array a) {
+  BufferRef buffer = buffer_of_numpy(std::move(a));
   PackageLock lock;
   return wrap(current_context().from_buffer(std::move(buffer)), nullptr);
+}
+
+// A read-only NumPy array over `b`'s bytes (no copy; the array holds the buffer alive).
+py::array numpy_view(BufferRef b) {
+  std::vector<py::ssize_t> shape(b->shape().begin(), b->shape().end());
+  const py::dtype dtype = numpy_dtype(b->dtype());
+  const void* bytes = b->bytes();
+  auto* holder = new BufferRef(std::move(b));
+  py::capsule base(holder, [](void* p) { delete static_cast<BufferRef*>(p); });
+  py::array out(dtype, shape, {}, bytes, base);
+  out.attr("setflags")(py::arg("write") = false);  // values are immutable; the caches share them
+  return out;
 }
 
 // The tensor's value as a read-only NumPy array over its host buffer (no copy; the array holds
@@ -108,12 +125,7 @@ py::array to_numpy(const PyTensor& t) {
     b = x.buffer();
   }
   if (t.session) report_new_warnings(*t.session);
-  std::vector<py::ssize_t> shape(b->shape().begin(), b->shape().end());
-  auto* holder = new BufferRef(b);
-  py::capsule base(holder, [](void* p) { delete static_cast<BufferRef*>(p); });
-  py::array out(numpy_dtype(b->dtype()), shape, {}, b->bytes(), base);
-  out.attr("setflags")(py::arg("write") = false);  // values are immutable; the caches share them
-  return out;
+  return numpy_view(std::move(b));
 }
 
 std::string repr(const PyTensor& t) {
@@ -239,6 +251,33 @@ std::shared_ptr<PyTensor> apply_op(const std::string& name, const py::args& inpu
   return wrap(std::move(out), first);
 }
 
+// tracecache._host_op: a graph break inside the traced function of a compiled function
+// (TraceArgs::host_op): the function's runner computes it; returns its results as proxies.
+py::list host_op(const py::bytes& payload, const py::list& inputs, const std::string& description) {
+  PackageLock lock;
+  const std::shared_ptr<TraceScope>& scope = current_trace();
+  if (!scope || !scope->args) {
+    fail(invalid_argument("_host_op is called by a compiled function's traced code, while it is traced"));
+  }
+  std::vector<Tensor> in;
+  for (py::handle h : inputs) {
+    if (!py::isinstance<PyTensor>(h)) throw py::type_error("_host_op: inputs must be tracecache Tensors");
+    in.push_back(get(h.cast<const PyTensor&>()));
+  }
+  std::vector<Tensor> out;
+  std::string bytes = payload;
+  try {
+    py::gil_scoped_release release;
+    out = scope->args->host_op(std::move(bytes), in, description);
+  } catch (const Error&) {
+    if (PyErr_Occurred()) throw py::error_already_set();  // the runner's own exception, as it is
+    throw;
+  }
+  py::list result;
+  for (Tensor& t : out) result.append(wrap(std::move(t), nullptr));
+  return result;
+}
+
 py::tuple grad_of(const PyTensor& loss, const py::args& wrt) {
   PackageLock lock;
   std::vector<Tensor> w;
@@ -271,6 +310,8 @@ struct CompileSpec {
   bool automatic_dynamic = true;
   int recompile_limit = 8;
   std::vector<std::string> arg_names;  // by position; may be shorter
+  py::object host_op;   // None, or runner(payload: bytes, inputs: list[ndarray]) -> list[ndarray]
+  std::string program;  // CompiledFunctionOptions::program
 };
 
 // tracecache.CompiledFunction: runtime/compiled_function.h over the current session. The C++
@@ -339,6 +380,7 @@ class PyCompiledFunction {
     d["guard_failures"] = s.guard_failures;
     d["recompiles"] = s.recompiles;
     d["specializations"] = s.specializations;
+    d["host_op_runs"] = s.host_op_runs;
     d["fell_back_to_lazy"] = s.fell_back_to_lazy;
     d["hits_per_entry"] = s.hits_per_entry;
     return d;
@@ -414,6 +456,10 @@ class PyCompiledFunction {
     o.recompile_limit = spec_.recompile_limit;
     o.canonicalize = session->session->context().options().canonicalize;
     o.entry_note = [this] { return std::exchange(pending_note_, std::string()); };
+    o.program = spec_.program;
+    if (!spec_.host_op.is_none()) o.host_op = [this](const std::string& payload, std::span<const BufferRef> inputs) {
+      return run_host_op(payload, inputs);
+    };
     kinds_ = kinds;
     dynamic_scalar_.assign(ns, false);
     for (size_t s : o.dynamic_scalars) dynamic_scalar_[s] = true;
@@ -423,12 +469,36 @@ class PyCompiledFunction {
     session_ = session;
   }
 
+  // The host op runner (CompiledFunctionOptions::host_op): the Python runner on read-only NumPy
+  // views of the inputs; its results (C-contiguous arrays of tracecache dtypes) become buffers
+  // viewing them. Called with the package lock held and the GIL released. An exception it raises
+  // while `fn` is traced is left set, so the trace's caller sees it as it is; on a replay it is
+  // cleared (the call then traces, and the runner raises again there).
+  Result<std::vector<BufferRef>> run_host_op(const std::string& payload, std::span<const BufferRef> inputs) {
+    py::gil_scoped_acquire gil;
+    try {
+      py::list arrays;
+      for (const BufferRef& b : inputs) arrays.append(numpy_view(b));
+      py::object r = spec_.host_op(py::bytes(payload), arrays);
+      std::vector<BufferRef> out;
+      for (py::handle h : r) out.push_back(buffer_of_numpy(py::reinterpret_borrow<py::array>(h)));
+      return out;
+    } catch (py::error_already_set& e) {
+      std::string message = e.what();
+      if (current_trace()) e.restore();
+      return invalid_argument(fmt::format("{}: a graph break failed: {}", spec_.name, message));
+    } catch (const std::exception& e) {
+      return invalid_argument(fmt::format("{}: a graph break failed: {}", spec_.name, e.what()));
+    }
+  }
+
   // Calls the Python fn on proxies of `a` (the C++ side holds the package lock, GIL released).
   std::vector<Tensor> trace(LazyContext& ctx, const TraceArgs& a) {
     py::gil_scoped_acquire gil;
     pending_note_.clear();
     auto scope = std::make_shared<TraceScope>();
     scope->ctx = &ctx;
+    scope->args = &a;
     push_trace(scope);
     struct End {
       std::shared_ptr<TraceScope> scope;
@@ -635,6 +705,7 @@ PYBIND11_MODULE(_tracecache, m) {
     return out;
   }, "The current session's distinct warnings so far, as the CLI prints them at the end of a run.");
   m.def("grad", &grad_of);
+  m.def("_host_op", &host_op, py::arg("payload"), py::arg("inputs"), py::arg("description"));
   m.def("_set_grad_enabled", [](bool on) {
     PackageLock lock;
     return current_context().set_grad_enabled(on);
@@ -700,15 +771,17 @@ PYBIND11_MODULE(_tracecache, m) {
       .def(py::init([](py::object fn, std::string name, std::string version,
                        std::vector<std::pair<size_t, int>> dynamic_dims, std::vector<size_t> dynamic_scalars,
                        std::vector<std::pair<uint32_t, size_t>> updates, bool automatic_dynamic, int recompile_limit,
-                       std::vector<std::string> arg_names) {
+                       std::vector<std::string> arg_names, py::object host_op, std::string program) {
              if (recompile_limit < 0) throw py::value_error("recompile_limit must be at least 0");
+             if (!host_op.is_none() && !PyCallable_Check(host_op.ptr())) throw py::type_error("host_op must be callable");
              return std::make_unique<PyCompiledFunction>(CompileSpec{
                  std::move(fn), std::move(name), std::move(version), std::move(dynamic_dims),
                  std::move(dynamic_scalars), std::move(updates), automatic_dynamic, recompile_limit,
-                 std::move(arg_names)});
+                 std::move(arg_names), std::move(host_op), std::move(program)});
            }),
            py::arg("fn"), py::arg("name"), py::arg("version"), py::arg("dynamic_dims"), py::arg("dynamic_scalars"),
-           py::arg("updates"), py::arg("automatic_dynamic"), py::arg("recompile_limit"), py::arg("arg_names"))
+           py::arg("updates"), py::arg("automatic_dynamic"), py::arg("recompile_limit"), py::arg("arg_names"),
+           py::arg("host_op") = py::none(), py::arg("program") = "")
       .def("_call", &PyCompiledFunction::call)
       .def("stats", &PyCompiledFunction::stats)
       .def("recompile_reasons", &PyCompiledFunction::recompile_reasons)

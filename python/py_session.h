@@ -24,6 +24,7 @@
 
 #include "capture/core/metrics.h"
 #include "capture/trace/tensor.h"
+#include "runtime/compiled_function.h"
 #include "runtime/session.h"
 #include "store/remote/redis_client.h"
 #include "store/sqlite/cache_db.h"
@@ -96,6 +97,7 @@ struct PyTensor {
 
 struct TraceScope {
   LazyContext* ctx = nullptr;
+  const TraceArgs* args = nullptr;  // the traced call's arguments (graph breaks: TraceArgs::host_op)
   std::vector<std::weak_ptr<PyTensor>> proxies;
   // Empties every proxy still alive. REQUIRES: PackageLock held.
   void end();

@@ -206,7 +206,22 @@ struct CompiledFunction::Impl {
 
   // ---- the call, phase by phase --------------------------------------------------------------
 
+  // The scope this function puts into the runtime while it runs (options.program, its name);
+  // between calls these hold the runtime's own scope.
+  std::string scope_program, scope_function;
+  struct ScopedRuntime {
+    Impl& impl;
+    bool on;
+    explicit ScopedRuntime(Impl& i) : impl(i), on(!i.options.program.empty()) {
+      if (on) impl.runtime->swap_scope(impl.scope_program, impl.scope_function);
+    }
+    ~ScopedRuntime() {
+      if (on) impl.runtime->swap_scope(impl.scope_program, impl.scope_function);
+    }
+  };
+
   Result<std::vector<DataRef>> call(const CallArgs& args) {
+    ScopedRuntime scope(*this);
     last_entry = -1;
     unkept_note.clear();
     if (stats.fell_back_to_lazy) return trace(args, /*keep=*/false);
@@ -1018,10 +1033,13 @@ CompiledFunction::CompiledFunction(std::string name, TracedFn fn, Runtime* runti
   impl_->options_label = runtime->backend().display_name() +
                          (impl_->options.canonicalize.bake_scalars ? " (scalars baked)" : "");
   impl_->key = {std::move(name), impl_->options.user_version, std::string(kToolkitVersion)};
+  impl_->scope_program = impl_->options.program;
+  impl_->scope_function = impl_->key.name;
   Metrics* metrics = &runtime->metrics();
   impl_->guard_checks = MetricsCounter(metrics, counters::kGuardChecks);
   impl_->guard_failures = MetricsCounter(metrics, counters::kGuardFailures);
   impl_->guard_check_timer = MetricsTimer(metrics, timers::kGuardCheck);
+  Impl::ScopedRuntime scope(*impl_);
   impl_->load();
 }
 

@@ -172,6 +172,10 @@ struct CompiledFunctionOptions {
   // Runs the host ops `fn` asks for (TraceArgs::host_op) and replays them; a function without
   // one cannot have graph breaks.
   HostOpRunner host_op;
+  // The program the function belongs to (a Python module, "torchvision.models.resnet"): while
+  // it runs, the runtime's events and the graphs it compiles are scoped to this program and the
+  // function's name (Runtime::swap_scope). Empty: the runtime's own scope.
+  std::string program;
 };
 
 // What a compiled function did in this process; derived from its entries and counters.

@@ -153,6 +153,14 @@ class Runtime final : public GraphExecutor {
   void function_event(store::EventKind kind, const std::string& function, std::string detail,
                       std::string_view tier = {});
 
+  // Exchanges the scope of events (RuntimeOptions::program and function) with the two strings:
+  // a compiled function puts its own in while it runs, so the graphs it compiles and its events
+  // name it, and swaps them back after (no allocation either way).
+  void swap_scope(std::string& program, std::string& function) {
+    options_.program.swap(program);
+    options_.function.swap(function);
+  }
+
   // The outcomes of the lookups since the last call, in order (RuntimeOptions::record_outcomes;
   // empty otherwise).
   std::vector<GraphOutcome> take_outcomes() { return std::exchange(outcomes_, {}); }

@@ -23,7 +23,7 @@ import numpy as _np
 
 from . import _tracecache
 from ._tracecache import (Error, Tensor, op, op_names, mark_step, settings, counters,
-                          metrics_report, timers, audit, warnings)
+                          metrics_report, timers, audit, warnings, _host_op)
 
 __all__ = ["Error", "Tensor", "CompiledFunction", "configure", "settings", "tensor", "from_numpy",
            "from_torch", "op", "ops", "op_names", "mark_step", "grad", "no_grad", "compile",
@@ -257,25 +257,36 @@ class CompiledFunction:
         return self._core.version
 
 
+def default_name(fn):
+    """The persistent name a compiled `fn` gets by default: `module:qualname`
+    (`train:Trainer.step`), which does not depend on where the script lives."""
+    qual = getattr(fn, "__qualname__", None) or type(fn).__qualname__
+    module = getattr(fn, "__module__", None) or type(fn).__module__
+    return f"{module}:{qual}"
+
+
 def compile(fn, *, name=None, version=None, dynamic_dims=None, automatic_dynamic=True, updates=None,
-            recompile_limit=None, dynamic_scalars=None):
+            recompile_limit=None, dynamic_scalars=None, host_op=None, program=None):
     """fn traced once with guards: runtime/compiled_function.h (docs/python.md).
 
-    name: the persistent key's function name (default: fn's qualified name and file).
+    name: the persistent key's function name (default: `module:qualname`, default_name(fn)).
     version: the user version in that key (default: a digest of fn's code object).
     dynamic_dims: (argument position, dim) pairs that are dynamic from the first trace on.
     automatic_dynamic: a dim whose size alone fails the guards becomes dynamic.
     updates: (output, argument position) pairs: output k is the new value of that argument.
     recompile_limit: recompiles before falling back to tracing every call (default 8).
     dynamic_scalars: positions of number arguments fed to fn as rank-0 f32 tensors (not guarded
-    by value)."""
+    by value).
+    host_op: runner(payload: bytes, inputs: list of read-only ndarrays) -> list of ndarrays, for
+    the graph breaks fn makes with `_host_op` (tracecache.torch's fallback to PyTorch).
+    program: what the audit names the function's graphs and events by (default: fn's module)."""
     if not callable(fn):
         raise TypeError("tracecache.compile takes a callable")
     code = getattr(fn, "__code__", None)
     if name is None:
-        qual = getattr(fn, "__qualname__", type(fn).__name__)
-        file = code.co_filename if code is not None else getattr(type(fn), "__module__", "")
-        name = f"{qual} ({file})"
+        name = default_name(fn)
+    if program is None:
+        program = getattr(fn, "__module__", None) or type(fn).__module__
     if version is None:
         version = _code_digest(code) if code is not None else ""
     try:
@@ -285,5 +296,5 @@ def compile(fn, *, name=None, version=None, dynamic_dims=None, automatic_dynamic
     core = _tracecache._CompiledFunction(fn, name, str(version), [tuple(d) for d in (dynamic_dims or [])],
                             list(dynamic_scalars or []), [tuple(u) for u in (updates or [])],
                             automatic_dynamic, 8 if recompile_limit is None else recompile_limit,
-                            arg_names)
+                            arg_names, host_op, str(program))
     return CompiledFunction(fn, core)

@@ -160,11 +160,11 @@ class StructureNotes(unittest.TestCase):
 
 
 class Errors(unittest.TestCase):
-    def test_unmapped_op_names_itself_and_the_user_line(self):
+    def test_unmapped_op_names_itself_and_the_user_line_with_fullgraph(self):
         for mode in ("lazy", "once"):
-            tracecache.configure(mode=mode, no_cache=True)
+            tracecache.configure(no_cache=True)
             with self.assertRaises(tracecache.torch.UnsupportedOpError) as caught:
-                tracecache.torch.compile(uses_cumsum)(torch.ones(4))
+                tracecache.torch.compile(uses_cumsum, fullgraph=True, mode=mode)(torch.ones(4))
             message = str(caught.exception)
             self.assertIn("aten.cumsum.default", message)
             self.assertIn(f"{__file__}:", message)
@@ -181,11 +181,14 @@ class Errors(unittest.TestCase):
         self.assertIn("reads a parameter", str(caught.exception))
         self.assertIn("compile_step", str(caught.exception))
 
-    def test_arguments_must_be_torch_tensors(self):
-        tracecache.configure(mode="once", no_cache=True)
+    def test_arguments_are_tensors_and_plain_values(self):
+        tracecache.configure(no_cache=True)
+        compiled = tracecache.torch.compile(scaled)
+        self.assertTrue(torch.equal(compiled(torch.ones(2), 3), torch.full((2,), 5.0)))
+        self.assertTrue(torch.equal(compiled(torch.ones(2), 4), torch.full((2,), 6.0)), "a new number: a new graph")
         with self.assertRaises(TypeError):
-            tracecache.torch.compile(scaled)(torch.ones(2), 3)
-        with self.assertRaises(TypeError):
+            compiled(torch.ones(2), object())
+        with self.assertRaisesRegex(TypeError, r"float64.*convert it first \(\.float\(\)\)"):
             tracecache.torch.compile(scaled)(torch.ones(2, dtype=torch.float64), torch.ones(2))
 
 

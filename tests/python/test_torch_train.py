@@ -44,13 +44,13 @@ class Training(unittest.TestCase):
         g = torch.Generator().manual_seed(11)
         batches = [(torch.randn(4, *input_shape, generator=g), torch.randint(0, 3, (4,), generator=g))
                    for _ in range(10)]
+        tracecache.configure(no_cache=True)
         for mode in ("lazy", "once"):
-            tracecache.configure(mode=mode, no_cache=True)
             torch.manual_seed(0)
             model = make_model()
             reference = copy.deepcopy(model)
             optimizer, ref_optimizer = make_optimizer(model), make_optimizer(reference)
-            compiled = tracecache.torch.compile_step(step_of(model, optimizer), model, optimizer)
+            compiled = tracecache.torch.compile_step(step_of(model, optimizer), model, optimizer, mode=mode)
             eager = step_of(reference, ref_optimizer)
             captures = tracecache.torch.stats()["captures"]
             for i, (x, y) in enumerate(batches):
@@ -139,21 +139,42 @@ class Training(unittest.TestCase):
             self.assertLessEqual(torch_models.relative_error(getattr(model[1], name), getattr(reference[1], name)), 1e-4)
         self.assertEqual(int(model[1].num_batches_tracked), 3)
 
-    def test_a_value_read_in_the_step_is_refused(self):
+    def test_a_value_read_in_the_step_takes_its_branch(self):
+        # A branch on the loss's sign: each branch is its own path (a value guard on the boolean
+        # read), and every call equals eager PyTorch's step, whichever branch it takes. (A branch
+        # on `loss.item() > 0` guards the loss's value itself, as read: a new trace per value.)
         tracecache.configure(mode="once", no_cache=True)
+        torch.manual_seed(0)
         model = mlp()
+        reference = copy.deepcopy(model)
         optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        ref_optimizer = torch.optim.SGD(reference.parameters(), lr=0.1)
 
-        def step(x):
-            optimizer.zero_grad()
-            loss = model(x).sum()
-            if loss.item() > 0:  # the user line the error names
-                loss.backward()
-            optimizer.step()
-            return loss
-        with self.assertRaises(tracecache.torch.CaptureError) as caught:
-            tracecache.torch.compile_step(step, model, optimizer)(torch.randn(2, 8))
-        self.assertIn("if loss.item() > 0:", str(caught.exception))
+        def step_of_branching(m, opt):
+            def step(x):
+                opt.zero_grad()
+                loss = m(x).sum()
+                if loss > 0:
+                    loss.backward()
+                else:
+                    (-loss).backward()
+                opt.step()
+                return loss
+            return step
+        compiled = tracecache.torch.compile_step(step_of_branching(model, optimizer), model, optimizer)
+        eager = step_of_branching(reference, ref_optimizer)
+        g = torch.Generator().manual_seed(3)
+        signs = set()
+        for i in range(6):
+            x = torch.randn(2, 8, generator=g) * (1 if i % 3 else -1) * 10
+            want = eager(x).detach()
+            signs.add(bool(want > 0))
+            self.assertLessEqual(torch_models.relative_error(compiled(x), want), 1e-4, f"step {i}")
+            for got, ref in zip(model.parameters(), reference.parameters()):
+                self.assertLessEqual(torch_models.relative_error(got, ref), 1e-4, f"step {i}")
+        self.assertEqual(signs, {True, False}, "both branches were taken")
+        self.assertEqual(compiled.stats()["entries"], 2)
+        self.assertEqual([b[0] for b in compiled.graph_breaks()], ["value read"])
 
 
 class RecordingEmitter:

@@ -15,8 +15,9 @@ Every ATen op is lowered by the one mapping in `lowering.py`; an op without a ma
 
 from .compiled import CompiledModule, compile, stats
 from .errors import CaptureError, UnsupportedOpError
+from .explain import ExplainOutput, GraphBreak, explain
 from .export import ExportInput, ExportResult, export
 from .step import CompiledStep, compile_step
 
 __all__ = ["CaptureError", "UnsupportedOpError", "CompiledModule", "CompiledStep", "compile", "compile_step",
-           "stats", "ExportInput", "ExportResult", "export"]
+           "explain", "ExplainOutput", "GraphBreak", "stats", "ExportInput", "ExportResult", "export"]

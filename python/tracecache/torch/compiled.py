@@ -34,7 +34,10 @@ op or pattern that cannot be lowered, naming the op and the user's line), `trace
 import hashlib
 import inspect
 import json
+import keyword
 import os
+import re
+import sys
 import warnings
 
 import torch
@@ -42,8 +45,9 @@ from torch.utils import _pytree as pytree
 
 from .. import _feed_code
 from . import capture as capture_mod
+from . import fallback
 from .emit_live import LiveEmitter
-from .errors import CaptureError
+from .errors import CaptureError, skipped_file
 from .lowering import TORCH_DTYPES, lower, output_structure
 
 __all__ = ["CompiledModule", "compile", "stats"]
@@ -183,14 +187,17 @@ def split_outputs(outputs, name):
     return tensors, constants
 
 
-def _structure_note(spec, constants):
-    """The output structure as the compiled function's entry note (JSON), or None when the
-    structure has no JSON form (then a new process captures once to learn it)."""
+def _structure_note(spec, constants, breaks=()):
+    """What a compiled call's caller must know that its graphs do not hold, as the compiled
+    function's entry note (JSON): the output structure, any number outputs, and the graph breaks
+    of the trace (for graph_breaks() in a process that never traced). None when the structure has
+    no JSON form (then a new process captures once to learn it)."""
     encoded = _spec_to_json(spec)
     if encoded is None:
         return None
     try:
-        return json.dumps({"spec": encoded, "constants": constants}).encode()
+        return json.dumps({"spec": encoded, "constants": constants,
+                           "breaks": [list(b) for b in breaks]}).encode()
     except (TypeError, ValueError):
         return None
 
@@ -198,17 +205,83 @@ def _structure_note(spec, constants):
 def _structure_from_note(note):
     """(spec, constants) from an entry note, or None when there is none or it is malformed
     (notes come from the cache: untrusted)."""
+    known = _note(note)
+    return None if known is None else (known[0], known[1])
+
+
+def _note(note):
+    """(spec, constants, breaks) from an entry note, or None (see _structure_from_note)."""
     if not note:
         return None
     try:
         data = json.loads(note.decode())
         spec, constants = _spec_from_json(data["spec"]), data["constants"]
+        breaks = data.get("breaks", [])
     except (KeyError, TypeError, ValueError, AttributeError, IndexError, UnicodeDecodeError, RecursionError):
         return None
     if not isinstance(constants, list) or len(constants) != spec.num_leaves or \
             not all(c is None or isinstance(c, (bool, int, float)) for c in constants):
         return None
-    return spec, constants
+    if not isinstance(breaks, list) or not all(isinstance(b, list) and len(b) == 3 and
+                                               all(x is None or isinstance(x, str) for x in b) for b in breaks):
+        return None
+    return spec, constants, [tuple(b) for b in breaks]
+
+
+# -- arguments -------------------------------------------------------------------------------
+
+_PLAIN = (type(None), bool, int, float, str)
+
+
+def _dtype_message(what, dtype):
+    return (f"tracecache.torch: {what} has dtype {dtype}; tracecache holds float32, int64, int32 and bool: "
+            f"convert it first ({'.float()' if dtype.is_floating_point else '.long()'}); "
+            f"bfloat16, float16 and float64 are not supported yet")
+
+
+def _flatten_call(args, kwargs):
+    """A call's arguments as (tensor leaves, the key of everything else): pytree structure and
+    the plain values (numbers, strings, None) that the capture bakes in. TypeError for a leaf
+    that is neither."""
+    flat, spec = pytree.tree_flatten((args, kwargs))
+    tensors, plain = [], []
+    for k, v in enumerate(flat):
+        if isinstance(v, torch.Tensor):
+            if v.dtype not in TORCH_DTYPES:
+                raise TypeError(_dtype_message(f"argument {k}", v.dtype))
+            tensors.append(v)
+        elif isinstance(v, _PLAIN):
+            plain.append((k, v))
+        else:
+            raise TypeError(f"tracecache.torch: argument {k} is {type(v).__name__}; a compiled module takes "
+                            f"torch tensors, numbers, strings and None, in tuples, lists and dicts")
+    return flat, spec, tensors, (repr(spec), tuple(plain))
+
+
+def _rebuild(flat, spec, tensors):
+    """(args, kwargs) of a call with its tensor leaves replaced by `tensors`, in order."""
+    it = iter(tensors)
+    leaves = [next(it) if isinstance(v, torch.Tensor) else v for v in flat]
+    return pytree.tree_unflatten(leaves, spec)
+
+
+def _identifier(name):
+    ident = re.sub(r"\W", "_", name)
+    return ident if ident.isidentifier() and not keyword.iskeyword(ident) else f"arg_{ident}"
+
+
+def _user_stacklevel():
+    """The stacklevel that points a warning raised here at the first frame outside tracecache and
+    torch (the user's call)."""
+    frame, level = sys._getframe(1), 1
+    while frame is not None and skipped_file(frame.f_code.co_filename):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
+def warn(message, category=UserWarning):
+    """warnings.warn at the user's line."""
+    warnings.warn(message, category, stacklevel=_user_stacklevel())
 
 
 # -- the compiled module ---------------------------------------------------------------------
@@ -224,40 +297,57 @@ def _state_accessors(module):
     return [(name,) + owners[name] for name, _ in capture_mod.module_state(module)]
 
 
+class _Function:
+    """One tracecache.compile'd function of a CompiledModule: the calls of one argument
+    structure (pytree and plain values) under one set of training flags."""
+
+    def __init__(self, compiled, version):
+        self.compiled = compiled
+        self.version = version
+        self.structures = {}  # signature -> (spec, constants, breaks), this process
+
+
 class CompiledModule:
     """A module or function whose calls run as tracecache graphs (see the module docstring)."""
 
-    def __init__(self, target, name=None, version=None):
+    def __init__(self, target, name=None, version=None, fullgraph=False, mode=None):
         import tracecache
+        if mode not in (None, "once", "lazy"):
+            raise ValueError(f"tracecache.torch.compile: mode must be 'once' (the default) or 'lazy', not {mode!r}")
         self._tc = tracecache
         self.target = target
+        self.fullgraph = bool(fullgraph)
+        self.mode = mode or "once"
         self.is_module = isinstance(target, torch.nn.Module)
         if self.is_module:
             self._accessors = _state_accessors(target)
             state = [(n, getattr(m, kind)[a]) for n, m, a, kind in self._accessors]
+            for n, t in state:
+                if t.dtype not in TORCH_DTYPES:
+                    raise TypeError(_dtype_message(f"parameter or buffer '{n}'", t.dtype))
             self.state_names = [n for n, *_ in self._accessors]
-            default_name = f"tracecache.torch:{type(target).__module__}.{type(target).__qualname__}"
+            forward = type(target).forward
+            default_name = f"{type(target).__module__}:{getattr(forward, '__qualname__', type(target).__qualname__)}"
+            self.program = type(target).__module__
             default_version = module_version(target, state)
         else:
             self._accessors = []
             self.state_names = []
-            code = getattr(target, "__code__", None)
-            qual = getattr(target, "__qualname__", type(target).__qualname__)
-            default_name = f"tracecache.torch:{qual} ({code.co_filename if code else type(target).__module__})"
+            default_name = tracecache.default_name(target)
+            self.program = getattr(target, "__module__", None) or type(target).__module__
             default_version = function_version(target)
         self.name = name or default_name
         self._base_version = str(version) if version is not None else default_version
         self._modules = list(target.modules()) if self.is_module else []
-        self._flags = None
-        self.version = None
         self._wrappers = {}
         self._captures = {}
-        self._call_inputs = None
-        self._compiled = None
-        self._compiled_key = None
-        self._structures = {}
-        self._count = 0
+        self._functions = {}
+        self._session = None
+        self._call = None
+        self._last = None
+        self._last_breaks = []
         self._warned = False
+        self.version = None
 
     # -- arguments -------------------------------------------------------------------------
 
@@ -272,45 +362,48 @@ class CompiledModule:
         for t in tensors:
             entry = cache.get(id(t))
             if entry is None or entry[0] is not t or entry[1] != t._version:
+                if t.dtype not in TORCH_DTYPES:
+                    raise TypeError(_dtype_message("a parameter or buffer", t.dtype))
                 entry = (t, t._version, self._tc.from_torch(t))
             fresh[id(t)] = entry
             out.append(entry[2])
         self._wrappers = fresh
         return out
 
-    def _check_inputs(self, inputs):
-        for k, t in enumerate(inputs):
-            if not isinstance(t, torch.Tensor):
-                raise TypeError(f"tracecache.torch: argument {k} is {type(t).__name__}; a compiled module "
-                                f"takes torch tensors (positional)")
-            if t.dtype not in TORCH_DTYPES:
-                raise TypeError(f"tracecache.torch: argument {k} has dtype {t.dtype}; tracecache holds "
-                                f"float32, int64, int32 and bool")
+    def _flags(self):
+        return tuple(m.training for m in self._modules)
 
     # -- capture and lowering ----------------------------------------------------------------
 
-    def _signature(self, state, inputs):
-        return tuple((t.dtype, tuple(t.shape)) for t in list(state) + list(inputs)) + \
-            ((self.target.training,) if self.is_module else ())
+    def _signature(self, state, tensors, key):
+        return (key, tuple((t.dtype, tuple(t.shape)) for t in list(state) + list(tensors)), self._flags())
 
-    def _capture(self, state, inputs):
-        key = self._signature(state, inputs)
-        graph = self._captures.get(key)
+    def _capture(self, state, flat, spec, tensors, key):
+        """The captured graph of this call: kept per signature, unless it read values (then it
+        holds for this call's values only)."""
+        sig = self._signature(state, tensors, key)
+        graph = self._captures.get(sig)
         if graph is None:
-            input_names = [f"input{i}" for i in range(len(inputs))]
-            if self.is_module:
-                # Buffers are captured on copies: a forward that writes them (a training-mode batch
-                # norm) must not change the module during the capture. Parameters are only read.
-                tensors = [t if isinstance(t, torch.nn.Parameter) else t.detach().clone() for t in state]
-                graph = capture_mod.capture_module(self.target, list(inputs), input_names,
-                                                   list(zip(self.state_names, tensors)))
-            else:
-                graph = capture_mod.capture(self.target, [], [], input_names, list(inputs))
-            self._captures[key] = graph
+            graph = self._capture_now(state, flat, spec, tensors)
+            if not graph.data_dependent:
+                self._captures[sig] = graph
         return graph
 
-    def _emitter(self):
-        return LiveEmitter(self._tc)
+    def _capture_now(self, state, flat, spec, tensors):
+        input_names = [f"input{i}" for i in range(len(tensors))]
+        if self.is_module:
+            # Buffers are captured on copies: a forward that writes them (a training-mode batch
+            # norm) must not change the module during the capture. Parameters are only read.
+            copies = [t if isinstance(t, torch.nn.Parameter) else t.detach().clone() for t in state]
+            return capture_mod.capture_module(self.target, list(tensors), input_names,
+                                              list(zip(self.state_names, copies)),
+                                              rebuild=lambda ts: _rebuild(flat, spec, ts))
+        target = self.target
+
+        def call(*ts):
+            args, kwargs = _rebuild(flat, spec, ts)
+            return target(*args, **kwargs)
+        return capture_mod.capture(call, [], [], input_names, list(tensors))
 
     def _count_lowering(self):
         global _lowerings
@@ -320,8 +413,9 @@ class CompiledModule:
         """(output, argument) pairs of outputs that replace arguments: none for inference."""
         return []
 
-    def _lower(self, graph, handles):
-        lowered = lower(graph.graph, self._emitter(), handles)
+    def _lower(self, graph, handles, emitter):
+        """Lowers a capture onto `handles`: (tensor handles, output spec, constants, breaks)."""
+        lowered = lower(graph.graph, emitter, handles, breaks=not self.fullgraph)
         self._count_lowering()
         if lowered.updates:
             names = ", ".join(graph.names[i] for i in sorted(lowered.updates))
@@ -330,118 +424,121 @@ class CompiledModule:
                                f"use tracecache.torch.compile_step(model, model) to write the new values back, "
                                f"or compile the whole training step with compile_step(step, model, optimizer)")
         tensors, constants = split_outputs(lowered.outputs, "output {}")
-        return tensors, lowered.out_spec, constants
+        return tensors, lowered.out_spec, constants, lowered.breaks
 
-    def _traced(self, *proxies):
-        """The body of the tracecache.compile'd function: runs only when tracecache traces."""
-        state, inputs = self._call_inputs
-        for k, (p, t) in enumerate(zip(proxies, list(state) + list(inputs))):
-            if tuple(p.shape) != tuple(t.shape) or p.dtype != TORCH_DTYPES[t.dtype]:
-                raise CaptureError(f"tracecache.torch: argument {k} is {p.dtype}{list(p.shape)} in the trace "
-                                   f"but {t.dtype}{list(t.shape)} in torch")
-        graph = self._capture(state, inputs)
-        tensors, spec, constants = self._lower(graph, proxies)
-        self._structures[self._signature(state, inputs)] = (spec, constants)
-        note = _structure_note(spec, constants)
+    def _traced(self, function, *proxies):
+        """The body of a tracecache.compile'd function: runs only when tracecache traces."""
+        state, flat, spec, tensors, key = self._call
+        graph = self._capture(state, flat, spec, tensors, key)
+        out, out_spec, constants, breaks = self._lower(graph, proxies, LiveEmitter(self._tc, traced=True))
+        function.structures[self._signature(state, tensors, key)] = (out_spec, constants, breaks)
+        note = _structure_note(out_spec, constants, breaks)
         if note is not None:
-            self._compiled.set_note(note)
-        return tuple(tensors)
+            function.compiled.set_note(note)
+        return tuple(out)
 
-    def _input_names(self, count):
-        """Names of the call's inputs for recompile reasons: the forward's parameter names."""
-        fn = self.target.forward if self.is_module else self.target
-        try:
-            params = [p.name for p in inspect.signature(fn).parameters.values()
-                      if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-        except (TypeError, ValueError):
-            params = []
-        return [params[k] if k < len(params) else f"input{k}" for k in range(count)]
+    def _argument_names(self):
+        """The names of the state arguments, in order."""
+        return self.state_names
 
     def _traced_signature(self, count):
         """The traced function's signature, so tracecache names its arguments in recompile
-        reasons (`input 4 'x'`): the state names with dots as underscores, then the inputs."""
+        reasons (`input 4 'x'`): the state names as identifiers, then the inputs."""
         names, taken = [], set()
-        for raw in [n.replace(".", "_") for n in self.state_names] + self._input_names(count):
-            name = raw if raw.isidentifier() else f"arg_{raw}"
+        for raw in [n.replace(".", "_") for n in self._argument_names()] + [f"input{k}" for k in range(count)]:
+            name = _identifier(raw)
             while name in taken:
                 name += "_"
             taken.add(name)
             names.append(name)
         return inspect.Signature([inspect.Parameter(n, inspect.Parameter.POSITIONAL_ONLY) for n in names])
 
-    def _compiled_function(self, settings=None, count=None):
-        """The tracecache.compile'd function for the current session settings, training flags
-        (a module switched between train() and eval() is another graph: another version) and
-        number of inputs."""
-        settings = settings or self._tc.settings()
-        flags = tuple(m.training for m in self._modules)
-        count = self._count if count is None else count
-        key = (settings.get("db"), settings.get("no_cache"), settings.get("backend"), flags, count)
-        if self._compiled is None or self._compiled_key != key:
-            if flags != self._flags:
-                digest = hashlib.sha256(f"{self._base_version}{flags}".encode()).hexdigest()[:32]
-                self.version = digest if self.is_module else self._base_version
-                self._flags = flags
-            self._structures = {}
+    def _function(self, key, count):
+        """The tracecache.compile'd function for this call structure and training flags, in the
+        current session (a new session makes them anew)."""
+        session = self._tc.settings()
+        session_key = (session.get("db"), session.get("no_cache"), session.get("backend"))
+        if session_key != self._session:
+            self._functions = {}
+            self._session = session_key
+        flags = self._flags()
+        fkey = (key, flags, count)
+        function = self._functions.get(fkey)
+        if function is None:
+            h = hashlib.sha256(f"{self._base_version}{flags}{key}".encode())
+            version = h.hexdigest()[:32]
 
             def traced(*proxies):
-                return self._traced(*proxies)
+                return self._traced(function, *proxies)
             traced.__signature__ = self._traced_signature(count)
-            self._count = count
-            self._compiled = self._tc.compile(traced, name=self.name, version=self.version,
-                                              automatic_dynamic=False, updates=self._updates(count))
-            self._compiled_key = key
-        return self._compiled
+            compiled = self._tc.compile(traced, name=self.name, version=version, automatic_dynamic=False,
+                                        updates=self._updates(count), host_op=fallback.run,
+                                        program=self.program)
+            function = _Function(compiled, version)
+            self._functions[fkey] = function
+        self.version = function.version
+        return function
 
     # -- calls -------------------------------------------------------------------------------
 
-    def __call__(self, *inputs):
-        self._check_inputs(inputs)
+    def _per_call(self):
+        """Whether calls lower the capture each time (lazy capture, asked for, or a session that
+        does not compile: eager mode, the reference evaluator) instead of trace once."""
+        if self.mode == "lazy":
+            return True
+        settings = self._tc.settings()
+        return settings.get("mode") == "eager" or settings.get("backend") == "reference"
+
+    def __call__(self, *args, **kwargs):
+        flat, spec, tensors, key = _flatten_call(args, kwargs)
         if self.is_module and self.target.training and not self._warned and torch.is_grad_enabled():
             self._warn_no_autograd()
         state = self._state()
-        settings = self._tc.settings()
-        if settings.get("mode") != "once":
-            return self._call_lazy(state, inputs)
-        return self._assemble(*self._call_once(settings, state, inputs))
+        if self._per_call():
+            return self._assemble(*self._call_lazy(state, flat, spec, tensors, key)[:3])
+        out, out_spec, constants = self._call_once(state, flat, spec, tensors, key)
+        return self._assemble(out, out_spec, constants)
 
-    def _call_once(self, settings, state, inputs):
-        """Once mode: calls the compiled function (it captures only when it must trace);
-        returns its outputs as a tuple with the output structure and constants."""
-        compiled = self._compiled_function(settings, len(inputs))
-        args = self._wrap_state(state) + [self._tc.from_torch(t) for t in inputs]
-        self._call_inputs = (state, inputs)
+    def _call_once(self, state, flat, spec, tensors, key, skip=0):
+        """Once mode: calls the compiled function (it captures only when it must trace); returns
+        its outputs as a tuple with the output structure and constants. The first `skip` outputs
+        are not the user's (a training step's new state)."""
+        function = self._function(key, len(tensors))
+        args = self._wrap_state(state) + [self._tc.from_torch(t) for t in tensors]
+        self._call = (state, flat, spec, tensors, key)
         try:
-            out = compiled(*args)
+            out = function.compiled(*args)
         finally:
-            self._call_inputs = None
+            self._call = None
         out = out if isinstance(out, tuple) else (out,)
-        spec, constants = self._known_structure(state, inputs, len(out))
-        return out, spec, constants
+        self._last = function
+        out_spec, constants = self._known_structure(function, state, flat, spec, tensors, key, len(out) - skip)
+        return out, out_spec, constants
 
     def _warn_no_autograd(self):
         self._warned = True
         if any(p.requires_grad for p in self.target.parameters()):
-            warnings.warn("tracecache.torch.compile: the outputs of a compiled module carry no autograd history, so "
-                          "loss.backward() cannot reach the parameters; to train, compile the whole step (forward, "
-                          "backward, optimizer) with tracecache.torch.compile_step(step, model, optimizer)",
-                          stacklevel=3)
+            warn("tracecache.torch.compile: the outputs of a compiled module carry no autograd history, so "
+                 "loss.backward() cannot reach the parameters; to train, compile the whole step (forward, "
+                 "backward, optimizer) with tracecache.torch.compile_step(step, model, optimizer)")
 
-    def _known_structure(self, state, inputs, tensors):
-        """(spec, constants) of the call's outputs, `tensors` of which the graphs returned."""
-        sig = self._signature(state, inputs)
-        known = self._structures.get(sig)
+    def _known_structure(self, function, state, flat, spec, tensors, key, count):
+        """(spec, constants) of the call's outputs, `count` of which are tensors the graphs
+        returned; also sets the breaks of the entry that served the call."""
+        sig = self._signature(state, tensors, key)
+        known = function.structures.get(sig)
         if known is None:
-            known = _structure_from_note(self._compiled.last_note)
-            if known is not None and sum(c is None for c in known[1]) != tensors:
+            known = _note(function.compiled.last_note)
+            if known is not None and sum(c is None for c in known[1]) != count:
                 known = None  # a note that does not fit the entry's outputs (untrusted)
         if known is None:
             # Served by a stored entry without a usable note (a structure with no JSON form, or
             # a damaged note): capture once more to learn it.
-            graph = self._capture(state, inputs)
-            known = self._structure(graph)
-        self._structures[sig] = known
-        return known
+            graph = self._capture(state, flat, spec, tensors, key)
+            known = self._structure(graph) + ([],)
+        function.structures[sig] = known
+        self._last_breaks = list(known[2])
+        return known[0], known[1]
 
     def _structure(self, graph):
         output = next(n for n in graph.graph.graph.nodes if n.op == "output")
@@ -453,28 +550,50 @@ class CompiledModule:
         leaves = [next(it).torch() if c is None else c for c in constants]
         return pytree.tree_unflatten(leaves, spec)
 
-    def _call_lazy(self, state, inputs):
-        graph = self._capture(state, inputs)
-        handles = self._wrap_state(state) + [self._tc.from_torch(t) for t in inputs]
-        tensors, spec, constants = self._lower(graph, handles)
+    def _call_lazy(self, state, flat, spec, tensors, key):
+        """Lazy capture: the (kept) capture lowered onto new lazy tensors, run at a barrier."""
+        graph = self._capture(state, flat, spec, tensors, key)
+        handles = self._wrap_state(state) + [self._tc.from_torch(t) for t in tensors]
+        out, out_spec, constants, breaks = self._lower(graph, handles, LiveEmitter(self._tc))
         self._tc.mark_step()
-        return self._assemble(tensors, spec, constants)
+        self._last_breaks = list(breaks)
+        return out, out_spec, constants
 
     # -- introspection -----------------------------------------------------------------------
 
+    def _last_function(self):
+        if self._last is None:
+            raise RuntimeError("tracecache.torch: the compiled module has not been called in once mode yet")
+        return self._last
+
     def stats(self):
-        """The compiled function's counters (tracecache.CompiledFunction.stats()), once mode."""
-        return self._compiled_function().stats()
+        """The counters of the compiled function of the last call (tracecache.CompiledFunction.stats(),
+        once mode), with `graph_breaks`: the graph breaks of the entry that served it."""
+        s = dict(self._last_function().compiled.stats())
+        s["graph_breaks"] = len(self._last_breaks)
+        return s
 
     def recompile_reasons(self):
-        return self._compiled_function().recompile_reasons()
+        return self._last_function().compiled.recompile_reasons()
+
+    def graph_breaks(self):
+        """The graph breaks of the last call: (op, reason, where) per break, in order: an op
+        PyTorch ran on the host, or a value read into Python (`where` is the user's line)."""
+        return list(self._last_breaks)
+
+    def flush(self):
+        """Writes the hit counts of this process's replays to the cache (also done at exit)."""
+        for function in self._functions.values():
+            function.compiled.flush()
 
 
-def compile(module_or_fn, *, name=None, version=None):
+def compile(module_or_fn, *, name=None, version=None, fullgraph=False, mode=None):
     """A callable that runs `module_or_fn` (a `torch.nn.Module` or a function of torch tensors)
-    as tracecache graphs and returns torch tensors in the same structure. `name` and `version`
-    override the persistent key of its compiled function (by default computed from the module's
-    code, attributes and state types, never by capturing)."""
+    as tracecache graphs and returns torch tensors in the same structure. It traces once with
+    guards (whatever the session's mode; `mode="lazy"` lowers the capture on every call
+    instead). `name` and `version` override the persistent key of its compiled function (by
+    default computed from the module's code, attributes and state types, never by capturing).
+    `fullgraph=True` makes an op tracecache cannot map an error instead of a graph break."""
     if not callable(module_or_fn):
         raise TypeError("tracecache.torch.compile takes a torch.nn.Module or a function")
-    return CompiledModule(module_or_fn, name=name, version=version)
+    return CompiledModule(module_or_fn, name=name, version=version, fullgraph=fullgraph, mode=mode)

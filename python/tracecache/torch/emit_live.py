@@ -1,4 +1,5 @@
-"""Emitter (b): the lowered op calls applied with `tracecache.op` on lazy tensors.
+"""Emitter (b): the lowered op calls applied with `tracecache.op` on lazy tensors, graph breaks
+run through `tracecache._host_op` (fallback.py) and value reads read.
 
 Inside a `tracecache.compile`d function the handles are the call's proxies and the ops are
 recorded into its trace; in lazy or eager mode they are ordinary tensors of the session.
@@ -15,6 +16,7 @@ import math
 
 import torch
 
+from . import fallback
 from .errors import CaptureError
 from .lowering import TORCH_DTYPES
 
@@ -24,11 +26,24 @@ MAX_CONSTANT_ELEMENTS = 64
 
 
 class LiveEmitter:
-    def __init__(self, tracecache):
+    """`traced`: the handles are a compiled function's proxies (once mode), so graph breaks go
+    to the function's trace (`tracecache._host_op`) and value reads become value guards;
+    otherwise they are session tensors (lazy and eager mode) and a break runs at once."""
+
+    def __init__(self, tracecache, traced=False):
         self.tc = tracecache
+        self.traced = traced
 
     def op(self, name, inputs, attrs):
         return self.tc.op(name, *inputs, **attrs)
+
+    def read(self, handle):
+        handle.numpy()
+
+    def host_op(self, payload, inputs, description):
+        if self.traced:
+            return self.tc._host_op(payload, list(inputs), description)
+        return [self.tc.from_numpy(a) for a in fallback.run(payload, [h.numpy() for h in inputs])]
 
     def constant(self, target, tensor):
         dtype = TORCH_DTYPES[tensor.dtype]

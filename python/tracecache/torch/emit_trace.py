@@ -13,6 +13,7 @@ Not thread-safe. Errors: `ValueError` for an attribute value the format cannot s
 import math
 import re
 
+from .errors import CaptureError
 from .lowering import TORCH_DTYPES, DType
 
 __all__ = ["TraceEmitter", "identifier", "format_type"]
@@ -108,6 +109,10 @@ class TraceEmitter:
         ident = self.declare_param(key, TORCH_DTYPES[tensor.dtype], tensor.shape)
         self.constants.append((key, tensor))
         return ident
+
+    def read(self, handle):
+        raise CaptureError("tracecache.torch: the program reads a tensor's value into Python (.item(), bool(), "
+                           "a data-dependent branch); a trace program cannot: export a module without value reads")
 
     def op(self, name, inputs, attrs):
         ident = identifier(self._hint if not self._count else f"{self._hint}__{self._count}", self.taken)

@@ -13,10 +13,11 @@ import traceback
 
 import torch
 
-__all__ = ["CaptureError", "UnsupportedOpError", "user_frame", "user_frame_of_traceback"]
+__all__ = ["CaptureError", "UnsupportedOpError", "user_frame", "user_frame_of_traceback", "skipped_file"]
 
 _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__))
-_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+# The whole tracecache package (tracecache.torch and the compiled-function wrapper around it).
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _SKIP_DIRS = [_TORCH_DIR, _PACKAGE_DIR, os.path.join(os.path.dirname(_TORCH_DIR), "functorch"),
               os.path.dirname(os.path.abspath(re.__file__))]
 
@@ -34,7 +35,9 @@ class UnsupportedOpError(CaptureError):
         self.op = op
 
 
-def _skipped(path):
+def skipped_file(path):
+    """Whether a frame of `path` is not the user's: PyTorch's, functorch's, the standard
+    library's, tracecache's own, or generated code."""
     if path.startswith("<"):
         return True
     path = os.path.abspath(path)
@@ -46,7 +49,7 @@ def user_frame(frames):
     PyTorch's, functorch's, the standard library's or this package's own code, as
     `'file.py:12 in forward: y = f(x)'`; None when there is none."""
     for path, line, function in frames or ():
-        if _skipped(path):
+        if skipped_file(path):
             continue
         code = linecache.getline(path, line).strip()
         where = f"{path}:{line} in {function}"

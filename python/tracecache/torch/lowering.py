@@ -27,6 +27,8 @@ import torch
 from torch.fx.passes.shape_prop import TensorMetadata
 from torch.utils import _pytree as pytree
 
+from . import fallback
+from .capture import is_data_dependent, read_value
 from .errors import CaptureError, UnsupportedOpError, user_frame
 
 __all__ = ["DType", "Value", "Lowered", "Lowerer", "lower", "LOWERINGS", "table", "TORCH_DTYPES"]
@@ -89,6 +91,7 @@ class Lowered:
         self.outputs = outputs
         self.out_spec = out_spec
         self.updates = updates
+        self.breaks = []
 
 
 class _Registration:
@@ -143,13 +146,22 @@ class _Args:
 
 class Lowerer:
     """Lowers one captured FX graph onto an emitter. `bindings` are the emitter's handles of the
-    placeholders, in order."""
+    placeholders, in order.
 
-    def __init__(self, graph_module, emitter, bindings):
+    Graph breaks: when `breaks` is true and the emitter has `host_op`, an ATen op with no
+    lowering (or whose lowering refuses this use of it, a CaptureError) is not an error: it
+    becomes a host op that PyTorch runs on the host (see `host_op_payload` and fallback.py), and
+    `self.breaks` lists each one as (op, reason, where). A value the program read into Python
+    (`capture.read_value` nodes) is read through the emitter's `read`, which in a compiled
+    function's trace makes a value guard."""
+
+    def __init__(self, graph_module, emitter, bindings, breaks=False):
         self.gm = graph_module
         self.graph = graph_module.graph
         self.emitter = emitter
         self.bindings = list(bindings)
+        self.allow_breaks = breaks and hasattr(emitter, "host_op")
+        self.breaks = []
         self.env = {}
         self.node = None
         self.updates = {}
@@ -350,10 +362,12 @@ class Lowerer:
         return v
 
     def _live_nodes(self, output):
-        """The nodes the outputs need, and every op that writes a tensor in place (its write
-        may be read through another node, or be an update of an input) with what it needs."""
+        """The nodes the outputs need, every op that writes a tensor in place (its write may be
+        read through another node, or be an update of an input), and every value read or
+        data-dependent shape (the program used its value or shape), with what they need."""
         live = set()
-        stack = [output] + [n for n in self.graph.nodes if n.op == "call_function" and _mutated_arg(n) is not None]
+        stack = [output] + [n for n in self.graph.nodes if n.op == "call_function" and
+                            (_mutated_arg(n) is not None or is_data_dependent(n))]
         while stack:
             n = stack.pop()
             if n not in live:
@@ -361,9 +375,31 @@ class Lowerer:
                 stack.extend(n.all_input_nodes)
         return live
 
+    def _last_uses(self, live):
+        """node -> the node after which nothing reads it any more (its value can be dropped, so a
+        graph break does not keep it alive). Lowerings may look through an argument to its own
+        arguments (x @ t(w) reads w), so a node's inputs' inputs count as read by it too."""
+        last = {}
+        for n in self.graph.nodes:
+            if n in live:
+                for a in n.all_input_nodes:
+                    last[a] = n
+                    for b in a.all_input_nodes:
+                        last[b] = n
+        return last
+
+    def _drop_dead(self, node, dead_after):
+        for a in dead_after.get(node, ()):
+            if a.op != "placeholder" and a not in self._alias_root and a not in self._members:
+                self.env.pop(a, None)
+
     def run(self):
         output = next(n for n in self.graph.nodes if n.op == "output")
         live = self._live_nodes(output)
+        dead_after = {}
+        for a, n in self._last_uses(live).items():
+            if n is not output:
+                dead_after.setdefault(n, []).append(a)
         placeholders = iter(self.bindings)
         hint = getattr(self.emitter, "hint", None)
         for node in self.graph.nodes:
@@ -391,6 +427,10 @@ class Lowerer:
                     self.fail(f"result {node.args[1]} of {_op_name(node.args[0])} is not computed")
                 self.env[node] = item
                 continue
+            if node.target is read_value:
+                self.read(node)
+                self._drop_dead(node, dead_after)
+                continue
             name = _op_name(node)
             reg = LOWERINGS.get(name)
             if reg is None and _is_inplace_variant(node):
@@ -398,22 +438,105 @@ class Lowerer:
             if reg is None and name in _RANDOM_OPS:
                 self.fail("draws PyTorch's random numbers, which tracecache cannot reproduce (training-mode "
                           "dropout?): call model.eval() or set the dropout probability to 0")
-            if reg is None:
-                raise UnsupportedOpError(
-                    f"tracecache.torch: no mapping for ATen op {name}{self.where()}; "
-                    f"`python3 -m tracecache.torch ops` lists the mapped ops", name)
             self._track_aliasing(node)
-            result = reg.fn(self, node)
+            if reg is None:
+                if not self.allow_breaks:
+                    raise UnsupportedOpError(
+                        f"tracecache.torch: no mapping for ATen op {name}{self.where()}; "
+                        f"`python3 -m tracecache.torch ops` lists the mapped ops", name)
+                result = self.host_op(node, "no mapping to tracecache ops")
+            elif self.allow_breaks:
+                try:
+                    result = reg.fn(self, node)
+                except CaptureError as e:
+                    result = self.host_op(node, _reason(e, name), error=e)
+            else:
+                result = reg.fn(self, node)
             self.env[node] = result
             target = _mutated_arg(node)
             if target is not None:
                 self._record_mutation(node, target, result)
+            self._drop_dead(node, dead_after)
         outs, spec = output_structure(output.args[0])
         values = []
         for o in outs:
             self.node = output
             values.append(self.env[o] if isinstance(o, torch.fx.Node) else o)
         return Lowered(values, spec, self.updates)
+
+    # -- graph breaks and value reads --------------------------------------------------------
+
+    def read(self, node):
+        """A value the program read into Python: read through the emitter (a value guard)."""
+        val = self.value_of(node.args[0])
+        if isinstance(val, Value):
+            self.emitter.read(val.handle)
+            self.breaks.append(("value read", "the program reads a tensor's value into Python (.item(), bool(), "
+                                "a data-dependent branch): the branch taken is guarded by the value",
+                                user_frame(node.meta.get("frames"))))
+
+    def host_op(self, node, reason, error=None):
+        """Node `node` as a graph break: PyTorch runs it on the host (fallback.py); its results
+        are Values again. Refused (the original error, or an UnsupportedOpError) when its
+        arguments or results cannot cross: a result dtype tracecache does not hold, an argument
+        that is neither a tensor nor a plain value."""
+        name = _op_name(node)
+        why = fallback.runnable(name)
+        if why is not None:
+            self._refuse_break(name, why, error)
+        tensors = []
+
+        def encode(v):
+            if isinstance(v, torch.fx.Node):
+                v = self.value_of(v)
+            if isinstance(v, Value):
+                tensors.append(v)
+                return {"t": len(tensors) - 1}
+            if isinstance(v, (list, tuple)):
+                return {"list" if isinstance(v, list) else "tuple": [encode(x) for x in v]}
+            try:
+                return fallback.encode_argument(v)
+            except TypeError as e:
+                self._refuse_break(name, f"{e}", error)
+
+        args = [encode(a) for a in node.args]
+        kwargs = {k: encode(v) for k, v in node.kwargs.items()}
+        results, single = self._host_results(node, name, error)
+        payload = fallback.payload(name, args, kwargs, [r is not None for r in results])
+        frame = user_frame(node.meta.get("frames"))
+        description = f"{name}{f' at {frame}' if frame else ''}: {reason}"
+        handles = self.emitter.host_op(payload, [v.handle for v in tensors], description)
+        self.breaks.append((name, reason, frame))
+        it = iter(handles)
+        values = [None if r is None else Value(next(it), r[0], r[1]) for r in results]
+        return values[0] if single else tuple(values)
+
+    def _host_results(self, node, name, error):
+        """The types of a break's results, and whether it has one: [(dtype, shape)] for one tensor,
+        one entry per element (None for a non-tensor) for a tuple or list."""
+        tm = node.meta.get("tensor_meta")
+        if tm is None:
+            items = {u.args[1]: u.meta.get("tensor_meta") for u in node.users if u.target is operator.getitem}
+            if not items:
+                self._refuse_break(name, "its result is not a tensor", error)
+            tm = tuple(items.get(i) for i in range(max(items) + 1))
+        single = isinstance(tm, TensorMetadata)
+        out = []
+        for t in ([tm] if single else tm):
+            if t is None:
+                out.append(None)
+                continue
+            dtype = TORCH_DTYPES.get(t.dtype)
+            if dtype is None:
+                self._refuse_break(name, f"its result has dtype {t.dtype}, which tracecache does not hold", error)
+            out.append((dtype, tuple(t.shape)))
+        return out, single
+
+    def _refuse_break(self, name, why, error):
+        if error is not None:
+            raise error
+        raise UnsupportedOpError(f"tracecache.torch: no mapping for ATen op {name}{self.where()}, and it cannot "
+                                 f"run in PyTorch as a graph break ({why})", name)
 
     # -- aliasing and mutation ---------------------------------------------------------------
     #
@@ -457,7 +580,8 @@ class Lowerer:
     def _assign(self, root, value):
         self._mutated_at[root] = self._order[self.node]
         for member in self._members.get(root, [root]):
-            self.env[member] = value
+            if member in self.env or member is self.node or member is root:
+                self.env[member] = value
         if root.op == "placeholder":
             self.updates[self._placeholders.index(root)] = value
 
@@ -477,9 +601,21 @@ _RANDOM_OPS = {"aten.bernoulli_.float", "aten.bernoulli.default", "aten.bernoull
                "aten.normal_.default", "aten.uniform_.default", "aten.randint.low", "aten.randperm.default"}
 
 
-def lower(graph_module, emitter, bindings):
-    """Lowers a captured graph onto `emitter`; `bindings` are the placeholders' handles."""
-    return Lowerer(graph_module, emitter, bindings).run()
+def lower(graph_module, emitter, bindings, breaks=False):
+    """Lowers a captured graph onto `emitter`; `bindings` are the placeholders' handles; `breaks`
+    allows graph breaks (see Lowerer). Returns a `Lowered`; its `breaks` lists the graph breaks."""
+    lowerer = Lowerer(graph_module, emitter, bindings, breaks)
+    lowered = lowerer.run()
+    lowered.breaks = lowerer.breaks
+    return lowered
+
+
+def _reason(error, name):
+    """A lowering's refusal as a break's reason: its message without the op name and place."""
+    text = str(error)
+    prefix = f"tracecache.torch: {name}: "
+    text = text[len(prefix):] if text.startswith(prefix) else text
+    return text.split(" (at ")[0]
 
 
 def _op_name(node):

@@ -32,7 +32,7 @@ import torch
 
 from . import capture as capture_mod
 from .. import _feed_code
-from .compiled import CompiledModule, split_outputs
+from .compiled import CompiledModule, _flatten_call, _rebuild, split_outputs
 from .lowering import lower
 
 __all__ = ["CompiledStep", "compile_step"]
@@ -55,13 +55,15 @@ def _optimizer_slots(optimizer):
 class CompiledStep(CompiledModule):
     """A training step compiled as one graph (see the module docstring)."""
 
-    def __init__(self, fn, model, optimizer, name=None, version=None):
+    def __init__(self, fn, model, optimizer, name=None, version=None, fullgraph=False, mode=None):
+        import tracecache
         self.step_fn = fn
         self.model = model
         self.optimizer = optimizer
         self._slots = _optimizer_slots(optimizer) if optimizer is not None else None
-        super().__init__(model, name=name or f"tracecache.torch.step:{getattr(fn, '__qualname__', 'step')}",
-                         version=version)
+        super().__init__(model, name=name or tracecache.default_name(fn), version=version, fullgraph=fullgraph,
+                         mode=mode)
+        self.program = getattr(fn, "__module__", None) or self.program
         h = hashlib.sha256(self._base_version.encode())
         code = getattr(fn, "__code__", None)
         if code is not None:
@@ -71,6 +73,7 @@ class CompiledStep(CompiledModule):
             for group in optimizer.param_groups:
                 h.update(repr(sorted((k, v) for k, v in group.items() if k != "params")).encode())
         self._base_version = h.hexdigest()[:32]
+        self._keys = []
 
     # -- the state: model parameters and buffers, then the optimizer's ---------------------
 
@@ -79,7 +82,7 @@ class CompiledStep(CompiledModule):
         if self.optimizer is None:
             return [], []
         keys, tensors = [], []
-        params = {id(t) for t in self._state()}
+        params = {id(t) for t in super()._state()}
         for group in self.optimizer.param_groups:
             for p in group["params"]:
                 if id(p) not in params:
@@ -93,10 +96,11 @@ class CompiledStep(CompiledModule):
                     tensors.append(state[slot])
         return keys, tensors
 
-    def _all_state(self):
-        state = self._state()
+    def _state(self):
+        """The model's parameters and buffers, then the optimizer's state (made if missing)."""
         keys, opt = self._optimizer_state()
-        return state, keys, opt
+        self._keys = keys
+        return super()._state() + opt
 
     # -- capture ---------------------------------------------------------------------------
 
@@ -135,12 +139,10 @@ class CompiledStep(CompiledModule):
                         g["differentiable"] = diff
                 self.optimizer.state = saved_state
 
-    def _capture(self, state, inputs):
-        key = self._signature(state, inputs)
-        graph = self._captures.get(key)
-        if graph is not None:
-            return graph
-        model_state, keys, opt = self._all_state()
+    def _capture_now(self, state, flat, spec, tensors):
+        n_model = len(self._accessors)
+        model_state, opt = state[:n_model], state[n_model:]
+        keys = self._keys
         copies = []
         for t in model_state:
             c = t.detach().clone()
@@ -148,61 +150,60 @@ class CompiledStep(CompiledModule):
                 c = torch.nn.Parameter(c, requires_grad=t.requires_grad)
             copies.append(c)
         opt_copies = [t.detach().clone() for t in opt]
-        fn = self.step_fn
+        fn, skip = self.step_fn, len(copies) + len(opt_copies)
+
+        def call(*all_args):
+            args, kwargs = _rebuild(flat, spec, all_args[skip:])
+            return fn(*args, **kwargs)
         names = self._names(keys)
         with self._swapped(copies, opt_copies, keys):
-            graph = capture_mod.capture(lambda *args: fn(*args[len(copies) + len(opt_copies):]),
-                                        names, copies + opt_copies,
-                                        [f"input{i}" for i in range(len(inputs))], list(inputs))
-        self._captures[key] = graph
-        return graph
+            return capture_mod.capture(call, names, copies + opt_copies,
+                                       [f"input{i}" for i in range(len(tensors))], list(tensors))
 
     def _names(self, keys):
-        names = {id(t): n for n, t in zip(self.state_names, self._state())}
+        names = {id(t): n for n, t in zip(self.state_names, super()._state())}
         return self.state_names + [f"optimizer.{names[id(p)]}.{slot}" for p, slot in keys]
 
-    def _signature(self, state, inputs):
-        return super()._signature(state, inputs) + (len(state),)
+    def _argument_names(self):
+        return self._names(self._keys)
 
-    def _lower(self, graph, handles):
-        lowered = lower(graph.graph, self._emitter(), handles)
+    def _signature(self, state, tensors, key):
+        return super()._signature(state, tensors, key) + (len(state),)
+
+    def _lower(self, graph, handles, emitter):
+        lowered = lower(graph.graph, emitter, handles, breaks=not self.fullgraph)
         self._count_lowering()
-        n = len(handles) - self._num_inputs
+        n = graph.num_state
         finals = [lowered.updates.get(i) for i in range(n)]
         state_out = [handles[i] if v is None else v.handle for i, v in enumerate(finals)]
         tensors, constants = split_outputs(lowered.outputs, "output {} of the step")
-        return state_out + tensors, lowered.out_spec, constants
+        return state_out + tensors, lowered.out_spec, constants, lowered.breaks
 
     # -- calls -------------------------------------------------------------------------------
 
     def _updates(self, count):
         return [(i, i) for i in range(self._num_state)]
 
-    def __call__(self, *inputs):
-        self._check_inputs(inputs)
-        model_state, keys, opt = self._all_state()
-        state = model_state + opt
+    def __call__(self, *args, **kwargs):
+        flat, spec, tensors, key = _flatten_call(args, kwargs)
+        state = self._state()
         self._num_state = len(state)
-        self._num_inputs = len(inputs)
-        settings = self._tc.settings()
-        if settings.get("mode") != "once":
-            graph = self._capture(state, inputs)
-            handles = self._wrap_state(state) + [self._tc.from_torch(t) for t in inputs]
-            out, spec, constants = self._lower(graph, handles)
-            self._tc.mark_step()
+        if self._per_call():
+            out, out_spec, constants = self._call_lazy(state, flat, spec, tensors, key)
         else:
-            out, spec, constants = self._call_once(settings, state, inputs)
+            out, out_spec, constants = self._call_once(state, flat, spec, tensors, key, skip=len(state))
         with torch.no_grad():
             for t, new in zip(state, out[:len(state)]):
                 t.copy_(new.torch())
         self._wrappers = {}
-        return self._assemble(out[len(state):], spec, constants)
+        return self._assemble(out[len(state):], out_spec, constants)
 
 
-def compile_step(fn, model, optimizer=None, *, name=None, version=None):
+def compile_step(fn, model, optimizer=None, *, name=None, version=None, fullgraph=False, mode=None):
     """A training step `fn(*inputs)` over `model` (and `optimizer`) compiled as one graph whose
-    new parameters, buffers and optimizer state are written back after every call."""
+    new parameters, buffers and optimizer state are written back after every call. It traces
+    once with guards (whatever the session's mode; `mode="lazy"` lowers on every call)."""
     if not isinstance(model, torch.nn.Module):
         raise TypeError("tracecache.torch.compile_step takes the step function, the torch.nn.Module it trains "
                         "and its optimizer")
-    return CompiledStep(fn, model, optimizer, name=name, version=version)
+    return CompiledStep(fn, model, optimizer, name=name, version=version, fullgraph=fullgraph, mode=mode)

@@ -15,8 +15,9 @@ compiled call (the replay). A model is
   pass         every output tensor (the pytree of the result) within 1e-4 of eager
                (max |got - want| / max |want|), no graph break, and the replay equal to the
                first call within the same bound;
-  pass-breaks  the same, with N graph breaks (`compiled.graph_breaks()`, 0 where the package
-               has no such method);
+  pass-breaks  the same, with N graph breaks (ops PyTorch ran between tracecache graphs, or
+               values read into Python: `compiled.graph_breaks()` after the first call; none
+               where the package has no such method);
   wrong        it ran, and an output (or the replay) differs, or the structure, a shape or a
                dtype differs;
   unsupported  tracecache.torch.CaptureError or UnsupportedOpError (reported: the op);
@@ -179,12 +180,15 @@ def compare(got, want):
     return worst, where
 
 
-def count_breaks(compiled):
-    """The number of graph breaks `compiled` reports (its graph_breaks() list; 0 without one)."""
+def graph_breaks(compiled):
+    """The graph breaks `compiled` reports for its last call (its graph_breaks() list: (op,
+    reason, where) tuples), as (op names, texts); none where the package has no such list."""
     breaks = getattr(compiled, "graph_breaks", None)
     if callable(breaks):
         breaks = breaks()
-    return 0 if breaks is None else len(breaks)
+    breaks = list(breaks or [])
+    ops = [str(b[0]) if isinstance(b, (tuple, list)) and b else str(b) for b in breaks]
+    return ops, [" ".join(map(str, b)) if isinstance(b, (tuple, list)) else str(b) for b in breaks]
 
 
 def classify_exception(exc):
@@ -199,7 +203,7 @@ def classify_exception(exc):
 
 
 def inference_verdict(rel_err, where, mismatch, breaks, replay_err):
-    """(category, error) of a run that finished."""
+    """(category, error) of a run that finished; `breaks` are the graph breaks' op names."""
     if mismatch is not None:
         return "wrong", mismatch
     if rel_err > TOLERANCE:
@@ -207,7 +211,8 @@ def inference_verdict(rel_err, where, mismatch, breaks, replay_err):
     if replay_err is not None and replay_err > TOLERANCE:
         return "wrong", f"the replay differs from the first call: max relative error {replay_err:.3g}"
     if breaks:
-        return "pass-breaks", f"{breaks} graph break{'s' if breaks != 1 else ''}"
+        n = len(breaks)
+        return "pass-breaks", f"{n} graph break{'s' if n != 1 else ''}: {', '.join(sorted(set(breaks)))}"
     return "pass", None
 
 
@@ -386,7 +391,7 @@ class Worker:
         except Exception as e:  # noqa: BLE001 -- classified
             self.fail(e, None)
             return
-        breaks = count_breaks(compiled)
+        breaks, details = graph_breaks(compiled)
         mismatch, rel_err, where = None, math.nan, None
         try:
             rel_err, where = compare(got, want)
@@ -394,7 +399,7 @@ class Worker:
             mismatch = str(e)
         if "after_first_call" in hooks:
             hooks["after_first_call"](model)
-        self.phase("replay", breaks=breaks, max_rel_err=rel_err)
+        self.phase("replay", breaks=len(breaks), break_ops=breaks, break_details=details[:20], max_rel_err=rel_err)
         try:
             with torch.no_grad():
                 t0 = time.perf_counter()
@@ -461,7 +466,7 @@ class Worker:
             error += f"; worst: {wtc}"
         self.phase("verdict", category=category, error=error, max_rel_err=dtc, eager_distance=d32,
                    worst=wtc, eager_worst=w32, losses_tc=losses_tc, losses_eager=losses32, losses_float64=losses64,
-                   breaks=count_breaks(compiled), stats=_stats(compiled))
+                   stats=_stats(compiled), **breaks_fields(compiled))
 
     def train_dropout(self):
         import torch
@@ -486,7 +491,12 @@ class Worker:
             return
         category, error = dropout_verdict(eager_losses, losses)
         self.phase("verdict", category=category, error=error, losses_tc=losses, losses_eager=eager_losses,
-                   breaks=count_breaks(compiled), stats=_stats(compiled))
+                   stats=_stats(compiled), **breaks_fields(compiled))
+
+
+def breaks_fields(compiled):
+    ops, details = graph_breaks(compiled)
+    return {"breaks": len(ops), "break_ops": ops, "break_details": details[:20]}
 
 
 def _stats(compiled):
@@ -581,7 +591,8 @@ def self_test_model(name):
         lib.impl("unmapped", lambda x: x * 2, "CPU")
         _LIBRARIES.append(lib)  # the op lives as long as its library object
     torch.manual_seed(0)
-    model = Tiny(name[3:] if name in ("st_raise", "st_abort", "st_hang", "st_memory", "st_unmapped") else "plain")
+    misbehaving = ("st_capture_error", "st_raise", "st_abort", "st_hang", "st_memory", "st_unmapped")
+    model = Tiny(name[3:] if name in misbehaving else "plain")
     model.self_test_hooks = hooks
     model.eval()
     return model, (torch.randn(2, 8, generator=torch.Generator().manual_seed(1)),), "2x8"
@@ -590,6 +601,9 @@ def self_test_model(name):
 def misbehave(mode, x):
     if mode == "raise":
         raise ValueError("self-test: a forward that raises")
+    if mode == "capture_error":
+        import tracecache.torch
+        raise tracecache.torch.CaptureError("tracecache.torch: self-test: a forward tracecache cannot capture")
     if mode == "abort":
         os.abort()
     if mode == "hang":
@@ -610,6 +624,7 @@ SELF_TESTS = [
     ("st_wrong", "inference", ["wrong"], {}),
     ("st_replay_differs", "inference", ["wrong"], {}),
     ("st_unmapped", "inference", ["unsupported", "pass-breaks"], {}),
+    ("st_capture_error", "inference", ["unsupported"], {}),
     ("st_raise", "inference", ["crash"], {}),
     ("st_abort", "inference", ["crash"], {}),
     ("st_hang", "inference", ["crash"], {"timeout": 5}),
@@ -682,6 +697,7 @@ def run_job(job, timeout, memory_limit_gb, tmp):
     record.update(family=job["family"], name=job["name"], kind=job["kind"], steps=job["steps"], seconds=round(seconds, 2),
                   peak_rss_gb=round(peak / 2**30, 2))
     record.setdefault("breaks", 0)
+    record.setdefault("break_ops", [])
     record.setdefault("error", None)
     record.setdefault("max_rel_err", None)
     if record["category"] != "crash":
@@ -795,7 +811,8 @@ def report(doc):
                 lines.append("| " + " | ".join([title, str(len(rs))] + [str(n[c]) for c in TRAIN_CATEGORIES]
                                                 + [pct(n["pass"], len(rs))]) + " |")
         lines += ["", "| model | input | steps check | distance from float64 (eager float32's) | dropout check | "
-                  "loss first -> last (eager) |", "| --- | --- | --- | ---: | --- | --- |"]
+                  "loss first -> last (eager) | graph breaks (with dropout) |",
+                  "| --- | --- | --- | ---: | --- | --- | ---: |"]
         by_model = collections.defaultdict(dict)
         for r in training:
             by_model[r["name"]][r["kind"]] = r
@@ -806,14 +823,23 @@ def report(doc):
             losses = (f"{_num(d['losses_tc'][0], 3)} -> {_num(d['losses_tc'][-1], 3)} "
                       f"({_num(d['losses_eager'][0], 3)} -> {_num(d['losses_eager'][-1], 3)})"
                       if d and d.get("losses_tc") and d.get("losses_eager") else "-")
+            breaks = f"{t['breaks'] if t else '-'} ({d['breaks'] if d else '-'})"
             lines.append("| " + " | ".join([name, (t or d or {}).get("input", "-"), t["category"] if t else "-", dist,
-                                            d["category"] if d else "-", losses]) + " |")
+                                            d["category"] if d else "-", losses, breaks]) + " |")
     failing = [r for r in records if r["category"] != "pass"]
     if failing:
         lines += ["", "## Not passing", ""]
         for r in failing:
             where = r["name"] if r["kind"] == "inference" else f"{r['name']} ({r['kind']})"
             lines.append(f"- {r['family']}/{where}: **{r['category']}**: {r['error']} ({r['seconds']:.1f} s)")
+        broken = collections.defaultdict(list)
+        for r in failing:
+            for op in sorted(set(r.get("break_ops") or [])):
+                broken[op].append(r["name"] if r["kind"] == "inference" else f"{r['name']} ({r['kind']})")
+        if broken:
+            lines += ["", "### Graph breaks by op, most models first", ""]
+            for op, names in sorted(broken.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+                lines.append(f"- {op}: {len(names)} ({', '.join(names)})")
         causes = collections.defaultdict(list)
         for r in failing:
             if r["category"] in ("unsupported", "crash"):
@@ -827,12 +853,14 @@ def report(doc):
 
 
 def cause_of(record):
-    """An error without its source location and measured numbers, so alike failures group."""
+    """An error without its source location, FX node names and measured numbers, so alike
+    failures group."""
     import re
     error = record.get("op") or record["error"] or ""
     error = re.sub(r" \(at .*", "", error)
     error = re.sub(r" \(in phase: [^)]*\)", "", error)
     error = re.sub(r"^tracecache\.torch: ", "", error)
+    error = re.sub(r"'[^']*'", "'…'", error)  # FX node names: 'select_1', 'view_3'
     return re.sub(r"\b\d+(\.\d+)? (s|GB)\b", r"N \2", error).strip()[:160]
 
 

@@ -5,8 +5,8 @@
   and anything else a crash, the training bound against float64.
 - `--self-test`: tiny models built to pass, be wrong (a scale changed before the compiled call;
   a weight changed before the replay), hit an unmapped op (a custom op, unsupported or a graph
-  break), raise, abort, sleep forever (a timeout) and hold more memory than the limit each land in
-  their category, in a worker process of their own.
+  break), raise CaptureError, raise another error, abort, sleep forever (a timeout) and hold more
+  memory than the limit each land in their category, in a worker process of their own.
 - `--quick --json F`: the JSON is well formed and every category is the one the verdict
   functions give for the record's own numbers; the printed report is the JSON's. Which models
   pass is not asserted.
@@ -84,19 +84,22 @@ class Compare(unittest.TestCase):
             def graph_breaks(self):
                 return self.breaks
 
-        self.assertEqual(sweep.count_breaks(Without()), 0)
-        self.assertEqual(sweep.count_breaks(With([])), 0)
-        self.assertEqual(sweep.count_breaks(With(["aten.nonzero", "aten.nms"])), 2)
+        self.assertEqual(sweep.graph_breaks(Without()), ([], []))
+        self.assertEqual(sweep.graph_breaks(With([])), ([], []))
+        breaks = [("aten.nonzero.default", "no mapping", "model.py:3"), ("torchvision.nms.default", "no mapping", None)]
+        self.assertEqual(sweep.graph_breaks(With(breaks))[0], ["aten.nonzero.default", "torchvision.nms.default"])
 
 
 class Verdicts(unittest.TestCase):
     def test_inference(self):
-        self.assertEqual(sweep.inference_verdict(1e-6, "output", None, 0, 0.0), ("pass", None))
-        self.assertEqual(sweep.inference_verdict(1e-6, "output", None, 2, 0.0)[0], "pass-breaks")
-        self.assertEqual(sweep.inference_verdict(1e-3, "[0]", None, 0, 0.0)[0], "wrong")
-        self.assertEqual(sweep.inference_verdict(math.nan, None, "shape [1], eager [2]", 0, 0.0),
+        self.assertEqual(sweep.inference_verdict(1e-6, "output", None, [], 0.0), ("pass", None))
+        self.assertEqual(sweep.inference_verdict(1e-6, "output", None, ["aten.x", "aten.y", "aten.x"], 0.0),
+                         ("pass-breaks", "3 graph breaks: aten.x, aten.y"))
+        self.assertEqual(sweep.inference_verdict(1e-3, "[0]", None, [], 0.0)[0], "wrong")
+        self.assertEqual(sweep.inference_verdict(1e-3, "[0]", None, ["aten.x"], 0.0)[0], "wrong")
+        self.assertEqual(sweep.inference_verdict(math.nan, None, "shape [1], eager [2]", [], 0.0),
                          ("wrong", "shape [1], eager [2]"))
-        category, error = sweep.inference_verdict(0.0, "output", None, 0, 0.5)
+        category, error = sweep.inference_verdict(0.0, "output", None, [], 0.5)
         self.assertEqual(category, "wrong")
         self.assertIn("replay", error)
 
@@ -180,7 +183,8 @@ class Sweeps(unittest.TestCase):
             if r["kind"] == "inference":
                 err = float(r["max_rel_err"])
                 mismatch = None if r["category"] != "wrong" or not math.isnan(err) else r["error"]
-                got = sweep.inference_verdict(err, None, mismatch, r["breaks"], float(r["replay_rel_err"]))
+                self.assertEqual(r["breaks"], len(r["break_ops"]))
+                got = sweep.inference_verdict(err, None, mismatch, r["break_ops"], float(r["replay_rel_err"]))
             elif r["kind"] == "train":
                 got = sweep.train_verdict(float(r["max_rel_err"]), float(r["eager_distance"]))
             else:
@@ -207,11 +211,13 @@ class Sweeps(unittest.TestCase):
         else:
             self.assertEqual(unmapped["category"], "pass-breaks")
             self.assertGreaterEqual(unmapped["breaks"], 1)
+        self.assertEqual(by["st_capture_error"]["category"], "unsupported")
+        self.assertIn("self-test: a forward tracecache cannot capture", by["st_capture_error"]["error"])
         for name, text in [("st_raise", "ValueError: self-test: a forward that raises"), ("st_abort", "SIGABRT"),
                            ("st_hang", "timeout after 5 s"), ("st_memory", "over the limit of 1.5 GB")]:
             self.assertEqual(by[name]["category"], "crash", by[name])
             self.assertIn(text, by[name]["error"])
-        self.assertIn("| self-test | 8 |", p.stdout)
+        self.assertIn(f"| self-test | {len(sweep.SELF_TESTS)} |", p.stdout)
 
     def test_quick_json_is_well_formed_and_consistent(self):
         p, doc = self.sweep_json("--quick")

@@ -27,6 +27,7 @@
 #include "capture/ir/graph.h"
 #include "capture/ops/attr_views.h"
 #include "capture/ops/ops.h"
+#include "capture/ops/random.h"
 #include "capture/core/status.h"
 #include "backends/cpu/cpu_kernels.h"
 #include "backends/cpu/cpu_threads.h"
@@ -439,6 +440,17 @@ std::vector<OpCase> cases_for(const OpInfo& op) {
             add({{seed, {}}}, {{"shape", ints({0, 3})}, {"p", real(0.3)}});
           }
           break;
+        case OpKind::kRandUniform:
+        case OpKind::kRandNormal:
+          // Random seeds (negative ones too); [1000, 71] splits over threads at odd elements.
+          for (int64_t stream : {int64_t{0}, int64_t{1}, kMaxRandStream}) {
+            add({{DType::kI64, {2}}}, {{"shape", ints({3, 4})}, {"stream", num(stream)}});
+            add({{DType::kI64, {2}}}, {{"shape", ints({1000, 71})}, {"stream", num(stream)}});
+            add({{DType::kI64, {2}}}, {{"shape", ints({7})}, {"stream", num(stream)}});
+            add({{DType::kI64, {2}}}, {{"shape", ints({0, 3})}, {"stream", num(stream)}});
+            add({{DType::kI64, {2}}}, {{"shape", ints({})}, {"stream", num(stream)}});
+          }
+          break;
         case OpKind::kScaledDotProductAttention: {
           const TensorType q{DType::kF32, {2, 3, 5, 8}}, k{DType::kF32, {2, 3, 7, 8}}, v{DType::kF32, {2, 3, 7, 4}};
           add({q, k, v});
@@ -630,7 +642,7 @@ TEST(CpuKernels, EveryOpButParameterIsTested) {
   // A new op joins the parameterized suite automatically; this count is a reminder to give it
   // cases in cases_for().
   EXPECT_EQ(ops_with_kernels().size(), static_cast<size_t>(kOpCount - 1 - 17));
-  EXPECT_EQ(kOpCount, 85);
+  EXPECT_EQ(kOpCount, 87);
   for (const std::string& name : ops_with_kernels()) EXPECT_FALSE(cases_for(*find_op(name)).empty()) << name;
 }
 

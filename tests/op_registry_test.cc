@@ -67,6 +67,7 @@ std::vector<ViewUse> view_uses() {
       {names_of<Conv2dWeightGradAttrs>(), {K::kConv2dWeightGrad}},
       {names_of<AvgPool2dGradAttrs>(), {K::kAvgPool2dGrad}},
       {names_of<AdaptiveAvgPool2dGradAttrs>(), {K::kAdaptiveAvgPool2dGrad}},
+      {names_of<RandAttrs>(), {K::kRandUniform, K::kRandNormal}},
   };
 }
 
@@ -130,6 +131,11 @@ TEST(OpCosts, FollowTheDocumentedFormulas) {
   EXPECT_EQ(cost_of(OpKind::kSum, {x}, {{"axes", AttrValue::of_ints({1})}}), (OpCost{24, false}));
   EXPECT_EQ(cost_of(OpKind::kNormal, {}, {{"shape", AttrValue::of_ints({5})}}),
             (OpCost{5 * kTranscendentalFlops, false}));
+  const TensorType seed{DType::kI64, {2}};
+  EXPECT_EQ(cost_of(OpKind::kRandUniform, {seed}, {{"shape", AttrValue::of_ints({3, 5})}}),
+            (OpCost{15 * kPhiloxFlops, false}));
+  EXPECT_EQ(cost_of(OpKind::kRandNormal, {seed}, {{"shape", AttrValue::of_ints({3, 5})}}),
+            (OpCost{15 * (kPhiloxFlops + 2 * kTranscendentalFlops), false}));
   // [2, 3, 4] @ [4, 5]: 2 * 30 outputs * K 4.
   EXPECT_EQ(cost_of(OpKind::kMatmul, {x, {DType::kF32, {4, 5}}}), (OpCost{2 * 30 * 4, true}));
   EXPECT_EQ(cost_of(OpKind::kLinear, {x, {DType::kF32, {5, 4}}}), (OpCost{2 * 30 * 4, true}));

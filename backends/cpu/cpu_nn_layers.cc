@@ -447,6 +447,24 @@ void dropout_mask(const HostBuffer& seed, std::span<const AttrValue> attrs, Host
   });
 }
 
+namespace {
+
+// rand_uniform and rand_normal: the Philox blocks of capture/ops/random.h over ranges of the
+// output, one range per thread; any split gives the reference's per-element bits.
+void rand_fill(OpKind op, const HostBuffer& seed, std::span<const AttrValue> attrs, HostBuffer& out) {
+  const RandStream s = rand_stream(seed, RandAttrs(attrs).stream());
+  float* p = out.data<float>();
+  const bool normal = op == OpKind::kRandNormal;
+  // Work in elementwise ops: a quarter of a Philox block per element, and the normals' log, sqrt
+  // and cos or sin.
+  parallel_for(out.numel(), (normal ? 16 : 8) * out.numel(), [&](int64_t begin, int64_t end) {
+    if (normal) fill_rand_normal(p, s, begin, end);
+    else fill_rand_uniform(p, s, begin, end);
+  });
+}
+
+}  // namespace
+
 bool run_nn_layer(OpKind op, std::span<const HostBuffer* const> in, std::span<const AttrValue> attrs,
                   HostBuffer& out) {
   switch (op) {
@@ -481,6 +499,10 @@ bool run_nn_layer(OpKind op, std::span<const HostBuffer* const> in, std::span<co
       return true;
     case OpKind::kDropoutMask:
       dropout_mask(*in[0], attrs, out);
+      return true;
+    case OpKind::kRandUniform:
+    case OpKind::kRandNormal:
+      rand_fill(op, *in[0], attrs, out);
       return true;
     default:
       return false;

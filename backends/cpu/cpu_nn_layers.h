@@ -1,6 +1,6 @@
 // The `cpu` backend's kernels for the nn layers of capture/trace/nn.h: convolution, pooling, linear,
-// flatten, pad, dropout, the index lookups and the training op dropout_mask. Called from
-// cpu::run_op (cpu_kernels.h).
+// flatten, pad, dropout, the index lookups, the training op dropout_mask and the random ops
+// rand_uniform and rand_normal. Called from cpu::run_op (cpu_kernels.h).
 //
 // Numerics against the reference kernels (capture/ops/reference_kernels.h):
 //
@@ -21,6 +21,10 @@
 //   flatten dropout        memcpy                                               bitwise
 //   dropout_mask           the reference's per-element formula (random.h) over  bitwise
 //                          ranges of the mask, split over parallel_for
+//   rand_uniform           random.h's fill_rand_uniform / fill_rand_normal      bitwise
+//   rand_normal            (one Philox block per four elements) over ranges of
+//                          the output, split over parallel_for; the reference
+//                          computes each element alone (rand_*_at)
 //   pad                    fill, then one memcpy per kept innermost row         bitwise
 //   embedding gather       row memcpy / strided element copies, indices         bitwise
 //   index_select           clamped as in the reference

@@ -449,6 +449,15 @@ struct ResizeLinear2dGradAttrs : AttrView<A> {
   decltype(auto) coordinate_transformation_mode() const { return TRACECACHE_ATTR("coordinate_transformation_mode", i); }
 };
 
+// rand_uniform, rand_normal
+template <typename A>
+struct RandAttrs : AttrView<A> {
+  static constexpr AttrNames<2> kNames{"shape", "stream"};
+  using AttrView<A>::AttrView;
+  decltype(auto) shape() const { return TRACECACHE_ATTR("shape", ints); }
+  decltype(auto) stream() const { return TRACECACHE_ATTR("stream", i); }
+};
+
 #undef TRACECACHE_ATTR
 
 // Deduction: a view over std::span<A> is a view of A (const AttrValue reads, AttrValue writes).
@@ -494,6 +503,7 @@ TRACECACHE_ATTR_VIEW_GUIDE(ScatterElementsAttrs)
 TRACECACHE_ATTR_VIEW_GUIDE(GatherNdAttrs)
 TRACECACHE_ATTR_VIEW_GUIDE(ResizeNearest2dGradAttrs)
 TRACECACHE_ATTR_VIEW_GUIDE(ResizeLinear2dGradAttrs)
+TRACECACHE_ATTR_VIEW_GUIDE(RandAttrs)
 #undef TRACECACHE_ATTR_VIEW_GUIDE
 
 }  // namespace tracecache

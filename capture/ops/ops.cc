@@ -16,6 +16,7 @@
 #include "capture/ops/grad_train.h"
 #include "capture/ops/grad_nn_layers.h"
 #include "capture/ops/grad_onnx.h"
+#include "capture/ops/random.h"
 #include "capture/ops/reference_kernels.h"
 #include "capture/ops/resize.h"
 
@@ -162,6 +163,8 @@ const AttrSpec kResizeLinear2dGradAttrs[] = {{"input_size", AttrKind::kInts, tru
                                              {"scale_w", AttrKind::kFloat, false, AttrValue::of_float(0)},
                                              {"coordinate_transformation_mode", AttrKind::kInt, false, AttrValue::of_int(0)}};
 const AttrSpec kAdaptiveAvgPool2dGradAttrs[] = {{"input_size", AttrKind::kInts, true, none_ints()}};
+const AttrSpec kRandAttrs[] = {{"shape", AttrKind::kInts, true, none_ints()},
+                               {"stream", AttrKind::kInt, false, AttrValue::of_int(0)}};
 
 // ---- shared checks ------------------------------------------------------------------------
 // The small ones the record hot path runs on every op are forced inline (with `fail` cold, the
@@ -1056,6 +1059,27 @@ Check infer_dropout_mask(std::span<const TensorType> in, std::span<AttrValue> at
   return std::nullopt;
 }
 
+// ---- random numbers from a seed tensor ---------------------------------------------------------
+
+// rand_uniform and rand_normal: the seed is a tensor (a graph input, so a new seed never
+// recompiles) holding (seed, offset); `stream` separates the draws of one seed and offset.
+template <OpKind K>
+Check infer_rand(std::span<const TensorType> in, std::span<AttrValue> attrs, TensorType* result) {
+  const std::string_view op = op_info(K).name;
+  const RandAttrs a(attrs);
+  const TensorType& seed = in[0];
+  if (seed.dtype != DType::kI64 || seed.shape != Shape{2}) {
+    return fail(op, fmt::format("the seed must be an i64 tensor of shape [2] holding (seed, offset), got {}",
+                                describe(seed)));
+  }
+  if (a.stream() < 0 || a.stream() > kMaxRandStream) {
+    return fail(op, fmt::format("stream must be in [0, {}], got {}", kMaxRandStream, a.stream()));
+  }
+  RETURN_IF_ERROR(check_shape_attr(op, a.shape()));
+  *result = TensorType{DType::kF32, Shape(a.shape())};
+  return std::nullopt;
+}
+
 // ---- gradients of the nn layers (capture/ops/grad_nn_layers.h) -----------------------------
 
 // grad_out of a conv2d or pool: f32 [N, C, OH, OW].
@@ -1489,6 +1513,8 @@ constexpr CostFn kPerOut = cost_per_out<1>;
 constexpr CostFn kTranscendental = cost_per_out<kTranscendentalFlops>;
 constexpr CostFn kPerIn = cost_per_in<1>;
 constexpr CostFn kSoftmaxCost = cost_per_in<kTranscendentalFlops + 3>;  // max, subtract, exp, sum, divide
+constexpr CostFn kRandUniformCost = cost_per_out<kPhiloxFlops>;
+constexpr CostFn kRandNormalCost = cost_per_out<kPhiloxFlops + 2 * kTranscendentalFlops>;  // see OpCost
 
 // ---- the table ----------------------------------------------------------------------------
 
@@ -1599,6 +1625,11 @@ const OpInfo kOps[] = {
     {OpKind::kResizeLinear2dGrad, "resize_linear2d_grad", C::kNn, 1, 1, kResizeLinear2dGradAttrs,
      infer_resize_grad<OpKind::kResizeLinear2dGrad, OpKind::kResizeLinear2d>, ref::resize_linear2d_grad,
      cost_per_in<8>, nullptr},
+    // random numbers from a seed tensor: not differentiable (the only input is the integer seed)
+    {OpKind::kRandUniform, "rand_uniform", C::kNn, 1, 1, kRandAttrs, infer_rand<OpKind::kRandUniform>,
+     ref::rand_uniform, kRandUniformCost, nullptr},
+    {OpKind::kRandNormal, "rand_normal", C::kNn, 1, 1, kRandAttrs, infer_rand<OpKind::kRandNormal>,
+     ref::rand_normal, kRandNormalCost, nullptr},
 };
 static_assert(std::size(kOps) == kOpCount, "every OpKind needs exactly one registry row");
 

@@ -101,6 +101,8 @@ enum class OpKind : uint16_t {
   kConvTranspose2d, kResizeNearest2d, kResizeLinear2d,
   kTopk, kTopkIndices, kScatterElements, kGatherNd,
   kResizeNearest2dGrad, kResizeLinear2dGrad,
+  // random numbers from a seed tensor, a graph input (Philox4x32-10: capture/ops/random.h)
+  kRandUniform, kRandNormal,
   kCount
 };
 inline constexpr int kOpCount = static_cast<int>(OpKind::kCount);
@@ -133,6 +135,11 @@ using ReferenceKernel = void (*)(std::span<const HostBuffer* const> in,
 // FP32 FMA lanes to special-function lanes on NVIDIA SMs, 64 : 16.
 inline constexpr int64_t kTranscendentalFlops = 4;
 
+// Flops of one element's random bits in rand_uniform and rand_normal: a quarter of a
+// Philox4x32-10 block, whose 10 rounds each do two 32x32-bit widening multiplies (counted 2
+// each: high and low half), four xors and the two key additions: about 100 per four elements.
+inline constexpr int64_t kPhiloxFlops = 25;
+
 // The work of one op node, for cost models:
 //   flops   arithmetic operations. Elementwise ops, comparisons, where, cast, and the sources
 //           full/arange/uniform: 1 per output element; exp log sqrt rsqrt tanh sigmoid pow
@@ -153,6 +160,8 @@ inline constexpr int64_t kTranscendentalFlops = 4;
 //           topk, topk_indices: 1 per input element. scatter_elements: 1 per output and
 //           update element; gather_nd: 1 per output element. resize_nearest2d_grad: 1 per
 //           grad_out element; resize_linear2d_grad: 8 per grad_out element.
+//           rand_uniform: kPhiloxFlops per output element; rand_normal: kPhiloxFlops +
+//           2 * kTranscendentalFlops (half of a log and of a sqrt, and a cos or a sin).
 //   matrix  the work is a contraction a matrix unit can run (matmul, linear, conv2d and its
 //           two gradients, conv_transpose2d, attention). Whether it does (e.g. only for f32) is the device's business.
 // Memory traffic is not an op fact: it depends on which nodes a kernel fuses and which inputs

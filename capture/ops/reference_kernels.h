@@ -133,6 +133,10 @@ TRACECACHE_REF_KERNEL(gather_nd);
 // every output read it (row-major output order), rounded once. The cpu backend runs these.
 TRACECACHE_REF_KERNEL(resize_nearest2d_grad);
 TRACECACHE_REF_KERNEL(resize_linear2d_grad);
+// Random numbers from a seed tensor; in capture/ops/reference_nn_layers.cc: element by element,
+// each computed alone by capture/ops/random.h's rand_uniform_at / rand_normal_at.
+TRACECACHE_REF_KERNEL(rand_uniform);
+TRACECACHE_REF_KERNEL(rand_normal);
 
 #undef TRACECACHE_REF_KERNEL
 

@@ -5,7 +5,8 @@
 //     (channel, kernel row, kernel column) or feature order), rounded once to f32;
 //   - max_pool2d: the window's maximum, NaN propagating (PyTorch's `v > max || isnan(v)`);
 //   - avg_pool2d, adaptive_avg_pool2d: the window sum in double, divided in double, rounded once;
-//   - embedding, gather, index_select: an index outside [0, dim) is clamped into it.
+//   - embedding, gather, index_select: an index outside [0, dim) is clamped into it;
+//   - dropout_mask, rand_uniform, rand_normal: the per-element formulas of capture/ops/random.h.
 #include <algorithm>
 #include <cassert>
 #include <cstring>
@@ -237,6 +238,18 @@ void dropout_mask(std::span<const HostBuffer* const> in, std::span<const AttrVal
   const DropoutMaskAttrs a(attrs);
   const int64_t seed = index_at(*in[0], 0);
   fill_dropout_mask(out.data<float>(), dropout_stream(seed, a.salt()), a.p(), 0, out.numel());
+}
+
+void rand_uniform(std::span<const HostBuffer* const> in, std::span<const AttrValue> attrs, HostBuffer& out) {
+  const RandStream s = rand_stream(*in[0], RandAttrs(attrs).stream());
+  float* p = out.data<float>();
+  for (int64_t i = 0; i < out.numel(); ++i) p[i] = rand_uniform_at(s, i);
+}
+
+void rand_normal(std::span<const HostBuffer* const> in, std::span<const AttrValue> attrs, HostBuffer& out) {
+  const RandStream s = rand_stream(*in[0], RandAttrs(attrs).stream());
+  float* p = out.data<float>();
+  for (int64_t i = 0; i < out.numel(); ++i) p[i] = rand_normal_at(s, i);
 }
 
 }  // namespace tracecache::ref

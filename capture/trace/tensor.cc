@@ -620,5 +620,15 @@ Tensor normal(LazyContext& ctx, const Shape& shape, uint64_t seed, double mean, 
                     {AttrValue::of_ints(shape), AttrValue::of_float(mean), AttrValue::of_float(stddev),
                      AttrValue::of_int(static_cast<int64_t>(seed)), AttrValue::of_dtype(dtype)});
 }
+Tensor rand_uniform(const Tensor& seed, const Shape& shape, int64_t stream) {
+  if (!seed.defined()) throw Error(invalid_argument("op 'rand_uniform': the seed is an undefined tensor"));
+  return seed.context().record(OpKind::kRandUniform, {seed},
+                               {AttrValue::of_ints(shape), AttrValue::of_int(stream)});
+}
+Tensor rand_normal(const Tensor& seed, const Shape& shape, int64_t stream) {
+  if (!seed.defined()) throw Error(invalid_argument("op 'rand_normal': the seed is an undefined tensor"));
+  return seed.context().record(OpKind::kRandNormal, {seed},
+                               {AttrValue::of_ints(shape), AttrValue::of_int(stream)});
+}
 
 }  // namespace tracecache

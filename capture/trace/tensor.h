@@ -399,6 +399,12 @@ Tensor uniform(LazyContext& ctx, const Shape& shape, uint64_t seed, double low =
                double high = 1, DType dtype = DType::kF32);
 Tensor normal(LazyContext& ctx, const Shape& shape, uint64_t seed, double mean = 0,
               double stddev = 1, DType dtype = DType::kF32);
+// Random numbers whose seed is a tensor: `seed` is i64[2] holding (seed, offset), fed each step
+// as a graph input, so a new seed never changes the graph. f32 `shape`, uniform on [0, 1) or
+// standard normal; `stream` (0 to 65535) gives one seed and offset independent draws. The
+// numbers are tracecache's own (Philox4x32-10, docs/ops.md), not PyTorch's generator's.
+Tensor rand_uniform(const Tensor& seed, const Shape& shape, int64_t stream = 0);
+Tensor rand_normal(const Tensor& seed, const Shape& shape, int64_t stream = 0);
 
 // A scalar operand adopts the tensor's dtype if that can hold it exactly, else f32.
 Tensor add(const Tensor& a, double b);

@@ -33,7 +33,7 @@ inline std::string fixture_path(const std::string& name) {
 
 inline std::vector<std::string> all_fixture_programs() {
   return {"mlp.trace", "attention.trace", "lr_schedule.trace", "matmul_varying_batch.trace",
-          "ops_tour.trace", "embedding.trace", "convnet.trace"};
+          "ops_tour.trace", "embedding.trace", "convnet.trace", "random_ops.trace"};
 }
 
 // The canonical graph of every step of fixture program `name` (traced, not computed).

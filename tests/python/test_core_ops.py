@@ -116,6 +116,24 @@ class Ops(unittest.TestCase):
         self.assertTrue(torch.equal(y, t + 1))
         self.assertFalse(np.shares_memory(tc.from_torch(t.t()).numpy(), t.numpy()))
 
+    def test_random_ops_seeded_by_a_tensor(self):
+        # rand_uniform, rand_normal (docs/ops.md): the seed is an i64[2] tensor (seed, offset); the
+        # documented values in every mode and on every backend.
+        uniform = [0x3e95cb80, 0x3f728b43, 0x3f62136a, 0x3f56e3d0, 0x3e2d2318, 0x3f17b94b, 0x3d029a60, 0x3e786acc]
+        normal = [0x3fbdd680, 0xbf0228a2, 0x3e87feed, 0xbed80ce3, 0xbfc990a5, 0xbf84b6c7, 0x3dfa0d76, 0x4027d343]
+        for mode, backend in (("eager", "cpu"), ("lazy", "cpu"), ("lazy", "sim:h100")):
+            tc.configure(mode=mode, backend=backend)
+            seed = tc.from_numpy(np.array([1234567890123, 7], np.int64))
+            u = tc.ops.rand_uniform(seed, shape=[2, 4], stream=3)
+            z = tc.ops.rand_normal(seed, shape=[8], stream=3)
+            self.assertEqual((u.shape, u.dtype), ((2, 4), "f32"))
+            self.assertEqual(u.numpy().view(np.uint32).ravel().tolist(), uniform, mode + " " + backend)
+            self.assertEqual(z.numpy().view(np.uint32).tolist(), normal, mode + " " + backend)
+            other = tc.ops.rand_uniform(tc.from_numpy(np.array([1234567890123, 8], np.int64)), shape=[2, 4], stream=3)
+            self.assertNotEqual(other.numpy().view(np.uint32).ravel().tolist(), uniform)
+        with self.assertRaisesRegex(Exception, r"the seed must be an i64 tensor of shape \[2\]"):
+            tc.ops.rand_uniform(tc.from_numpy(np.array([1, 2], np.int32)), shape=[3])
+
     def test_op_namespace_covers_the_registry(self):
         names = tc.op_names()
         self.assertIn("conv2d", names)

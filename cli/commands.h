@@ -195,6 +195,10 @@ struct ReportOptions {
   DbOptions db;
 };
 int report_command(const ReportOptions& options);
+// report_command's work without printing (also tracecache.report() in Python): writes the page
+// to options.output (through a temporary file, renamed) and returns its size. Errors: a bad
+// filter or output path, or a damaged database (kInvalidArgument), no database (kNotFound), I/O.
+Result<size_t> write_report(const ReportOptions& options);
 
 // Prints "tracecache: <message>" to stderr and returns the exit code for `status`:
 // kExitBadInput for errors in what the user gave us, kExitFailure otherwise.

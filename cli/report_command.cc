@@ -764,32 +764,33 @@ details summary{cursor:pointer;color:#334e68}
 
 }  // namespace
 
-int report_command(const ReportOptions& options) {
+Result<size_t> write_report(const ReportOptions& options) {
   store::AuditFilter filter{options.program, options.function, {}, 0, std::nullopt};
   if (!options.since.empty()) {
     Result<double> since = parse_since(options.since);
-    if (!since.is_ok()) return report_error(since.status());
+    if (!since.is_ok()) return since.status();
     filter.since = *since;
   }
   // The output must be writable before the work starts (bad input: exit 2).
   const std::filesystem::path output(options.output);
   std::error_code ec;
   if (options.output.empty() || std::filesystem::is_directory(output, ec)) {
-    return report_error(invalid_argument(fmt::format("-o '{}' is not a file to write the report to (example: "
-                                                     "-o report.html)", options.output)));
+    return invalid_argument(fmt::format("-o '{}' is not a file to write the report to (example: -o report.html)",
+                                        options.output));
   }
   const std::filesystem::path temp = output.string() + fmt::format(".tmp{}", ::getpid());
   std::ofstream file(temp, std::ios::binary | std::ios::trunc);
   if (!file) {
-    return report_error(invalid_argument(fmt::format("-o: cannot write '{}': {} (pass a file in a directory you can "
-                                                     "write)", options.output, std::strerror(errno))));
+    return invalid_argument(fmt::format("-o: cannot write '{}': {} (pass a file in a directory you can write)",
+                                        options.output, std::strerror(errno)));
   }
   Result<std::unique_ptr<store::CacheDb>> db = open_existing_db(options.db);
   if (!db.is_ok()) {
     file.close();
     std::filesystem::remove(temp, ec);
-    const int code = report_error(db.status());
-    return db.status().code() == StatusCode::kCorruption ? kExitBadInput : code;
+    // A damaged database is bad input here (exit 2), as the user named it.
+    if (db.status().code() == StatusCode::kCorruption) return invalid_argument(db.status().message());
+    return db.status();
   }
   ReportWriter writer(**db, options, filter);
   Result<std::string> page = writer.write();
@@ -797,14 +798,20 @@ int report_command(const ReportOptions& options) {
   file.close();
   if (!page.is_ok() || !file) {
     std::filesystem::remove(temp, ec);
-    return report_error(page.is_ok() ? io_error(fmt::format("writing '{}' failed", options.output)) : page.status());
+    return page.is_ok() ? io_error(fmt::format("writing '{}' failed", options.output)) : page.status();
   }
   std::filesystem::rename(temp, output, ec);
   if (ec) {
     std::filesystem::remove(temp, ec);
-    return report_error(io_error(fmt::format("cannot move the report to '{}': {}", options.output, ec.message())));
+    return io_error(fmt::format("cannot move the report to '{}': {}", options.output, ec.message()));
   }
-  out(fmt::format("wrote {} ({} bytes)\n", options.output, page->size()));
+  return page->size();
+}
+
+int report_command(const ReportOptions& options) {
+  Result<size_t> bytes = write_report(options);
+  if (!bytes.is_ok()) return report_error(bytes.status());
+  out(fmt::format("wrote {} ({} bytes)\n", options.output, *bytes));
   return kExitOk;
 }
 

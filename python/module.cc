@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -198,8 +199,13 @@ std::shared_ptr<PyTensor> apply_op(const std::string& name, const py::args& inpu
   std::vector<AttrValue> values;
   for (const AttrSpec& spec : info->attrs) values.push_back(spec.default_value);
   std::vector<bool> given(info->attrs.size(), false);
+  py::object bind = py::none();
   for (const auto& [key, value] : attrs) {
     const std::string attr = key.cast<std::string>();
+    if (attr == "_bind") {  // [(attribute, element, tensor, dim)]: LazyContext::record's AttrBindings
+      bind = py::reinterpret_borrow<py::object>(value);
+      continue;
+    }
     const int i = info->attr_index(attr);
     if (i < 0) fail(invalid_argument(unknown_attr_message(*info, attr)));
     values[static_cast<size_t>(i)] = attr_value(*info, info->attrs[static_cast<size_t>(i)], value);
@@ -241,12 +247,25 @@ std::shared_ptr<PyTensor> apply_op(const std::string& name, const py::args& inpu
       operands.push_back(ctx.record(OpKind::kFull, std::span<const Tensor>(), full));
     }
   }
+  std::vector<AttrBinding> bindings;
+  if (!bind.is_none()) {
+    for (py::handle b : bind) {
+      py::tuple t = py::reinterpret_borrow<py::object>(b).cast<py::tuple>();
+      if (t.size() != 4 || !py::isinstance<PyTensor>(t[2])) {
+        throw py::type_error(fmt::format("op '{}': _bind takes (attribute, element, tensor, dim) tuples", info->name));
+      }
+      const int a = info->attr_index(t[0].cast<std::string>());
+      if (a < 0) fail(invalid_argument(unknown_attr_message(*info, t[0].cast<std::string>())));
+      bindings.push_back({static_cast<uint32_t>(a), t[1].cast<int32_t>(), get(t[2].cast<const PyTensor&>()),
+                          t[3].cast<int>()});
+    }
+  }
   Tensor out;
   if (ctx.options().eager) {
     py::gil_scoped_release release;  // eager mode runs the op now
-    out = ctx.record(info->kind, operands, values);
+    out = ctx.record(info->kind, operands, values, bindings);
   } else {
-    out = ctx.record(info->kind, operands, values);
+    out = ctx.record(info->kind, operands, values, bindings);
   }
   return wrap(std::move(out), first);
 }
@@ -312,6 +331,7 @@ struct CompileSpec {
   std::vector<std::string> arg_names;  // by position; may be shorter
   py::object host_op;   // None, or runner(payload: bytes, inputs: list[ndarray]) -> list[ndarray]
   std::string program;  // CompiledFunctionOptions::program
+  std::vector<std::pair<size_t, int>> static_dims;  // (argument position, dim): never dynamic
 };
 
 // tracecache.CompiledFunction: runtime/compiled_function.h over the current session. The C++
@@ -319,7 +339,25 @@ struct CompileSpec {
 // scalars) and again when configure() replaced the session.
 class PyCompiledFunction {
  public:
-  explicit PyCompiledFunction(CompileSpec spec) : spec_(std::move(spec)) {}
+  explicit PyCompiledFunction(CompileSpec spec) : spec_(std::move(spec)) {
+    PackageLock lock;
+    live_functions().insert(this);
+  }
+
+  // Every compiled function alive in the process, to flush their hit counts before the audit is
+  // read and at exit (flush_all). Guarded by PackageLock.
+  static std::set<PyCompiledFunction*>& live_functions() {
+    static std::set<PyCompiledFunction*> live;
+    return live;
+  }
+  // Writes every live compiled function's replay counts, and the current session's pending
+  // events and hit counts, to the cache. REQUIRES: PackageLock held, the GIL released.
+  static void flush_all() {
+    for (PyCompiledFunction* f : live_functions()) {
+      if (f->fn_) f->fn_->flush();
+    }
+    if (Runtime* r = current_session()->session->runtime()) r->flush();
+  }
 
   py::list call(const py::args& args) {
     PackageLock lock;
@@ -401,6 +439,41 @@ class PyCompiledFunction {
   const std::string& name() const { return spec_.name; }
   const std::string& version() const { return spec_.version; }
 
+  // Dim `dim` of the tensor at argument position `position` made dynamic (or static) for the
+  // traces that follow; before the first call, kept for it.
+  void mark_dim(size_t position, int dim, bool dynamic) {
+    PackageLock lock;
+    if (dynamic) {
+      std::erase(spec_.static_dims, std::make_pair(position, dim));
+      if (std::find(spec_.dynamic_dims.begin(), spec_.dynamic_dims.end(), std::make_pair(position, dim)) ==
+          spec_.dynamic_dims.end()) {
+        spec_.dynamic_dims.emplace_back(position, dim);
+      }
+    } else {
+      std::erase(spec_.dynamic_dims, std::make_pair(position, dim));
+      if (std::find(spec_.static_dims.begin(), spec_.static_dims.end(), std::make_pair(position, dim)) ==
+          spec_.static_dims.end()) {
+        spec_.static_dims.emplace_back(position, dim);
+      }
+    }
+    if (!fn_) return;
+    if (position >= kinds_.size() || kinds_[position] != ArgKind::kTensor) {
+      throw py::value_error(fmt::format("{}: argument {} is not a tensor argument", spec_.name, position));
+    }
+    size_t t = 0;
+    for (size_t i = 0; i < position; ++i) t += kinds_[i] == ArgKind::kTensor;
+    if (dynamic) fn_->mark_dynamic(t, dim);
+    else fn_->mark_static(t, dim);
+  }
+
+  // CompiledFunction::discard_last_entry.
+  bool discard_last_entry(const std::string& why) {
+    PackageLock lock;
+    if (!fn_) return false;
+    py::gil_scoped_release release;
+    return fn_->discard_last_entry(why);
+  }
+
   // The note of the entry being traced (CompiledFunctionOptions::entry_note); set by `fn`.
   void set_note(std::string note) {
     PackageLock lock;
@@ -414,6 +487,7 @@ class PyCompiledFunction {
 
   ~PyCompiledFunction() {
     PackageLock lock;
+    live_functions().erase(this);
     py::gil_scoped_release release;  // flushes hit counts to the database
     fn_.reset();
     session_.reset();
@@ -447,6 +521,7 @@ class PyCompiledFunction {
       return tensor ? tensor_index[p] : scalar_index[p];
     };
     for (auto [p, dim] : spec_.dynamic_dims) o.dynamic_dims.push_back({position(p, true, "dynamic_dims"), dim});
+    for (auto [p, dim] : spec_.static_dims) o.static_dims.push_back({position(p, true, "static_dims"), dim});
     for (size_t p : spec_.dynamic_scalars) o.dynamic_scalars.push_back(position(p, false, "dynamic_scalars"));
     for (auto [output, p] : spec_.updates) {
       o.updates.push_back({output, static_cast<uint32_t>(position(p, true, "updates"))});
@@ -579,22 +654,23 @@ py::dict settings_dict(const PySession& s) {
   return d;
 }
 
+// The database audit() and report() read: `db`, else the session's, else the default path.
+// REQUIRES: PackageLock held.
+std::string audit_db_path(const std::optional<std::string>& db_flag) {
+  if (db_flag) return store::resolve_cache_path(*db_flag, {});
+  if (const std::shared_ptr<PySession>& s = current_session(); s->db) return s->db->path();
+  const char* v = std::getenv("TRACECACHE_DB");
+  const char* x = std::getenv("XDG_CACHE_HOME");
+  const char* h = std::getenv("HOME");
+  return store::resolve_cache_path("", {v ? v : "", x ? x : "", h ? h : ""});
+}
+
 // tracecache.audit(): `tracecache audit --json`'s document (cli::audit_json, the same builder)
 // as Python objects; filters as the CLI's.
 py::object audit(const std::optional<std::string>& db_flag, const std::string& program, const std::string& function,
                  const std::string& kind, const std::string& since, const std::string& graph) {
   PackageLock lock;
-  std::string path;
-  if (db_flag) {
-    path = store::resolve_cache_path(*db_flag, {});
-  } else if (const std::shared_ptr<PySession>& s = current_session(); s->db) {
-    path = s->db->path();
-  } else {
-    const char* v = std::getenv("TRACECACHE_DB");
-    const char* x = std::getenv("XDG_CACHE_HOME");
-    const char* h = std::getenv("HOME");
-    path = store::resolve_cache_path("", {v ? v : "", x ? x : "", h ? h : ""});
-  }
+  const std::string path = audit_db_path(db_flag);
   cli::CacheCommandOptions options;
   options.json = true;
   options.db.flag = path;
@@ -607,7 +683,7 @@ py::object audit(const std::optional<std::string>& db_flag, const std::string& p
   int64_t malformed = 0;
   {
     py::gil_scoped_release release;
-    if (Runtime* r = current_session()->session->runtime()) r->flush();
+    PyCompiledFunction::flush_all();
     std::error_code ec;
     if (!std::filesystem::exists(path, ec)) {
       fail(not_found(fmt::format("no cache database at '{}' (run a program first, or pass db=PATH)", path)));
@@ -641,6 +717,13 @@ PYBIND11_MODULE(_tracecache, m) {
       .def_property_readonly("shape", [](const PyTensor& t) {
         PackageLock lock;
         const Shape& s = get(t).shape();
+        py::tuple out(static_cast<size_t>(s.rank()));
+        for (int i = 0; i < s.rank(); ++i) out[static_cast<size_t>(i)] = s[i];
+        return out;
+      })
+      .def_property_readonly("_peek_shape", [](const PyTensor& t) {  // the shape, not noted as read
+        PackageLock lock;
+        const Shape& s = get(t).peek_shape();
         py::tuple out(static_cast<size_t>(s.rank()));
         for (int i = 0; i < s.rank(); ++i) out[static_cast<size_t>(i)] = s[i];
         return out;
@@ -762,10 +845,33 @@ PYBIND11_MODULE(_tracecache, m) {
   });
   m.def("audit", &audit, py::arg("db") = py::none(), py::arg("program") = "", py::arg("function") = "",
         py::arg("kind") = "", py::arg("since") = "", py::arg("graph") = "");
-  m.def("_shutdown", [] {
+  m.def("_shutdown", [] {  // at exit (atexit; also after KeyboardInterrupt): counts first
     PackageLock lock;
+    {
+      py::gil_scoped_release release;
+      PyCompiledFunction::flush_all();
+    }
     reset_current_session();
   });
+  m.def("flush", [] {
+    PackageLock lock;
+    py::gil_scoped_release release;
+    PyCompiledFunction::flush_all();
+  }, "Writes this process's pending hit counts and events (compiled functions' replays too) to the cache.");
+  m.def("report", [](const std::string& output, const std::optional<std::string>& db, const std::string& program,
+                     const std::string& function, const std::string& since) {
+    PackageLock lock;
+    cli::ReportOptions options;
+    options.output = output;
+    options.db.flag = audit_db_path(db);
+    options.program = program;
+    options.function = function;
+    options.since = since;
+    py::gil_scoped_release release;
+    PyCompiledFunction::flush_all();
+    return cli::write_report(options).value_or_throw();
+  }, py::arg("output"), py::arg("db") = py::none(), py::arg("program") = "", py::arg("function") = "",
+     py::arg("since") = "", "`tracecache report -o OUTPUT`: the audit as one HTML page; returns its size in bytes.");
 
   py::class_<PyCompiledFunction>(m, "_CompiledFunction", "A function traced once with guards (runtime/compiled_function.h).")
       .def(py::init([](py::object fn, std::string name, std::string version,
@@ -777,7 +883,7 @@ PYBIND11_MODULE(_tracecache, m) {
              return std::make_unique<PyCompiledFunction>(CompileSpec{
                  std::move(fn), std::move(name), std::move(version), std::move(dynamic_dims),
                  std::move(dynamic_scalars), std::move(updates), automatic_dynamic, recompile_limit,
-                 std::move(arg_names), std::move(host_op), std::move(program)});
+                 std::move(arg_names), std::move(host_op), std::move(program), {}});
            }),
            py::arg("fn"), py::arg("name"), py::arg("version"), py::arg("dynamic_dims"), py::arg("dynamic_scalars"),
            py::arg("updates"), py::arg("automatic_dynamic"), py::arg("recompile_limit"), py::arg("arg_names"),
@@ -786,6 +892,8 @@ PYBIND11_MODULE(_tracecache, m) {
       .def("stats", &PyCompiledFunction::stats)
       .def("recompile_reasons", &PyCompiledFunction::recompile_reasons)
       .def("flush", &PyCompiledFunction::flush)
+      .def("_mark_dim", &PyCompiledFunction::mark_dim, py::arg("position"), py::arg("dim"), py::arg("dynamic"))
+      .def("_discard_last_entry", &PyCompiledFunction::discard_last_entry, py::arg("why"))
       .def("_set_note", &PyCompiledFunction::set_note, py::arg("note"))
       .def_property_readonly("_last_note", &PyCompiledFunction::last_note)
       .def_property_readonly("name", &PyCompiledFunction::name)

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <xxhash.h>
 
+#include <algorithm>
 #include <optional>
 #include <unordered_set>
 
@@ -245,6 +246,9 @@ struct CompiledFunction::Impl {
     std::vector<DynamicDim> dynamic =
         dims_to_make_dynamic(args, options.dynamic_dims, options.automatic_dynamic, closest.failed,
                              entries[closest.index].dynamic.get());
+    std::erase_if(dynamic, [this](const DynamicDim& d) {
+      return std::find(options.static_dims.begin(), options.static_dims.end(), d) != options.static_dims.end();
+    });
     return trace_new_entry(args, std::move(dynamic), std::move(reason));
   }
 
@@ -1116,6 +1120,27 @@ void CompiledFunction::mark_dynamic(size_t input, int dim) {
   DynamicDim d{input, dim};
   auto& dims = impl_->options.dynamic_dims;
   if (std::find(dims.begin(), dims.end(), d) == dims.end()) dims.push_back(d);
+  std::erase(impl_->options.static_dims, d);
+}
+
+void CompiledFunction::mark_static(size_t input, int dim) {
+  DynamicDim d{input, dim};
+  auto& dims = impl_->options.static_dims;
+  if (std::find(dims.begin(), dims.end(), d) == dims.end()) dims.push_back(d);
+  std::erase(impl_->options.dynamic_dims, d);
+}
+
+bool CompiledFunction::discard_last_entry(const std::string& why) {
+  Impl& i = *impl_;
+  if (i.last_entry < 0 || static_cast<size_t>(i.last_entry) >= i.entries.size()) return false;
+  Impl::ScopedRuntime scope(i);
+  GuardEntry& e = i.entries[static_cast<size_t>(i.last_entry)];
+  i.runtime->function_event(store::EventKind::kMiss, i.key.name,
+                            fmt::format("entry {} discarded by the caller: {}", e.db_index, why));
+  if (store::GuardEntryStore* d = i.writable_store(); d && e.db_index >= 0) (void)d->remove_function_entry(i.key, e.db_index);
+  i.entries.erase(i.entries.begin() + i.last_entry);
+  i.last_entry = -1;
+  return true;
 }
 
 }  // namespace tracecache

@@ -145,6 +145,8 @@ struct CompiledFunctionOptions {
   int recompile_limit = 8;
   // Dims that are dynamic from the first trace on (see the header comment).
   std::vector<DynamicDim> dynamic_dims;
+  // Dims that never become dynamic (automatic_dynamic leaves them static).
+  std::vector<DynamicDim> static_dims;
   // Make a dim dynamic when its size alone failed the closest entry's guards.
   bool automatic_dynamic = true;
   CanonicalizeOptions canonicalize;     // changes lowering: guarded
@@ -225,6 +227,14 @@ class CompiledFunction {
 
   // Marks dim `dim` of tensor argument `input` dynamic for the traces that follow.
   void mark_dynamic(size_t input, int dim);
+  // Marks it static: automatic_dynamic never makes it dynamic (a new size recompiles), and a
+  // mark_dynamic of it is undone.
+  void mark_static(size_t input, int dim);
+  // Drops the entry that served or was made by the last call (from this process and the cache),
+  // with a `miss` event saying `why`: for a caller that found the entry's results wrong for its
+  // purpose (tracecache.torch checks a shape specialization against eager PyTorch once). False
+  // when there is no such entry.
+  bool discard_last_entry(const std::string& why);
 
   const std::string& name() const;
   // Counters of this process; recompiles and hits_per_entry are derived from the recompile

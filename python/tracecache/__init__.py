@@ -23,13 +23,36 @@ import numpy as _np
 
 from . import _tracecache
 from ._tracecache import (Error, Tensor, op, op_names, mark_step, settings, counters,
-                          metrics_report, timers, audit, warnings, _host_op)
+                          metrics_report, timers, audit, report, flush, warnings, _host_op)
 
 __all__ = ["Error", "Tensor", "CompiledFunction", "configure", "settings", "tensor", "from_numpy",
            "from_torch", "op", "ops", "op_names", "mark_step", "grad", "no_grad", "compile",
-           "counters", "timers", "metrics_report", "audit", "warnings"]
+           "counters", "timers", "metrics_report", "audit", "report", "flush", "warnings", "manual_seed", "next_seed"]
 
 _atexit.register(_tracecache._shutdown)
+
+
+# tracecache's own random number generator (the `rand_uniform` / `rand_normal` registry ops):
+# a seed and an offset. Each use takes the next offset, so every step of a compiled program that
+# draws numbers draws new ones, reproducibly from manual_seed(n), in every process.
+_rng = {"seed": 0, "offset": 0}
+
+
+def manual_seed(seed):
+    """Seeds tracecache's random number generator (dropout and torch.rand* in compiled PyTorch
+    code): the numbers drawn after manual_seed(n) are the same in every process and replay. They
+    are tracecache's own (Philox4x32-10, docs/ops.md), not the numbers PyTorch's generator gives."""
+    seed = int(seed)
+    if not -(1 << 63) <= seed < (1 << 63):
+        raise ValueError(f"manual_seed: {seed} does not fit in 64 bits")
+    _rng["seed"], _rng["offset"] = seed, 0
+
+
+def next_seed():
+    """The (seed, offset) pair for the next draw, as an int64 array of 2, advancing the offset."""
+    offset = _rng["offset"]
+    _rng["offset"] = offset + 1
+    return _np.array([_rng["seed"], offset], dtype=_np.int64)
 
 
 def configure(mode="lazy", backend="cpu", db=None, no_cache=False, threads=None, remote=None,

@@ -13,11 +13,11 @@ Every ATen op is lowered by the one mapping in `lowering.py`; an op without a ma
 `CaptureError` naming the op and the user's source line.
 """
 
-from .compiled import CompiledModule, compile, stats
+from .compiled import CompiledModule, compile, mark_dynamic, mark_static, stats
 from .errors import CaptureError, UnsupportedOpError
 from .explain import ExplainOutput, GraphBreak, explain
 from .export import ExportInput, ExportResult, export
 from .step import CompiledStep, compile_step
 
 __all__ = ["CaptureError", "UnsupportedOpError", "CompiledModule", "CompiledStep", "compile", "compile_step",
-           "explain", "ExplainOutput", "GraphBreak", "stats", "ExportInput", "ExportResult", "export"]
+           "explain", "ExplainOutput", "GraphBreak", "mark_dynamic", "mark_static", "stats", "ExportInput", "ExportResult", "export"]

@@ -46,11 +46,12 @@ from torch.utils import _pytree as pytree
 from .. import _feed_code
 from . import capture as capture_mod
 from . import fallback
+from . import specialize
 from .emit_live import LiveEmitter
 from .errors import CaptureError, skipped_file
 from .lowering import TORCH_DTYPES, lower, output_structure
 
-__all__ = ["CompiledModule", "compile", "stats"]
+__all__ = ["CompiledModule", "compile", "stats", "mark_dynamic", "mark_static"]
 
 _lowerings = 0
 
@@ -305,19 +306,28 @@ class _Function:
         self.compiled = compiled
         self.version = version
         self.structures = {}  # signature -> (spec, constants, breaks), this process
+        self.marks = {}  # (argument position, dim) -> dynamic (True) or static (False), as applied
+        self.dynamic_inputs = set()  # (input index, dim) marked dynamic
 
 
 class CompiledModule:
     """A module or function whose calls run as tracecache graphs (see the module docstring)."""
 
-    def __init__(self, target, name=None, version=None, fullgraph=False, mode=None):
+    # Whether a new size may be served by rewriting a kept capture (specialize.py) instead of
+    # capturing again: inference only (a training step's graph reads its shapes everywhere).
+    _allow_respecialize = True
+
+    def __init__(self, target, name=None, version=None, fullgraph=False, mode=None, dynamic=None):
         import tracecache
         if mode not in (None, "once", "lazy"):
             raise ValueError(f"tracecache.torch.compile: mode must be 'once' (the default) or 'lazy', not {mode!r}")
+        if dynamic not in (None, True, False):
+            raise ValueError(f"tracecache.torch.compile: dynamic must be None (automatic), True or False, not {dynamic!r}")
         self._tc = tracecache
         self.target = target
         self.fullgraph = bool(fullgraph)
         self.mode = mode or "once"
+        self.dynamic = dynamic
         self.is_module = isinstance(target, torch.nn.Module)
         if self.is_module:
             self._accessors = _state_accessors(target)
@@ -347,6 +357,8 @@ class CompiledModule:
         self._last = None
         self._last_breaks = []
         self._warned = False
+        self._validate = None
+        self._no_respecialize = set()
         self.version = None
 
     # -- arguments -------------------------------------------------------------------------
@@ -426,11 +438,82 @@ class CompiledModule:
         tensors, constants = split_outputs(lowered.outputs, "output {}")
         return tensors, lowered.out_spec, constants, lowered.breaks
 
+    def _respecialized(self, state, flat, spec, tensors, key):
+        """A kept capture of this call structure at other sizes, rewritten for this call's
+        (specialize.py), with the capture it came from; None when there is none or it cannot be
+        rewritten."""
+        sig = self._signature(state, tensors, key)
+        if not self._allow_respecialize or self.dynamic is False or sig in self._no_respecialize:
+            return None
+        for other_sig, base in self._captures.items():
+            if other_sig[0] != sig[0] or other_sig[2] != sig[2] or len(other_sig[1]) != len(sig[1]):
+                continue
+            if any(a[0] != b[0] or len(a[1]) != len(b[1]) for a, b in zip(other_sig[1], sig[1])):
+                continue
+            try:
+                gm, _ = specialize.respecialize(base.graph, base.names, [s for _, s in sig[1]])
+            except specialize.Unspecializable:
+                continue
+            return capture_mod.Capture(gm, base.names, base.num_state), base
+        return None
+
+    def _probe(self, graph, function):
+        """For a first trace with dims marked dynamic: the capture rewritten at other sizes of
+        those dims (each size s as 2s + 1), the shadow that tells the lowering which attributes
+        follow them; None when it cannot be rewritten."""
+        if not function.dynamic_inputs:
+            return None
+        placeholders = [n for n in graph.graph.graph.nodes if n.op == "placeholder"]
+        shapes = [list(n.meta["tensor_meta"].shape) for n in placeholders]
+        for i, d in function.dynamic_inputs:
+            k = graph.num_state + i
+            if k < len(shapes) and d < len(shapes[k]):
+                shapes[k][d] = shapes[k][d] * 2 + 1
+        try:
+            gm, _ = specialize.respecialize(graph.graph, graph.names, shapes)
+        except specialize.Unspecializable:
+            return None
+        return capture_mod.Capture(gm, graph.names, graph.num_state)
+
+    def _lower_with_shadow(self, graph, shadow, proxies):
+        """Lowers `graph` onto the trace's proxies, binding the attributes that differ from the
+        lowering of `shadow` (the same program at other sizes) to the dims they follow; when one
+        cannot be explained, reads the inputs' shapes so tracecache keeps the entry static."""
+        shadow_emitter = specialize.ShadowEmitter()
+        shadow_inputs = []
+        for n in shadow.graph.graph.nodes:
+            if n.op == "placeholder":
+                h = specialize._Shadow()
+                h.shape = tuple(n.meta["tensor_meta"].shape)
+                shadow_inputs.append(h)
+        lower(shadow.graph, shadow_emitter, shadow_inputs, breaks=not self.fullgraph)
+        binder = specialize.BindingEmitter(LiveEmitter(self._tc, traced=True), shadow_emitter.ops,
+                                           [(p, h.shape) for p, h in zip(proxies, shadow_inputs)])
+        result = self._lower(graph, proxies, binder)
+        binder.finish()
+        if binder.unexplained:
+            for p in proxies:
+                p.shape  # noqa: B018 (noted as read: tracecache keeps this entry's dims static)
+        return result
+
     def _traced(self, function, *proxies):
         """The body of a tracecache.compile'd function: runs only when tracecache traces."""
         state, flat, spec, tensors, key = self._call
-        graph = self._capture(state, flat, spec, tensors, key)
-        out, out_spec, constants, breaks = self._lower(graph, proxies, LiveEmitter(self._tc, traced=True))
+        sig = self._signature(state, tensors, key)
+        graph, shadow = self._captures.get(sig), None
+        if graph is None:
+            found = self._respecialized(state, flat, spec, tensors, key)
+            if found is not None:
+                graph, shadow = found
+                self._validate = (function, sig)
+        if graph is None:
+            graph = self._capture(state, flat, spec, tensors, key)
+            if not graph.data_dependent:
+                shadow = self._probe(graph, function)
+        if shadow is not None:
+            out, out_spec, constants, breaks = self._lower_with_shadow(graph, shadow, proxies)
+        else:
+            out, out_spec, constants, breaks = self._lower(graph, proxies, LiveEmitter(self._tc, traced=True))
         function.structures[self._signature(state, tensors, key)] = (out_spec, constants, breaks)
         note = _structure_note(out_spec, constants, breaks)
         if note is not None:
@@ -471,7 +554,8 @@ class CompiledModule:
             def traced(*proxies):
                 return self._traced(function, *proxies)
             traced.__signature__ = self._traced_signature(count)
-            compiled = self._tc.compile(traced, name=self.name, version=version, automatic_dynamic=False,
+            compiled = self._tc.compile(traced, name=self.name, version=version,
+                                        automatic_dynamic=self._allow_respecialize and self.dynamic is not False,
                                         updates=self._updates(count), host_op=fallback.run,
                                         program=self.program)
             function = _Function(compiled, version)
@@ -504,8 +588,10 @@ class CompiledModule:
         its outputs as a tuple with the output structure and constants. The first `skip` outputs
         are not the user's (a training step's new state)."""
         function = self._function(key, len(tensors))
+        self._apply_marks(function, len(state), tensors)
         args = self._wrap_state(state) + [self._tc.from_torch(t) for t in tensors]
         self._call = (state, flat, spec, tensors, key)
+        self._validate = None
         try:
             out = function.compiled(*args)
         finally:
@@ -513,7 +599,66 @@ class CompiledModule:
         out = out if isinstance(out, tuple) else (out,)
         self._last = function
         out_spec, constants = self._known_structure(function, state, flat, spec, tensors, key, len(out) - skip)
+        if self._validate is not None and not self._specialization_holds(out, out_spec, constants, flat, spec):
+            # The rewritten graph is wrong at this size: drop its entry, keep the dims static and
+            # capture this call for real.
+            function.compiled._core._discard_last_entry("the graph rewritten for the new sizes differs from eager "
+                                                         "PyTorch; the call is captured again")
+            self._no_respecialize.add(self._validate[1])
+            function.structures.pop(self._validate[1], None)
+            for i, t in enumerate(tensors):
+                for d in range(t.dim()):
+                    function.compiled._core._mark_dim(len(state) + i, d, False)
+            return self._call_once(state, flat, spec, tensors, key, skip)
         return out, out_spec, constants
+
+    def _apply_marks(self, function, num_state, tensors):
+        """Marks of this call's tensors (tracecache.torch.mark_dynamic / mark_static, and every dim
+        with dynamic=True) on the compiled function, each once."""
+        for i, t in enumerate(tensors):
+            marks = {}
+            if self.dynamic is True:
+                marks.update({d: True for d in range(t.dim())})
+            marks.update({d: True for d in getattr(t, "_tracecache_dynamic", ())})
+            marks.update({d: False for d in getattr(t, "_tracecache_static", ())})
+            for d, dynamic in marks.items():
+                if d >= t.dim() or function.marks.get((num_state + i, d)) == dynamic:
+                    continue
+                function.compiled._core._mark_dim(num_state + i, d, dynamic)
+                function.marks[(num_state + i, d)] = dynamic
+                if dynamic:
+                    function.dynamic_inputs.add((i, d))
+                else:
+                    function.dynamic_inputs.discard((i, d))
+
+    def _specialization_holds(self, out, out_spec, constants, flat, spec):
+        """Whether a call served by a graph rewritten for new sizes equals eager PyTorch (checked
+        once per rewrite: later sizes replay the template it made)."""
+        got = pytree.tree_flatten(self._assemble(out, out_spec, constants))[0]
+        args, kwargs = _rebuild(flat, spec, [t for t in flat if isinstance(t, torch.Tensor)])
+        # With gradients enabled, as the capture ran: PyTorch's fused no-grad paths (the nested-tensor
+        # encoder) differ from the composite ones at padded positions.
+        with torch.enable_grad():
+            want = [w.detach() if isinstance(w, torch.Tensor) else w
+                    for w in pytree.tree_flatten(self.target(*args, **kwargs))[0]]
+        if len(got) != len(want):
+            return False
+        for g, w in zip(got, want):
+            if isinstance(w, torch.Tensor) != isinstance(g, torch.Tensor):
+                return False
+            if not isinstance(w, torch.Tensor):
+                if g != w:
+                    return False
+                continue
+            if g.shape != w.shape or g.dtype != w.dtype:
+                return False
+            if w.numel() and w.is_floating_point():
+                scale = w.abs().max().item() or 1.0
+                if (g.double() - w.double()).abs().max().item() > 1e-3 * scale:
+                    return False
+            elif not torch.equal(g, w):
+                return False
+        return True
 
     def _warn_no_autograd(self):
         self._warned = True
@@ -587,13 +732,30 @@ class CompiledModule:
             function.compiled.flush()
 
 
-def compile(module_or_fn, *, name=None, version=None, fullgraph=False, mode=None):
+def mark_dynamic(t, dim):
+    """Makes dim `dim` of tensor `t` dynamic in the compiled calls it is passed to (as
+    torch._dynamo.mark_dynamic): the first trace already makes a graph that serves every size of it."""
+    t._tracecache_dynamic = set(getattr(t, "_tracecache_dynamic", ())) | {int(dim)}
+    t._tracecache_static = set(getattr(t, "_tracecache_static", ())) - {int(dim)}
+
+
+def mark_static(t, dim):
+    """Keeps dim `dim` of tensor `t` static in the compiled calls it is passed to: a new size of it
+    traces (and captures) again instead of becoming dynamic."""
+    t._tracecache_static = set(getattr(t, "_tracecache_static", ())) | {int(dim)}
+    t._tracecache_dynamic = set(getattr(t, "_tracecache_dynamic", ())) - {int(dim)}
+
+
+def compile(module_or_fn, *, name=None, version=None, fullgraph=False, mode=None, dynamic=None):
     """A callable that runs `module_or_fn` (a `torch.nn.Module` or a function of torch tensors)
     as tracecache graphs and returns torch tensors in the same structure. It traces once with
     guards (whatever the session's mode; `mode="lazy"` lowers the capture on every call
     instead). `name` and `version` override the persistent key of its compiled function (by
     default computed from the module's code, attributes and state types, never by capturing).
-    `fullgraph=True` makes an op tracecache cannot map an error instead of a graph break."""
+    `fullgraph=True` makes an op tracecache cannot map an error instead of a graph break.
+    `dynamic`: None (a dim whose size changes becomes dynamic: served from the first capture,
+    never capturing again), True (every dim of every input is dynamic from the first call), False
+    (every new size traces and captures again)."""
     if not callable(module_or_fn):
         raise TypeError("tracecache.torch.compile takes a torch.nn.Module or a function")
-    return CompiledModule(module_or_fn, name=name, version=version, fullgraph=fullgraph, mode=mode)
+    return CompiledModule(module_or_fn, name=name, version=version, fullgraph=fullgraph, mode=mode, dynamic=dynamic)

@@ -162,6 +162,7 @@ class Lowerer:
         self.bindings = list(bindings)
         self.allow_breaks = breaks and hasattr(emitter, "host_op")
         self.breaks = []
+        self._note_result = getattr(emitter, "note_result", None)
         self.env = {}
         self.node = None
         self.updates = {}
@@ -204,8 +205,11 @@ class Lowerer:
         return one(tm)
 
     def op(self, name, inputs, dtype, shape, /, **attrs):
-        """Emits one registry op whose result type is known to be dtype[shape]."""
+        """Emits one registry op whose result type is known to be dtype[shape]. An emitter with
+        `note_result(handle, shape)` is told each result's shape (specialize.py's binder)."""
         handle = self.emitter.op(name, [v.handle for v in inputs], attrs)
+        if self._note_result is not None:
+            self._note_result(handle, shape)
         return Value(handle, dtype, shape)
 
     def full(self, value, dtype, shape=()):

@@ -55,6 +55,8 @@ def _optimizer_slots(optimizer):
 class CompiledStep(CompiledModule):
     """A training step compiled as one graph (see the module docstring)."""
 
+    _allow_respecialize = False
+
     def __init__(self, fn, model, optimizer, name=None, version=None, fullgraph=False, mode=None):
         import tracecache
         self.step_fn = fn

@@ -137,6 +137,27 @@ def _sigmoid_backward(ctx, node):
     return ctx.binary("mul", a.grad_output, ctx.binary("mul", y, ctx.binary("sub", 1.0, y)))
 
 
+@lowers("aten.hardswish_backward.default", ops="lt, eq, maximum (or), div, add, mul, where",
+        note="PyTorch's formula: 0 below -3, g * (x / 3 + 1/2) on [-3, 3], g above")
+def _hardswish_backward(ctx, node):
+    a = ctx.args()
+    g, x = a.grad_output, a.self
+    middle = ctx.binary("mul", g, ctx.binary("add", ctx.binary("div", x, 3.0), 0.5))
+    # x <= 3 as PyTorch tests it, so a NaN x takes g (not NaN) as in PyTorch's kernel.
+    at_most_3 = ctx.binary("maximum", ctx.binary("lt", x, 3.0), ctx.binary("eq", x, 3.0))
+    upper = ctx.where_(at_most_3, middle, g, "f32")
+    return ctx.where_(ctx.binary("lt", x, -3.0), 0.0, upper, "f32")
+
+
+@lowers("aten.hardsigmoid_backward.default", ops="gt, lt, minimum (and), mul, where",
+        note="PyTorch's formula: g / 6 strictly inside (-3, 3), else 0")
+def _hardsigmoid_backward(ctx, node):
+    a = ctx.args()
+    g, x = a.grad_output, a.self
+    inside = ctx.binary("minimum", ctx.binary("gt", x, -3.0), ctx.binary("lt", x, 3.0))
+    return ctx.where_(inside, ctx.binary("mul", g, 1.0 / 6.0), 0.0, "f32")
+
+
 @lowers("aten._softmax.default", ops="softmax")
 def _softmax(ctx, node):
     a = ctx.args()

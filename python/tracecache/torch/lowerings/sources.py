@@ -8,7 +8,8 @@ from ..lowering import DType, lowers
 
 
 @lowers("aten.zeros.default", "aten.zeros_like.default", "aten.empty.memory_format", "aten.empty_like.default",
-        "aten.new_zeros.default", "aten.new_empty.default", "aten.empty_strided.default", ops="full",
+        "aten.new_zeros.default", "aten.new_empty.default", "aten.empty_strided.default",
+        "aten.new_empty_strided.default", ops="full",
         note="empty tensors are zeros")
 def _zeros(ctx, node):
     dtype, shape = ctx.meta()

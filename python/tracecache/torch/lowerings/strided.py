@@ -1,0 +1,103 @@
+"""as_strided: a tensor's elements read through explicit sizes and strides.
+
+tracecache values are dense row-major tensors with no storage of their own, so an `as_strided`
+is lowered as a read of the elements it addresses: the source's elements are put in their
+storage order (known from the strides the capture recorded), and the addressed ones are picked
+with `index_select` (or, when the new sizes and strides address the storage in order, a plain
+reshape). PyTorch 1.13's `adaptive_avg_pool2d` with a 1x1 output over a channels-last input
+(ConvNeXt's and Swin's heads) restrides its result in place this way, to the same elements.
+
+Refused with a CaptureError: a source whose strides overlap or leave gaps (not a permutation of
+a dense layout), an explicit `storage_offset` on a tensor whose own offset the capture does not
+know (a view or an input), and addresses outside the source's elements.
+
+Part of the one mapping from ATen ops to tracecache registry ops (`tracecache.torch.lowering`
+has the Lowerer and the contract every lowering follows). Read-only after import.
+"""
+
+import math
+
+import torch
+
+from ..lowering import DType, _is_view, lowers
+
+
+def _contiguous_strides(shape):
+    strides, step = [], 1
+    for d in reversed(shape):
+        strides.append(step)
+        step *= d
+    return list(reversed(strides))
+
+
+def _storage_order(shape, strides):
+    """The permutation that puts a dense tensor's dims in storage order (outermost first), or
+    None when the strides overlap or leave gaps."""
+    dims = sorted(range(len(shape)), key=lambda d: (shape[d] != 1, -strides[d], d))
+    expected = 1
+    for d in reversed(dims):
+        if shape[d] == 1:
+            continue
+        if strides[d] != expected:
+            return None
+        expected *= shape[d]
+    return dims
+
+
+def _offset_is_zero(node):
+    """Whether the tensor `node` denotes starts its storage (a fresh result, or an in-place op
+    on one); False when it may not (a view, an input)."""
+    while isinstance(node, torch.fx.Node) and node.op == "call_function":
+        schema = getattr(node.target, "_schema", None)
+        alias = schema.returns[0].alias_info if schema is not None and schema.returns else None
+        if alias is None:
+            return True
+        if _is_view(node):
+            return False
+        node = node.args[0]
+    return False
+
+
+@lowers("aten.as_strided.default", "aten.as_strided_.default",
+        ops="reshape; permute, reshape, arange, mul, add, index_select (composition)",
+        note="reads the addressed elements of the source's storage (the source dense in some dim order); "
+             "a reshape when they are the storage in order")
+def _as_strided(ctx, node):
+    a = ctx.args()
+    x = a.self
+    size, stride = [int(s) for s in a.size], [int(s) for s in a.stride]
+    meta = node.args[0].meta.get("tensor_meta")
+    if meta is None:
+        ctx.fail("the capture recorded no strides for the source of as_strided")
+    order = _storage_order(x.shape, list(meta.stride))
+    if order is None:
+        ctx.fail(f"as_strided of a tensor with strides {list(meta.stride)} for shape {list(x.shape)}: "
+                 f"only sources whose elements are dense (in some dim order) are supported")
+    offset = a.storage_offset
+    if offset is not None and offset != 0 and not _offset_is_zero(node.args[0]):
+        ctx.fail("as_strided with an explicit storage_offset of a view or an input, whose own offset the "
+                 "capture does not know")
+    offset = int(offset or 0)
+    dtype, shape = ctx.meta()
+    n_out, n_in = math.prod(size), math.prod(x.shape)
+    if n_out == 0:
+        return ctx.full(0, dtype, shape)
+    if min(stride, default=0) < 0:
+        ctx.fail(f"as_strided with a negative stride {stride}")
+    last = offset + sum((s - 1) * t for s, t in zip(size, stride))
+    if offset < 0 or last >= n_in:
+        ctx.fail(f"as_strided addresses elements {offset}..{last} of a source of {n_in} elements; only "
+                 f"elements of the source itself can be read")
+    storage = ctx.reshape(ctx.permute(x, order), (n_in,))
+    contiguous = _contiguous_strides(size)
+    if all(s == 1 or t == c for s, t, c in zip(size, stride, contiguous)):
+        return ctx.reshape(ctx.slice(storage, 0, offset, offset + n_out), shape)
+    index = ctx.full(offset, "i64", [1] * len(size))
+    for d, (s, t) in enumerate(zip(size, stride)):
+        if s == 1 or t == 0:
+            continue
+        steps = ctx.op("arange", [], "i64", (s,), start=0.0, end=float(s * t), step=float(t), dtype=DType("i64"))
+        index = ctx.binary("add", index, ctx.reshape(steps, [s if k == d else 1 for k in range(len(size))]))
+    index = ctx.reshape(ctx.broadcast_to(index, size), (n_out,))
+    picked = ctx.op("index_select", [storage, index], x.dtype, (n_out,), axis=0)
+    return ctx.reshape(picked, shape)

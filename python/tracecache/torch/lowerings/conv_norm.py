@@ -8,9 +8,12 @@ import math
 import operator
 
 from ..lowering import lowers, pair as _pair
+from .volumetric import convolution3d
 
 
-@lowers("aten.convolution.default", ops="conv2d", note="1-d convolutions as conv2d over a [N, C, 1, L] view")
+@lowers("aten.convolution.default", ops="conv2d; pad, slice, concat, permute, reshape for 3-d",
+        note="1-d convolutions as conv2d over a [N, C, 1, L] view; 3-d as one conv2d with time folded into the "
+             "batch and the temporal taps stacked along the channels")
 def _convolution(ctx, node):
     a = ctx.args()
     if a.transposed:
@@ -26,8 +29,10 @@ def _convolution(ctx, node):
     elif rank == 4:
         stride, padding, dilation = _pair(a.stride), _pair(a.padding), _pair(a.dilation)
         out4 = shape
+    elif rank == 5:
+        return convolution3d(ctx, a, dtype, shape)
     else:
-        ctx.fail(f"only 1-d and 2-d convolutions are supported, the input is rank {rank}")
+        ctx.fail(f"only 1-d, 2-d and 3-d convolutions are supported, the input is rank {rank}")
     inputs = [x, w] + ([a.bias] if a.bias is not None else [])
     y = ctx.op("conv2d", inputs, dtype, out4, stride=stride, padding=padding, dilation=dilation,
                groups=a.groups)

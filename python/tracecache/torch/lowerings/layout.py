@@ -4,6 +4,8 @@ Part of the one mapping from ATen ops to tracecache registry ops (`tracecache.to
 has the Lowerer and the contract every lowering follows). Read-only after import.
 """
 
+import math
+
 from ..lowering import lowers
 
 
@@ -97,6 +99,27 @@ def _pad_axis(ctx, g, axis, before, after, shape):
     pads = [0] * (2 * (rank - axis))
     pads[-2], pads[-1] = before, after
     return ctx.op("pad", [g], g.dtype, shape, pads=pads, value=0.0)
+
+
+def scatter_slice(ctx, g, axis, start, step, length):
+    """The adjoint of a strided slice: zeros of `length` along `axis` with g's k-th element along
+    it at `start + k * step`. Elements that land outside [0, length) are dropped, so `start` may
+    be negative (a slice of a padded tensor, its padding cropped off). A `pad` of the
+    [outer, n, inner] view, after padding each element with `step - 1` zeros on a new axis."""
+    shape = list(g.shape)
+    axis %= len(shape)
+    m = shape[axis]
+    outer, inner = math.prod(shape[:axis]), math.prod(shape[axis + 1:])
+    out_shape = shape[:axis] + [length] + shape[axis + 1:]
+    v = ctx.reshape(g, (outer, m, inner))
+    if step > 1:
+        v = ctx.op("pad", [ctx.reshape(v, (outer, m, 1, inner))], g.dtype, (outer, m, step, inner),
+                   pads=[0, 0, 0, step - 1], value=0.0)
+        v = ctx.reshape(v, (outer, m * step, inner))
+    span = v.shape[1]
+    if start != 0 or length != span:
+        v = ctx.op("pad", [v], g.dtype, (outer, length, inner), pads=[0, 0, start, length - start - span], value=0.0)
+    return ctx.reshape(v, out_shape)
 
 
 @lowers("aten.slice_backward.default", ops="pad", note="the gradient zero-padded back (step 1)")

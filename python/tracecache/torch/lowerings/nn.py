@@ -7,6 +7,7 @@ has the Lowerer and the contract every lowering follows). Read-only after import
 import math
 
 from ..lowering import _PoolIndices, lowers, pair as _pair
+from .volumetric import convolution3d_backward
 
 
 @lowers("aten.max_pool2d_with_indices.default", ops="max_pool2d",
@@ -70,14 +71,17 @@ def _adaptive_avg_pool2d_backward(ctx, node):
                   input_size=list(a.self.shape[2:]))
 
 
-@lowers("aten.convolution_backward.default", ops="conv2d_input_grad, conv2d_weight_grad, sum")
+@lowers("aten.convolution_backward.default", ops="conv2d_input_grad, conv2d_weight_grad, sum; 3-d: on the "
+        "forward's conv2d layout, pad to add the taps back", note="3-d: the adjoint of the forward's layout")
 def _convolution_backward(ctx, node):
     a = ctx.args()
     if a.transposed:
         ctx.fail("transposed convolutions are not supported")
     g, x, w = a.grad_output, a.input, a.weight
+    if len(x.shape) == 5:
+        return convolution3d_backward(ctx, a)
     if len(x.shape) != 4:
-        ctx.fail(f"only the backward of 2-d convolutions is supported, the input is rank {len(x.shape)}")
+        ctx.fail(f"only the backward of 2-d and 3-d convolutions is supported, the input is rank {len(x.shape)}")
     attrs = dict(stride=_pair(a.stride), padding=_pair(a.padding), dilation=_pair(a.dilation), groups=a.groups)
     mask = list(a.output_mask)
     gx = ctx.op("conv2d_input_grad", [g, w], "f32", x.shape, input_size=list(x.shape[2:]), **attrs) \

@@ -192,8 +192,7 @@ g = torch.Generator().manual_seed(5)
 x, y = torch.randn(4, 4, generator=g), torch.randint(0, 3, (4,), generator=g)
 losses = [train(x, y).item() for _ in range(3)]
 torch.save({"model": net.state_dict(), "opt": opt.state_dict()}, state_file)
-train.flush()
-compiled.flush()
+# No flush: the hit counts are written at exit.
 print(json.dumps({"torch": tracecache.torch.stats(), "counters": tracecache.counters(), "outs": outs,
                   "losses": losses, "step": train.stats()}))
 '''
@@ -219,7 +218,7 @@ class SecondProcess(unittest.TestCase):
         self.assertEqual(first["outs"], second["outs"])
         self.assertEqual(second["step"]["traces"], 0)
         self.assertLess(second["losses"][0], first["losses"][-1], "training went on from the saved state")
-        # Both processes' replays are in the audit: the CLI reads the same database.
+        # Both processes' replays are in the audit (written at exit): the CLI reads the same database.
         cli = os.environ.get("TRACECACHE_CLI")
         if cli:
             p = subprocess.run([cli, "audit", "--db", db, "--json"], capture_output=True, text=True)
@@ -231,6 +230,61 @@ class SecondProcess(unittest.TestCase):
             self.assertEqual(hits, 4, "1 replay in the first process, 3 in the second")
             steps = [f for name, f in functions.items() if name == "__main__:step"]
             self.assertEqual(sum(e["hits"] for f in steps for e in f["entries"]), 5)
+
+
+INTERRUPTED = r'''
+import sys
+import torch
+import tracecache, tracecache.torch
+tracecache.configure(db=sys.argv[1])
+torch.manual_seed(0)
+model = torch.nn.Linear(4, 4).eval()
+compiled = tracecache.torch.compile(model)
+x = torch.ones(2, 4)
+calls = 0
+while True:
+    compiled(x)
+    calls += 1
+    if calls == 6:
+        print("ready", flush=True)
+'''
+
+
+class Audit(unittest.TestCase):
+    def test_an_interrupted_run_writes_its_counts(self):
+        import signal
+        directory = tempfile.mkdtemp(dir=os.environ.get("TRACECACHE_TEST_TMP"))
+        script = os.path.join(directory, "loop.py")
+        with open(script, "w") as f:
+            f.write(INTERRUPTED)
+        db = os.path.join(directory, "cache.db")
+        p = subprocess.Popen([sys.executable, script, db], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.assertEqual(p.stdout.readline().strip(), "ready")
+        p.send_signal(signal.SIGINT)
+        _, err = p.communicate(timeout=120)
+        self.assertIn("KeyboardInterrupt", err)
+        audit = tracecache.audit(db=db)
+        (function,) = audit["functions"]
+        self.assertGreaterEqual(sum(e["hits"] for e in function["entries"]), 5)
+
+    def test_audit_and_report_count_this_process(self):
+        directory = tempfile.mkdtemp(dir=os.environ.get("TRACECACHE_TEST_TMP"))
+        db = os.path.join(directory, "cache.db")
+        tracecache.configure(db=db)
+        torch.manual_seed(0)
+        compiled = tracecache.torch.compile(nn.Linear(3, 3).eval())
+        for _ in range(6):
+            compiled(torch.ones(1, 3))
+        (function,) = tracecache.audit()["functions"]
+        self.assertEqual(function["name"], "torch.nn.modules.linear:Linear.forward")
+        self.assertEqual(sum(e["hits"] for e in function["entries"]), 5)
+        page = os.path.join(directory, "report.html")
+        self.assertGreater(tracecache.report(page), 0)
+        with open(page) as f:
+            html = f.read()
+        self.assertIn("once-mode replays", html)
+        self.assertIn("torch.nn.modules.linear", html, "the graphs name their module")
+        tracecache.configure(no_cache=True)
 
 
 if __name__ == "__main__":

@@ -30,9 +30,13 @@ Training (--train, the default): for TRAIN_MODELS (classifiers at 32x32, batch 4
                  and, as the arbiter, in eager float64 (a .double() copy). The distance of a run
                  from float64 is the largest of: each loss's error relative to the loss, and
                  each floating parameter's or buffer's error relative to its largest update
-                 over the steps. Correct when tracecache's distance <= 4 x eager float32's +
-                 1e-6, so float32 rounding (and the max-pool ties it can flip) is not taken for
-                 an error while a real gradient error, far above it, cannot hide.
+                 (at least 1e-3 of the largest update of any tensor), measured after the first
+                 step (the gradients) and after the last. Correct when at both tracecache's
+                 distance <= 4 x eager float32's + 1e-6, so float32 rounding (and the max-pool
+                 ties it can flip) is not taken for an error while a real gradient error, far
+                 above it, cannot hide. Batch norm over 4 images of 1x1 maps is ill-conditioned
+                 (float32 itself can be 10-100% of an update away from float64 after 3 steps):
+                 there the bound is loose, and the first step's is the telling one.
   train-dropout  10 steps (lr 1e-2) on one fixed batch with the model's default dropout, eager
                  and compiled: pass when both losses fall (last < first); inconclusive when
                  eager's does not.
@@ -41,7 +45,8 @@ Every model runs in its own process (this script with --worker, the same interpr
 PYTHONPATH) with a timeout and a resident-memory limit, one at a time, the worker at --threads
 threads (torch, tracecache, OpenMP and OpenBLAS). Progress goes to stderr; the report (command,
 date, commit, machine, versions, BLAS, the tables, one line per model that is not a pass, the
-causes grouped) to stdout; --json writes every record (rewritten after each model).
+graph breaks and causes grouped) to stdout; --json writes every record (rewritten after each
+model), and --from-json prints the report of such a file again.
 
 --quick is the test suite's mode: resnet18, lraspp_mobilenet_v3_large, r3d_18 and one training
 step of resnet18 at 32x32. A hidden --self-test runs the machinery on tiny models built to
@@ -108,6 +113,7 @@ MOMENTUM = 0.9
 TOLERANCE = 1e-4          # inference: max |got - want| / max |want|
 TRAIN_FACTOR = 4.0        # training: tracecache's distance from float64 <= 4 x eager float32's
 TRAIN_FLOOR = 1e-6        # ... + this
+UPDATE_FLOOR = 1e-3       # a tensor's update counts as at least this much of the largest one
 
 QUICK = [("classification", "resnet18", "inference"), ("segmentation", "lraspp_mobilenet_v3_large", "inference"),
          ("video", "r3d_18", "inference"), ("classification", "resnet18", "train")]
@@ -216,14 +222,16 @@ def inference_verdict(rel_err, where, mismatch, breaks, replay_err):
     return "pass", None
 
 
-def train_verdict(tc_distance, eager_distance):
-    """(category, error) of a training run: correct when tracecache's distance from float64 is
-    within TRAIN_FACTOR of eager float32's, plus TRAIN_FLOOR."""
-    bound = TRAIN_FACTOR * eager_distance + TRAIN_FLOOR
-    if tc_distance <= bound:
-        return "pass", None
-    return "wrong", (f"distance from float64 {tc_distance:.3g}, eager float32's {eager_distance:.3g} "
-                     f"(bound {bound:.3g})")
+def train_verdict(checkpoints):
+    """(category, error) of a training run from (step, tracecache's distance from float64, eager
+    float32's) per checkpoint: correct when at every checkpoint tracecache's distance is within
+    TRAIN_FACTOR of eager float32's, plus TRAIN_FLOOR."""
+    for step, tc, eager in checkpoints:
+        bound = TRAIN_FACTOR * eager + TRAIN_FLOOR
+        if not tc <= bound:
+            return "wrong", (f"after step {step}: distance from float64 {tc:.3g}, eager float32's {eager:.3g} "
+                             f"(bound {bound:.3g})")
+    return "pass", None
 
 
 def dropout_verdict(eager_losses, tc_losses):
@@ -291,22 +299,28 @@ def build(family, name, batch=1):
     return model, inputs, desc
 
 
-def zero_dropout(model):
-    """Sets every dropout and stochastic-depth probability of `model` to 0; returns how many."""
+def dropout_sites(model):
+    """(module, attribute) of every nonzero dropout or stochastic-depth probability of `model`."""
     import torch
     import torchvision
-    count = 0
+    sites = []
     for m in model.modules():
         if isinstance(m, (torch.nn.modules.dropout._DropoutNd, torchvision.ops.StochasticDepth)) and m.p:
-            m.p = 0.0
-            count += 1
+            sites.append((m, "p"))
         # Functional dropout inside a layer: MultiheadAttention's and Swin's attention
         # (dropout, attention_dropout), DenseNet's layers (drop_rate).
         for attr in ("dropout", "attention_dropout", "drop_rate"):
             if isinstance(getattr(m, attr, None), float) and getattr(m, attr):
-                setattr(m, attr, 0.0)
-                count += 1
-    return count
+                sites.append((m, attr))
+    return sites
+
+
+def zero_dropout(model):
+    """Sets every dropout and stochastic-depth probability of `model` to 0; returns how many."""
+    sites = dropout_sites(model)
+    for m, attr in sites:
+        setattr(m, attr, 0.0)
+    return len(sites)
 
 
 def clone_inputs(inputs):
@@ -424,7 +438,9 @@ class Worker:
         self.phase("build")
         model, _, _ = build(self.job["family"], self.job["name"])
         model.train()
-        if not dropout:
+        if dropout:
+            self.record["dropout_sites"] = len(dropout_sites(model))
+        else:
             self.record["dropout_zeroed"] = zero_dropout(model)
         side = TRAIN_SIZE.get(self.job["name"], input_side(self.job["family"], self.job["name"]))
         g = torch.Generator().manual_seed(1)
@@ -441,31 +457,44 @@ class Worker:
         model64 = copy.deepcopy(model).double()
         model_tc = copy.deepcopy(model)
         steps = self.job["steps"]
+        # Distances after the first step (the gradients: best conditioned) and after the last.
+        checkpoints = sorted({1, steps})
+        ref, eager = {}, {}
+
+        def keep(k, m, losses):
+            if k in checkpoints:
+                ref[k] = {name: t.detach().clone() for name, t in m.state_dict().items()}
+
+        def measure(k, m, losses):
+            if k in checkpoints:
+                eager[k] = distance(losses, m.state_dict(), losses64[:k], ref[k], start)
         self.phase("eager float64")
-        losses64 = eager_steps(model64, x.double(), y, steps, TRAIN_LR)
+        losses64 = eager_steps(model64, x.double(), y, steps, TRAIN_LR, keep)
         self.phase("eager float32")
-        losses32 = eager_steps(model, x, y, steps, TRAIN_LR)
+        losses32 = eager_steps(model, x, y, steps, TRAIN_LR, measure)
         self.configure()
         self.phase("compile_step and first step")
         opt = torch.optim.SGD(model_tc.parameters(), lr=TRAIN_LR, momentum=MOMENTUM)
-        step = training_step(model_tc, opt)
-        compiled = tracecache.torch.compile_step(step, model_tc, opt)
-        losses_tc = []
+        compiled = tracecache.torch.compile_step(training_step(model_tc, opt), model_tc, opt)
+        losses_tc, tc = [], {}
         try:
-            for i in range(steps):
+            for k in range(1, steps + 1):
                 losses_tc.append(float(compiled(x, y)))
-                self.phase(f"step {i + 2}")
+                if k in checkpoints:
+                    tc[k] = distance(losses_tc, model_tc.state_dict(), losses64[:k], ref[k], start)
+                self.phase(f"step {k + 1}")
         except Exception as e:  # noqa: BLE001 -- classified
             self.fail(e, None if not losses_tc else f"step {len(losses_tc) + 1}")
             return
-        ref = model64.state_dict()
-        d32, w32 = distance(losses32, model.state_dict(), losses64, ref, start)
-        dtc, wtc = distance(losses_tc, model_tc.state_dict(), losses64, ref, start)
-        category, error = train_verdict(dtc, d32)
+        category, error = train_verdict([(k, tc[k][0], eager[k][0]) for k in checkpoints])
         if error:
-            error += f"; worst: {wtc}"
-        self.phase("verdict", category=category, error=error, max_rel_err=dtc, eager_distance=d32,
-                   worst=wtc, eager_worst=w32, losses_tc=losses_tc, losses_eager=losses32, losses_float64=losses64,
+            error += f"; worst: {tc[checkpoints[-1]][1]}"
+        self.phase("verdict", category=category, error=error, max_rel_err=tc[steps][0],
+                   eager_distance=eager[steps][0], checkpoints=checkpoints,
+                   distances={"tc": [tc[k][0] for k in checkpoints], "eager": [eager[k][0] for k in checkpoints],
+                              "tc_worst": [tc[k][1] for k in checkpoints],
+                              "eager_worst": [eager[k][1] for k in checkpoints]},
+                   losses_tc=losses_tc, losses_eager=losses32, losses_float64=losses64,
                    stats=_stats(compiled), **breaks_fields(compiled))
 
     def train_dropout(self):
@@ -520,20 +549,32 @@ def training_step(model, opt):
     return step
 
 
-def eager_steps(model, x, y, steps, lr):
+def eager_steps(model, x, y, steps, lr, after_step=None):
+    """The losses of `steps` SGD steps in eager PyTorch; after_step(k, model, losses so far)
+    after step k (from 1)."""
     import torch
     opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=MOMENTUM)
     step = training_step(model, opt)
-    losses = [float(step(x, y)) for _ in range(steps)]
+    losses = []
+    for k in range(1, steps + 1):
+        losses.append(float(step(x, y)))
+        if after_step is not None:
+            after_step(k, model, losses)
     opt.zero_grad(set_to_none=True)  # the gradients' memory (vgg11's classifier: 0.5 GB a copy)
     return losses
 
 
 def distance(losses, state, ref_losses, ref_state, start):
     """(distance, where) of a run from the float64 run: the largest of each loss's error relative
-    to the float64 loss and each floating tensor's error relative to its largest float64 update
-    since `start`. An integer buffer (num_batches_tracked) that differs is infinitely far."""
+    to the float64 loss and each floating tensor's largest error relative to its largest float64
+    update since `start`, or to UPDATE_FLOOR of the largest update of any tensor if that is more
+    (a batch norm's bias feeding another batch norm has a gradient of 0 in exact arithmetic: its
+    float64 update is rounding, 1e-18). An integer buffer (num_batches_tracked) that differs is
+    infinitely far."""
     import torch
+    updates = {name: float((ref - start[name].double()).abs().max()) for name, ref in ref_state.items()
+               if ref.is_floating_point() and ref.numel()}
+    floor = UPDATE_FLOOR * max(updates.values(), default=0.0)
     worst, where = 0.0, None
     for i, (a, b) in enumerate(zip(losses, ref_losses)):
         d = abs(a - b) / abs(b) if b else abs(a - b)
@@ -545,9 +586,9 @@ def distance(losses, state, ref_losses, ref_state, start):
         if not ref.is_floating_point():
             d = 0.0 if torch.equal(got.to(ref.dtype), ref) else math.inf
         else:
-            diff = (got.double() - ref).abs().max()
-            update = float((ref - start[name].double()).abs().max())
-            d = float(diff) / update if update > 0 else (0.0 if float(diff) == 0 else math.inf)
+            diff = float((got.double() - ref).abs().max()) if ref.numel() else 0.0
+            update = max(updates.get(name, 0.0), floor)
+            d = diff / update if update > 0 else (0.0 if diff == 0 else math.inf)
             d = d if math.isfinite(d) else math.inf
         if d > worst:
             worst, where = d, name
@@ -796,6 +837,13 @@ def report(doc):
             if family == "all":
                 row = [f"**{v}**" for v in row]
             lines.append("| " + " | ".join(row) + " |")
+        replays = [float(r["replay_rel_err"]) for r in inference if r.get("replay_rel_err") is not None]
+        if replays:
+            identical = sum(e == 0 for e in replays)
+            close = sum(0 < e <= TOLERANCE for e in replays)
+            lines += ["", f"The replay (a second compiled call, served by the cache) of the {len(replays)} models "
+                      f"that ran: {identical} gave the first call's outputs bit for bit, {close} within "
+                      f"{TOLERANCE:g}, {len(replays) - identical - close} differ (wrong above)."]
     training = [r for r in records if r["kind"] != "inference"]
     if training:
         lines += ["", f"## Training: tracecache.torch.compile_step, SGD momentum {MOMENTUM}, batch {TRAIN_BATCH}", "",
@@ -810,22 +858,25 @@ def report(doc):
                 n = collections.Counter(r["category"] for r in rs)
                 lines.append("| " + " | ".join([title, str(len(rs))] + [str(n[c]) for c in TRAIN_CATEGORIES]
                                                 + [pct(n["pass"], len(rs))]) + " |")
-        lines += ["", "| model | input | steps check | distance from float64 (eager float32's) | dropout check | "
-                  "loss first -> last (eager) | graph breaks (with dropout) |",
-                  "| --- | --- | --- | ---: | --- | --- | ---: |"]
+        lines += ["", "Distances from float64 after the first and the last step: the largest error of a loss or a "
+                  "tensor relative to its update; the bound is 4 x eager float32's + 1e-6.", "",
+                  "| model | input | steps check | distance: tracecache (eager float32) | dropout check | dropout sites "
+                  "| loss first -> last with dropout (eager) | graph breaks (with dropout) |",
+                  "| --- | --- | --- | ---: | --- | ---: | --- | ---: |"]
         by_model = collections.defaultdict(dict)
         for r in training:
             by_model[r["name"]][r["kind"]] = r
         for name, runs in by_model.items():
             t, d = runs.get("train"), runs.get("train-dropout")
-            dist = (f"{_num(t.get('max_rel_err'))} ({_num(t.get('eager_distance'))})"
-                    if t and t.get("eager_distance") is not None else "-")
+            dist = (f"{' / '.join(map(_num, t['distances']['tc']))} "
+                    f"({' / '.join(map(_num, t['distances']['eager']))})" if t and t.get("distances") else "-")
             losses = (f"{_num(d['losses_tc'][0], 3)} -> {_num(d['losses_tc'][-1], 3)} "
                       f"({_num(d['losses_eager'][0], 3)} -> {_num(d['losses_eager'][-1], 3)})"
                       if d and d.get("losses_tc") and d.get("losses_eager") else "-")
             breaks = f"{t['breaks'] if t else '-'} ({d['breaks'] if d else '-'})"
+            sites = str(d["dropout_sites"]) if d and "dropout_sites" in d else "-"
             lines.append("| " + " | ".join([name, (t or d or {}).get("input", "-"), t["category"] if t else "-", dist,
-                                            d["category"] if d else "-", losses, breaks]) + " |")
+                                            d["category"] if d else "-", sites, losses, breaks]) + " |")
     failing = [r for r in records if r["category"] != "pass"]
     if failing:
         lines += ["", "## Not passing", ""]
@@ -888,11 +939,14 @@ def parse_args(argv):
     ap.add_argument("--json", metavar="FILE", help="write every record (and the environment) to FILE")
     ap.add_argument("--quick", action="store_true",
                     help="the test suite's mode: " + ", ".join(f"{n} ({k})" for _, n, k in QUICK))
+    ap.add_argument("--from-json", metavar="FILE", help="print the report of a sweep saved with --json; run nothing")
     ap.add_argument("--self-test", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--worker", nargs=2, metavar=("JOB", "RESULT"), help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.worker:
         return a
+    if a.from_json and len(argv) != (1 if any(x.startswith("--from-json=") for x in argv) else 2):
+        ap.error("--from-json takes no other option")
     if a.timeout <= 0:
         ap.error(f"--timeout must be > 0 seconds, not {a.timeout:g}")
     if a.threads < 1:
@@ -952,6 +1006,13 @@ def main(argv=None):
     a = parse_args(sys.argv[1:] if argv is None else argv)
     if a.worker:
         Worker(json.loads(a.worker[0]), a.worker[1]).run()
+        return 0
+    if a.from_json:
+        try:
+            with open(a.from_json) as f:
+                print(report(json.load(f)))
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            a.error(f"--from-json {a.from_json}: not a sweep saved with --json ({type(e).__name__}: {e})")
         return 0
     families = {} if (a.quick or a.self_test) else list_family_models()
     jobs = plan(a, families)

@@ -10,6 +10,7 @@
 - `--quick --json F`: the JSON is well formed and every category is the one the verdict
   functions give for the record's own numbers; the printed report is the JSON's. Which models
   pass is not asserted.
+- `--from-json F` prints the report of a saved sweep: the one the sweep printed.
 - `--help`, and bad arguments exit 2 with a message.
 
 Run by ctest as python.test_torch_models_sweep (tests/python/run_test.sh)."""
@@ -112,26 +113,36 @@ class Verdicts(unittest.TestCase):
                          ("crash", None, "TypeError: argument 0 is list"))
 
     def test_training_bound_against_float64(self):
-        self.assertEqual(sweep.train_verdict(0.0, 0.0)[0], "pass")
-        self.assertEqual(sweep.train_verdict(4e-3, 1e-3)[0], "pass")
-        self.assertEqual(sweep.train_verdict(4.1e-3, 1e-3)[0], "wrong")
-        self.assertEqual(sweep.train_verdict(1e-6, 0.0)[0], "pass")
-        self.assertEqual(sweep.train_verdict(math.inf, 1e-3)[0], "wrong")
+        self.assertEqual(sweep.train_verdict([(1, 0.0, 0.0)]), ("pass", None))
+        self.assertEqual(sweep.train_verdict([(1, 4e-3, 1e-3), (3, 1e-6, 0.0)])[0], "pass")
+        category, error = sweep.train_verdict([(1, 1e-5, 1e-5), (3, 4.1e-3, 1e-3)])
+        self.assertEqual(category, "wrong")
+        self.assertIn("after step 3", error)
+        self.assertEqual(sweep.train_verdict([(1, 2e-3, 1e-4), (3, 1e-3, 1e-3)])[0], "wrong")
+        self.assertEqual(sweep.train_verdict([(1, math.inf, 1e-3)])[0], "wrong")
+        self.assertEqual(sweep.train_verdict([(1, math.nan, 1e-3)])[0], "wrong")
         self.assertEqual(sweep.dropout_verdict([7.0, 5.0], [7.0, 6.0])[0], "pass")
         self.assertEqual(sweep.dropout_verdict([7.0, 5.0], [7.0, math.nan])[0], "wrong")
         self.assertEqual(sweep.dropout_verdict([7.0, 7.5], [7.0, 6.0])[0], "inconclusive")
 
     def test_distance_is_relative_to_the_update(self):
-        start = {"w": torch.zeros(3), "n": torch.tensor(0)}
-        ref = {"w": torch.tensor([0.0, 0.1, -0.2], dtype=torch.float64), "n": torch.tensor(3)}
-        same = {"w": torch.tensor([0.0, 0.1, -0.2]), "n": torch.tensor(3)}
+        start = {"w": torch.zeros(3), "b": torch.ones(2), "n": torch.tensor(0)}
+        ref = {"w": torch.tensor([0.0, 0.1, -0.2], dtype=torch.float64),
+               "b": torch.tensor([1.0, 1.0 + 1e-18], dtype=torch.float64), "n": torch.tensor(3)}
+        same = {"w": torch.tensor([0.0, 0.1, -0.2]), "b": torch.ones(2), "n": torch.tensor(3)}
         d, _ = sweep.distance([2.0], same, [2.0], ref, start)
         self.assertLess(d, 1e-6)
-        off = {"w": torch.tensor([0.0, 0.1, -0.19]), "n": torch.tensor(3)}
+        off = dict(same, w=torch.tensor([0.0, 0.1, -0.19]))
         d, where = sweep.distance([2.0], off, [2.0], ref, start)
         self.assertAlmostEqual(d, 0.05, places=6)
         self.assertEqual(where, "w")
+        # A tensor whose float64 update is rounding is measured against 1e-3 of the largest update.
+        rounding = dict(same, b=torch.tensor([1.0, 1.0 + 1e-7]))
+        d, where = sweep.distance([2.0], rounding, [2.0], ref, start)
+        self.assertEqual(where, "b")
+        self.assertAlmostEqual(d, 1.19e-7 / (1e-3 * 0.2), delta=0.01)
         self.assertEqual(sweep.distance([2.0], dict(same, n=torch.tensor(2)), [2.0], ref, start), (math.inf, "n"))
+        self.assertEqual(sweep.distance([2.1], same, [2.0], ref, start)[1], "loss 1")
 
 
 class CommandLine(unittest.TestCase):
@@ -153,6 +164,8 @@ class CommandLine(unittest.TestCase):
                            (["--no-inference", "--no-train"], "leave nothing to run"),
                            (["--models", "fcn_resnet50", "--family", "video"], "is in --family video"),
                            (["--quick", "--models", "resnet18"], "--quick runs a fixed selection"),
+                           (["--from-json", "/nonexistent/sweep.json"], "not a sweep saved with --json"),
+                           (["--from-json", "sweep.json", "--quick"], "--from-json takes no other option"),
                            (["--frobnicate"], "unrecognized arguments")]:
             p = run(*args)
             self.assertEqual(p.returncode, 2, (args, p.stdout, p.stderr))
@@ -161,11 +174,16 @@ class CommandLine(unittest.TestCase):
 
 class Sweeps(unittest.TestCase):
     def sweep_json(self, *args):
+        """The run's process and JSON; the report --from-json prints from that JSON must be the
+        one the run printed."""
         with tempfile.TemporaryDirectory() as tmp:
             path = os.path.join(tmp, "sweep.json")
             p = run(*args, "--json", path)
             with open(path) as f:
                 doc = json.load(f)
+            again = run("--from-json", path)
+        self.assertEqual(again.returncode, 0, again.stderr)
+        self.assertEqual(again.stdout, p.stdout)
         return p, doc
 
     def check_records(self, doc, stdout):
@@ -186,7 +204,9 @@ class Sweeps(unittest.TestCase):
                 self.assertEqual(r["breaks"], len(r["break_ops"]))
                 got = sweep.inference_verdict(err, None, mismatch, r["break_ops"], float(r["replay_rel_err"]))
             elif r["kind"] == "train":
-                got = sweep.train_verdict(float(r["max_rel_err"]), float(r["eager_distance"]))
+                d = r["distances"]
+                self.assertEqual(r["checkpoints"], sorted({1, r["steps"]}))
+                got = sweep.train_verdict([(k, float(a), float(b)) for k, a, b in zip(r["checkpoints"], d["tc"], d["eager"])])
             else:
                 got = sweep.dropout_verdict(r["losses_eager"], r["losses_tc"])
             self.assertEqual(got[0], r["category"], r)

@@ -990,6 +990,15 @@ struct CompiledFunction::Impl {
       }
       e->db_index = row.entry;
       e->outputs_verified = false;
+      // Without automatic dynamism, an entry made dynamic by it (in a run that had it) is not
+      // used: each new size recompiles, as it would on a fresh cache. Static entries, and dynamic
+      // ones whose dims are all marked dynamic here, serve as usual. The stored row stays.
+      if (!options.automatic_dynamic && e->dynamic &&
+          !std::all_of(e->dynamic->dims.begin(), e->dynamic->dims.end(), [this](const DynamicDim& dim) {
+            return std::find(options.dynamic_dims.begin(), options.dynamic_dims.end(), dim) != options.dynamic_dims.end();
+          })) {
+        continue;
+      }
       entries.push_back(std::move(*e));
     }
   }
@@ -1092,6 +1101,31 @@ Result<std::vector<DataRef>> CompiledFunction::call_data(LazyContext& ctx, CallA
   } given{*impl_};
   impl_->given = &args;
   return call_data(ctx, static_cast<const CallArgs&>(args));
+}
+
+Result<std::optional<std::vector<DataRef>>> CompiledFunction::replay_only(LazyContext& ctx, const CallArgs& args) {
+  Impl& i = *impl_;
+  for (const Tensor& t : args.tensors) {
+    if (!t.defined() || !t.is_materialized() || &t.context() != &ctx) return std::optional<std::vector<DataRef>>();
+  }
+  if (i.dynamic_scalar.size() != args.scalars.size() || i.stats.fell_back_to_lazy) {
+    return std::optional<std::vector<DataRef>>();
+  }
+  Impl::ScopedRuntime scope(i);
+  i.last_entry = -1;
+  i.unkept_note.clear();
+  LookupMisses misses;
+  if (std::optional<std::vector<DataRef>> out = i.look_up_and_replay(args, misses)) {
+    ++i.stats.calls;
+    return out;
+  }
+  if (i.lost) {
+    ++i.stats.calls;
+    Status why = std::move(*i.lost);
+    i.lost.reset();
+    return why;
+  }
+  return std::optional<std::vector<DataRef>>();
 }
 
 Result<std::vector<DataRef>> CompiledFunction::call_data(LazyContext& ctx, const CallArgs& args) {

@@ -76,6 +76,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -147,7 +148,9 @@ struct CompiledFunctionOptions {
   std::vector<DynamicDim> dynamic_dims;
   // Dims that never become dynamic (automatic_dynamic leaves them static).
   std::vector<DynamicDim> static_dims;
-  // Make a dim dynamic when its size alone failed the closest entry's guards.
+  // Make a dim dynamic when its size alone failed the closest entry's guards. When false, stored
+  // entries that are dynamic in dims not listed in dynamic_dims are not loaded (they were made
+  // by automatic dynamism in another run).
   bool automatic_dynamic = true;
   CanonicalizeOptions canonicalize;     // changes lowering: guarded
   std::vector<std::string> input_names; // for guard messages ("input 0 'x'"); optional
@@ -218,6 +221,14 @@ class CompiledFunction {
   // (ProgramSession), which then makes no tensor per output. Errors: as above.
   Result<std::vector<DataRef>> call_data(LazyContext& ctx, const CallArgs& args);
   Result<std::vector<DataRef>> call_data(LazyContext& ctx, CallArgs&& args);
+
+  // The lookup and replay of a call without a trace: the outputs when an entry's guards hold
+  // and it replays (counted as a call, as operator() would), nullopt when the call would trace
+  // (no entry holds, a value guard fails, the function fell back to lazy mode, or an argument is
+  // not a materialized tensor of `ctx`; nothing is counted as a call then). For a caller with a
+  // faster path of its own for replays (tracecache.torch), which makes the full call on nullopt.
+  // Errors: as operator()'s replays (a run that failed after it was given an argument).
+  Result<std::optional<std::vector<DataRef>>> replay_only(LazyContext& ctx, const CallArgs& args);
 
   // The note (CompiledFunctionOptions::entry_note) of the entry that served or was made by the
   // last successful call; after a call that traced without keeping an entry (lazy fallback),

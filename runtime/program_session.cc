@@ -63,12 +63,9 @@ Result<std::unique_ptr<ProgramSession>> ProgramSession::create(const Program& pr
     fo.automatic_dynamic = options.automatic_dynamic;
     for (const TensorDecl& d : program.tensors) fo.input_names.push_back(d.name);
     // Guard entries persist under the function's name; the program's canonical text is the
-    // function's code, so an edited program never replays the old program's entries. Whether
-    // dims may become dynamic is part of what an entry was recorded under: without automatic
-    // dynamism a run never replays the dynamic entries of a run with it (each new size then
-    // recompiles, as documented), nor the other way round.
+    // function's code, so an edited program never replays the old program's entries.
     const std::string text = print_program(program);
-    fo.user_version = hex64(XXH3_64bits(text.data(), text.size())) + (options.automatic_dynamic ? "" : "/static");
+    fo.user_version = hex64(XXH3_64bits(text.data(), text.size()));
     std::string name = options.session.function;
     // The graph may depend on nothing but the arguments, never on the step number. A dim that
     // some argument's declared type uses is read from that argument's size, and attributes

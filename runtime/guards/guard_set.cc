@@ -156,8 +156,17 @@ bool GuardSet::table_holds(const CallArgs& args, uint64_t options_digest) const 
       if (first != t.first_alias[j]) return false;
     }
   } else {
-    for (uint32_t j = 1; j < n; ++j) {
-      if (first_alias(args, j) != t.first_alias[j]) return false;
+    // Sorted by (identity, index), each run of equal identities starts at its first argument:
+    // n log n instead of the n^2 / 2 comparisons of first_alias (10 us for resnet18's 123
+    // arguments). The buffer keeps its capacity, so a check allocates nothing after the first.
+    thread_local std::vector<std::pair<const void*, uint32_t>> ids;
+    ids.clear();
+    for (uint32_t i = 0; i < n; ++i) ids.emplace_back(data(args, i), i);
+    std::sort(ids.begin(), ids.end());
+    uint32_t first = 0;
+    for (size_t k = 0; k < n; ++k) {
+      if (k == 0 || ids[k].first != ids[k - 1].first) first = ids[k].second;
+      if (t.first_alias[ids[k].second] != first) return false;
     }
   }
   for (size_t s = 0; s < t.num_scalars; ++s) {

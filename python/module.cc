@@ -103,15 +103,16 @@ std::shared_ptr<PyTensor> from_numpy_exact(py::array a) {
   return wrap(current_context().from_buffer(std::move(buffer)), nullptr);
 }
 
-// A read-only NumPy array over `b`'s bytes (no copy; the array holds the buffer alive).
-py::array numpy_view(BufferRef b) {
+// A NumPy array over `b`'s bytes (no copy; the array holds the buffer alive), read-only unless
+// `writable` (for bytes nothing else holds).
+py::array numpy_view(BufferRef b, bool writable = false) {
   std::vector<py::ssize_t> shape(b->shape().begin(), b->shape().end());
   const py::dtype dtype = numpy_dtype(b->dtype());
   const void* bytes = b->bytes();
   auto* holder = new BufferRef(std::move(b));
   py::capsule base(holder, [](void* p) { delete static_cast<BufferRef*>(p); });
   py::array out(dtype, shape, {}, bytes, base);
-  out.attr("setflags")(py::arg("write") = false);  // values are immutable; the caches share them
+  if (!writable) out.attr("setflags")(py::arg("write") = false);  // values are immutable; the caches share them
   return out;
 }
 
@@ -466,6 +467,18 @@ class PyCompiledFunction {
     else fn_->mark_static(t, dim);
   }
 
+  // For TorchFastPath: the context of the function's session, or null when the function was not
+  // made yet or the session was replaced since (the next full call makes it anew).
+  LazyContext* replay_context() const {
+    return fn_ && session_ == current_session() ? &session_->session->context() : nullptr;
+  }
+  // CompiledFunction::replay_only (GIL released by the caller), and the served entry's note.
+  Result<std::optional<std::vector<DataRef>>> replay_only(LazyContext& ctx, const CallArgs& call) {
+    return fn_->replay_only(ctx, call);
+  }
+  const std::string& entry_note() const { return fn_->last_note(); }
+  PySession& session() const { return *session_; }
+
   // CompiledFunction::discard_last_entry.
   bool discard_last_entry(const std::string& why) {
     PackageLock lock;
@@ -638,6 +651,173 @@ class PyCompiledFunction {
   std::vector<bool> dynamic_scalar_;  // per scalar argument
   std::unique_ptr<CompiledFunction> fn_;
   std::string pending_note_;
+};
+
+// tracecache.torch's per-call path of a compiled module (python/tracecache/torch/compiled.py):
+// one call's work in C++ when an entry of the module's compiled function replays. It reads the
+// module's parameters and buffers from their owners' dictionaries (a tensor replaced by another
+// object, or changed in place as its `_version` shows, is wrapped again, zero-copy), checks the
+// modules' training flags against those of the function, wraps the call's tensors (zero-copy,
+// through NumPy) and the call's random seed, replays without tracing and returns the outputs as
+// torch tensors. Anything it
+// does not handle (another argument count or type, a flag changed, a replaced session, a call
+// that would trace, a tensor NumPy cannot view) returns None, and the Python path makes the call.
+// Thread-safety: the package lock. Ownership: holds references to the function, the state's
+// dictionaries and the modules.
+class TorchFastPath {
+ public:
+  TorchFastPath(py::object function, const py::list& slots, const py::list& modules, size_t num_inputs,
+                py::object from_torch, py::object torch_from_numpy, py::object next_seed)
+      : function_(std::move(function)), num_inputs_(num_inputs), from_torch_(std::move(from_torch)),
+        torch_from_numpy_(std::move(torch_from_numpy)), next_seed_(std::move(next_seed)) {
+    PackageLock lock;
+    for (py::handle h : slots) {
+      py::tuple t = py::reinterpret_borrow<py::tuple>(h);
+      if (!PyDict_Check(t[0].ptr())) throw py::type_error("TorchFastPath: a slot's owner is not a dict");
+      Slot slot;
+      slot.dict = py::reinterpret_borrow<py::object>(t[0]);
+      slot.key = py::reinterpret_borrow<py::object>(t[1]);
+      slots_.push_back(std::move(slot));
+    }
+    for (py::handle h : modules) {
+      py::tuple t = py::reinterpret_borrow<py::tuple>(h);
+      modules_.push_back({py::reinterpret_borrow<py::object>(t[0]), t[1].cast<bool>()});
+    }
+    version_name_ = py::str("_version");
+    training_name_ = py::str("training");
+    numpy_name_ = py::str("numpy");
+  }
+
+  py::object call(const py::args& inputs) {
+    PackageLock lock;
+    PyCompiledFunction& f = function_.cast<PyCompiledFunction&>();
+    LazyContext* ctx = f.replay_context();
+    if (!ctx || inputs.size() != num_inputs_) return py::none();
+    for (const Module& m : modules_) {
+      PyObject* flag = PyObject_GetAttr(m.module.ptr(), training_name_.ptr());
+      if (!flag) {
+        PyErr_Clear();
+        return py::none();
+      }
+      const bool training = flag == Py_True;
+      Py_DECREF(flag);
+      if (training != m.training) return py::none();
+    }
+    CallArgs call;
+    call.tensors.reserve(slots_.size() + num_inputs_);
+    for (Slot& slot : slots_) {
+      PyObject* t = PyDict_GetItemWithError(slot.dict.ptr(), slot.key.ptr());  // borrowed
+      if (!t) {
+        PyErr_Clear();
+        return py::none();
+      }
+      const int64_t version = version_of(t);
+      if (version < 0) return py::none();
+      if (t != slot.tensor_object.ptr() || version != slot.version || !slot.wrapper.defined()) {
+        std::optional<Tensor> w = wrap_torch(t, *ctx);
+        if (!w) return py::none();
+        slot.tensor_object = py::reinterpret_borrow<py::object>(t);
+        slot.version = version;
+        slot.wrapper = std::move(*w);
+      }
+      call.tensors.push_back(slot.wrapper);
+    }
+    for (py::handle h : inputs) {
+      std::optional<Tensor> w = input_tensor(h.ptr(), *ctx);
+      if (!w) return py::none();
+      call.tensors.push_back(std::move(*w));
+    }
+    // The last argument: the random seed (seed, offset) of this call (tracecache.next_seed()).
+    call.tensors.push_back(ctx->from_buffer(buffer_of_numpy(next_seed_().cast<py::array>())));
+    Result<std::optional<std::vector<DataRef>>> r = [&] {
+      py::gil_scoped_release release;
+      return f.replay_only(*ctx, call);
+    }();
+    if (!r.is_ok()) fail(r.status());
+    if (!r->has_value()) return py::none();
+    report_new_warnings(f.session());
+    py::list out;
+    for (DataRef& d : **r) out.append(torch_of(std::move(d)));
+    return py::make_tuple(py::bytes(f.entry_note()), out);
+  }
+
+ private:
+  struct Slot {
+    py::object dict, key;
+    py::object tensor_object;  // the torch tensor last wrapped
+    int64_t version = -1;
+    Tensor wrapper;
+  };
+  struct Module {
+    py::object module;
+    bool training;
+  };
+
+  int64_t version_of(PyObject* t) const {
+    PyObject* v = PyObject_GetAttr(t, version_name_.ptr());
+    if (!v) {
+      PyErr_Clear();
+      return -1;
+    }
+    const int64_t version = PyLong_AsLongLong(v);
+    Py_DECREF(v);
+    if (version < 0 && PyErr_Occurred()) PyErr_Clear();
+    return version;
+  }
+
+  // A zero-copy tensor of `ctx` over a state tensor, through tracecache.from_torch; nullopt if
+  // that fails (the Python path then reports why).
+  std::optional<Tensor> wrap_torch(PyObject* t, LazyContext& ctx) const {
+    PyObject* w = PyObject_CallOneArg(from_torch_.ptr(), t);
+    if (!w) {
+      PyErr_Clear();
+      return std::nullopt;
+    }
+    py::object wrapped = py::reinterpret_steal<py::object>(w);
+    if (!py::isinstance<PyTensor>(wrapped)) return std::nullopt;
+    const PyTensor& p = wrapped.cast<const PyTensor&>();
+    if (!p.tensor.defined() || &p.tensor.context() != &ctx) return std::nullopt;
+    return p.tensor;
+  }
+
+  // A call's tensor as a tensor of `ctx` viewing its memory through t.numpy() (no copy); nullopt
+  // for anything NumPy cannot view as a tracecache dtype, C-contiguous (the Python path copies).
+  std::optional<Tensor> input_tensor(PyObject* t, LazyContext& ctx) const {
+    PyObject* a = PyObject_CallMethodNoArgs(t, numpy_name_.ptr());
+    if (!a) {
+      PyErr_Clear();
+      return std::nullopt;
+    }
+    py::object array = py::reinterpret_steal<py::object>(a);
+    if (!py::isinstance<py::array>(array)) return std::nullopt;
+    try {
+      return ctx.from_buffer(buffer_of_numpy(py::reinterpret_borrow<py::array>(array)));
+    } catch (const py::error_already_set&) {
+      return std::nullopt;
+    } catch (const std::exception&) {
+      return std::nullopt;
+    }
+  }
+
+  // An output as a torch tensor over its host bytes: writable when nothing else holds them (a
+  // fresh result), else read-only NumPy underneath (torch warns about that; the Python path
+  // silences it) through the Python path.
+  py::object torch_of(DataRef d) const {
+    Result<BufferRef> b = d->read();
+    if (!b.is_ok()) fail(b.status());
+    const bool unique = d.use_count() == 1 && b->use_count() <= 2;
+    d.reset();
+    py::array a = numpy_view(std::move(*b), unique);
+    if (!unique) return py::module_::import("tracecache").attr("_torch_of_array")(a);
+    return torch_from_numpy_(a);
+  }
+
+  py::object function_;
+  std::vector<Slot> slots_;
+  std::vector<Module> modules_;
+  size_t num_inputs_;
+  py::object from_torch_, torch_from_numpy_, next_seed_;
+  py::str version_name_, training_name_, numpy_name_;
 };
 
 // ---- settings, counters, metrics, audit -----------------------------------------------------
@@ -872,6 +1052,12 @@ PYBIND11_MODULE(_tracecache, m) {
     return cli::write_report(options).value_or_throw();
   }, py::arg("output"), py::arg("db") = py::none(), py::arg("program") = "", py::arg("function") = "",
      py::arg("since") = "", "`tracecache report -o OUTPUT`: the audit as one HTML page; returns its size in bytes.");
+
+  py::class_<TorchFastPath>(m, "_TorchFastPath", "tracecache.torch's per-call path of a compiled module.")
+      .def(py::init<py::object, const py::list&, const py::list&, size_t, py::object, py::object, py::object>(),
+           py::arg("function"), py::arg("slots"), py::arg("modules"), py::arg("num_inputs"), py::arg("from_torch"),
+           py::arg("torch_from_numpy"), py::arg("next_seed"))
+      .def("call", &TorchFastPath::call);
 
   py::class_<PyCompiledFunction>(m, "_CompiledFunction", "A function traced once with guards (runtime/compiled_function.h).")
       .def(py::init([](py::object fn, std::string name, std::string version,

@@ -118,14 +118,19 @@ def from_torch(t):
     return from_numpy(t.detach().cpu().numpy())
 
 
-def _torch(self):
-    """The value as a torch tensor sharing the tensor's host memory (no copy). tracecache values
-    are immutable: clone it before writing to it in place."""
+def _torch_of_array(a):
+    """torch.from_numpy of a read-only array (tracecache's values), without torch's warning."""
     import torch
     import warnings as python_warnings
     with python_warnings.catch_warnings():
         python_warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
-        return torch.from_numpy(self.numpy())
+        return torch.from_numpy(a)
+
+
+def _torch(self):
+    """The value as a torch tensor sharing the tensor's host memory (no copy). tracecache values
+    are immutable: clone it before writing to it in place."""
+    return _torch_of_array(self.numpy())
 
 
 def _len(self):

@@ -47,6 +47,7 @@ from .. import _feed_code
 from . import capture as capture_mod
 from . import fallback
 from . import specialize
+from .lowerings import random_ops
 from .emit_live import LiveEmitter
 from .errors import CaptureError, skipped_file
 from .lowering import TORCH_DTYPES, lower, output_structure
@@ -266,6 +267,11 @@ def _rebuild(flat, spec, tensors):
     return pytree.tree_unflatten(leaves, spec)
 
 
+def _draws_random(graph):
+    """Whether a capture has ops that draw random numbers (training-mode dropout, rand*)."""
+    return any(n.op == "call_function" and str(n.target) in random_ops.RANDOM_OPS for n in graph.graph.graph.nodes)
+
+
 def _identifier(name):
     ident = re.sub(r"\W", "_", name)
     return ident if ident.isidentifier() and not keyword.iskeyword(ident) else f"arg_{ident}"
@@ -359,6 +365,10 @@ class CompiledModule:
         self._warned = False
         self._validate = None
         self._no_respecialize = set()
+        self._fast = None           # tracecache._TorchFastPath of the last function, or None
+        self._fast_function = None
+        self._fast_notes = {}       # entry note -> (spec, constants, breaks)
+        self._last_known = None
         self.version = None
 
     # -- arguments -------------------------------------------------------------------------
@@ -425,9 +435,10 @@ class CompiledModule:
         """(output, argument) pairs of outputs that replace arguments: none for inference."""
         return []
 
-    def _lower(self, graph, handles, emitter):
-        """Lowers a capture onto `handles`: (tensor handles, output spec, constants, breaks)."""
-        lowered = lower(graph.graph, emitter, handles, breaks=not self.fullgraph)
+    def _lower(self, graph, handles, emitter, seed):
+        """Lowers a capture onto `handles` (random ops draw from the `seed` handle): (tensor
+        handles, output spec, constants, breaks)."""
+        lowered = lower(graph.graph, emitter, handles, breaks=not self.fullgraph, seed=seed)
         self._count_lowering()
         if lowered.updates:
             names = ", ".join(graph.names[i] for i in sorted(lowered.updates))
@@ -447,6 +458,8 @@ class CompiledModule:
             return None
         for other_sig, base in self._captures.items():
             if other_sig[0] != sig[0] or other_sig[2] != sig[2] or len(other_sig[1]) != len(sig[1]):
+                continue
+            if _draws_random(base):  # its check against eager could not pass: capture instead
                 continue
             if any(a[0] != b[0] or len(a[1]) != len(b[1]) for a, b in zip(other_sig[1], sig[1])):
                 continue
@@ -475,7 +488,7 @@ class CompiledModule:
             return None
         return capture_mod.Capture(gm, graph.names, graph.num_state)
 
-    def _lower_with_shadow(self, graph, shadow, proxies):
+    def _lower_with_shadow(self, graph, shadow, proxies, seed):
         """Lowers `graph` onto the trace's proxies, binding the attributes that differ from the
         lowering of `shadow` (the same program at other sizes) to the dims they follow; when one
         cannot be explained, reads the inputs' shapes so tracecache keeps the entry static."""
@@ -486,18 +499,20 @@ class CompiledModule:
                 h = specialize._Shadow()
                 h.shape = tuple(n.meta["tensor_meta"].shape)
                 shadow_inputs.append(h)
-        lower(shadow.graph, shadow_emitter, shadow_inputs, breaks=not self.fullgraph)
+        lower(shadow.graph, shadow_emitter, shadow_inputs, breaks=not self.fullgraph, seed=specialize._Shadow())
         binder = specialize.BindingEmitter(LiveEmitter(self._tc, traced=True), shadow_emitter.ops,
                                            [(p, h.shape) for p, h in zip(proxies, shadow_inputs)])
-        result = self._lower(graph, proxies, binder)
+        result = self._lower(graph, proxies, binder, seed)
         binder.finish()
         if binder.unexplained:
             for p in proxies:
                 p.shape  # noqa: B018 (noted as read: tracecache keeps this entry's dims static)
         return result
 
-    def _traced(self, function, *proxies):
-        """The body of a tracecache.compile'd function: runs only when tracecache traces."""
+    def _traced(self, function, *arguments):
+        """The body of a tracecache.compile'd function: runs only when tracecache traces. Its
+        arguments are the state's and the call's tensors, then the random seed."""
+        proxies, seed = arguments[:-1], arguments[-1]
         state, flat, spec, tensors, key = self._call
         sig = self._signature(state, tensors, key)
         graph, shadow = self._captures.get(sig), None
@@ -511,9 +526,9 @@ class CompiledModule:
             if not graph.data_dependent:
                 shadow = self._probe(graph, function)
         if shadow is not None:
-            out, out_spec, constants, breaks = self._lower_with_shadow(graph, shadow, proxies)
+            out, out_spec, constants, breaks = self._lower_with_shadow(graph, shadow, proxies, seed)
         else:
-            out, out_spec, constants, breaks = self._lower(graph, proxies, LiveEmitter(self._tc, traced=True))
+            out, out_spec, constants, breaks = self._lower(graph, proxies, LiveEmitter(self._tc, traced=True), seed)
         function.structures[self._signature(state, tensors, key)] = (out_spec, constants, breaks)
         note = _structure_note(out_spec, constants, breaks)
         if note is not None:
@@ -534,6 +549,7 @@ class CompiledModule:
                 name += "_"
             taken.add(name)
             names.append(name)
+        names.append(_identifier("random_seed") if "random_seed" not in taken else "random_seed_")
         return inspect.Signature([inspect.Parameter(n, inspect.Parameter.POSITIONAL_ONLY) for n in names])
 
     def _function(self, key, count):
@@ -574,6 +590,18 @@ class CompiledModule:
         return settings.get("mode") == "eager" or settings.get("backend") == "reference"
 
     def __call__(self, *args, **kwargs):
+        fast = self._fast
+        if fast is not None and not kwargs:
+            r = fast.call(*args)
+            if r is not None:  # replayed in C++: only the output structure is left to do
+                known = self._fast_notes.get(r[0])
+                if known is None or sum(c is None for c in known[1]) != len(r[1]):
+                    return self._fast_unknown(r, args)
+                self._last_breaks = known[2]
+                if len(known[1]) == 1 and known[1][0] is None and isinstance(known[0], pytree.LeafSpec):
+                    return r[1][0]
+                it = iter(r[1])
+                return pytree.tree_unflatten([next(it) if c is None else c for c in known[1]], known[0])
         flat, spec, tensors, key = _flatten_call(args, kwargs)
         if self.is_module and self.target.training and not self._warned and torch.is_grad_enabled():
             self._warn_no_autograd()
@@ -581,7 +609,40 @@ class CompiledModule:
         if self._per_call():
             return self._assemble(*self._call_lazy(state, flat, spec, tensors, key)[:3])
         out, out_spec, constants = self._call_once(state, flat, spec, tensors, key)
+        if not kwargs and len(tensors) == len(args) and self._allow_fast:
+            self._keep_fast(len(tensors))
         return self._assemble(out, out_spec, constants)
+
+    # A CompiledStep writes state back after each call: it has no fast path.
+    _allow_fast = True
+
+    def _keep_fast(self, count):
+        """After a once-mode call of plain positional tensors: the C++ per-call path for the
+        function that served it, and its entry's output structure by note."""
+        function = self._last
+        if self._fast_function is not function:
+            slots = [(getattr(m, kind), a) for _, m, a, kind in self._accessors]
+            modules = [(m, m.training) for m in self._modules]
+            self._fast = self._tc._tracecache._TorchFastPath(function.compiled._core, slots, modules, count,
+                                                              self._tc.from_torch, torch.from_numpy,
+                                                              self._tc.next_seed)
+            self._fast_function = function
+        note = function.compiled.last_note
+        if note and self._last_known is not None:
+            self._fast_notes[bytes(note)] = self._last_known
+
+    def _fast_unknown(self, r, args):
+        """A C++ replay whose entry's structure this process has not seen: from its note, else
+        learned by capturing once (as the Python path does)."""
+        note, outs = r
+        known = _note(note)
+        if known is None or sum(c is None for c in known[1]) != len(outs):
+            flat, spec, tensors, key = _flatten_call(args, {})
+            known = self._structure(self._capture(self._state(), flat, spec, tensors, key)) + ([],)
+        self._fast_notes[bytes(note)] = known
+        self._last_breaks = list(known[2])
+        it = iter(outs)
+        return pytree.tree_unflatten([next(it) if c is None else c for c in known[1]], known[0])
 
     def _call_once(self, state, flat, spec, tensors, key, skip=0):
         """Once mode: calls the compiled function (it captures only when it must trace); returns
@@ -589,7 +650,8 @@ class CompiledModule:
         are not the user's (a training step's new state)."""
         function = self._function(key, len(tensors))
         self._apply_marks(function, len(state), tensors)
-        args = self._wrap_state(state) + [self._tc.from_torch(t) for t in tensors]
+        args = self._wrap_state(state) + [self._tc.from_torch(t) for t in tensors] + \
+            [self._tc.from_numpy(self._tc.next_seed())]
         self._call = (state, flat, spec, tensors, key)
         self._validate = None
         try:
@@ -683,6 +745,7 @@ class CompiledModule:
             known = self._structure(graph) + ([],)
         function.structures[sig] = known
         self._last_breaks = list(known[2])
+        self._last_known = known
         return known[0], known[1]
 
     def _structure(self, graph):
@@ -699,7 +762,8 @@ class CompiledModule:
         """Lazy capture: the (kept) capture lowered onto new lazy tensors, run at a barrier."""
         graph = self._capture(state, flat, spec, tensors, key)
         handles = self._wrap_state(state) + [self._tc.from_torch(t) for t in tensors]
-        out, out_spec, constants, breaks = self._lower(graph, handles, LiveEmitter(self._tc))
+        seed = self._tc.from_numpy(self._tc.next_seed())
+        out, out_spec, constants, breaks = self._lower(graph, handles, LiveEmitter(self._tc), seed)
         self._tc.mark_step()
         self._last_breaks = list(breaks)
         return out, out_spec, constants

@@ -95,6 +95,6 @@ def explain(fn, *args, **kwargs):
     graph = module._capture_now(state, flat, spec, tensors)
     capture_mod.uncount_captures(capture_mod.captures() - before)
     emitter = _CountingEmitter()
-    lowered = lower(graph.graph, emitter, [_Token() for _ in graph.names], breaks=True)
+    lowered = lower(graph.graph, emitter, [_Token() for _ in graph.names], breaks=True, seed=_Token())
     ops = [g for g in emitter.graphs if g] or [[]]
     return ExplainOutput(ops, [GraphBreak(*b) for b in lowered.breaks])

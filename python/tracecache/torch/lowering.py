@@ -155,8 +155,10 @@ class Lowerer:
     (`capture.read_value` nodes) is read through the emitter's `read`, which in a compiled
     function's trace makes a value guard."""
 
-    def __init__(self, graph_module, emitter, bindings, breaks=False):
+    def __init__(self, graph_module, emitter, bindings, breaks=False, seed=None):
         self.gm = graph_module
+        self.seed = seed  # the i64[2] (seed, offset) Value random ops draw from, or None
+        self._streams = 0
         self.graph = graph_module.graph
         self.emitter = emitter
         self.bindings = list(bindings)
@@ -439,9 +441,6 @@ class Lowerer:
             reg = LOWERINGS.get(name)
             if reg is None and _is_inplace_variant(node):
                 reg = LOWERINGS.get(_functional_name(node))
-            if reg is None and name in _RANDOM_OPS:
-                self.fail("draws PyTorch's random numbers, which tracecache cannot reproduce (training-mode "
-                          "dropout?): call model.eval() or set the dropout probability to 0")
             self._track_aliasing(node)
             if reg is None:
                 if not self.allow_breaks:
@@ -467,6 +466,20 @@ class Lowerer:
             self.node = output
             values.append(self.env[o] if isinstance(o, torch.fx.Node) else o)
         return Lowered(values, spec, self.updates)
+
+    # -- random numbers ----------------------------------------------------------------------
+
+    def draw(self, kind, shape):
+        """f32 numbers of `shape` from tracecache's generator: `rand_uniform` ([0, 1)) or
+        `rand_normal`, each draw of the graph its own stream of the call's seed."""
+        if self.seed is None:
+            self.fail("draws random numbers, and this lowering has no seed input (a trace program export "
+                      "cannot draw them: export the module in eval mode)")
+        stream = self._streams
+        self._streams += 1
+        if stream > 65535:
+            self.fail("draws random numbers more than 65536 times in one graph")
+        return self.op(kind, [self.seed], "f32", tuple(shape), shape=list(shape), stream=stream)
 
     # -- graph breaks and value reads --------------------------------------------------------
 
@@ -598,19 +611,16 @@ class Lowerer:
             self._assign(self._root(arg_node), value)
 
 
-# Ops that draw random numbers: PyTorch's generator cannot be reproduced, so they are refused
-# with that reason rather than as unmapped.
-_RANDOM_OPS = {"aten.bernoulli_.float", "aten.bernoulli.default", "aten.bernoulli.p", "aten.bernoulli_.Tensor",
-               "aten.rand.default", "aten.randn.default", "aten.rand_like.default", "aten.randn_like.default",
-               "aten.normal_.default", "aten.uniform_.default", "aten.randint.low", "aten.randperm.default"}
-
-
-def lower(graph_module, emitter, bindings, breaks=False):
+def lower(graph_module, emitter, bindings, breaks=False, seed=None):
     """Lowers a captured graph onto `emitter`; `bindings` are the placeholders' handles; `breaks`
-    allows graph breaks (see Lowerer). Returns a `Lowered`; its `breaks` lists the graph breaks."""
-    lowerer = Lowerer(graph_module, emitter, bindings, breaks)
+    allows graph breaks (see Lowerer); `seed`, the handle of an i64[2] (seed, offset) input, lets
+    random ops draw from tracecache's generator. Returns a `Lowered`; its `breaks` lists the graph
+    breaks, `draws` how many random streams it used."""
+    lowerer = Lowerer(graph_module, emitter, bindings, breaks,
+                      None if seed is None else Value(seed, "i64", (2,)))
     lowered = lowerer.run()
     lowered.breaks = lowerer.breaks
+    lowered.draws = lowerer._streams
     return lowered
 
 

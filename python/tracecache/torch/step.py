@@ -56,6 +56,7 @@ class CompiledStep(CompiledModule):
     """A training step compiled as one graph (see the module docstring)."""
 
     _allow_respecialize = False
+    _allow_fast = False
 
     def __init__(self, fn, model, optimizer, name=None, version=None, fullgraph=False, mode=None):
         import tracecache
@@ -172,8 +173,8 @@ class CompiledStep(CompiledModule):
     def _signature(self, state, tensors, key):
         return super()._signature(state, tensors, key) + (len(state),)
 
-    def _lower(self, graph, handles, emitter):
-        lowered = lower(graph.graph, emitter, handles, breaks=not self.fullgraph)
+    def _lower(self, graph, handles, emitter, seed):
+        lowered = lower(graph.graph, emitter, handles, breaks=not self.fullgraph, seed=seed)
         self._count_lowering()
         n = graph.num_state
         finals = [lowered.updates.get(i) for i in range(n)]

@@ -275,17 +275,6 @@ def _nll_loss_backward(ctx, node):
                   (n, c), axis=1)
 
 
-@lowers("aten.native_dropout.default", ops="(identity at p = 0)",
-        note="training dropout draws PyTorch's random numbers, which tracecache cannot match: only p = 0 or eval")
-def _native_dropout(ctx, node):
-    a = ctx.args()
-    if a.train and a.p > 0:
-        ctx.fail(f"training-mode dropout (p={a.p}) draws PyTorch's random numbers, which tracecache cannot "
-                 f"reproduce; call model.eval() or use p=0")
-    x = a.self
-    return (x, ctx.full(1, "bool", x.shape))
-
-
 @lowers("aten.native_dropout_backward.default", ops="cast, mul")
 def _native_dropout_backward(ctx, node):
     a = ctx.args()

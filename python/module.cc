@@ -993,6 +993,10 @@ PYBIND11_MODULE(_tracecache, m) {
   }, py::kw_only(), py::arg("mode") = "lazy", py::arg("backend") = "cpu", py::arg("db") = py::none(),
      py::arg("no_cache") = false, py::arg("threads") = py::none(), py::arg("remote") = py::none(),
      py::arg("remote_mode") = "read-write");
+  m.def("_session_token", [] {  // identifies the current session (configure() makes a new one)
+    PackageLock lock;
+    return current_session()->serial;
+  });
   m.def("settings", [] {
     PackageLock lock;
     return settings_dict(*current_session());

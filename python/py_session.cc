@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <string>
 #include <utility>
@@ -48,6 +49,7 @@ PySession::~PySession() {
 }
 
 Result<std::shared_ptr<PySession>> make_session(Settings settings) {
+  static std::atomic<uint64_t> serials{0};
   std::optional<SessionMode> mode = parse_mode(settings.mode);
   if (!mode) {
     return invalid_argument(fmt::format("unknown mode '{}' (available: eager, lazy, once)", settings.mode));
@@ -65,6 +67,7 @@ Result<std::shared_ptr<PySession>> make_session(Settings settings) {
     }
   }
   auto s = std::make_shared<PySession>();
+  s->serial = ++serials;
   const bool wants_db = !settings.no_cache && settings.backend != kReferenceBackend && *mode != SessionMode::kEager;
   std::string path;
   if (wants_db) {

@@ -44,6 +44,7 @@ struct Settings {
 
 struct PySession {
   Settings settings;       // as given, db resolved ("" when the session has no database)
+  uint64_t serial = 0;     // 1, 2, ...: the sessions of this process in the order they were made
   Metrics metrics;
   std::unique_ptr<store::CacheDb> db;
   std::unique_ptr<store::RedisClient> remote;  // null without a remote tier

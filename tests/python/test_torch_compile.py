@@ -127,6 +127,48 @@ class Guards(unittest.TestCase):
         self.assertEqual(out["pair"][1].item(), 3.0)
 
 
+class FastPath(unittest.TestCase):
+    """The C++ per-call path of a compiled module (after its first replayable call): the same
+    results as the Python path whatever the call, and it hands back to it when it must."""
+
+    def setUp(self):
+        tracecache.configure(mode="once", no_cache=True)
+        torch.manual_seed(0)
+        self.model = Mlp().eval()
+        self.compiled = tracecache.torch.compile(self.model)
+        self.x = torch.randn(3, 8)
+        self.compiled(self.x)
+
+    def check(self, x):
+        torch.testing.assert_close(self.compiled(x), torch_models.eager(self.model, x)[0], rtol=1e-5, atol=1e-6)
+
+    def test_it_serves_replays_and_counts_them(self):
+        self.assertIsNotNone(self.compiled._fast)
+        for _ in range(3):
+            self.check(self.x)
+        self.assertEqual(self.compiled.stats()["hits_per_entry"], [3])
+        self.assertEqual(self.compiled.stats()["calls"], 4)
+
+    def test_outputs_are_the_callers(self):
+        a = self.compiled(self.x)
+        a.add_(100)  # writable, and nothing of tracecache's sees it
+        self.check(self.x)
+
+    def test_inputs_it_cannot_view_go_the_python_way(self):
+        self.check(torch.randn(8, 3).t())  # not contiguous
+        self.check(torch.randn(3, 8, requires_grad=True))
+        self.check(torch.randn(5, 8))  # a new size: a trace
+        self.assertEqual(self.compiled.stats()["traces"], 2)
+
+    def test_modes_and_sessions_change_under_it(self):
+        self.model.train()
+        self.check(self.x)
+        self.model.eval()
+        self.check(self.x)
+        tracecache.configure(mode="once", no_cache=True)
+        self.check(self.x)
+
+
 UNMAPPED_LINE = "return torch.cumsum(x, dim=0)"
 
 

@@ -359,6 +359,7 @@ class CompiledModule:
         self._captures = {}
         self._functions = {}
         self._session = None
+        self._session_object = None
         self._call = None
         self._last = None
         self._last_breaks = []
@@ -557,9 +558,12 @@ class CompiledModule:
         current session (a new session makes them anew)."""
         session = self._tc.settings()
         session_key = (session.get("db"), session.get("no_cache"), session.get("backend"))
-        if session_key != self._session:
+        if session_key != self._session or self._session_object != self._tc._tracecache._session_token():
             self._functions = {}
+            self._wrappers = {}  # tensors of the old session's context
+            self._fast = self._fast_function = None
             self._session = session_key
+            self._session_object = self._tc._tracecache._session_token()
         flags = self._flags()
         fkey = (key, flags, count)
         function = self._functions.get(fkey)

@@ -200,16 +200,7 @@ print(json.dumps({"torch": tracecache.torch.stats(), "counters": tracecache.coun
 
 class SecondProcess(unittest.TestCase):
     def test_a_warm_process_captures_lowers_and_traces_nothing(self):
-        directory = tempfile.mkdtemp(dir=os.environ.get("TRACECACHE_TEST_TMP"))
-        script = os.path.join(directory, "process.py")
-        with open(script, "w") as f:
-            f.write(PROCESS)
-        db = os.path.join(directory, "cache.db")
-        runs = []
-        for _ in range(2):
-            p = subprocess.run([sys.executable, script, db, HERE], capture_output=True, text=True)
-            self.assertEqual(p.returncode, 0, p.stderr)
-            runs.append(json.loads(p.stdout.strip().splitlines()[-1]))
+        runs, directory = torch_models.run_processes(self, PROCESS, [[], []])
         first, second = runs
         self.assertEqual(first["torch"]["captures"], 3, "two paths of the module and the step")
         self.assertEqual(second["torch"], {"captures": 0, "lowerings": 0})
@@ -221,6 +212,7 @@ class SecondProcess(unittest.TestCase):
         # Both processes' replays are in the audit (written at exit): the CLI reads the same database.
         cli = os.environ.get("TRACECACHE_CLI")
         if cli:
+            db = os.path.join(directory, "cache.db")
             p = subprocess.run([cli, "audit", "--db", db, "--json"], capture_output=True, text=True)
             self.assertEqual(p.returncode, 0, p.stderr)
             audit = json.loads(p.stdout)

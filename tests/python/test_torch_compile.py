@@ -6,11 +6,7 @@ user's line.
 Run by ctest as python.test_torch_compile (tests/python/run_test.sh: TRACECACHE_DB points into
 a fresh temporary directory)."""
 
-import json
 import os
-import subprocess
-import sys
-import tempfile
 import unittest
 
 import torch
@@ -20,7 +16,6 @@ import torch_models
 import tracecache
 import tracecache.torch
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 class Mlp(nn.Module):
@@ -234,7 +229,7 @@ class Errors(unittest.TestCase):
             tracecache.torch.compile(scaled)(torch.ones(2, dtype=torch.float64), torch.ones(2))
 
 
-SECOND_PROCESS = r'''
+PROCESS = r'''
 import json, sys
 import torch
 import tracecache, tracecache.torch
@@ -260,16 +255,7 @@ print(json.dumps({"torch": tracecache.torch.stats(), "counters": tracecache.coun
 
 class SecondProcess(unittest.TestCase):
     def test_zero_captures_and_zero_compiles(self):
-        directory = tempfile.mkdtemp(dir=os.environ.get("TRACECACHE_TEST_TMP"))
-        script = os.path.join(directory, "second.py")
-        with open(script, "w") as f:
-            f.write(SECOND_PROCESS)
-        db = os.path.join(directory, "cache.db")
-        runs = []
-        for _ in range(2):
-            p = subprocess.run([sys.executable, script, db, HERE], capture_output=True, text=True)
-            self.assertEqual(p.returncode, 0, p.stderr)
-            runs.append(json.loads(p.stdout.strip().splitlines()[-1]))
+        runs, directory = torch_models.run_processes(self, PROCESS, [[], []])
         first, second = runs
         self.assertEqual(first["torch"]["captures"], 3)
         # The output structure came back from the stored entry's note, not from a capture.

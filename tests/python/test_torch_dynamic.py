@@ -8,11 +8,7 @@ serves new sizes from the stored entry.
 
 Run by ctest as python.test_torch_dynamic (tests/python/run_test.sh)."""
 
-import json
 import os
-import subprocess
-import sys
-import tempfile
 import unittest
 
 import torch
@@ -22,7 +18,6 @@ import torch_models
 import tracecache
 import tracecache.torch
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def check_sizes(test, model, make_inputs, sizes, tolerance=1e-4):
@@ -122,16 +117,7 @@ print(json.dumps({"torch": tracecache.torch.stats(), "counters": tracecache.coun
 
 class SecondProcess(unittest.TestCase):
     def test_new_sizes_in_a_warm_process_need_no_capture(self):
-        directory = tempfile.mkdtemp(dir=os.environ.get("TRACECACHE_TEST_TMP"))
-        script = os.path.join(directory, "process.py")
-        with open(script, "w") as f:
-            f.write(PROCESS)
-        db = os.path.join(directory, "cache.db")
-        runs = []
-        for sizes in ("1,2", "5,9"):
-            p = subprocess.run([sys.executable, script, db, HERE, sizes], capture_output=True, text=True)
-            self.assertEqual(p.returncode, 0, p.stderr)
-            runs.append(json.loads(p.stdout.strip().splitlines()[-1]))
+        runs, directory = torch_models.run_processes(self, PROCESS, [["1,2"], ["5,9"]])
         first, second = runs
         self.assertEqual(first["torch"]["captures"], 1)
         self.assertEqual(second["torch"], {"captures": 0, "lowerings": 0})

@@ -8,11 +8,7 @@ dropout on, their losses falling as eager PyTorch's do.
 Run by ctest as python.test_torch_random (tests/python/run_test.sh)."""
 
 import copy
-import json
 import os
-import subprocess
-import sys
-import tempfile
 import unittest
 
 import torch
@@ -20,10 +16,10 @@ import torch.nn.functional as F
 import torchvision
 from torch import nn
 
+import torch_models
 import tracecache
 import tracecache.torch
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 class Dropped(nn.Module):
@@ -129,16 +125,7 @@ print(json.dumps({"out": out, "torch": tracecache.torch.stats()}))
 
 class Reproducible(unittest.TestCase):
     def test_the_same_seed_in_another_process_gives_the_same_numbers(self):
-        directory = tempfile.mkdtemp(dir=os.environ.get("TRACECACHE_TEST_TMP"))
-        script = os.path.join(directory, "process.py")
-        with open(script, "w") as f:
-            f.write(PROCESS)
-        db = os.path.join(directory, "cache.db")
-        runs = []
-        for _ in range(2):
-            p = subprocess.run([sys.executable, script, db], capture_output=True, text=True)
-            self.assertEqual(p.returncode, 0, p.stderr)
-            runs.append(json.loads(p.stdout.strip().splitlines()[-1]))
+        runs, directory = torch_models.run_processes(self, PROCESS, [[], []])
         self.assertEqual(runs[0]["out"], runs[1]["out"])
         self.assertNotEqual(runs[0]["out"][0], runs[0]["out"][1])
         self.assertEqual(runs[1]["torch"]["captures"], 0)

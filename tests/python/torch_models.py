@@ -77,3 +77,27 @@ def relative_error(got, want):
     assert got.shape == want.shape, (tuple(got.shape), tuple(want.shape))
     scale = want.abs().max().item()
     return (got - want).abs().max().item() / (scale if scale else 1.0)
+
+
+def run_processes(test, source, argument_lists):
+    """Writes `source` as a script in a fresh directory and runs it once per entry of
+    `argument_lists` in a new /usr/bin/python3 process, as `script DB HERE *arguments` (one
+    cache database for all runs, HERE the tests' directory for imports). Each run must exit 0 and
+    print a JSON object on its last line; returns those objects, and the directory."""
+    import json
+    import os
+    import subprocess
+    import sys
+    import tempfile
+    here = os.path.dirname(os.path.abspath(__file__))
+    directory = tempfile.mkdtemp(dir=os.environ.get("TRACECACHE_TEST_TMP"))
+    script = os.path.join(directory, "process.py")
+    with open(script, "w") as f:
+        f.write(source)
+    db = os.path.join(directory, "cache.db")
+    runs = []
+    for arguments in argument_lists:
+        p = subprocess.run([sys.executable, script, db, here, *arguments], capture_output=True, text=True)
+        test.assertEqual(p.returncode, 0, p.stderr)
+        runs.append(json.loads(p.stdout.strip().splitlines()[-1]))
+    return runs, directory

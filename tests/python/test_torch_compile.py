@@ -6,7 +6,6 @@ user's line.
 Run by ctest as python.test_torch_compile (tests/python/run_test.sh: TRACECACHE_DB points into
 a fresh temporary directory)."""
 
-import os
 import unittest
 
 import torch

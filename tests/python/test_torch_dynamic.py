@@ -8,7 +8,6 @@ serves new sizes from the stored entry.
 
 Run by ctest as python.test_torch_dynamic (tests/python/run_test.sh)."""
 
-import os
 import unittest
 
 import torch

@@ -8,7 +8,6 @@ dropout on, their losses falling as eager PyTorch's do.
 Run by ctest as python.test_torch_random (tests/python/run_test.sh)."""
 
 import copy
-import os
 import unittest
 
 import torch

@@ -113,14 +113,14 @@ class Verdicts(unittest.TestCase):
                          ("crash", None, "TypeError: argument 0 is list"))
 
     def test_training_bound_against_float64(self):
-        self.assertEqual(sweep.train_verdict([(1, 0.0, 0.0)]), ("pass", None))
-        self.assertEqual(sweep.train_verdict([(1, 4e-3, 1e-3), (3, 1e-6, 0.0)])[0], "pass")
-        category, error = sweep.train_verdict([(1, 1e-5, 1e-5), (3, 4.1e-3, 1e-3)])
+        self.assertEqual(sweep.train_verdict([(1, 0.0, "loss 1", 0.0)]), ("pass", None))
+        self.assertEqual(sweep.train_verdict([(1, 4e-3, "w", 1e-3), (3, 1e-6, "w", 0.0)])[0], "pass")
+        category, error = sweep.train_verdict([(1, 1e-5, "w", 1e-5), (3, 4.1e-3, "fc.bias", 1e-3)])
         self.assertEqual(category, "wrong")
-        self.assertIn("after step 3", error)
-        self.assertEqual(sweep.train_verdict([(1, 2e-3, 1e-4), (3, 1e-3, 1e-3)])[0], "wrong")
-        self.assertEqual(sweep.train_verdict([(1, math.inf, 1e-3)])[0], "wrong")
-        self.assertEqual(sweep.train_verdict([(1, math.nan, 1e-3)])[0], "wrong")
+        self.assertIn("after step 3: distance from float64 0.0041 (fc.bias)", error)
+        self.assertEqual(sweep.train_verdict([(1, 2e-3, "w", 1e-4), (3, 1e-3, "w", 1e-3)])[0], "wrong")
+        self.assertEqual(sweep.train_verdict([(1, math.inf, "w", 1e-3)])[0], "wrong")
+        self.assertEqual(sweep.train_verdict([(1, math.nan, "w", 1e-3)])[0], "wrong")
         self.assertEqual(sweep.dropout_verdict([7.0, 5.0], [7.0, 6.0])[0], "pass")
         self.assertEqual(sweep.dropout_verdict([7.0, 5.0], [7.0, math.nan])[0], "wrong")
         self.assertEqual(sweep.dropout_verdict([7.0, 7.5], [7.0, 6.0])[0], "inconclusive")
@@ -206,7 +206,8 @@ class Sweeps(unittest.TestCase):
             elif r["kind"] == "train":
                 d = r["distances"]
                 self.assertEqual(r["checkpoints"], sorted({1, r["steps"]}))
-                got = sweep.train_verdict([(k, float(a), float(b)) for k, a, b in zip(r["checkpoints"], d["tc"], d["eager"])])
+                got = sweep.train_verdict([(k, float(a), w, float(b)) for k, a, w, b in
+                                           zip(r["checkpoints"], d["tc"], d["tc_worst"], d["eager"])])
             else:
                 got = sweep.dropout_verdict(r["losses_eager"], r["losses_tc"])
             self.assertEqual(got[0], r["category"], r)

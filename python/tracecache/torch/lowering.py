@@ -174,6 +174,10 @@ class Lowerer:
         self._members = {}
         self._partial_base = {}
         self._mutated_at = {}
+        self._view_parent = {}   # partial view node -> the node it is a view of
+        self._view_parents = set()  # nodes some partial view is a view of (kept: writes go back)
+        self._identity_views = set()  # in-place results on a partial view: the view itself
+        self._view_made_at = {}  # partial view node -> when its value was last computed
 
     # -- errors ----------------------------------------------------------------------------
 
@@ -355,6 +359,8 @@ class Lowerer:
         if isinstance(v, torch.fx.Node):
             if v not in self.env:
                 self.fail(f"uses '{v.name}', which was not lowered")
+            if v in self._partial_base:
+                self._refresh_view(v)
             val = self.env[v]
             if isinstance(val, _PoolIndices) and not _op_name(self.node).startswith(
                     "aten.max_pool2d_with_indices_backward"):
@@ -396,7 +402,8 @@ class Lowerer:
 
     def _drop_dead(self, node, dead_after):
         for a in dead_after.get(node, ()):
-            if a.op != "placeholder" and a not in self._alias_root and a not in self._members:
+            if a.op != "placeholder" and a not in self._alias_root and a not in self._members and \
+                    a not in self._view_parents and a not in self._partial_base:
                 self.env.pop(a, None)
 
     def run(self):
@@ -427,11 +434,13 @@ class Lowerer:
             if node.op != "call_function":
                 self.fail(f"unexpected FX node kind '{node.op}'")
             if node.target is operator.getitem:
-                seq = self.env[node.args[0]]
+                seq = self.value_of(node.args[0])
                 item = seq[node.args[1]]
                 if item is None:
                     self.fail(f"result {node.args[1]} of {_op_name(node.args[0])} is not computed")
                 self.env[node] = item
+                if node.args[0] in self._partial_base:  # a piece of split/unbind/chunk: a view of its input
+                    self._add_view(node, node.args[0].args[0])
                 continue
             if node.target is read_value:
                 self.read(node)
@@ -464,7 +473,7 @@ class Lowerer:
         values = []
         for o in outs:
             self.node = output
-            values.append(self.env[o] if isinstance(o, torch.fx.Node) else o)
+            values.append(self.value_of(o) if isinstance(o, torch.fx.Node) else o)
         return Lowered(values, spec, self.updates)
 
     # -- random numbers ----------------------------------------------------------------------
@@ -559,40 +568,160 @@ class Lowerer:
     #
     # Nodes that denote one torch tensor (an in-place op's result and its argument, a detach or
     # a view of the whole tensor) share a root; a mutation gives every node of the root the new
-    # value, so later uses see it whichever node they name. A partial view (a slice, a
-    # transpose, ...) cannot be written through, and reading one taken before its base changed
-    # would read a stale value: both are errors.
+    # value, so later uses see it whichever node they name. A partial view (a slice, a select, a
+    # reshape or transpose, a piece of a split) remembers what it is a view of. A write through
+    # one is written back: each view on the way to the root is scattered into its parent
+    # (slices and selects as concatenations around the new part, reshapes and transposes
+    # inverted), and the root takes the result. A view read after its root changed is computed
+    # again from the root (its lowering re-run), as PyTorch's view would show the change.
 
     def _root(self, node):
         return self._alias_root.get(node, node)
 
+    def _add_view(self, node, parent):
+        self._view_parent[node] = parent
+        self._view_parents.add(parent)
+        self._partial_base[node] = self._partial_base.get(parent, self._root(parent))
+        self._view_made_at[node] = self._order[node]
+
     def _track_aliasing(self, node):
-        for a in node.all_input_nodes:
-            base = self._partial_base.get(a)
-            if base is not None and self._mutated_at.get(base, -1) > self._order[a]:
-                self.fail(f"reads '{a.name}', a view of '{base.name}' taken before "
-                          f"'{base.name}' was modified in place; tracecache values are immutable, so "
-                          f"the view would be stale (take the view after the in-place op, or "
-                          f"use the out-of-place op)")
         if not _is_view(node):
             return
         base = node.args[0]
-        if _is_full_alias(node):
+        if _is_full_alias(node) and base not in self._partial_base:
             root = self._root(base)
             self._alias_root[node] = root
             self._members.setdefault(root, [root]).append(node)
         else:
-            self._partial_base[node] = self._partial_base.get(base, self._root(base))
+            self._add_view(node, base)
+
+    def _refresh_view(self, view):
+        """Computes a partial view again from its parent when its root changed after it was
+        computed (re-running its lowering on the parent's current value)."""
+        root = self._partial_base[view]
+        if self._mutated_at.get(root, -1) <= self._view_made_at.get(view, -1):
+            return
+        parent = self._view_parent[view]
+        if parent in self._partial_base:
+            self._refresh_view(parent)
+        saved = self.node
+        self.node = view
+        try:
+            if view in self._identity_views:
+                self.env[view] = self.env[parent]
+            elif view.target is operator.getitem:
+                self._refresh_view(view.args[0])
+                self.env[view] = self.env[view.args[0]][view.args[1]]
+            else:
+                reg = LOWERINGS.get(_op_name(view))
+                if reg is None:
+                    self.fail(f"reads '{view.name}', a view of '{root.name}' taken before '{root.name}' was modified "
+                              f"in place, and cannot compute it again (use the out-of-place op)")
+                self.env[view] = reg.fn(self, view)
+        finally:
+            self.node = saved
+        self._view_made_at[view] = self._order[self.node] if self.node in self._order else self._view_made_at[view]
+
+    def _write_back(self, view, value):
+        """`view` (a partial view) now holds `value`: scatters it into each parent up to the
+        root and assigns the root. Returns the root."""
+        cur, cur_value = view, value
+        now = self._order[self.node]
+        while cur in self._partial_base:
+            parent = self._view_parent[cur]
+            if parent in self._partial_base:
+                self._refresh_view(parent)
+            parent_value = self.value_of(parent)
+            self.env[cur] = cur_value
+            self._view_made_at[cur] = now
+            cur_value = self._scatter(cur, parent_value, cur_value)
+            cur = parent
+        root = self._root(cur)
+        self._assign(root, cur_value)
+        # The views just written are current; every other view of the root is now stale.
+        cur = view
+        while cur in self._partial_base:
+            self._view_made_at[cur] = now
+            cur = self._view_parent[cur]
+        return root
+
+    def _scatter(self, view, parent, value):
+        """`parent` with the part `view` denotes replaced by `value` (the inverse of the view op)."""
+        name = "getitem" if view.target is operator.getitem else view.target.overloadpacket.__name__.rstrip("_")
+        value = self.cast(value, parent.dtype)
+        if view in self._identity_views or name in ("detach", "alias", "lift_fresh"):
+            return value
+        if name in ("view", "_reshape_alias", "_unsafe_view", "reshape", "unsqueeze", "squeeze", "flatten",
+                    "view_copy", "_reshape_alias_copy", "unsqueeze_copy", "squeeze_copy"):
+            return self.reshape(value, parent.shape)
+        if name in ("t", "t_copy"):
+            return self.transpose(value, 0, 1) if len(parent.shape) == 2 else value
+        if name in ("transpose", "transpose_copy"):
+            return self.transpose(value, view.args[1], view.args[2])
+        if name in ("permute", "permute_copy"):
+            perm = [p % len(parent.shape) for p in view.args[1]]
+            inverse = [perm.index(i) for i in range(len(perm))]
+            return self.permute(value, inverse)
+        if name in ("slice", "slice_copy"):
+            args = list(view.args) + [None] * (5 - len(view.args))
+            dim = (args[1] if args[1] is not None else 0) % len(parent.shape)
+            n = parent.shape[dim]
+            start = 0 if args[2] is None else args[2]
+            end = n if args[3] is None else args[3]
+            step = 1 if args[4] is None else args[4]
+            start = min(max(start + n if start < 0 else start, 0), n)
+            end = max(min(max(end + n if end < 0 else end, 0), n), start)
+            if step != 1:
+                self.fail(f"writes through a slice with step {step}; only step 1 is supported")
+            return self._replace_range(parent, value, dim, start, end)
+        if name in ("select", "select_copy"):
+            dim = view.args[1] % len(parent.shape)
+            index = view.args[2] + parent.shape[dim] if view.args[2] < 0 else view.args[2]
+            shape = list(parent.shape)
+            shape[dim] = 1
+            return self._replace_range(parent, self.reshape(value, shape), dim, index, index + 1)
+        if name == "getitem":
+            source = view.args[0]
+            kind = source.target.overloadpacket.__name__
+            dim = (source.args[1] if kind == "unbind" else (source.args[2] if len(source.args) > 2 else 0))
+            dim = (dim if dim is not None else 0) % len(parent.shape)
+            pieces = self.env[source]
+            start = sum(p.shape[dim] if kind != "unbind" else 1 for p in pieces[:view.args[1]])
+            if kind == "unbind":
+                shape = list(parent.shape)
+                shape[dim] = 1
+                return self._replace_range(parent, self.reshape(value, shape), dim, start, start + 1)
+            return self._replace_range(parent, value, dim, start, start + value.shape[dim])
+        self.fail(f"writes through '{view.name}' ({name}), a view tracecache cannot write back "
+                  f"(use the out-of-place op)")
+
+    def _replace_range(self, parent, value, dim, start, end):
+        """`parent` with [start, end) of `dim` replaced by `value` (same shape elsewhere)."""
+        n = parent.shape[dim]
+        value = self.broadcast_to(value, parent.shape[:dim] + (end - start,) + parent.shape[dim + 1:])
+        pieces = []
+        if start > 0:
+            pieces.append(self.slice(parent, dim, 0, start))
+        if end > start:
+            pieces.append(value)
+        if end < n:
+            pieces.append(self.slice(parent, dim, end, n))
+        return self.concat(pieces, dim) if pieces else parent
 
     def _record_mutation(self, node, target, result):
         value = result[0] if isinstance(result, tuple) else result
         if target in self._partial_base:
-            self.fail(f"modifies '{target.name}' in place, a view of '{self._partial_base[target].name}'; "
-                      f"writes through views are not supported (use the out-of-place op)")
+            # The op's result is the view itself: a view of it with the identity relation.
+            self._write_back(target, value)
+            self._add_view(node, target)
+            self._identity_views.add(node)
+            self.env[node] = value
+            return
         root = self._root(target)
+        self._assign(root, value)
         self._alias_root[node] = root
         self._members.setdefault(root, [root]).append(node)
-        self._assign(root, value)
+        self.env[node] = value
 
     def _assign(self, root, value):
         self._mutated_at[root] = self._order[self.node]
@@ -607,8 +736,9 @@ class Lowerer:
         running statistics) although its schema does not say so."""
         if isinstance(arg_node, torch.fx.Node):
             if arg_node in self._partial_base:
-                self.fail(f"updates '{arg_node.name}' in place, a view; writes through views are not supported")
-            self._assign(self._root(arg_node), value)
+                self._write_back(arg_node, value)
+            else:
+                self._assign(self._root(arg_node), value)
 
 
 def lower(graph_module, emitter, bindings, breaks=False, seed=None):

@@ -116,6 +116,46 @@ class Compile(unittest.TestCase):
             kept[0].numpy()
         self.assertIn("trace", str(e.exception))
 
+    def test_graph_breaks_run_the_host_op_on_replays(self):
+        runs = []
+
+        def cumsum(payload, arrays):
+            runs.append(bytes(payload))
+            return [np.cumsum(arrays[0], axis=-1).astype(np.float32)]
+
+        def fn(x):
+            (c,) = tc._host_op(b"cumsum", [tc.ops.relu(x)], "cumsum in a test")
+            return c * 2
+
+        f = tc.compile(fn, host_op=cumsum)
+        for _ in range(3):
+            x = f32(2, 5)
+            np.testing.assert_allclose(f(x).numpy(), np.cumsum(np.maximum(x, 0), axis=-1) * 2, rtol=1e-5)
+        self.assertEqual(f.stats()["traces"], 1)
+        self.assertEqual(f.stats()["host_op_runs"], 2)
+        self.assertEqual(runs, [b"cumsum"] * 3)
+
+    def test_a_failing_host_op_raises_its_own_error(self):
+        def broken(payload, arrays):
+            raise KeyError("no such op")
+        f = tc.compile(lambda x: tc._host_op(b"x", [x], "broken")[0], host_op=broken)
+        with self.assertRaises(KeyError):
+            f(f32(2))
+        with self.assertRaises(tc.Error):
+            tc._host_op(b"x", [], "outside a trace")
+
+    def test_values_read_are_guarded(self):
+        def fn(x):
+            return x * 2 if x.numpy()[0] > 0 else -x
+        f = tc.compile(fn)
+        for v in (1.0, -1.0, 2.0, -3.0):
+            x = np.array([v, 1.0], dtype=np.float32)
+            np.testing.assert_allclose(f(x).numpy(), fn(tc.from_numpy(x)).numpy())
+        self.assertEqual(f.stats()["traces"], 4, "the value itself is guarded: each value its own path")
+
+    def test_the_default_name_is_module_and_qualified_name(self):
+        self.assertEqual(tc.compile(layer).name, "__main__:layer")
+
     def test_eager_session_cannot_compile(self):
         tc.configure(mode="eager")
         with self.assertRaises(tc.Error) as e:

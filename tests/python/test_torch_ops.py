@@ -17,6 +17,7 @@ as_strided and max pooling are exact copies and compare equal.
 - convolution (3-d): strides, dilations, paddings, groups, with and without bias, temporal-only
   and spatial-only kernels; max_pool3d (ceil_mode, dilation, ties), avg_pool3d (with and
   without the padding in the count), adaptive_avg_pool3d (overlapping windows).
+- roll (Swin's shifted windows) and repeat.
 - hardswish_backward, hardsigmoid_backward at -3, 3 and NaN; new_empty_strided.
 
 Run by ctest as python.test_torch_ops (tests/python/run_test.sh)."""
@@ -282,6 +283,29 @@ class Volumetric(OpCase):
             return F.adaptive_avg_pool3d(x, (7, 2, 2))
         for op in (overlapping, per_step):
             self.check(op, randn(2, 3, 7, 9, 8), grad_tol=1e-5)
+
+
+class Layout(OpCase):
+    def test_roll(self):
+        def shifted_windows(x):
+            return torch.roll(x, shifts=(-3, 2), dims=(1, 2))
+
+        def beyond_the_length(x):
+            return torch.roll(x, 7, 2)
+
+        def flattened(x):
+            return torch.roll(x, -5)
+        for op in (shifted_windows, beyond_the_length, flattened):
+            self.check(op, randn(2, 5, 6, 3), tol=0, grad_tol=0)
+
+    def test_repeat(self):
+        def tiled(x):
+            return x.repeat(2, 1, 3)
+
+        def new_leading_dims(x):
+            return x.repeat(2, 3, 1, 2)
+        for op in (tiled, new_leading_dims):
+            self.check(op, randn(4, 3, 2), tol=0, grad_tol=1e-6)
 
 
 class Activations(OpCase):

@@ -1,4 +1,5 @@
-"""Identities, views and layout: reshape, transpose, permute, expand, slices, splits, concat, pad.
+"""Identities, views and layout: reshape, transpose, permute, expand, slices, splits, concat, pad,
+roll, repeat.
 
 Part of the one mapping from ATen ops to tracecache registry ops (`tracecache.torch.lowering`
 has the Lowerer and the contract every lowering follows). Read-only after import.
@@ -169,3 +170,48 @@ def _constant_pad(ctx, node):
     if not any(a.pad):
         return a.self
     return ctx.op("pad", [a.self], dtype, shape, pads=list(a.pad), value=float(a.value))
+
+
+@lowers("aten.roll.default", ops="slice, concat (reshape without dims)",
+        note="per rolled dim, the last `shift` elements moved to the front; without dims, of the flattened tensor")
+def _roll(ctx, node):
+    a = ctx.args()
+    x = a.self
+    shifts, dims = list(a.shifts), list(a.dims)
+    if not dims:
+        if len(shifts) != 1:
+            ctx.fail(f"roll without dims takes one shift, got {shifts}")
+        flat = ctx.reshape(x, (math.prod(x.shape),))
+        return ctx.reshape(_roll_axis(ctx, flat, 0, shifts[0]), x.shape)
+    if len(shifts) != len(dims):
+        ctx.fail(f"roll with {len(shifts)} shifts for {len(dims)} dims")
+    for shift, dim in zip(shifts, dims):
+        x = _roll_axis(ctx, x, dim, shift)
+    return x
+
+
+def _roll_axis(ctx, x, axis, shift):
+    n = x.shape[axis]
+    s = shift % n if n else 0
+    if s == 0:
+        return x
+    return ctx.concat([ctx.slice(x, axis, n - s, n), ctx.slice(x, axis, 0, n - s)], axis)
+
+
+@lowers("aten.repeat.default", ops="reshape, broadcast_to", note="x.repeat(r0, r1, ...): each dim tiled in turn")
+def _repeat(ctx, node):
+    a = ctx.args()
+    x = a.self
+    repeats = list(a.repeats)
+    if len(repeats) < len(x.shape):
+        ctx.fail(f"repeat with {len(repeats)} counts for a rank-{len(x.shape)} tensor")
+    shape = [1] * (len(repeats) - len(x.shape)) + list(x.shape)
+    x = ctx.reshape(x, shape)
+    for axis, r in enumerate(repeats):
+        if r == 1:
+            continue
+        outer, d, inner = math.prod(shape[:axis]), shape[axis], math.prod(shape[axis + 1:])
+        tiled = ctx.broadcast_to(ctx.reshape(x, (outer, 1, d, inner)), (outer, r, d, inner))
+        shape[axis] = r * d
+        x = ctx.reshape(tiled, shape)
+    return x

@@ -685,6 +685,16 @@ class TorchFastPath {
     }
     version_name_ = py::str("_version");
     training_name_ = py::str("training");
+    // torch.Tensor._version's C getter, called directly (an attribute lookup per parameter was
+    // most of resnet18's per-call time); the generic lookup serves if it is not a getset.
+    py::object descriptor = py::module_::import("torch._C").attr("_TensorBase").attr("__dict__")["_version"];
+    if (Py_IS_TYPE(descriptor.ptr(), &PyGetSetDescr_Type)) {
+      auto* d = reinterpret_cast<PyGetSetDescrObject*>(descriptor.ptr());
+      version_getter_ = d->d_getset->get;
+      version_closure_ = d->d_getset->closure;
+      version_type_ = PyDescr_TYPE(d);
+      version_descriptor_ = std::move(descriptor);
+    }
     numpy_name_ = py::str("numpy");
   }
 
@@ -754,7 +764,8 @@ class TorchFastPath {
   };
 
   int64_t version_of(PyObject* t) const {
-    PyObject* v = PyObject_GetAttr(t, version_name_.ptr());
+    PyObject* v = direct_version(Py_TYPE(t)) ? version_getter_(t, version_closure_)
+                                             : PyObject_GetAttr(t, version_name_.ptr());
     if (!v) {
       PyErr_Clear();
       return -1;
@@ -763,6 +774,24 @@ class TorchFastPath {
     Py_DECREF(v);
     if (version < 0 && PyErr_Occurred()) PyErr_Clear();
     return version;
+  }
+
+  // Whether `type`'s `_version` is torch's own getter (a subclass may define its own), each type
+  // looked up once.
+  bool direct_version(PyTypeObject* type) const {
+    if (!version_getter_) return false;
+    for (const auto& [known, direct] : version_types_) {
+      if (known.ptr() == reinterpret_cast<PyObject*>(type)) return direct;
+    }
+    bool direct = false;
+    if (PyType_IsSubtype(type, version_type_)) {
+      PyObject* d = PyObject_GetAttr(reinterpret_cast<PyObject*>(type), version_name_.ptr());
+      if (d) direct = d == version_descriptor_.ptr();
+      Py_XDECREF(d);
+      PyErr_Clear();
+    }
+    version_types_.emplace_back(py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(type)), direct);
+    return direct;
   }
 
   // A zero-copy tensor of `ctx` over a state tensor, through tracecache.from_torch; nullopt if
@@ -818,6 +847,11 @@ class TorchFastPath {
   size_t num_inputs_;
   py::object from_torch_, torch_from_numpy_, next_seed_;
   py::str version_name_, training_name_, numpy_name_;
+  py::object version_descriptor_;  // keeps the getter below alive
+  getter version_getter_ = nullptr;
+  void* version_closure_ = nullptr;
+  PyTypeObject* version_type_ = nullptr;
+  mutable std::vector<std::pair<py::object, bool>> version_types_;  // held: a type's address is not reused
 };
 
 // ---- settings, counters, metrics, audit -----------------------------------------------------

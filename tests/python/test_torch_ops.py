@@ -203,7 +203,8 @@ class AsStrided(OpCase):
         # an in-place as_strided_ to channels-last strides (ConvNeXt, Swin).
         def head(x):
             return F.adaptive_avg_pool2d(x.permute(0, 3, 1, 2), 1).flatten(1) * 2
-        self.check(head, randn(2, 3, 4, 5), tol=1e-6)
+        # Its gradient writes through an as_strided view of a fresh buffer (ConvNeXt's training).
+        self.check(head, randn(2, 3, 4, 5), tol=1e-6, grad_tol=1e-6)
 
     def test_windows_and_orders(self):
         def windows(x):

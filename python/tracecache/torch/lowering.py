@@ -692,6 +692,9 @@ class Lowerer:
                 shape[dim] = 1
                 return self._replace_range(parent, self.reshape(value, shape), dim, start, start + 1)
             return self._replace_range(parent, value, dim, start, start + value.shape[dim])
+        if name in ("as_strided", "as_strided_copy"):
+            from .lowerings.strided import scatter_as_strided
+            return scatter_as_strided(self, view, parent, value)
         self.fail(f"writes through '{view.name}' ({name}), a view tracecache cannot write back "
                   f"(use the out-of-place op)")
 

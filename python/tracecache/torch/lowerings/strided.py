@@ -101,3 +101,26 @@ def _as_strided(ctx, node):
     index = ctx.reshape(ctx.broadcast_to(index, size), (n_out,))
     picked = ctx.op("index_select", [storage, index], x.dtype, (n_out,), axis=0)
     return ctx.reshape(picked, shape)
+
+
+def scatter_as_strided(ctx, view, parent, value):
+    """`parent` with the elements the `as_strided` node `view` addresses replaced by `value`: the
+    inverse of `_as_strided` when those elements are a run of the source's storage in order
+    (autograd's CopySlices writes a gradient back through such a view). Other as_strided views
+    are refused."""
+    size, stride = [int(s) for s in view.args[1]], [int(s) for s in view.args[2]]
+    offset = int(view.args[3]) if len(view.args) > 3 and view.args[3] is not None else 0
+    meta = view.args[0].meta.get("tensor_meta")
+    order = None if meta is None else _storage_order(parent.shape, list(meta.stride))
+    contiguous = _contiguous_strides(size)
+    n_out, n_in = math.prod(size), math.prod(parent.shape)
+    if order is None or not all(s == 1 or t == c for s, t, c in zip(size, stride, contiguous)) \
+            or offset < 0 or offset + n_out > n_in or (offset and not _offset_is_zero(view.args[0])):
+        ctx.fail(f"writes through '{view.name}', an as_strided view (sizes {size}, strides {stride}, offset "
+                 f"{offset}) that is not a run of its source's storage in order; tracecache cannot write it "
+                 f"back (use the out-of-place op)")
+    permuted = ctx.permute(parent, order)
+    storage = ctx.reshape(permuted, (n_in,))
+    storage = ctx._replace_range(storage, ctx.reshape(value, (n_out,)), 0, offset, offset + n_out)
+    inverse = [order.index(i) for i in range(len(order))]
+    return ctx.permute(ctx.reshape(storage, permuted.shape), inverse)

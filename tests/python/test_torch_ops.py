@@ -18,6 +18,10 @@ as_strided and max pooling are exact copies and compare equal.
   and spatial-only kernels; max_pool3d (ceil_mode, dilation, ties), avg_pool3d (with and
   without the padding in the count), adaptive_avg_pool3d (overlapping windows).
 - roll (Swin's shifted windows) and repeat.
+- writes through views: a slice, a select of a fresh buffer (detection's batched images), a
+  transposed and a reshaped view, split and unbind pieces, a slice with a step, views of views,
+  a view read after its base changed in place (it shows the change), the backward's writes
+  through as_strided views; a write to an input's view refused (compile is pure).
 - hardswish_backward, hardsigmoid_backward at -3, 3 and NaN; new_empty_strided.
 
 Run by ctest as python.test_torch_ops (tests/python/run_test.sh)."""
@@ -307,6 +311,62 @@ class Layout(OpCase):
             return x.repeat(2, 3, 1, 2)
         for op in (tiled, new_leading_dims):
             self.check(op, randn(4, 3, 2), tol=0, grad_tol=1e-6)
+
+
+class ViewWrites(OpCase):
+    def test_writes_reach_the_base(self):
+        def slice_add(x):
+            y = x * 1
+            y[:, 1:3] += 1
+            return y
+
+        def batched_images(x):
+            out = x.new_full((2, 3, 6, 7), 0.5)
+            for i in range(2):
+                out[i, :, : x.shape[2], : x.shape[3]].copy_(x[i])
+            return out
+
+        def transposed_and_reshaped(x):
+            y = x * 2
+            y.transpose(0, 1).mul_(3)
+            y.reshape(-1)[::5].fill_(-1)
+            y.view(2, 3, -1)[:, 0].zero_()
+            return y
+
+        def pieces(x):
+            y = x + 0
+            a, b = y.split([1, 2], dim=1)
+            b.add_(10)
+            u = y.unbind(0)
+            u[1].mul_(-1)
+            return y
+
+        def stepped(x):
+            y = x * 1
+            y[::2, 1::3] += 5
+            y[1:, :].relu_()
+            return y
+
+        def stale_view(x):
+            y = x * 1
+            row = y[0]
+            y.add_(1)          # row shows it
+            col = y[:, 2]
+            col.mul_(2)        # and y, and row, show this
+            return torch.cat([row, y.reshape(-1, 5)])
+        for op in (slice_add, transposed_and_reshaped, stepped, stale_view):
+            self.check(op, randn(2, 3, 5), tol=0, grad_tol=1e-6)
+        self.check(pieces, randn(2, 3, 5), tol=0)  # autograd refuses writes to split's pieces
+        self.check(batched_images, randn(2, 3, 4, 5), tol=0, grad_tol=1e-6)
+
+    def test_a_write_to_an_input_is_refused(self):
+        # compile runs a function as a pure one: an input written in place (through a view too)
+        # is an error that says what to do.
+        def write(x):
+            x[:, 0] = 7.0
+            return x.sum(0)
+        with self.assertRaisesRegex(tracecache.torch.CaptureError, "modifies input0 in place"):
+            tracecache.torch.compile(write, fullgraph=True)(randn(3, 4))
 
 
 class Activations(OpCase):

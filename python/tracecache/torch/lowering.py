@@ -672,7 +672,7 @@ class Lowerer:
             start = min(max(start + n if start < 0 else start, 0), n)
             end = max(min(max(end + n if end < 0 else end, 0), n), start)
             if step != 1:
-                self.fail(f"writes through a slice with step {step}; only step 1 is supported")
+                return self._replace_stepped(parent, value, dim, start, end, step)
             return self._replace_range(parent, value, dim, start, end)
         if name in ("select", "select_copy"):
             dim = view.args[1] % len(parent.shape)
@@ -683,7 +683,8 @@ class Lowerer:
         if name == "getitem":
             source = view.args[0]
             kind = source.target.overloadpacket.__name__
-            dim = (source.args[1] if kind == "unbind" else (source.args[2] if len(source.args) > 2 else 0))
+            at = 1 if kind == "unbind" else 2  # unbind(self, dim=0), split*(self, sizes, dim=0)
+            dim = source.args[at] if len(source.args) > at else source.kwargs.get("dim", 0)
             dim = (dim if dim is not None else 0) % len(parent.shape)
             pieces = self.env[source]
             start = sum(p.shape[dim] if kind != "unbind" else 1 for p in pieces[:view.args[1]])
@@ -697,6 +698,18 @@ class Lowerer:
             return scatter_as_strided(self, view, parent, value)
         self.fail(f"writes through '{view.name}' ({name}), a view tracecache cannot write back "
                   f"(use the out-of-place op)")
+
+    def _replace_stepped(self, parent, value, dim, start, end, step):
+        """`parent` with every `step`-th index of [start, end) along `dim` replaced by `value`."""
+        k = len(range(start, end, step))
+        if k == 0:
+            return parent
+        shape = parent.shape[:dim] + (k,) + parent.shape[dim + 1:]
+        index = self.op("arange", [], "i64", (k,), start=float(start), end=float(start + k * step),
+                        step=float(step), dtype=DType("i64"))
+        index = self.broadcast_to(self.reshape(index, [k if d == dim else 1 for d in range(len(shape))]), shape)
+        return self.op("scatter_elements", [parent, index, self.broadcast_to(value, shape)], parent.dtype,
+                       parent.shape, axis=dim, reduction=0)
 
     def _replace_range(self, parent, value, dim, start, end):
         """`parent` with [start, end) of `dim` replaced by `value` (same shape elsewhere)."""

@@ -92,35 +92,57 @@ def _as_strided(ctx, node):
     contiguous = _contiguous_strides(size)
     if all(s == 1 or t == c for s, t, c in zip(size, stride, contiguous)):
         return ctx.reshape(ctx.slice(storage, 0, offset, offset + n_out), shape)
+    picked = ctx.op("index_select", [storage, _addresses(ctx, size, stride, offset)], x.dtype, (n_out,), axis=0)
+    return ctx.reshape(picked, shape)
+
+
+def _addresses(ctx, size, stride, offset):
+    """The storage positions an as_strided view addresses, in its row-major order: i64[numel]."""
     index = ctx.full(offset, "i64", [1] * len(size))
     for d, (s, t) in enumerate(zip(size, stride)):
         if s == 1 or t == 0:
             continue
         steps = ctx.op("arange", [], "i64", (s,), start=0.0, end=float(s * t), step=float(t), dtype=DType("i64"))
         index = ctx.binary("add", index, ctx.reshape(steps, [s if k == d else 1 for k in range(len(size))]))
-    index = ctx.reshape(ctx.broadcast_to(index, size), (n_out,))
-    picked = ctx.op("index_select", [storage, index], x.dtype, (n_out,), axis=0)
-    return ctx.reshape(picked, shape)
+    return ctx.reshape(ctx.broadcast_to(index, size), (math.prod(size),))
+
+
+def _distinct(size, stride):
+    """Whether sizes and strides address each element once (a sufficient test: each dim's stride,
+    in increasing order, steps over everything the smaller ones reach)."""
+    reach = 0
+    for t, s in sorted((t, s) for s, t in zip(size, stride) if s > 1):
+        if t <= reach:
+            return False
+        reach += (s - 1) * t
+    return True
 
 
 def scatter_as_strided(ctx, view, parent, value):
     """`parent` with the elements the `as_strided` node `view` addresses replaced by `value`: the
-    inverse of `_as_strided` when those elements are a run of the source's storage in order
-    (autograd's CopySlices writes a gradient back through such a view). Other as_strided views
-    are refused."""
+    inverse of `_as_strided` (autograd's CopySlices writes a gradient back through such a view),
+    for views that address each element of a dense source at most once."""
     size, stride = [int(s) for s in view.args[1]], [int(s) for s in view.args[2]]
     offset = int(view.args[3]) if len(view.args) > 3 and view.args[3] is not None else 0
     meta = view.args[0].meta.get("tensor_meta")
     order = None if meta is None else _storage_order(parent.shape, list(meta.stride))
-    contiguous = _contiguous_strides(size)
     n_out, n_in = math.prod(size), math.prod(parent.shape)
-    if order is None or not all(s == 1 or t == c for s, t, c in zip(size, stride, contiguous)) \
-            or offset < 0 or offset + n_out > n_in or (offset and not _offset_is_zero(view.args[0])):
+    last = offset + sum((s - 1) * t for s, t in zip(size, stride))
+    if order is None or min(stride, default=0) < 0 or not _distinct(size, stride) or offset < 0 \
+            or (n_out and last >= n_in) or (offset and not _offset_is_zero(view.args[0])):
         ctx.fail(f"writes through '{view.name}', an as_strided view (sizes {size}, strides {stride}, offset "
-                 f"{offset}) that is not a run of its source's storage in order; tracecache cannot write it "
-                 f"back (use the out-of-place op)")
+                 f"{offset}) that tracecache cannot write back: its source must be dense and start its "
+                 f"storage, and it must address each element once (use the out-of-place op)")
+    if n_out == 0:
+        return parent
     permuted = ctx.permute(parent, order)
     storage = ctx.reshape(permuted, (n_in,))
-    storage = ctx._replace_range(storage, ctx.reshape(value, (n_out,)), 0, offset, offset + n_out)
+    flat = ctx.reshape(ctx.broadcast_to(value, size), (n_out,))
+    contiguous = _contiguous_strides(size)
+    if all(s == 1 or t == c for s, t, c in zip(size, stride, contiguous)):
+        storage = ctx._replace_range(storage, flat, 0, offset, offset + n_out)
+    else:
+        storage = ctx.op("scatter_elements", [storage, _addresses(ctx, size, stride, offset), flat], parent.dtype,
+                         (n_in,), axis=0, reduction=0)
     inverse = [order.index(i) for i in range(len(order))]
     return ctx.permute(ctx.reshape(storage, permuted.shape), inverse)

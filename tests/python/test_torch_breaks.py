@@ -118,6 +118,17 @@ class Breaks(unittest.TestCase):
         for x in (torch.tensor([1.0, -2.0, 3.0]), torch.tensor([4.0, -1.0, 1.0]), torch.tensor([1.0, 1.0, 1.0])):
             torch.testing.assert_close(compiled(x), fn(x))
 
+    def test_a_break_with_a_rank_0_result(self):
+        # torch.min of a whole tensor (a break) gives a rank-0 tensor, which stays rank 0 across
+        # the break (detection models' transform reads one this way).
+        def fn(x):
+            return x - torch.min(x * 2).to(torch.float32) * 3
+        compiled = tracecache.torch.compile(fn)
+        for seed in (0, 1):
+            x = inputs(1, seed)
+            torch.testing.assert_close(compiled(x), fn(x))
+        self.assertIn("aten.min.default", [b[0] for b in compiled.graph_breaks()])
+
     def test_a_session_in_lazy_mode_still_traces_once(self):
         tracecache.configure(mode="lazy", no_cache=True)
         torch.manual_seed(0)

@@ -191,5 +191,7 @@ def run(data, arrays):
         if not isinstance(item, torch.Tensor) or item.dtype not in _HELD:
             raise ValueError(f"graph break {brk.op} gave {type(item).__name__} "
                              f"{getattr(item, 'dtype', '')} where a tensor of a tracecache dtype was traced")
-        arrays_out.append(np.ascontiguousarray(item.detach().numpy()))
+        a = item.detach().numpy()
+        # Not np.ascontiguousarray: it makes a rank-0 result (torch.min of a vector) rank 1.
+        arrays_out.append(a if a.flags.c_contiguous else a.copy(order="C"))
     return arrays_out

@@ -533,9 +533,25 @@ class Lowerer:
         description = f"{name}{f' at {frame}' if frame else ''}: {reason}"
         handles = self.emitter.host_op(payload, [v.handle for v in tensors], description)
         self.breaks.append((name, reason, frame))
+        self._check_host_shapes(name, [r for r in results if r is not None], handles)
         it = iter(handles)
         values = [None if r is None else Value(next(it), r[0], r[1]) for r in results]
         return values[0] if single else tuple(values)
+
+    def _check_host_shapes(self, name, results, handles):
+        """A break run live (a trace) gives its results' real shapes: one that differs from the
+        capture's is a data-dependent size (how many scores pass a threshold, how many boxes NMS
+        keeps) that tracecache's numbers decided otherwise than PyTorch's, which differ from them
+        by rounding. The graph after it was captured for the other size: refused, never run."""
+        for (dtype, shape), h in zip(results, handles):
+            got = getattr(h, "shape", None)
+            if got is not None and tuple(got) != tuple(shape):
+                raise CaptureError(
+                    f"tracecache.torch: {name}: a data-dependent size differs from the capture's: "
+                    f"{list(got)} here, {list(shape)} when PyTorch ran the program (its inputs, computed by "
+                    f"tracecache, differ from PyTorch's by rounding, and a value near a threshold fell on "
+                    f"the other side); this call cannot run compiled: run it eagerly, or compile the part "
+                    f"before the data-dependent op{self.where()}")
 
     def _host_results(self, node, name, error):
         """The types of a break's results, and whether it has one: [(dtype, shape)] for one tensor,

@@ -149,8 +149,12 @@ def _select_backward(ctx, node):
 @lowers("aten.cat.default", ops="concat")
 def _cat(ctx, node):
     a = ctx.args()
-    dtype, _ = ctx.meta()
+    dtype, shape = ctx.meta()
+    # PyTorch skips 1-d empty tensors (the legacy "no tensor"); if nothing is left, the result is
+    # empty too (FCOS and RetinaNet concatenate per-level detections of which there may be none).
     xs = [ctx.cast(t, dtype) for t in a.tensors if not (len(t.shape) == 1 and t.shape[0] == 0)]
+    if not xs:
+        return ctx.full(0, dtype, shape)
     return ctx.concat(xs, a.dim)
 
 

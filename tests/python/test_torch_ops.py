@@ -17,7 +17,7 @@ as_strided and max pooling are exact copies and compare equal.
 - convolution (3-d): strides, dilations, paddings, groups, with and without bias, temporal-only
   and spatial-only kernels; max_pool3d (ceil_mode, dilation, ties), avg_pool3d (with and
   without the padding in the count), adaptive_avg_pool3d (overlapping windows).
-- roll (Swin's shifted windows) and repeat.
+- roll (Swin's shifted windows) and repeat; slice and select backward at any rank, with steps.
 - writes through views: a slice, a select of a fresh buffer (detection's batched images), a
   transposed and a reshaped view, split and unbind pieces, a slice with a step, views of views,
   a view read after its base changed in place (it shows the change), the backward's writes
@@ -302,6 +302,21 @@ class Layout(OpCase):
             return torch.roll(x, -5)
         for op in (shifted_windows, beyond_the_length, flattened):
             self.check(op, randn(2, 5, 6, 3), tol=0, grad_tol=0)
+
+    def test_slice_and_select_backward_at_any_rank(self):
+        # Swin's training: the backward of selects and slices on the first dims of rank-5 and
+        # rank-6 tensors (the window partition), and of slices with a step.
+        def selects(x):
+            return x[1, :, 2] * 3
+
+        def slices(x):
+            return x[:, 1:3, :, ::2] + x[1:, :, :, :, 1:2].sum()
+
+        def stepped_to_the_end(x):
+            return x[:, ::4] * 2
+        self.check(selects, randn(2, 3, 4, 2, 3, 2), tol=0, grad_tol=0)
+        self.check(slices, randn(2, 4, 3, 5, 3), tol=1e-6, grad_tol=1e-6)
+        self.check(stepped_to_the_end, randn(3, 6), tol=0, grad_tol=0)
 
     def test_repeat(self):
         def tiled(x):

@@ -92,16 +92,6 @@ def _unbind(ctx, node):
     return tuple(ctx.reshape(ctx.slice(x, dim, i, i + 1), shape) for i in range(x.shape[dim]))
 
 
-def _pad_axis(ctx, g, axis, before, after, shape):
-    """g zero-padded along one axis to `shape` (the backward of a slice or a select)."""
-    rank = len(shape)
-    if rank - axis > 4:
-        ctx.fail(f"padding axis {axis} of a rank-{rank} tensor: pad covers the last 4 dims only")
-    pads = [0] * (2 * (rank - axis))
-    pads[-2], pads[-1] = before, after
-    return ctx.op("pad", [g], g.dtype, shape, pads=pads, value=0.0)
-
-
 def scatter_slice(ctx, g, axis, start, step, length):
     """The adjoint of a strided slice: zeros of `length` along `axis` with g's k-th element along
     it at `start + k * step`. Elements that land outside [0, length) are dropped, so `start` may
@@ -123,27 +113,25 @@ def scatter_slice(ctx, g, axis, start, step, length):
     return ctx.reshape(v, out_shape)
 
 
-@lowers("aten.slice_backward.default", ops="pad", note="the gradient zero-padded back (step 1)")
+@lowers("aten.slice_backward.default", ops="reshape, pad",
+        note="the gradient zero-padded back along the dim (any rank; with a step, zeros between its elements)")
 def _slice_backward(ctx, node):
     a = ctx.args()
     shape = tuple(a.input_sizes)
     axis = a.dim % len(shape)
     n = shape[axis]
     start = min(max(a.start + n if a.start < 0 else a.start, 0), n)
-    end = min(max(a.end + n if a.end < 0 else a.end, start), n)
-    if a.step != 1:
-        ctx.fail(f"the backward of a slice with step {a.step} is not supported")
-    return _pad_axis(ctx, a.grad_output, axis, start, n - end, shape)
+    return scatter_slice(ctx, a.grad_output, axis, start, a.step, n)
 
 
-@lowers("aten.select_backward.default", ops="reshape, pad", note="the gradient zero-padded back")
+@lowers("aten.select_backward.default", ops="reshape, pad", note="the gradient zero-padded back (any rank)")
 def _select_backward(ctx, node):
     a = ctx.args()
     shape = tuple(a.input_sizes)
     axis = a.dim % len(shape)
     index = a.index + shape[axis] if a.index < 0 else a.index
     g = ctx.reshape(a.grad_output, shape[:axis] + (1,) + shape[axis + 1:])
-    return _pad_axis(ctx, g, axis, index, shape[axis] - index - 1, shape)
+    return scatter_slice(ctx, g, axis, index, 1, shape[axis])
 
 
 @lowers("aten.cat.default", ops="concat")

@@ -857,7 +857,8 @@ def report(doc):
                   "| check | models | " + " | ".join(TRAIN_CATEGORIES) + " | correct |",
                   "| --- | ---: |" + " ---: |" * (len(TRAIN_CATEGORIES) + 1)]
         checks = {"train": "{} steps (lr %g), dropout 0, against float64" % TRAIN_LR,
-                  "train-dropout": "{} steps (lr %g) with dropout: the loss falls" % DROPOUT_LR}
+                  "train-dropout": "{} steps (lr %g%s) with dropout: the loss falls" % (
+                      DROPOUT_LR, "".join(f"; {m} {lr:g}" for m, lr in DROPOUT_LR_OF.items()))}
         for kind, title in checks.items():
             rs = [r for r in training if r["kind"] == kind]
             if rs:

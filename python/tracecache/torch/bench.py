@@ -6,8 +6,10 @@ The host overhead of a call is paired per call: its wall time minus the time tra
 timer added during it (the backend executing the graph), so it is what the per-call path, the
 guard check and the torch conversions cost, whatever the load does to the kernels; the median
 over the calls is reported. Beside it, PyTorch eager's own per-call dispatch cost: the model's
-eager call on the smallest input it takes (batch 1, 32x32 images, 8 tokens), where the kernels
-do almost nothing, so its time is Python, the module calls and ATen's dispatch of every op.
+eager call (under no_grad) on a copy of it on the `meta` device, whose tensors have shapes and
+no data, so its time is Python, the module calls and ATen's dispatch and shape functions of
+every op, without a kernel. (The smallest real input is no measure of it: BERT-base at 8 tokens
+still streams its 340 MB of weights through the matmuls, 45 ms a call.)
 
 Models: `resnet18` (torchvision, seeded, eval mode, image [1, 3, R, R]) and `bert` (a BERT-base
 shaped encoder from torch.nn layers: 12 layers, hidden 768, 12 heads, ids [1, L]). Each is timed
@@ -73,11 +75,14 @@ def _host_us(tracecache, fn, args, calls):
     return statistics.median(host)
 
 
-def _tiny(name):
-    """The smallest input of each model: its eager call is nearly all dispatch."""
-    if name == "resnet18":
-        return (torch.randn(1, 3, 32, 32),)
-    return (torch.randint(0, 30522, (1, 8)),)
+def _dispatch_us(model, inputs, calls):
+    """PyTorch eager's per-call cost without kernels: the model on the meta device."""
+    import copy
+    meta = copy.deepcopy(model).to("meta")
+    args = tuple(t.to("meta") for t in inputs)
+    with torch.no_grad():
+        meta(*args)
+        return _median_ms(meta, args, calls) * 1e3
 
 
 def run(names, calls, resolution, length, threads=None):
@@ -91,6 +96,7 @@ def run(names, calls, resolution, length, threads=None):
     for name, model, inputs in _models(resolution, length):
         if names and name not in names:
             continue
+        dispatch_us = _dispatch_us(model, inputs, calls)  # a copy, before the capture touches the model
         capture_mod.capture_module(model, list(inputs))  # the first capture in a process warms PyTorch up
         start = time.perf_counter()
         graph = capture_mod.capture_module(model, list(inputs))
@@ -99,9 +105,6 @@ def run(names, calls, resolution, length, threads=None):
         with torch.enable_grad():  # the composite paths tracecache captures (see docs/python.md)
             eager = _median_ms(model, inputs, calls)
         with torch.no_grad():
-            tiny = _tiny(name)
-            model(*tiny)
-            dispatch_us = _median_ms(model, tiny, calls) * 1e3
             traced = torch.jit.trace(model, inputs, check_trace=False)
             traced(*inputs)
             jit = _median_ms(traced, inputs, calls)
@@ -117,7 +120,7 @@ def run(names, calls, resolution, length, threads=None):
     print(f"PyTorch {torch.__version__}, {torch.get_num_threads()} threads; tracecache "
           f"{tracecache.settings()['threads'] or 'default'} threads; {calls} calls, medians\n")
     print("| model | eager ms | jit.trace ms | tracecache once ms | tracecache host us/call "
-          "| eager dispatch us/call (tiny input) | first call ms (capture + compile) | capture ms | ATen ops "
+          "| eager dispatch us/call (meta device) | first call ms (capture + compile) | capture ms | ATen ops "
           "| capture us/op |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for name, eager, jit, once, host, dispatch_us, first_ms, capture_ms, ops in rows:

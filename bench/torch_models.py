@@ -34,12 +34,12 @@ Training (--train, the default): for TRAIN_MODELS (classifiers at 64x64, batch 4
                  step (the gradients) and after the last. Correct when at both tracecache's
                  distance <= 4 x eager float32's + 1e-6, so float32 rounding (and the max-pool
                  ties it can flip) is not taken for an error while a real gradient error, far
-                 above it, cannot hide. Not at 32x32: there the last stage's maps are 1x1 and
-                 batch norm normalizes 4 numbers per channel, an ill-conditioned gradient in
-                 which PyTorch's CPU batch norm, accumulating its statistics in double, stays
-                 closer to float64 than float32 statistics can (tracecache's, in float32, were
-                 12x eager's distance for resnet18 and 38x for densenet121 after one step; at
-                 64x64 both are within 1.02x; 2026-11-28).
+                 above it, cannot hide. Inputs are 64x64, not 32x32: at 32x32 the last stage's
+                 maps are 1x1 and batch norm normalizes 4 numbers per channel, and there
+                 tracecache was 12x eager float32's distance for resnet18 and 38x for
+                 densenet121 after one step (at 64x64 both within 1.02x; 2026-11-28). Batch
+                 norm alone is not the cause (its gradients on such inputs are as far from
+                 float64 as eager's); what is, is not known yet: an open defect, not rounding.
   train-dropout  10 steps (lr 1e-2; vgg11 1e-3, whose loss at 1e-2 jumps to 28 and back in eager
                  too) on one fixed batch with the model's default dropout, eager
                  and compiled: pass when both losses fall (last < first); inconclusive when

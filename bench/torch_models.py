@@ -38,9 +38,9 @@ Training (--train, the default): for TRAIN_MODELS (classifiers at 64x64, batch 4
                  maps are 1x1 and batch norm normalizes 4 numbers per channel, and there
                  tracecache was 12x eager float32's distance for resnet18 and 38x for
                  densenet121 after one step (at 64x64 both within 1.02x; 2026-11-28): an
-                 open defect of the cpu backend's oneDNN AVX-512 convolutions, not rounding
-                 (bench/results/train-small-maps-defect-2026-11-28.md); it still shows in
-                 regnet_y_400mf at 64x64, reported as wrong.
+                 open defect of the cpu backend that rounding-level changes of the forward
+                 trigger, not float32 noise (bench/results/train-small-maps-defect-2026-11-28.md);
+                 it still shows in regnet_y_400mf at 64x64, reported as wrong.
   train-dropout  10 steps (lr 1e-2; vgg11 1e-3, whose loss at 1e-2 jumps to 28 and back in eager
                  too) on one fixed batch with the model's default dropout, eager
                  and compiled: pass when both losses fall (last < first); inconclusive when

@@ -12,22 +12,7 @@ thread; a Markdown table on stdout (--json: the same as an object).
 
 import argparse
 import json
-import statistics
 import sys
-import time
-
-
-def host_us(tracecache, call, x, calls, before=None):
-    out = []
-    for _ in range(calls):
-        if before is not None:
-            before()
-        run0 = tracecache.timers().get("run", {}).get("total", 0.0)
-        start = time.perf_counter()
-        call(x)
-        wall = time.perf_counter() - start
-        out.append(wall * 1e6 - (tracecache.timers().get("run", {}).get("total", 0.0) - run0) * 1e3)
-    return statistics.median(out)
 
 
 def main(argv=None):
@@ -44,6 +29,7 @@ def main(argv=None):
     import torchvision
     import tracecache
     import tracecache.torch
+    from tracecache.torch.bench import _host_us as host_us
     torch.set_num_threads(1)
     tracecache.configure(mode="once", no_cache=True, threads=1)
     junk = np.ones(a.sweep_mb * 1024 * 1024 // 4, dtype=np.float32)
@@ -65,9 +51,9 @@ def main(argv=None):
     xr = torch.randn(1, 3, 224, 224)
     cr = compiled(resnet, xr)
     rows = {
-        "61 linears (122 parameters), back to back": host_us(tracecache, cs, xs, a.calls),
-        f"61 linears (122 parameters), after reading {a.sweep_mb} MB": host_us(tracecache, cs, xs, a.calls, sweep),
-        "resnet18 224x224 (122 parameters), after its own kernels": host_us(tracecache, cr, xr, max(a.calls // 10, 1)),
+        "61 linears (122 parameters), back to back": host_us(tracecache, cs, (xs,), a.calls),
+        f"61 linears (122 parameters), after reading {a.sweep_mb} MB": host_us(tracecache, cs, (xs,), a.calls, sweep),
+        "resnet18 224x224 (122 parameters), after its own kernels": host_us(tracecache, cr, (xr,), max(a.calls // 10, 1)),
     }
     if a.json:
         print(json.dumps({"host_us": rows, "calls": a.calls, "sweep_mb": a.sweep_mb}, indent=1))

@@ -62,10 +62,13 @@ def _median_ms(fn, args, calls):
     return statistics.median(times) * 1e3
 
 
-def _host_us(tracecache, fn, args, calls):
-    """Median over calls of (wall time - time the run timer gained): the per-call host cost."""
+def _host_us(tracecache, fn, args, calls, before=None):
+    """Median over calls of (wall time - time the run timer gained): the per-call host cost.
+    `before()`, when given, runs ahead of each call, outside the timing."""
     host = []
     for _ in range(calls):
+        if before is not None:
+            before()
         run_before = tracecache.timers().get("run", {}).get("total", 0.0)
         start = time.perf_counter()
         fn(*args)

@@ -84,16 +84,24 @@ def _as_strided(ctx, node):
         return ctx.full(0, dtype, shape)
     if min(stride, default=0) < 0:
         ctx.fail(f"as_strided with a negative stride {stride}")
-    last = offset + sum((s - 1) * t for s, t in zip(size, stride))
+    last = _last_address(size, stride, offset)
     if offset < 0 or last >= n_in:
         ctx.fail(f"as_strided addresses elements {offset}..{last} of a source of {n_in} elements; only "
                  f"elements of the source itself can be read")
     storage = ctx.reshape(ctx.permute(x, order), (n_in,))
-    contiguous = _contiguous_strides(size)
-    if all(s == 1 or t == c for s, t, c in zip(size, stride, contiguous)):
+    if _is_run(size, stride):
         return ctx.reshape(ctx.slice(storage, 0, offset, offset + n_out), shape)
     picked = ctx.op("index_select", [storage, _addresses(ctx, size, stride, offset)], x.dtype, (n_out,), axis=0)
     return ctx.reshape(picked, shape)
+
+
+def _is_run(size, stride):
+    """Whether sizes and strides address a run of the storage in order (row-major, no gaps)."""
+    return all(s == 1 or t == c for s, t, c in zip(size, stride, _contiguous_strides(size)))
+
+
+def _last_address(size, stride, offset):
+    return offset + sum((s - 1) * t for s, t in zip(size, stride))
 
 
 def _addresses(ctx, size, stride, offset):
@@ -127,7 +135,7 @@ def scatter_as_strided(ctx, view, parent, value):
     meta = view.args[0].meta.get("tensor_meta")
     order = None if meta is None else _storage_order(parent.shape, list(meta.stride))
     n_out, n_in = math.prod(size), math.prod(parent.shape)
-    last = offset + sum((s - 1) * t for s, t in zip(size, stride))
+    last = _last_address(size, stride, offset)
     if order is None or min(stride, default=0) < 0 or not _distinct(size, stride) or offset < 0 \
             or (n_out and last >= n_in) or (offset and not _offset_is_zero(view.args[0])):
         ctx.fail(f"writes through '{view.name}', an as_strided view (sizes {size}, strides {stride}, offset "
@@ -138,8 +146,7 @@ def scatter_as_strided(ctx, view, parent, value):
     permuted = ctx.permute(parent, order)
     storage = ctx.reshape(permuted, (n_in,))
     flat = ctx.reshape(ctx.broadcast_to(value, size), (n_out,))
-    contiguous = _contiguous_strides(size)
-    if all(s == 1 or t == c for s, t, c in zip(size, stride, contiguous)):
+    if _is_run(size, stride):
         storage = ctx._replace_range(storage, flat, 0, offset, offset + n_out)
     else:
         storage = ctx.op("scatter_elements", [storage, _addresses(ctx, size, stride, offset), flat], parent.dtype,

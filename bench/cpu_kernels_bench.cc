@@ -1,4 +1,4 @@
-// The cpu backend's kernels (backends/cpu/cpu_kernels.h) against the reference kernels they must
+// The cpu backend's kernels (replay/backends/cpu/cpu_kernels.h) against the reference kernels they must
 // agree with: a fused chain of 4 elementwise ops on 1M f32, f32 GEMM 256x256x256, and a sum
 // over the last axis. Each pair computes the same values (bitwise, except GEMM's summation
 // order); see tests/cpu_kernels_test.cc.
@@ -9,7 +9,7 @@
 #include "capture/ir/graph.h"
 #include "capture/ops/ops.h"
 #include "capture/ops/random.h"
-#include "backends/cpu/cpu_kernels.h"
+#include "replay/backends/cpu/cpu_kernels.h"
 
 namespace tracecache {
 namespace {

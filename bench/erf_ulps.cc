@@ -1,4 +1,4 @@
-// Measures how far the cpu backend's vector erf (backends/cpu/vector_math.h, libmvec) is from
+// Measures how far the cpu backend's vector erf (replay/backends/cpu/vector_math.h, libmvec) is from
 // glibc's scalar erff (std::erf, what the reference kernels compute) over every f32 input: the
 // largest difference in ulps and how many inputs differ at all. The bound that the cpu kernels'
 // erf and gelu tests use (cpu_kernels.h) rests on it. Takes about 20 s on one core; exits 1 if the
@@ -10,7 +10,7 @@
 #include <cstring>
 #include <vector>
 
-#include "backends/cpu/vector_math.h"
+#include "replay/backends/cpu/vector_math.h"
 
 namespace {
 

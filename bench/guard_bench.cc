@@ -3,8 +3,8 @@
 // overhead of a whole call in `once` mode versus tracing the same function in lazy mode.
 #include <benchmark/benchmark.h>
 
-#include "runtime/compiled_function.h"
-#include "backends/cpu/cpu_backend.h"
+#include "replay/engine/compiled_function.h"
+#include "replay/backends/cpu/cpu_backend.h"
 
 namespace tracecache {
 namespace {

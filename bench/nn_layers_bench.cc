@@ -1,4 +1,4 @@
-// The cpu backend's nn-layer kernels (backends/cpu/cpu_nn_layers.h) on layer shapes of the zoo's
+// The cpu backend's nn-layer kernels (replay/backends/cpu/cpu_nn_layers.h) on layer shapes of the zoo's
 // models at 224x224, batch 1: convolutions of resnet50 and vgg16 (im2col + sgemm, the 1x1
 // path), a depthwise convolution as in mobilenet, resnet's max pool, and a classifier linear.
 // GFLOP/s counts 2 flops per multiply-add of the layer.
@@ -10,7 +10,7 @@
 #include "capture/ir/graph.h"
 #include "capture/ops/ops.h"
 #include "capture/ops/random.h"
-#include "backends/cpu/cpu_kernels.h"
+#include "replay/backends/cpu/cpu_kernels.h"
 
 namespace tracecache {
 namespace {

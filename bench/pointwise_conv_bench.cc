@@ -1,7 +1,7 @@
 // How close the cpu backend's 1x1 convolutions come to this machine's GEMM peak, and whether
 // another oneDNN route would be faster: for the stride-1 1x1 convolution shapes of
 // resnext50_32x4d (the bulk of its FLOPs), at batch 8 and 1, in row-major NCHW as the backend
-// runs them (backends/cpu/onednn_conv.cc: nchw_gemm), the same product four ways:
+// runs them (replay/backends/cpu/onednn_conv.cc: nchw_gemm), the same product four ways:
 //   Conv:   oneDNN's convolution asked for NCHW (it picks its GEMM kernel, x64:gemm:jit), what
 //           the backend runs;
 //   ConvBlocked: the same with the activations already in oneDNN's own (blocked) layout, no

@@ -1,7 +1,7 @@
 // `tracecache bench`: host overhead per step of eager, lazy and once mode on trace programs and
 // zoo models (as the trace programs `tracecache zoo emit` writes).
 //
-// For each target and mode, a fresh session (runtime/program_session.h) runs `warmup` steps (which
+// For each target and mode, a fresh session (replay/engine/program_session.h) runs `warmup` steps (which
 // trace and compile whatever the steps need) and then `steps` timed steps. A timed step's
 // arguments are made first, outside the clock; the clock covers recording or guard checking,
 // execution and materializing the outputs. Kernel time is the Metrics timer "run" over the
@@ -27,11 +27,11 @@
 #include <optional>
 #include <sstream>
 
-#include "backends/cpu/cpu_threads.h"
+#include "replay/backends/cpu/cpu_threads.h"
 #include "frontend/program/program.h"
 #include "cli/common.h"
 #include "cli/json.h"
-#include "runtime/program_session.h"
+#include "replay/engine/program_session.h"
 
 namespace tracecache::cli {
 

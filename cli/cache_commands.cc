@@ -5,7 +5,7 @@
 
 #include "cli/common.h"
 #include "cli/json.h"
-#include "compile/executable.h"
+#include "replay/compile/executable.h"
 
 namespace tracecache::cli {
 

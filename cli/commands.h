@@ -31,7 +31,7 @@ struct DbOptions {
 
 struct RunOptions {
   std::string program;
-  std::string mode = "lazy";  // "eager", "lazy" or "once" (runtime/program_session.h)
+  std::string mode = "lazy";  // "eager", "lazy" or "once" (replay/engine/program_session.h)
   int steps = -1;  // -1: the program's default
   bool json = false;
   std::string save_outputs;  // empty: do not save

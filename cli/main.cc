@@ -18,11 +18,11 @@
 #include "capture/core/suggest.h"
 #include "cli/commands.h"
 #include "cli/validators.h"
-#include "runtime/toolkit_version.h"
+#include "replay/engine/toolkit_version.h"
 
 namespace {
 
-// The cpu backend's thread team is libgomp's (backends/cpu/cpu_threads.h), whose idle members
+// The cpu backend's thread team is libgomp's (replay/backends/cpu/cpu_threads.h), whose idle members
 // spin for a while by default: on a machine busy with other work the spinning members take the
 // cores the working ones need (resnet18 once mode at 2 threads measured 3-4x slower under load
 // 5 than with sleeping members). Unless the user chose a policy (OMP_WAIT_POLICY or

@@ -7,7 +7,7 @@
 
 #include "cli/common.h"
 #include "cli/json.h"
-#include "compile/executable.h"
+#include "replay/compile/executable.h"
 #include "store/core/blob_checksum.h"
 #include "store/remote/remote_keys.h"
 

@@ -33,7 +33,7 @@
 #include "cli/graph_dot.h"
 #include "cli/graph_targets.h"
 #include "cli/html.h"
-#include "runtime/toolkit_version.h"
+#include "replay/engine/toolkit_version.h"
 #include "store/codec/graph_codec.h"
 
 extern char** environ;

@@ -1,7 +1,7 @@
 // StepReport: what `run` says about each step's cache decisions (issue 14, PyTorch/XLA's
 // PT_XLA_DEBUG): with -v (or TRACECACHE_VERBOSE=1, read in main), one line per step and graph on
 // stderr as each step ends: a hit and the tier that served it, or a miss with its reason, the
-// compile time and what differs from the closest cached graph (runtime/closest_graph.h); in once
+// compile time and what differs from the closest cached graph (replay/engine/closest_graph.h); in once
 // mode, the guard entry that served the step or the recompile's reason. The same, structured, as
 // "steps_detail" in `run --json`. After the run, a warning when lazy mode kept compiling (N
 // distinct graphs in M steps), naming what varies between them.
@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "cli/json.h"
-#include "runtime/program_session.h"
+#include "replay/engine/program_session.h"
 
 namespace tracecache::cli {
 

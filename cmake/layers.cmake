@@ -1,5 +1,6 @@
-# The layers of tracecache, bottom to top (docs/architecture.md). Each layer is one static
-# library built from its folders' *.cc files. Its headers are visible only through an include
+# The layers of tracecache, bottom to top, as cmake/layers.txt declares them (one row per
+# folder: its library and what it may include). Each layer is one static library built from
+# its folders' *.cc files. Its headers are visible only through an include
 # directory of its own (<build>/include/<layer>/ holds a symlink per folder), which it passes
 # on to the layers that link it. So a file can include only headers of its own layer and of
 # the layers it links: an include in the wrong direction fails to build ("No such file").
@@ -8,14 +9,34 @@
 # tracecache_check_layer_sources(), called once every layer is declared, fails the configure
 # step when a *.cc under a layer root is compiled by nothing (a folder missing from FOLDERS).
 
-# tracecache_add_layer(<target> FOLDERS <folder>... [LINKS <target-or-package>...]
-#                      [EXCLUDE <file>...])   (EXCLUDE: sources that belong to an executable)
+# The table, read once: TRACECACHE_LAYER_FOLDERS_<library> lists each library's folders in
+# order, TRACECACHE_LAYER_ROOTS the top-level folders.
+file(STRINGS ${CMAKE_CURRENT_LIST_DIR}/layers.txt tracecache_layer_rows REGEX "^[^#]")
+set(TRACECACHE_LAYER_ROOTS)
+foreach(row IN LISTS tracecache_layer_rows)
+  string(REGEX REPLACE "[ \t]+" ";" fields "${row}")
+  list(GET fields 0 folder)
+  list(GET fields 1 library)
+  list(APPEND TRACECACHE_LAYER_FOLDERS_${library} ${folder})
+  string(REGEX REPLACE "/.*" "" root "${folder}")
+  list(APPEND TRACECACHE_LAYER_ROOTS ${root})
+endforeach()
+list(REMOVE_DUPLICATES TRACECACHE_LAYER_ROOTS)
+set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${CMAKE_CURRENT_LIST_DIR}/layers.txt)
+
+# tracecache_add_layer(<library> [LINKS <target-or-package>...] [EXCLUDE <file>...])
+# builds the library from the folders cmake/layers.txt gives it (EXCLUDE: sources that belong
+# to an executable).
 function(tracecache_add_layer target)
-  cmake_parse_arguments(L "" "" "FOLDERS;LINKS;EXCLUDE" ${ARGN})
+  cmake_parse_arguments(L "" "" "LINKS;EXCLUDE" ${ARGN})
+  set(L_FOLDERS ${TRACECACHE_LAYER_FOLDERS_${target}})
+  if(NOT L_FOLDERS)
+    message(FATAL_ERROR "tracecache_add_layer: cmake/layers.txt has no folder of library ${target}")
+  endif()
   set(inc ${PROJECT_BINARY_DIR}/include/${target})
   set(sources)
   foreach(folder IN LISTS L_FOLDERS)
-    # A folder inside one already linked (backends/cpu inside backends) is visible through it.
+    # A folder inside one already linked (replay/backends/cpu inside backends) is visible through it.
     if(NOT IS_DIRECTORY ${inc}/${folder} OR IS_SYMLINK ${inc}/${folder})
       get_filename_component(parent ${inc}/${folder} DIRECTORY)
       file(MAKE_DIRECTORY ${parent})
@@ -33,11 +54,13 @@ function(tracecache_add_layer target)
   set_property(GLOBAL APPEND PROPERTY TRACECACHE_LAYER_SOURCES ${sources})
 endfunction()
 
-# tracecache_check_layer_sources(ROOTS <folder>... [EXECUTABLES <target>...])
-# FATAL_ERROR naming every *.cc under the ROOTS (recursively) that no layer compiles and that is
-# not a source of one of the EXECUTABLES (cli/main.cc belongs to the tracecache binary).
+# tracecache_check_layer_sources([EXECUTABLES <target>...])
+# FATAL_ERROR naming every *.cc under the table's top-level folders (recursively) that no layer
+# compiles and that is not a source of one of the EXECUTABLES (cli/main.cc belongs to the
+# tracecache binary, python/*.cc to the module).
 function(tracecache_check_layer_sources)
-  cmake_parse_arguments(C "" "" "ROOTS;EXECUTABLES" ${ARGN})
+  cmake_parse_arguments(C "" "" "EXECUTABLES" ${ARGN})
+  set(C_ROOTS ${TRACECACHE_LAYER_ROOTS})
   get_property(compiled GLOBAL PROPERTY TRACECACHE_LAYER_SOURCES)
   foreach(exe IN LISTS C_EXECUTABLES)
     get_target_property(exe_sources ${exe} SOURCES)
@@ -60,7 +83,6 @@ function(tracecache_check_layer_sources)
   if(orphans)
     list(JOIN orphans "\n  " orphan_lines)
     message(FATAL_ERROR "No layer compiles these sources:\n  ${orphan_lines}\n"
-                        "Add their folder to its layer's FOLDERS in CMakeLists.txt and to ALLOWED in "
-                        "tests/layering/check_includes.py.")
+                        "Add their folder to cmake/layers.txt (its library and what it may include).")
   endif()
 endfunction()

@@ -1,4 +1,4 @@
-// Fuzz harness: executable loading and validation (compile/executable.h parse_executable, which
+// Fuzz harness: executable loading and validation (replay/compile/executable.h parse_executable, which
 // validates). Properties: no crash; an executable that loads still validates and round-trips
 // through serialize_executable to the same bytes; and, as validate() promises that a valid
 // executable cannot read or write out of bounds, a small one runs on the cpu backend (on
@@ -10,8 +10,8 @@
 #include <string_view>
 #include <vector>
 
-#include "backends/cpu/cpu_backend.h"
-#include "compile/executable.h"
+#include "replay/backends/cpu/cpu_backend.h"
+#include "replay/compile/executable.h"
 
 using namespace tracecache;
 

@@ -21,8 +21,8 @@
 #include "cli/commands.h"
 #include "frontend/program/op_call.h"
 #include "python/py_session.h"
-#include "runtime/compiled_function.h"
-#include "runtime/run_counters.h"
+#include "replay/engine/compiled_function.h"
+#include "replay/engine/run_counters.h"
 
 namespace tracecache::python {
 namespace {
@@ -335,7 +335,7 @@ struct CompileSpec {
   std::vector<std::pair<size_t, int>> static_dims;  // (argument position, dim): never dynamic
 };
 
-// tracecache.CompiledFunction: runtime/compiled_function.h over the current session. The C++
+// tracecache.CompiledFunction: replay/engine/compiled_function.h over the current session. The C++
 // function is made at the first call (which fixes which arguments are tensors and which are
 // scalars) and again when configure() replaced the session.
 class PyCompiledFunction {
@@ -1097,7 +1097,7 @@ PYBIND11_MODULE(_tracecache, m) {
            py::arg("torch_from_numpy"), py::arg("next_seed"))
       .def("call", &TorchFastPath::call);
 
-  py::class_<PyCompiledFunction>(m, "_CompiledFunction", "A function traced once with guards (runtime/compiled_function.h).")
+  py::class_<PyCompiledFunction>(m, "_CompiledFunction", "A function traced once with guards (replay/engine/compiled_function.h).")
       .def(py::init([](py::object fn, std::string name, std::string version,
                        std::vector<std::pair<size_t, int>> dynamic_dims, std::vector<size_t> dynamic_scalars,
                        std::vector<std::pair<uint32_t, size_t>> updates, bool automatic_dynamic, int recompile_limit,

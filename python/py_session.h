@@ -3,7 +3,7 @@
 // tensor.
 //
 // One session per process at a time (tracecache.configure replaces it). A PySession owns what
-// a runtime/session.h Session needs (metrics, the cache database) and the Session itself; tensors
+// a replay/engine/session.h Session needs (metrics, the cache database) and the Session itself; tensors
 // made in it hold a shared_ptr to it, so a session replaced by configure() lives on until its
 // last tensor dies, and mixing its tensors with the new session's is the context's usual error.
 //
@@ -24,8 +24,8 @@
 
 #include "capture/core/metrics.h"
 #include "capture/trace/tensor.h"
-#include "runtime/compiled_function.h"
-#include "runtime/session.h"
+#include "replay/engine/compiled_function.h"
+#include "replay/engine/session.h"
 #include "store/remote/redis_client.h"
 #include "store/sqlite/cache_db.h"
 

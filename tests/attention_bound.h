@@ -1,5 +1,5 @@
 // Test helper: the error bound of the cpu scaled_dot_product_attention (BLAS, f32) against the
-// reference (double), as documented in backends/cpu/cpu_nn_ops.h. Per output element (b, i, c):
+// reference (double), as documented in replay/backends/cpu/cpu_nn_ops.h. Per output element (b, i, c):
 //   |cpu - ref| <= 2^-24 * ((Lk + 8) + 4 * (E + 4) * A) * V  +  2^-23 * |ref|  +  denorm_min
 // with A = max over the keys j that query i sees of (|scale| * sum_e |q_ie k_je| + |mask_ij|)
 // and V = max over those keys of |v_jc|. (A first-order bound: fine for the moderate inputs

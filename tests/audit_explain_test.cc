@@ -7,14 +7,14 @@
 #include <string>
 #include <vector>
 
-#include "backends/cpu/cpu_backend.h"
+#include "replay/backends/cpu/cpu_backend.h"
 #include "capture/ir/canonical.h"
 #include "capture/ir/graph_diff.h"
 #include "capture/ir/graph_sources.h"
 #include "capture/trace/recording_executor.h"
 #include "capture/trace/tensor.h"
-#include "runtime/closest_graph.h"
-#include "runtime/runtime.h"
+#include "replay/engine/closest_graph.h"
+#include "replay/engine/runtime.h"
 #include "store/sqlite/cache_db.h"
 #include "tests/once_harness.h"
 #include "tests/test_support.h"

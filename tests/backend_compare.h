@@ -14,7 +14,7 @@
 #include <span>
 #include <vector>
 
-#include "backends/backend.h"
+#include "replay/backends/backend.h"
 #include "capture/core/buffer.h"
 #include "capture/ir/hash.h"
 

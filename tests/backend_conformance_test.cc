@@ -1,7 +1,7 @@
 // Every registered backend against the reference evaluator on every op of the registry
 // (docs/architecture.md, "Backend interface"; STYLE: every backend is tested against the
 // reference on every op):
-//  - the backends are the registry's (backends/registry/registry.h), each in every configuration its
+//  - the backends are the registry's (replay/backends/registry/registry.h), each in every configuration its
 //    entry lists (cpu; sim on every device preset): a backend registered without being
 //    runnable here fails;
 //  - the cases are found by searching input types and attribute values each op's inference rule
@@ -23,12 +23,12 @@
 #include <limits>
 #include <random>
 
-#include "backends/cpu/cpu_backend.h"
-#include "backends/registry/registry.h"
+#include "replay/backends/cpu/cpu_backend.h"
+#include "replay/backends/registry/registry.h"
 #include "capture/ops/attr_views.h"
 #include "capture/ops/ops.h"
 #include "capture/reference/reference.h"
-#include "runtime/runtime.h"
+#include "replay/engine/runtime.h"
 #include "tests/attention_bound.h"
 #include "tests/backend_compare.h"
 

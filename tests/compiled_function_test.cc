@@ -7,9 +7,9 @@
 #include <tuple>
 #include <utility>
 
-#include "runtime/compiled_function.h"
-#include "runtime/guards/guard_entry_codec.h"
-#include "backends/cpu/cpu_backend.h"
+#include "replay/engine/compiled_function.h"
+#include "replay/guards/guard_entry_codec.h"
+#include "replay/backends/cpu/cpu_backend.h"
 #include "store/codec/proto/tracecache.pb.h"
 #include "tests/test_support.h"
 

@@ -5,11 +5,11 @@
 #include <algorithm>
 #include <random>
 
-#include "compile/compiler.h"
-#include "backends/cpu/cpu_backend.h"
+#include "replay/compile/compiler.h"
+#include "replay/backends/cpu/cpu_backend.h"
 #include "capture/trace/nn.h"
 #include "capture/trace/recording_executor.h"
-#include "compile/executable.h"
+#include "replay/compile/executable.h"
 #include "tests/test_graphs.h"
 
 namespace tracecache {

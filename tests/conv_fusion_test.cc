@@ -1,4 +1,4 @@
-// Convolution epilogues (compile/compiler.h, backends/cpu/onednn_conv.h): which conv2d,
+// Convolution epilogues (replay/compile/compiler.h, replay/backends/cpu/onednn_conv.h): which conv2d,
 // batch_norm and elementwise nodes the compiler puts into one oneDNN kernel, that the fused
 // kernel computes bitwise what the kernels one by one compute (and stays near the reference
 // evaluator), that sim equals cpu, and that the fusion record survives serialization while a
@@ -9,14 +9,14 @@
 #include <cmath>
 #include <functional>
 
-#include "backends/cpu/cpu_backend.h"
-#include "backends/sim/device_spec.h"
-#include "backends/sim/sim_backend.h"
+#include "replay/backends/cpu/cpu_backend.h"
+#include "replay/backends/sim/device_spec.h"
+#include "replay/backends/sim/sim_backend.h"
 #include "capture/reference/reference.h"
 #include "capture/trace/nn.h"
 #include "capture/trace/recording_executor.h"
-#include "compile/compiler.h"
-#include "compile/executable.h"
+#include "replay/compile/compiler.h"
+#include "replay/compile/executable.h"
 #include "tests/backend_compare.h"
 
 namespace tracecache {

@@ -1,4 +1,4 @@
-// The cpu backend's kernels (backends/cpu/cpu_kernels.h) against the reference kernels, the oracle:
+// The cpu backend's kernels (replay/backends/cpu/cpu_kernels.h) against the reference kernels, the oracle:
 //  - every op of the registry but parameter, through run_op, on dtype/shape cases including
 //    broadcasting, size-1 and size-0 dims, tile- and thread-crossing sizes: bitwise equal,
 //    except f32 matmul and scaled_dot_product_attention (BLAS), which must be within the
@@ -29,8 +29,8 @@
 #include "capture/ops/ops.h"
 #include "capture/ops/random.h"
 #include "capture/core/status.h"
-#include "backends/cpu/cpu_kernels.h"
-#include "backends/cpu/cpu_threads.h"
+#include "replay/backends/cpu/cpu_kernels.h"
+#include "replay/backends/cpu/cpu_threads.h"
 #include "tests/attention_bound.h"
 #include "tests/backend_compare.h"
 

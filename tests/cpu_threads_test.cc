@@ -1,7 +1,7 @@
-// The cpu backend's one thread team (backends/cpu/cpu_threads.h): every chunk runs once at every
+// The cpu backend's one thread team (replay/backends/cpu/cpu_threads.h): every chunk runs once at every
 // thread count, a loop inside a loop runs alone, the count reaches OpenMP, and the process loaded
 // one OpenMP runtime (libgomp) shared by the loops, OpenBLAS and oneDNN.
-#include "backends/cpu/cpu_threads.h"
+#include "replay/backends/cpu/cpu_threads.h"
 
 #include <gtest/gtest.h>
 

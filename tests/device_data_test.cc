@@ -7,14 +7,14 @@
 #include <cstring>
 #include <random>
 
-#include "backends/cpu/cpu_backend.h"
-#include "backends/sim/device_spec.h"
-#include "backends/sim/sim_backend.h"
+#include "replay/backends/cpu/cpu_backend.h"
+#include "replay/backends/sim/device_spec.h"
+#include "replay/backends/sim/sim_backend.h"
 #include "capture/ir/canonical.h"
 #include "capture/reference/reference.h"
 #include "capture/trace/tensor.h"
-#include "compile/compiler.h"
-#include "runtime/runtime.h"
+#include "replay/compile/compiler.h"
+#include "replay/engine/runtime.h"
 #include "store/codec/graph_codec.h"
 
 namespace tracecache {

@@ -7,11 +7,11 @@
 
 #include <new>
 
-#include "backends/cpu/cpu_backend.h"
+#include "replay/backends/cpu/cpu_backend.h"
 #include "capture/reference/reference.h"
 #include "capture/trace/tensor.h"
-#include "runtime/compiled_function.h"
-#include "runtime/runtime.h"
+#include "replay/engine/compiled_function.h"
+#include "replay/engine/runtime.h"
 
 namespace tracecache {
 namespace {

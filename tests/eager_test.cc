@@ -10,9 +10,9 @@
 #include "frontend/program/program.h"
 #include "frontend/program/program_runner.h"
 #include "capture/reference/reference.h"
-#include "backends/cpu/cpu_backend.h"
-#include "backends/cpu/eager_runner.h"
-#include "runtime/runtime.h"
+#include "replay/backends/cpu/cpu_backend.h"
+#include "replay/backends/cpu/eager_runner.h"
+#include "replay/engine/runtime.h"
 #include "tests/test_graphs.h"
 
 namespace tracecache {

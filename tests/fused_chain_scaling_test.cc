@@ -9,7 +9,7 @@
 #include "capture/core/buffer.h"
 #include "capture/ir/graph.h"
 #include "capture/ops/ops.h"
-#include "backends/cpu/cpu_kernels.h"
+#include "replay/backends/cpu/cpu_kernels.h"
 
 namespace tracecache {
 namespace {

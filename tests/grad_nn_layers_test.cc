@@ -1,5 +1,5 @@
 // The gradients of the nn layers (capture/ops/grad_nn_layers.h):
-//  - the cpu kernels of the gradient primitives (backends/cpu/cpu_grad_nn_layers.h) against
+//  - the cpu kernels of the gradient primitives (replay/backends/cpu/cpu_grad_nn_layers.h) against
 //    their reference kernels on varied attributes: bitwise for the pools, within the GEMM
 //    bound for the conv2d gradients;
 //  - each rule against a directional finite difference of its forward op (f32, central
@@ -18,19 +18,19 @@
 #include <string>
 #include <vector>
 
-#include "backends/cpu/cpu_backend.h"
-#include "backends/cpu/cpu_kernels.h"
-#include "backends/cpu/eager_runner.h"
-#include "backends/cpu/onednn_conv.h"
-#include "backends/sim/sim_backend.h"
+#include "replay/backends/cpu/cpu_backend.h"
+#include "replay/backends/cpu/cpu_kernels.h"
+#include "replay/backends/cpu/eager_runner.h"
+#include "replay/backends/cpu/onednn_conv.h"
+#include "replay/backends/sim/sim_backend.h"
 #include "capture/ir/graph.h"
 #include "capture/ir/hash.h"
 #include "capture/ops/ops.h"
 #include "capture/reference/reference.h"
 #include "capture/trace/autograd.h"
 #include "capture/trace/nn.h"
-#include "compile/compiler.h"
-#include "runtime/runtime.h"
+#include "replay/compile/compiler.h"
+#include "replay/engine/runtime.h"
 #include "tests/backend_compare.h"
 #include "tests/test_buffers.h"
 
@@ -167,7 +167,7 @@ void check_conv_gradients(const RunNode& run = {}) {
 
 TEST(GradNnCpu, ConvGradientsMatchReference) { check_conv_gradients(); }
 
-// The same through oneDNN's backward primitives (backends/cpu/onednn_conv.h), as executables and
+// The same through oneDNN's backward primitives (replay/backends/cpu/onednn_conv.h), as executables and
 // eager mode run them: every config with something to compute is computed by oneDNN (groups,
 // depthwise, strides, dilation, padding, batches, pointwise), within the same bound; the empty
 // ones are declined (the builtin kernel's zeros).

@@ -16,14 +16,14 @@
 #include <random>
 #include <vector>
 
-#include "backends/cpu/cpu_backend.h"
-#include "backends/cpu/cpu_kernels.h"
-#include "backends/cpu/eager_runner.h"
+#include "replay/backends/cpu/cpu_backend.h"
+#include "replay/backends/cpu/cpu_kernels.h"
+#include "replay/backends/cpu/eager_runner.h"
 #include "capture/ir/graph.h"
 #include "capture/reference/reference.h"
 #include "capture/trace/autograd.h"
 #include "capture/trace/nn.h"
-#include "runtime/runtime.h"
+#include "replay/engine/runtime.h"
 #include "tests/test_buffers.h"
 
 namespace tracecache {

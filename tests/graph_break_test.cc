@@ -1,5 +1,5 @@
 // Graph breaks (host ops) and value guards on what a traced function read
-// (runtime/compiled_function.h): a host op runs between segments on replay without a trace, in
+// (replay/engine/compiled_function.h): a host op runs between segments on replay without a trace, in
 // this process and the next; its results' types guard the entry; only values the function read
 // are guarded (an argument's value included), never values merely materialized.
 #include <gtest/gtest.h>
@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
-#include "backends/cpu/cpu_backend.h"
-#include "runtime/compiled_function.h"
-#include "runtime/guards/guard_entry_codec.h"
+#include "replay/backends/cpu/cpu_backend.h"
+#include "replay/engine/compiled_function.h"
+#include "replay/guards/guard_entry_codec.h"
 #include "store/codec/proto/tracecache.pb.h"
 #include "tests/test_support.h"
 

@@ -8,14 +8,14 @@
 
 #include <functional>
 
-#include "runtime/compiled_function.h"
-#include "backends/cpu/cpu_backend.h"
+#include "replay/engine/compiled_function.h"
+#include "replay/backends/cpu/cpu_backend.h"
 #include "frontend/program/program.h"
 #include "frontend/program/program_runner.h"
 #include "capture/reference/reference.h"
-#include "backends/sim/device_spec.h"
-#include "backends/cpu/eager_runner.h"
-#include "backends/sim/sim_backend.h"
+#include "replay/backends/sim/device_spec.h"
+#include "replay/backends/cpu/eager_runner.h"
+#include "replay/backends/sim/sim_backend.h"
 #include "store/codec/proto/tracecache.pb.h"
 #include "tests/test_support.h"
 

@@ -1,4 +1,4 @@
-// GuardSet on its own (runtime/guards/guard_set.h): for every check kind, holds() is true for
+// GuardSet on its own (replay/guards/guard_set.h): for every check kind, holds() is true for
 // the call it was recorded from and false for a call that differs only in what it checks, and
 // explain() names exactly that check with expected vs actual; relations name their typed
 // operands; a stored kind that no longer exists (9) is refused by the codec.
@@ -6,8 +6,8 @@
 
 #include <bit>
 
-#include "runtime/guards/guard_entry_codec.h"
-#include "runtime/guards/guard_set.h"
+#include "replay/guards/guard_entry_codec.h"
+#include "replay/guards/guard_set.h"
 #include "store/codec/proto/tracecache.pb.h"
 #include "tests/once_harness.h"
 

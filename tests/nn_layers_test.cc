@@ -3,7 +3,7 @@
 //  - the reference kernels on small cases whose expected values are worked out by hand from
 //    PyTorch's documented semantics (torch.nn.functional);
 //  - the inference rules: attribute normalization, and errors naming the op;
-//  - the cpu kernels (backends/cpu/cpu_nn_layers.h) against the reference on many shapes and edge
+//  - the cpu kernels (replay/backends/cpu/cpu_nn_layers.h) against the reference on many shapes and edge
 //    cases: bitwise for pools and lookups, within the GEMM bound for conv2d and linear;
 //  - the ops recorded through LazyContext (C++ API and fixtures/programs/convnet.trace) on the
 //    reference evaluator and on the cpu backend's compiled replay, and through the disk cache.
@@ -30,13 +30,13 @@
 #include "frontend/program/program_runner.h"
 #include "capture/reference/reference.h"
 #include "capture/core/status.h"
-#include "compile/compiler.h"
-#include "backends/cpu/cpu_backend.h"
-#include "backends/cpu/cpu_kernels.h"
-#include "backends/cpu/cpu_threads.h"
-#include "backends/cpu/onednn_conv.h"
-#include "backends/cpu/onednn_matmul.h"
-#include "runtime/runtime.h"
+#include "replay/compile/compiler.h"
+#include "replay/backends/cpu/cpu_backend.h"
+#include "replay/backends/cpu/cpu_kernels.h"
+#include "replay/backends/cpu/cpu_threads.h"
+#include "replay/backends/cpu/onednn_conv.h"
+#include "replay/backends/cpu/onednn_matmul.h"
+#include "replay/engine/runtime.h"
 #include "store/sqlite/cache_db.h"
 #include "tests/backend_compare.h"
 #include "tests/test_graphs.h"
@@ -645,7 +645,7 @@ TEST(NnCpu, Conv2dMatchesReference) {
   for (const ConvCase& cc : conv_cases()) check_layer(OpKind::kConv2d, conv_case(cc, gen));
 }
 
-// The same cases through oneDNN (backends/cpu/onednn_conv.h), which computes every one with
+// The same cases through oneDNN (replay/backends/cpu/onednn_conv.h), which computes every one with
 // something to convolve and declines only the empty ones (the builtin kernel's bias fill).
 TEST(NnCpu, Conv2dOnOneDnnMatchesReference) {
   cpu::OneDnnConvs convs;
@@ -663,7 +663,7 @@ TEST(NnCpu, Conv2dOnOneDnnMatchesReference) {
 }
 
 // f32 matmul (1-D operands, batches folded, broadcast or both batched) and linear (with and
-// without bias, any input rank) through oneDNN's matmul (backends/cpu/onednn_matmul.h): every
+// without bias, any input rank) through oneDNN's matmul (replay/backends/cpu/onednn_matmul.h): every
 // case with something to multiply is computed, within the GEMM bound; K = 0 and empty outputs
 // are declined (the builtin kernel's zero or bias fill).
 TEST(NnCpu, MatmulAndLinearOnOneDnnMatchReference) {

@@ -7,12 +7,12 @@
 
 #include <filesystem>
 
-#include "backends/sim/device_spec.h"
-#include "backends/sim/sim_backend.h"
+#include "replay/backends/sim/device_spec.h"
+#include "replay/backends/sim/sim_backend.h"
 #include "capture/trace/recording_executor.h"
 #include "frontend/program/program_runner.h"
-#include "runtime/compiled_function.h"
-#include "runtime/program_session.h"
+#include "replay/engine/compiled_function.h"
+#include "replay/engine/program_session.h"
 #include "tests/test_support.h"
 
 namespace tracecache {

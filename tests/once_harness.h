@@ -6,8 +6,8 @@
 
 #include <vector>
 
-#include "runtime/compiled_function.h"
-#include "backends/cpu/cpu_backend.h"
+#include "replay/engine/compiled_function.h"
+#include "replay/backends/cpu/cpu_backend.h"
 
 namespace tracecache {
 

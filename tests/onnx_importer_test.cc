@@ -17,7 +17,7 @@
 #include "frontend/files/npy.h"
 #include "frontend/onnx/onnx_importer.h"
 #include "frontend/program/program.h"
-#include "runtime/program_session.h"
+#include "replay/engine/program_session.h"
 
 namespace tracecache {
 namespace {

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "backends/cpu/cpu_kernels.h"
+#include "replay/backends/cpu/cpu_kernels.h"
 #include "capture/ir/graph.h"
 #include "capture/ops/ops.h"
 #include "tests/backend_compare.h"

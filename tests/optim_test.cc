@@ -14,12 +14,12 @@
 #include <memory>
 #include <vector>
 
-#include "backends/cpu/cpu_backend.h"
+#include "replay/backends/cpu/cpu_backend.h"
 #include "capture/reference/reference.h"
 #include "capture/trace/autograd.h"
 #include "capture/trace/losses.h"
 #include "capture/trace/optim.h"
-#include "runtime/runtime.h"
+#include "replay/engine/runtime.h"
 #include "tests/test_buffers.h"
 
 namespace tracecache {

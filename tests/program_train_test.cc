@@ -12,7 +12,7 @@
 #include "capture/trace/recording_executor.h"
 #include "frontend/program/program.h"
 #include "frontend/program/program_runner.h"
-#include "runtime/program_session.h"
+#include "replay/engine/program_session.h"
 
 namespace tracecache {
 namespace {

@@ -17,15 +17,15 @@
 #include <string>
 #include <vector>
 
-#include "backends/cpu/cpu_backend.h"
-#include "backends/cpu/cpu_threads.h"
-#include "backends/cpu/eager_runner.h"
-#include "backends/sim/device_spec.h"
-#include "backends/sim/sim_backend.h"
+#include "replay/backends/cpu/cpu_backend.h"
+#include "replay/backends/cpu/cpu_threads.h"
+#include "replay/backends/cpu/eager_runner.h"
+#include "replay/backends/sim/device_spec.h"
+#include "replay/backends/sim/sim_backend.h"
 #include "capture/ops/random.h"
 #include "capture/reference/reference.h"
 #include "capture/trace/autograd.h"
-#include "runtime/runtime.h"
+#include "replay/engine/runtime.h"
 #include "tests/once_harness.h"
 
 namespace tracecache {

@@ -1,4 +1,4 @@
-// The generic session (runtime/session.h) without a trace program, and its refusals:
+// The generic session (replay/engine/session.h) without a trace program, and its refusals:
 //  - lazy and eager sessions made by backend name record ops on their context and give the
 //    reference evaluator's bits (cpu, sim: same bits), lazy ones through the runtime's cache;
 //  - the combinations the session refuses (unknown backend, once on reference, eager on sim)
@@ -8,7 +8,7 @@
 #include <cstring>
 
 #include "capture/reference/reference.h"
-#include "runtime/session.h"
+#include "replay/engine/session.h"
 
 namespace tracecache {
 namespace {

@@ -1,7 +1,7 @@
-// The `sim` backend (backends/sim/sim_backend.h) and its parts:
+// The `sim` backend (replay/backends/sim/sim_backend.h) and its parts:
 //  - outputs BITWISE equal to the cpu backend's for every fixture program (every registry op:
 //    tests/backend_conformance_test.cc);
-//  - the cost model (backends/sim/cost_model.h) to the picosecond on hand-computed kernels and
+//  - the cost model (replay/backends/sim/cost_model.h) to the picosecond on hand-computed kernels and
 //    transfers, on a custom spec whose rates make every term exact;
 //  - device memory: an allocation that does not fit is an error naming the graph key, the
 //    bytes requested and free; through the Runtime the step still returns correct results and
@@ -23,12 +23,12 @@
 #include "frontend/program/program.h"
 #include "frontend/program/program_runner.h"
 #include "capture/reference/reference.h"
-#include "compile/compiler.h"
-#include "backends/sim/cost_model.h"
-#include "backends/cpu/cpu_backend.h"
-#include "backends/sim/device_spec.h"
-#include "runtime/runtime.h"
-#include "backends/sim/sim_backend.h"
+#include "replay/compile/compiler.h"
+#include "replay/backends/sim/cost_model.h"
+#include "replay/backends/cpu/cpu_backend.h"
+#include "replay/backends/sim/device_spec.h"
+#include "replay/engine/runtime.h"
+#include "replay/backends/sim/sim_backend.h"
 #include "tests/backend_compare.h"
 #include "tests/test_graphs.h"
 

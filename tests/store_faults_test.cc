@@ -11,8 +11,8 @@
 
 #include "frontend/program/program.h"
 #include "frontend/program/program_runner.h"
-#include "backends/cpu/cpu_backend.h"
-#include "runtime/runtime.h"
+#include "replay/backends/cpu/cpu_backend.h"
+#include "replay/engine/runtime.h"
 #include "store/sqlite/fault_vfs.h"
 #include "tests/test_graphs.h"
 #include "tests/test_support.h"

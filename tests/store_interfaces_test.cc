@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "backends/cpu/cpu_backend.h"
-#include "runtime/compiled_function.h"
+#include "replay/backends/cpu/cpu_backend.h"
+#include "replay/engine/compiled_function.h"
 
 namespace tracecache {
 namespace {

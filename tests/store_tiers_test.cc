@@ -21,7 +21,7 @@ namespace {
 
 using testing::TempDir;
 
-// A stand-in for compile/'s Executable: the key it was built for, a payload and a size.
+// A stand-in for replay/compile/'s Executable: the key it was built for, a payload and a size.
 struct FakeExe {
   ExecutableKey built_for;
   std::string payload;

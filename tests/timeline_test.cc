@@ -1,5 +1,5 @@
-// The timeline behind `--timeline` (backends/timeline.h) and its trace-event file
-// (backends/trace_event_writer.h):
+// The timeline behind `--timeline` (replay/backends/timeline.h) and its trace-event file
+// (replay/backends/trace_event_writer.h):
 //  - the writer: exact microseconds from picoseconds, escaped names, metadata naming the tracks,
 //    slices per track in start order (an enclosing slice first), counters, flows as s/f pairs;
 //  - nothing is recorded until recording is on;
@@ -15,10 +15,10 @@
 #include <string>
 #include <vector>
 
-#include "backends/cpu/cpu_backend.h"
-#include "backends/sim/sim_backend.h"
-#include "backends/timeline.h"
-#include "backends/trace_event_writer.h"
+#include "replay/backends/cpu/cpu_backend.h"
+#include "replay/backends/sim/sim_backend.h"
+#include "replay/backends/timeline.h"
+#include "replay/backends/trace_event_writer.h"
 #include "capture/ops/ops.h"
 #include "tests/backend_compare.h"
 

@@ -13,14 +13,14 @@
 #include <cmath>
 #include <vector>
 
-#include "backends/cpu/cpu_backend.h"
-#include "backends/cpu/eager_runner.h"
+#include "replay/backends/cpu/cpu_backend.h"
+#include "replay/backends/cpu/eager_runner.h"
 #include "capture/reference/reference.h"
 #include "capture/trace/autograd.h"
 #include "capture/trace/losses.h"
 #include "capture/trace/nn.h"
 #include "capture/trace/train_layers.h"
-#include "runtime/runtime.h"
+#include "replay/engine/runtime.h"
 #include "tests/test_buffers.h"
 
 namespace tracecache {

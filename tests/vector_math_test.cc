@@ -1,4 +1,4 @@
-// backends/cpu/vector_math.h: every variant this CPU can run, not only the one it dispatches to
+// replay/backends/cpu/vector_math.h: every variant this CPU can run, not only the one it dispatches to
 // (an AVX2 machine runs the AVX2 ones, which an AVX-512 machine would otherwise never test):
 // batch_norm_f32's (AVX-512, AVX2, scalar) give nn::batch_norm_apply's bits for every element,
 // in place or not, whatever the run's length (full vectors and the scalar tail), on values of
@@ -14,7 +14,7 @@
 #include <random>
 #include <vector>
 
-#include "backends/cpu/vector_math.h"
+#include "replay/backends/cpu/vector_math.h"
 #include "capture/core/buffer.h"
 #include "capture/ops/nn_numerics.h"
 #include "tests/backend_compare.h"

@@ -12,7 +12,7 @@
 #include "frontend/program/program_runner.h"
 #include "frontend/zoo/model.h"
 #include "frontend/zoo/program.h"
-#include "runtime/program_session.h"
+#include "replay/engine/program_session.h"
 
 namespace tracecache::zoo {
 namespace {

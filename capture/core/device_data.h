@@ -4,13 +4,13 @@
 //
 // Implementations: HostData (below) is host memory, used by the cpu backend, the reference
 // evaluator and for data the program supplies (weights loaded from files); backends derive
-// their own device buffers (backends/backend.h). read() of device memory waits for the device
+// their own device buffers (replay/backends/backend.h). read() of device memory waits for the device
 // and copies (the sim backend counts it as a transfer); read() of host memory returns the
 // buffer itself.
 //
 // Ownership: shared by handle (DataRef). A value never changes while anyone else can see it: a
 // backend writes a donated output into a parameter's storage only when the parameter's handle
-// (and its storage) has no other owner (compile/executable.h, Slot::Kind::kDonated).
+// (and its storage) has no other owner (replay/compile/executable.h, Slot::Kind::kDonated).
 // Thread-compatible: like Tensor, a handle belongs to one thread at a time (HostData caches its
 // device mirror without locking).
 // Errors: read() returns the backend's Status (e.g. the device is gone).
@@ -69,7 +69,7 @@ class DeviceData {
 };
 
 // A value in host memory. It may carry a mirror: the copy of itself on one device, made by
-// whoever runs it there (runtime/runtime.h), so data the program supplies is copied to a device
+// whoever runs it there (replay/engine/runtime.h), so data the program supplies is copied to a device
 // once and reused while this handle lives; the mirror dies with it. No map keyed by host
 // addresses is involved: the mirror hangs off the value.
 class HostData final : public DeviceData {

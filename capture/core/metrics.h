@@ -42,7 +42,7 @@ inline constexpr std::string_view kCanonicalizeHash = "canonicalize_hash";
 inline constexpr std::string_view kLookup = "lookup";
 inline constexpr std::string_view kCompile = "compile";
 inline constexpr std::string_view kRun = "run";
-// One guard entry's guards, timed on a sample of the checks (runtime/compiled_function.h,
+// One guard entry's guards, timed on a sample of the checks (replay/engine/compiled_function.h,
 // kTimedGuardChecks; every one while a SpanObserver watches): timing a check of about 0.1 µs
 // costs about as much as the check. The counter "guard_checks" counts them all.
 inline constexpr std::string_view kGuardCheck = "guard_check";

@@ -1,6 +1,6 @@
 // The graph diff engine: what differs, node by node, between two canonical graphs. One engine
 // serves every explanation: a lazy-mode miss explained against the closest cached graph
-// (runtime/runtime.h), `tracecache diff A B`, and `run -v`.
+// (replay/engine/runtime.h), `tracecache diff A B`, and `run -v`.
 //
 // Canonical graphs are numbered by a post-order walk from their outputs (capture/ir/canonical.h),
 // so two graphs built by the same code line up node by node. diff_graphs() aligns them: by index

@@ -1,6 +1,6 @@
 // Element-level semantics: the single definition of what one element of every elementwise op
 // computes, shared by the reference kernels (capture/ops/reference_kernels.cc) and every backend's
-// kernels (backends/cpu/cpu_kernels.cc), so that both give the same bits.
+// kernels (replay/backends/cpu/cpu_kernels.cc), so that both give the same bits.
 //
 // What lives here:
 //  - convert<To>(x): the conversion used wherever a value changes dtype (`cast`, operands

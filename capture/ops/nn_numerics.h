@@ -1,6 +1,6 @@
 // Scalar numerics of the non-elementwise nn ops (batch_norm, layer_norm, softmax, log_softmax,
 // scaled_dot_product_attention): the per-row and per-element formulas, shared by the reference
-// kernels (capture/ops/reference_nn_ops.cc) and the cpu kernels (backends/cpu/cpu_nn_ops.cc) so that both
+// kernels (capture/ops/reference_nn_ops.cc) and the cpu kernels (replay/backends/cpu/cpu_nn_ops.cc) so that both
 // round the same way. Each kernel adds only its loops; as long as it also keeps the documented
 // accumulation order (sequential, in increasing index), its results are the reference's bits.
 // docs/ops.md states the same formulas in prose.

@@ -1,6 +1,6 @@
 // The window geometry of conv2d and the 2-D pools, forward and backward, defined once for the
 // reference kernels (capture/ops/reference_nn_layers.cc, reference_grad_nn_layers.cc) and the
-// cpu kernels (backends/cpu/cpu_nn_layers.cc, cpu_grad_nn_layers.cc):
+// cpu kernels (replay/backends/cpu/cpu_nn_layers.cc, cpu_grad_nn_layers.cc):
 //   - WindowAxis / Window2d: one axis, and both, of a strided, padded, dilated window: tap t of
 //     output position p reads input coordinate p * stride - padding + t * dilation; ConvShape:
 //     conv2d's shapes and window (the cpu kernels' GEMM lowering works on it too);

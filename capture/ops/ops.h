@@ -5,7 +5,7 @@
 // typed views of attr_views.h), its inference rule (checks inputs and attributes, normalizes the
 // attributes, computes the output dtype and shape, or returns the error), its reference kernel
 // (the naive, obviously-correct implementation every backend is tested against) and its cost
-// (flops and whether it is matrix-unit work, for cost models such as backends/sim).
+// (flops and whether it is matrix-unit work, for cost models such as replay/backends/sim).
 //
 // The table is immutable and built at compile time; everything here is thread-safe.
 //
@@ -30,7 +30,7 @@
 //       - Gradient rule (grad.h): a function in the family's grad_*.cc, or nullptr when the
 //         op is not differentiable. cli.grad_torch compares every rule with PyTorch and fails
 //         for a rule with no case: add cases to tests/grad/cases_<family>.py (torch_grads.py).
-//  3. The cpu kernel (backends/cpu): an elementwise op (OpInfo::elementwise()) must have a case
+//  3. The cpu kernel (replay/backends/cpu): an elementwise op (OpInfo::elementwise()) must have a case
 //     in cpu_kernels.cc op_fn (fused chains have no fallback); any other op runs its reference
 //     kernel unless it gets a fast one in cpu_kernels.cc run_op, cpu_nn_layers.cc or
 //     cpu_nn_ops.cc. `static_assert(kOpCount == N)` beside op_fn makes you decide. The sim

@@ -1,7 +1,7 @@
 // The sampling of resize_nearest2d and resize_linear2d (ONNX Resize on the last two dims of an
 // NCHW tensor): which input rows/columns each output row/column reads, and with what weights.
 // Shared by the reference kernels (capture/ops/reference_onnx_ops.cc) and the cpu kernels
-// (backends/cpu), which therefore give the same bits; docs/ops.md has the formulas.
+// (replay/backends/cpu), which therefore give the same bits; docs/ops.md has the formulas.
 //
 // Coordinates are computed in double from the output index, the two lengths and the scale
 // (the attribute, or output length / input length when it is 0), as ONNX's reference does.

@@ -3,7 +3,7 @@
 // larger than every number, equal elements (and NaNs among themselves) in increasing index
 // order. The order is a strict total order on (value, index) pairs, so every correct selection
 // gives the same result: the reference kernels (capture/ops/reference_onnx_ops.cc) and the cpu
-// kernels (backends/cpu) share this routine and give the same bits.
+// kernels (replay/backends/cpu) share this routine and give the same bits.
 // Pure functions; thread-safe.
 #pragma once
 

@@ -6,7 +6,7 @@
 // graph, no hash and no cache lookup, and mark_step() has nothing to do. Eager mode is the
 // baseline the other modes are compared against (invariant 3: `once` equals `eager`).
 //
-// capture/ defines only the interface; backends/cpu/eager_runner.h runs ops on the cpu kernels.
+// capture/ defines only the interface; replay/backends/cpu/eager_runner.h runs ops on the cpu kernels.
 // Thread-safety: as the implementation says; a context calls its runner from one thread.
 #pragma once
 

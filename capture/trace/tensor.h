@@ -79,7 +79,7 @@ struct TensorImpl {
   bool pending() const { return node != kNoNode; }
 };
 
-// Runs canonical graphs. capture/reference/ provides the reference evaluator; runtime/
+// Runs canonical graphs. capture/reference/ provides the reference evaluator; replay/engine/
 // provides compiled, cached execution.
 class GraphExecutor {
  public:

@@ -19,7 +19,7 @@
 // again.
 //
 // run_program does all of that. Its parts are exposed so a step can run another way, e.g. as
-// a compiled function (runtime/compiled_function.h): StepArguments makes a step's argument
+// a compiled function (replay/engine/compiled_function.h): StepArguments makes a step's argument
 // tensors without recording anything, and record_step records the op stream on given
 // arguments. What a step's graph depends on is exactly (the arguments, the dim values): dims
 // can appear in attributes (arange(end=N), reshape(shape=[B, -1])) and not only in shapes, so

@@ -239,7 +239,7 @@ def _as_argument(a):
 
 class CompiledFunction:
     """What tracecache.compile returns: call it like fn (docs/python.md). It wraps the C++
-    CompiledFunction (runtime/compiled_function.h)."""
+    CompiledFunction (replay/engine/compiled_function.h)."""
 
     def __init__(self, fn, core):
         self.__wrapped__ = fn
@@ -295,7 +295,7 @@ def default_name(fn):
 
 def compile(fn, *, name=None, version=None, dynamic_dims=None, automatic_dynamic=True, updates=None,
             recompile_limit=None, dynamic_scalars=None, host_op=None, program=None):
-    """fn traced once with guards: runtime/compiled_function.h (docs/python.md).
+    """fn traced once with guards: replay/engine/compiled_function.h (docs/python.md).
 
     name: the persistent key's function name (default: `module:qualname`, default_name(fn)).
     version: the user version in that key (default: a digest of fn's code object).

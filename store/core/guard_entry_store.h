@@ -1,5 +1,5 @@
 // GuardEntryStore: the persisted guard entries of compiled functions (once mode), each an opaque
-// blob the runtime encodes and validates (runtime/compiled_function.h), numbered per function,
+// blob the runtime encodes and validates (replay/engine/compiled_function.h), numbered per function,
 // with hits counted per entry. Implemented by store::CacheDb (store/sqlite/cache_db.h).
 //
 // A blob is untrusted when read back: every entry carries a checksum, and one that fails it comes

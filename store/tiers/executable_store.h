@@ -2,7 +2,7 @@
 // full ExecutableKey (store/core/executable_key.h). TieredStore (tiered_store.h) looks tiers up in
 // order and promotes hits into the faster ones.
 //
-// Exe is the parsed executable (compile/'s Executable; the store layer sits below compile/, so
+// Exe is the parsed executable (replay/compile/'s Executable; the store layer sits below compile/, so
 // the tiers are templates over it, and tests use a small stand-in). It states its size in memory
 // (`footprint_bytes()`, the memory tier's budget). Entries are handed out as shared_ptr<const Exe>:
 // evicting one while a caller runs it cannot free it.

@@ -50,15 +50,15 @@
 #include <string>
 #include <vector>
 
-#include "backends/cpu/cpu_backend.h"
-#include "backends/cpu/eager_runner.h"
+#include "replay/backends/cpu/cpu_backend.h"
+#include "replay/backends/cpu/eager_runner.h"
 #include "capture/ops/ops.h"
 #include "capture/reference/reference.h"
 #include "capture/trace/autograd.h"
 #include "frontend/files/npy.h"
 #include "frontend/program/program.h"
 #include "frontend/program/program_runner.h"
-#include "runtime/runtime.h"
+#include "replay/engine/runtime.h"
 
 namespace tracecache {
 namespace {

@@ -3,54 +3,54 @@
 
 The build already fences each layer's headers (cmake/layers.cmake): a file cannot include a
 header of a layer it does not link. This check adds what the build cannot see: the order of
-folders inside a layer (capture/ops below capture/ir, backends/ below backends/cpu, ...), that
+folders inside a layer (capture/ops below capture/ir, replay/backends/ below replay/backends/cpu, ...), that
 every folder under a layer root has rules here (a new one fails until it is added), and that no
 file reaches around the fence with a relative path ("../") or an include of a source file.
 Includes are checked whatever their delimiter: "capture/..." and <capture/...> alike.
 
 Usage: check_includes.py REPO_ROOT   (exit 0: every include allowed; 1: violations listed)
+       check_includes.py --docs ARCHITECTURE_MD  (its layer table lists exactly the table's folders)
        check_includes.py --self-test  (the checker against planted cases, SELF_TEST below)
 """
 import os
 import re
 import sys
 
-LAYER_ROOTS = ["capture", "frontend", "store", "compile", "backends", "runtime", "cli", "python"]
-CAPTURE = ["capture/core", "capture/ops", "capture/ir", "capture/trace", "capture/reference"]
-FRONTEND = ["frontend/files", "frontend/program", "frontend/zoo", "frontend/onnx"]
-STORE = ["store/core", "store/codec", "store/memory", "store/sqlite", "store/remote", "store/tiers"]
-BACKENDS = ["backends", "backends/cpu", "backends/sim", "backends/registry"]
-BELOW_RUNTIME = CAPTURE + FRONTEND + STORE + ["compile"] + BACKENDS
+TABLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "cmake", "layers.txt")
 
-# folder -> folders (besides itself) whose headers it may include. Every folder under a layer
-# root that holds a .h or .cc is a key here (and is in its layer's FOLDERS in CMakeLists.txt);
-# a subfolder is a folder of its own (backends/cpu is not part of backends, the interface).
-ALLOWED = {
-    "capture/core": [],
-    "capture/ops": CAPTURE[:1],
-    "capture/ir": CAPTURE[:2],
-    "capture/trace": CAPTURE[:3],
-    "capture/reference": CAPTURE[:4],
-    "frontend/files": CAPTURE,
-    "frontend/program": CAPTURE + FRONTEND[:1],
-    "frontend/zoo": CAPTURE + FRONTEND[:2],
-    "frontend/onnx": CAPTURE + FRONTEND[:2],
-    "store/core": CAPTURE,
-    "store/codec": CAPTURE,
-    "store/memory": CAPTURE,
-    "store/sqlite": CAPTURE + ["store/core", "store/codec", "store/memory"],
-    "store/remote": CAPTURE + ["store/core", "store/codec", "store/sqlite"],
-    "store/tiers": CAPTURE + ["store/core", "store/codec", "store/memory", "store/sqlite", "store/remote"],
-    "compile": CAPTURE + ["store/codec"],
-    "backends": CAPTURE + ["compile"],
-    "backends/cpu": CAPTURE + ["compile"] + BACKENDS[:1],
-    "backends/sim": CAPTURE + ["compile"] + BACKENDS[:2],
-    "backends/registry": CAPTURE + ["compile"] + BACKENDS[:3],
-    "runtime/guards": BELOW_RUNTIME,
-    "runtime": BELOW_RUNTIME + ["runtime/guards"],
-    "cli": BELOW_RUNTIME + ["runtime/guards", "runtime"],
-    "python": BELOW_RUNTIME + ["runtime/guards", "runtime", "cli"],
-}
+
+def read_table(path=TABLE):
+    """cmake/layers.txt as (folders in order, folder -> library, folder -> folders it may
+    include besides itself); a library name in the third column stands for all its folders."""
+    rows = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            fields = line.split()
+            if not fields or fields[0].startswith("#"):
+                continue
+            if len(fields) < 2:
+                raise SystemExit(f"{path}: a row needs a folder and a library: {line.strip()!r}")
+            rows.append((fields[0], fields[1], fields[2:]))
+    library_of = {folder: library for folder, library, _ in rows}
+    folders_of = {}
+    for folder, library, _ in rows:
+        folders_of.setdefault(library, []).append(folder)
+    allowed = {}
+    for folder, _, below in rows:
+        expanded = []
+        for item in below:
+            if item in folders_of:
+                expanded += folders_of[item]
+            elif item in library_of:
+                expanded.append(item)
+            else:
+                raise SystemExit(f"{path}: {folder} may include {item!r}, which is neither a folder nor a library")
+        allowed[folder] = expanded
+    return [r[0] for r in rows], library_of, allowed
+
+
+FOLDERS, LIBRARY_OF, ALLOWED = read_table()
+LAYER_ROOTS = sorted({f.split("/")[0] for f in FOLDERS})
 # A project include, "..." or <...> (an <...> one is the project's when its first path
 # component is a layer root; the others are system and library headers).
 INCLUDE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]')
@@ -76,8 +76,8 @@ def owner_of_include(inc):
 def violations_in(path, text):
     me = owner(path)
     if me is None:
-        return [f"{path}: folder '{os.path.dirname(path)}' has no include rules: add it to ALLOWED in "
-                f"tests/layering/check_includes.py and to its layer's FOLDERS in CMakeLists.txt"]
+        return [f"{path}: folder '{os.path.dirname(path)}' has no include rules: add a row for it to "
+                f"cmake/layers.txt"]
     out = []
     for lineno, line in enumerate(text.splitlines(), 1):
         m = INCLUDE.match(line)
@@ -99,7 +99,7 @@ def violations_in(path, text):
 
 # (path, text, number of violations the checker must report)
 SELF_TEST = [
-    ("capture/ir/graph.cc", '#include "runtime/runtime.h"\n', 1),
+    ("capture/ir/graph.cc", '#include "replay/engine/runtime.h"\n', 1),
     ("capture/ops/ops.cc", '#include "capture/trace/tensor.h"\n', 1),
     ("capture/ops/ops.cc", "#include <capture/trace/tensor.h>\n", 1),
     ("capture/ops/ops.cc", "#include <fmt/format.h>\n#include <vector>\n", 0),
@@ -109,13 +109,13 @@ SELF_TEST = [
     ("frontend/onnx/importer.cc", '#include "frontend/program/program.h"\n', 0),
     ("store/cloud/s3_tier.h", '#include "capture/core/status.h"\n', 1),
     ("store/remote/redis_client.h", '#include "store/tiers/tiered_store.h"\n', 1),
-    ("backends/backend.h", '#include "backends/cpu/cpu_backend.h"\n', 1),
-    ("backends/sim/sim_backend.h", '#include "backends/cpu/cpu_backend.h"\n', 0),
-    ("backends/cpu/cpu_backend.h", '#include "backends/sim/sim_backend.h"\n', 1),
-    ("compile/compiler.cc", '#include "store/sqlite/cache_db.h"\n', 1),
-    ("compile/executable.cc", '#include "store/codec/proto/tracecache.pb.h"\n', 0),
-    ("runtime/guards/shape_specialization.h", '#include "runtime/runtime.h"\n', 1),
-    ("runtime/runtime.cc", '#include "capture/ir/graph.h"\n#include "runtime/guards/guard_set.h"\n', 0),
+    ("replay/backends/backend.h", '#include "replay/backends/cpu/cpu_backend.h"\n', 1),
+    ("replay/backends/sim/sim_backend.h", '#include "replay/backends/cpu/cpu_backend.h"\n', 0),
+    ("replay/backends/cpu/cpu_backend.h", '#include "replay/backends/sim/sim_backend.h"\n', 1),
+    ("replay/compile/compiler.cc", '#include "store/sqlite/cache_db.h"\n', 1),
+    ("replay/compile/executable.cc", '#include "store/codec/proto/tracecache.pb.h"\n', 0),
+    ("replay/guards/shape_specialization.h", '#include "replay/engine/runtime.h"\n', 1),
+    ("replay/engine/runtime.cc", '#include "capture/ir/graph.h"\n#include "replay/guards/guard_set.h"\n', 0),
 ]
 
 
@@ -131,9 +131,32 @@ def self_test():
     return 1 if failed else 0
 
 
+def docs_problems(text):
+    """What docs/architecture.md's layer table (its "## Layers" section, the folders in backticks
+    in the second column) gets wrong against cmake/layers.txt."""
+    section = text.split("## Layers", 1)[-1].split("\n## ", 1)[0]
+    listed = []
+    for line in section.splitlines():
+        cells = line.split("|")
+        if len(cells) > 3:
+            listed += [f.rstrip("/") for f in re.findall(r"`([\w/.-]+/)`", cells[2])]
+    problems = [f"docs/architecture.md's layer table does not list {f}/ (cmake/layers.txt declares it)"
+                for f in FOLDERS if f not in listed]
+    problems += [f"docs/architecture.md's layer table lists {f}/, which cmake/layers.txt does not declare"
+                 for f in listed if f.split("/")[0] in LAYER_ROOTS and f not in LIBRARY_OF]
+    return problems
+
+
 def main(argv):
     if argv[1:] == ["--self-test"]:
         return self_test()
+    if len(argv) == 3 and argv[1] == "--docs":
+        with open(argv[2], encoding="utf-8") as f:
+            problems = docs_problems(f.read())
+        for p in problems:
+            print(p)
+        print(f"{len(FOLDERS)} folders in cmake/layers.txt, {len(problems)} difference(s) in {argv[2]}")
+        return 1 if problems else 0
     root = argv[1]
     problems = []
     checked = 0

@@ -33,7 +33,7 @@
 #include "frontend/files/npy.h"
 #include "frontend/onnx/onnx_importer.h"
 #include "frontend/onnx/onnx_tensor.h"
-#include "runtime/program_session.h"
+#include "replay/engine/program_session.h"
 
 namespace fs = std::filesystem;
 using namespace tracecache;

@@ -25,15 +25,15 @@
 #include <string>
 #include <vector>
 
-#include "backends/cpu/cpu_backend.h"
-#include "backends/cpu/eager_runner.h"
+#include "replay/backends/cpu/cpu_backend.h"
+#include "replay/backends/cpu/eager_runner.h"
 #include "capture/reference/reference.h"
 #include "capture/trace/autograd.h"
 #include "capture/trace/losses.h"
 #include "capture/trace/optim.h"
 #include "capture/trace/train_layers.h"
 #include "frontend/files/npy.h"
-#include "runtime/runtime.h"
+#include "replay/engine/runtime.h"
 
 namespace tracecache {
 namespace {

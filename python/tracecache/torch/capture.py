@@ -13,7 +13,7 @@ Python stack that produced it (for error messages naming the user's line).
 Value reads are recorded, not refused: `.item()`, `bool(t)`, `int(t)`, `if t > 0:` (ATen's
 `_local_scalar_dense`), `.tolist()` and `.numpy()` run on the real tensor during the capture and
 leave a `read_value(t)` node in the graph, so the lowering reads the same value through
-tracecache (a value guard between graphs: runtime/compiled_function.h). Everything the program
+tracecache (a value guard between graphs: replay/engine/compiled_function.h). Everything the program
 then did with the Python value (a branch taken, a number used in later ops) is baked into the
 graph and valid exactly while the guard holds. Ops whose result *shape* depends on the data
 (`nonzero`, `masked_select`, ...) are kept in the graph even when only their shape was used.

@@ -1,0 +1,57 @@
+#include "replay/backends/cpu/eager_runner.h"
+
+
+#include <array>
+#include <vector>
+
+#include "replay/backends/cpu/cpu_kernels.h"
+#include "replay/backends/cpu/cpu_threads.h"
+#include "replay/compile/compiler.h"
+
+namespace tracecache {
+
+Result<BufferRef> CpuOpRunner::run_op(OpKind op, std::span<const BufferRef> inputs,
+                                      std::span<const AttrValue> attrs, const TensorType& out) {
+  if (op == OpKind::kParameter) {
+    return invalid_argument("eager mode: 'parameter' is not an op that runs");
+  }
+  constexpr size_t kInline = 4;
+  std::array<NodeId, kInline> inline_ids;
+  std::array<const HostBuffer*, kInline> inline_ptrs;
+  std::vector<NodeId> heap_ids;
+  std::vector<const HostBuffer*> heap_ptrs;
+  std::span<NodeId> ids(inline_ids.data(), std::min(inputs.size(), kInline));
+  std::span<const HostBuffer*> ptrs(inline_ptrs.data(), ids.size());
+  if (inputs.size() > kInline) {
+    heap_ids.resize(inputs.size());
+    heap_ptrs.resize(inputs.size());
+    ids = heap_ids;
+    ptrs = heap_ptrs;
+  }
+  node_.clear();
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    ids[i] = node_.add_parameter({inputs[i]->dtype(), inputs[i]->shape()});
+    ptrs[i] = inputs[i].get();
+  }
+  NodeId id = node_.add_node(op, ids, attrs, out);
+  auto result = std::make_shared<HostBuffer>(out.dtype, out.shape);
+  {
+    ScopedTimer timer(metrics_, timers::kRun);
+    cpu::bind_threads();
+    // f32 conv2d, its gradients, matmul and linear on oneDNN, as compiled replay runs them
+    // (the same primitive for the same shapes).
+    const Node& n = node_.node(id);
+    bool done = false;
+    if (onednn_conv_node(node_, n) || onednn_conv_grad_node(node_, n)) {
+      // Input 1 is the weight of conv2d and conv2d_input_grad: its reordered copy is kept.
+      done = onednn_.run(hash_graph(node_), node_, id, ptrs, op == OpKind::kConv2dWeightGrad ? nullptr : &inputs[1],
+                         *result);
+    } else if (onednn_matmul_node(node_, n)) {
+      done = onednn_matmuls_.run(hash_graph(node_), node_, id, ptrs, *result);
+    }
+    if (!done) cpu::run_op(node_, id, ptrs, *result);
+  }
+  return BufferRef(std::move(result));
+}
+
+}  // namespace tracecache

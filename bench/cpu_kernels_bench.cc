@@ -1,7 +1,7 @@
 // The cpu backend's kernels (replay/backends/cpu/cpu_kernels.h) against the reference kernels they must
 // agree with: a fused chain of 4 elementwise ops on 1M f32, f32 GEMM 256x256x256, and a sum
 // over the last axis. Each pair computes the same values (bitwise, except GEMM's summation
-// order); see tests/cpu_kernels_test.cc.
+// order); see tests/replay/cpu_kernels_test.cc.
 #include <benchmark/benchmark.h>
 
 #include <vector>

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes fixtures/zoo/<model>.state_dict: every state_dict entry of a torchvision 0.14 model,
-one per line as `name dtype [shape] parameter|buffer`, for tests/zoo_test.cc to compare the
+one per line as `name dtype [shape] parameter|buffer`, for tests/frontend/zoo_test.cc to compare the
 zoo's specs against. Needs torch and torchvision (Debian: python3-torchvision).
 
 Usage: scripts/zoo_state_dicts.py [OUTPUT_DIR]   (default: fixtures/zoo)

@@ -11,7 +11,7 @@
 // mutable ones. Bool attributes are read-only (no rule rewrites one).
 //
 // Each view names its attributes in declaration order (`kNames`); an accessor finds its slot by
-// name at compile time (a misspelt name does not compile), and tests/op_registry_test.cc checks
+// name at compile time (a misspelt name does not compile), and tests/capture/op_registry_test.cc checks
 // every view's kNames against the AttrSpecs of every op it serves, so a view cannot drift from
 // its registry row. A new op with attributes gets a view here.
 //

@@ -22,7 +22,7 @@
 //         (negative axes made positive...): normalized attributes are what the graph hash
 //         encodes, so two spellings of one op must normalize to the same values.
 //       - Attributes: at most kMaxOpAttrs. If the op has any, add (or reuse) a typed view in
-//         attr_views.h and list it in tests/op_registry_test.cc (it fails for an op with
+//         attr_views.h and list it in tests/capture/op_registry_test.cc (it fails for an op with
 //         attributes and no view); never index attrs[N].
 //       - Reference kernel: declare it in reference_kernels.h (TRACECACHE_REF_KERNEL) and
 //         define it in reference_kernels.cc, reference_nn_layers.cc or reference_nn_ops.cc.
@@ -35,7 +35,7 @@
 //     kernel unless it gets a fast one in cpu_kernels.cc run_op, cpu_nn_layers.cc or
 //     cpu_nn_ops.cc. `static_assert(kOpCount == N)` beside op_fn makes you decide. The sim
 //     backend runs the cpu kernels and costs them with the row's cost: nothing to add there.
-//  4. Tests: cases in tests/reference_kernels_test.cc (EveryOpButParameterHasAKernel) and in
+//  4. Tests: cases in tests/capture/reference_kernels_test.cc (EveryOpButParameterHasAKernel) and in
 //     cpu_kernels_test.cc cases_for() (EveryOpButParameterIsTested pins kOpCount: update it),
 //     or nn_layers_test.cc / nn_ops_test.cc for kNn ops; the Tensor method or nn function that
 //     records it (capture/trace/tensor.h, nn.h).
@@ -45,7 +45,7 @@
 //     a new op changes no existing key. Renaming an op, or adding, removing, reordering or
 //     re-normalizing an existing op's attributes, changes keys and stored graphs: bump
 //     kIrFormatVersion (capture/ir/hash.h) and update the golden keys in
-//     tests/golden_hash_test.cc and tests/canonical_test.cc.
+//     tests/capture/golden_hash_test.cc and tests/capture/canonical_test.cc.
 #pragma once
 
 #include <cstdint>

@@ -4,7 +4,7 @@
 # program in .trace op syntax whose last assigned name is the result, and the same computation in
 # torch. Every floating input is differentiated; integer inputs (indices) never are.
 # Index generators stay in range: PyTorch raises on an out-of-range index where tracecache clamps
-# (docs/ops.md), so the clamped case is checked by tests/grad_nn_ops_test.cc instead.
+# (docs/ops.md), so the clamped case is checked by tests/capture/grad_nn_ops_test.cc instead.
 import math
 
 import torch

@@ -1,7 +1,7 @@
 # Gradient cases of the training family against PyTorch 1.13, in the protocol of the tests/grad/
 # harness. The inference dropout op is the identity (torch's dropout with training=False); the
 # training mask (dropout_mask) cannot match torch's generator, so its gradient (upstream x mask,
-# through mul) is checked by tests/train_ops_test.cc instead.
+# through mul) is checked by tests/capture/train_ops_test.cc instead.
 import torch
 import torch.nn.functional as F
 

@@ -144,7 +144,7 @@ class NoExecutor final : public GraphExecutor {
   }
 };
 
-// A LazyContext of one mode with what it runs on (as tests/eager_test.cc builds them).
+// A LazyContext of one mode with what it runs on (as tests/replay/eager_test.cc builds them).
 class Harness {
  public:
   explicit Harness(Mode mode) {

@@ -10,7 +10,7 @@ SGD (momentum, nesterov, dampening, weight decay), Adam or AdamW, optionally cli
 and a learning-rate schedule (the learning rate changes every step; in lazy mode on the cpu
 backend that must compile once). tracecache runs in eager mode (cpu kernels) and lazy mode (the
 cpu backend through the Runtime, and the reference evaluator). Dropout is not compared: PyTorch's
-generator cannot be reproduced (tests/train_ops_test.cc checks its statistics instead).
+generator cannot be reproduced (tests/capture/train_ops_test.cc checks its statistics instead).
 Exit status 0 when everything agrees; otherwise an AssertionError naming the configuration,
 mode and tensor.
 """

@@ -12,7 +12,7 @@
 //    s = S * scale + mask (causal: -inf above the diagonal), p = exp(s - max) with the row sum in
 //    double, O = p v with cblas_sgemm, each output row divided by its sum. Differs from the
 //    reference (all in double) by summation order and f32 rounding; the tested bound
-//    (tests/nn_ops_test.cc) is, per output element,
+//    (tests/capture/nn_ops_test.cc) is, per output element,
 //      |cpu - ref| <= 2^-24 * ((Lk + 8) + 4 * (E + 4) * max_j |scale| sum_e |q_e k_je|) * max_j |v_j|
 //    plus one ulp of the result. Deterministic run to run, so replay equals eager.
 // Thread-safe (per-call scratch only).

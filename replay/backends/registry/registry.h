@@ -46,7 +46,7 @@ struct BackendEntry {
                                                  const BackendOptions& common)>
       make;
   // One spec per distinct configuration ("sim:h100", "sim:a100", ...): what
-  // tests/backend_conformance_test.cc runs against the reference evaluator. Never empty.
+  // tests/replay/backend_conformance_test.cc runs against the reference evaluator. Never empty.
   std::vector<std::string> conformance_specs;
   // Eager mode's op runner on this backend's kernels (capture/trace/eager.h), or null if the
   // backend only runs compiled graphs (eager mode is then refused). `options` as for make;

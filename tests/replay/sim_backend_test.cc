@@ -1,6 +1,6 @@
 // The `sim` backend (replay/backends/sim/sim_backend.h) and its parts:
 //  - outputs BITWISE equal to the cpu backend's for every fixture program (every registry op:
-//    tests/backend_conformance_test.cc);
+//    tests/replay/backend_conformance_test.cc);
 //  - the cost model (replay/backends/sim/cost_model.h) to the picosecond on hand-computed kernels and
 //    transfers, on a custom spec whose rates make every term exact;
 //  - device memory: an allocation that does not fit is an error naming the graph key, the

@@ -2,7 +2,7 @@
 //  - every op of the registry but parameter, through run_op, on dtype/shape cases including
 //    broadcasting, size-1 and size-0 dims, tile- and thread-crossing sizes: bitwise equal,
 //    except f32 matmul and scaled_dot_product_attention (BLAS), which must be within the
-//    bounds cpu_kernels.h and cpu_nn_ops.h document (tests/nn_ops_test.cc has the nn ops'
+//    bounds cpu_kernels.h and cpu_nn_ops.h document (tests/capture/nn_ops_test.cc has the nn ops'
 //    edge cases);
 //  - random fused elementwise chains (seeded) with broadcast leaves, mixed dtypes,
 //    compare/where/cast inside, through run_fused: bitwise equal to running the same nodes one
@@ -606,7 +606,7 @@ TEST_P(CpuOp, MatchesReferenceOnEveryCase) {
   EXPECT_GE(ran, 3) << op.name;
 }
 
-// The nn layers of capture/trace/nn.h, which tests/nn_layers_test.cc compares with the reference,
+// The nn layers of capture/trace/nn.h, which tests/capture/nn_layers_test.cc compares with the reference,
 // and their gradients.
 bool nn_layer(OpKind k) {
   switch (k) {
@@ -614,11 +614,11 @@ bool nn_layer(OpKind k) {
     case OpKind::kAdaptiveAvgPool2d: case OpKind::kLinear: case OpKind::kFlatten: case OpKind::kPad:
     case OpKind::kDropout: case OpKind::kEmbedding: case OpKind::kGather: case OpKind::kIndexSelect:
       return true;
-    // their gradients: tests/grad_nn_layers_test.cc compares them with the reference
+    // their gradients: tests/capture/grad_nn_layers_test.cc compares them with the reference
     case OpKind::kConv2dInputGrad: case OpKind::kConv2dWeightGrad: case OpKind::kMaxPool2dGrad:
     case OpKind::kAvgPool2dGrad: case OpKind::kAdaptiveAvgPool2dGrad:
       return true;
-    // tests/onnx_ops_test.cc compares it with the reference (GEMM bound)
+    // tests/frontend/onnx_ops_test.cc compares it with the reference (GEMM bound)
     case OpKind::kConvTranspose2d:
       return true;
     default:

@@ -37,8 +37,22 @@ constexpr Pointwise kShapes[] = {{8, 128, 256, 56}, {8, 256, 512, 28},  {8, 1024
                                  {1, 256, 64, 56}};
 
 void label(benchmark::State& state, const Pointwise& p, const char* impl) {
-  state.SetLabel("n" + std::to_string(p.n) + " c" + std::to_string(p.c) + " o" + std::to_string(p.o) + " " +
-                 std::to_string(p.hw) + "x" + std::to_string(p.hw) + " " + impl);
+  // Appended piece by piece: `"n" + std::to_string(...)` (operator+(const char*, string&&),
+  // an insert at the front) makes GCC 12 at -O3 report a bogus -Wrestrict inside libstdc++
+  // (GCC bug 105329), which -Werror turns into a failed Release build.
+  std::string text = "n";
+  text += std::to_string(p.n);
+  text += " c";
+  text += std::to_string(p.c);
+  text += " o";
+  text += std::to_string(p.o);
+  text += ' ';
+  text += std::to_string(p.hw);
+  text += 'x';
+  text += std::to_string(p.hw);
+  text += ' ';
+  text += impl;
+  state.SetLabel(text);
   state.counters["flops"] = benchmark::Counter(2.0 * static_cast<double>(p.n * p.o * p.c * p.hw * p.hw),
                                                benchmark::Counter::kIsIterationInvariantRate);
 }

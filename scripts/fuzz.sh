@@ -33,7 +33,7 @@ declare -A max_len=([program]=8192 [npy]=4096 [safetensors]=8192 [graph_codec]=1
 bash "$root/scripts/setup.sh"
 if [ ! -f "$dir/CMakeCache.txt" ]; then
   CC=clang CXX=clang++ cmake -S "$root" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-    -DTRACECACHE_FUZZ=ON -DTRACECACHE_BENCHMARKS=OFF >/dev/null
+    -DTRACECACHE_FUZZ=ON -DTRACECACHE_BENCHMARKS=OFF -DTRACECACHE_WERROR=ON >/dev/null
 fi
 grep -q '^TRACECACHE_FUZZ:BOOL=ON' "$dir/CMakeCache.txt" ||
   { echo "fuzz: $dir is not configured with -DTRACECACHE_FUZZ=ON" >&2; exit 2; }

@@ -13,14 +13,14 @@ jobs=$(nproc)
 bash "$root/scripts/setup.sh" --peers
 
 echo "== GCC release build + tests"
-bash "$root/scripts/build.sh" "$root/build" -DCMAKE_CXX_COMPILER=g++
+bash "$root/scripts/build.sh" "$root/build" -DCMAKE_CXX_COMPILER=g++ -DTRACECACHE_WERROR=ON
 ctest --test-dir "$root/build" --output-on-failure -j "$jobs"
 
 if [ "${TRACECACHE_SKIP_SANITIZERS:-0}" != 1 ]; then
   echo "== clang ASan+UBSan build + tests"
   bash "$root/scripts/build.sh" "$root/build-asan" -DCMAKE_CXX_COMPILER=clang++ \
     -DCMAKE_BUILD_TYPE=Debug -DTRACECACHE_SANITIZE=ON -DTRACECACHE_FUZZ=ON \
-    -DTRACECACHE_BENCHMARKS=OFF
+    -DTRACECACHE_BENCHMARKS=OFF -DTRACECACHE_WERROR=ON
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
     ctest --test-dir "$root/build-asan" --output-on-failure -j "$jobs"
   fuzz_seconds=${TRACECACHE_FUZZ_SECONDS:-30}

@@ -95,9 +95,4 @@ class [[nodiscard]] Result {
   Status status_;
 };
 
-// Throws Error if `s` is not ok.
-inline void throw_if_error(const Status& s) {
-  if (!s.is_ok()) throw Error(s);
-}
-
 }  // namespace tracecache

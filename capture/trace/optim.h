@@ -79,8 +79,6 @@ class SGD final : public Optimizer {
  public:
   SGD(LazyContext& ctx, std::vector<Tensor> params, SgdOptions options);
   void step(std::span<const Tensor> grads) override;
-  // The momentum buffers, one per parameter (empty without momentum).
-  const std::vector<Tensor>& momentum_buffers() const { return buffers_; }
 
  private:
   SgdOptions options_;

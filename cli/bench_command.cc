@@ -27,10 +27,10 @@
 #include <optional>
 #include <sstream>
 
-#include "replay/backends/cpu/cpu_threads.h"
 #include "frontend/program/program.h"
 #include "cli/common.h"
 #include "cli/json.h"
+#include "replay/backends/registry/registry.h"
 #include "replay/engine/program_session.h"
 
 namespace tracecache::cli {
@@ -132,12 +132,12 @@ Result<BenchRow> bench_one(const Program& program, const std::string& target, Se
     Result<ProgramSession::PreparedStep> p = s.prepare(step);
     if (!p.is_ok()) return p.status();
     metrics.clear_values();
-    const SimSnapshot sim_before = s.sim() ? s.sim()->snapshot() : SimSnapshot{};
+    const std::optional<SimSnapshot> sim_before = s.backend() ? s.backend()->simulated_clock() : std::nullopt;
     auto start = std::chrono::steady_clock::now();
     Result<std::vector<BufferRef>> outs = s.run(*p);
     auto stop = std::chrono::steady_clock::now();
     if (!outs.is_ok()) return outs.status();
-    if (s.sim()) sim_steps.push_back(sim_interval(sim_before, s.sim()->snapshot()));
+    if (sim_before) sim_steps.push_back(sim_interval(*sim_before, *s.backend()->simulated_clock()));
     double total = std::chrono::duration<double, std::micro>(stop - start).count();
     double kernels = metrics.timer(timers::kRun).total_ms * 1000.0;
     step_us.push_back(total);
@@ -262,8 +262,9 @@ void print_json(const BenchOptions& options, const std::vector<BenchRow>& rows) 
   JsonWriter j;
   j.begin_object();
   j.key("backend").value(options.backend);
-  j.key("threads").value(cpu::threads());
-  j.key("blas").value(cpu::blas_description());
+  const ThreadSettings team = host_thread_settings();
+  j.key("threads").value(team.threads);
+  j.key("blas").value(team.blas);
   j.key("omp_wait_policy").value(omp_wait_policy());
   // Every row's steps and warmup; null when they differ (see the rows).
   std::optional<std::pair<int, int>> same = uniform_steps(rows);
@@ -468,7 +469,8 @@ void print_table(const BenchOptions& options, const std::vector<BenchRow>& rows)
                     "models); medians per step, microseconds\n",
                     options.backend, kBenchSteps, kBenchWarmup, kBenchZooSteps, kBenchZooWarmup));
   }
-  out(fmt::format("{} threads, {}, OMP_WAIT_POLICY={}\n", cpu::threads(), cpu::blas_description(),
+  const ThreadSettings team = host_thread_settings();
+  out(fmt::format("{} threads, {}, OMP_WAIT_POLICY={}\n", team.threads, team.blas,
                   omp_wait_policy().empty() ? "(unset)" : omp_wait_policy()));
   out(fmt::format("{:<{}}  {:<5}  {:>10}  {:>10}  {:>12}  {:>6}\n", "target", width, "mode",
                   "step us", "kernel us", "overhead us", "traces"));

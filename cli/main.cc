@@ -22,7 +22,7 @@
 
 namespace {
 
-// The cpu backend's thread team is libgomp's (replay/backends/cpu/cpu_threads.h), whose idle members
+// The cpu backend's thread team is libgomp's (docs/architecture.md, the cpu backend), whose idle members
 // spin for a while by default: on a machine busy with other work the spinning members take the
 // cores the working ones need (resnet18 once mode at 2 threads measured 3-4x slower under load
 // 5 than with sleeping members). Unless the user chose a policy (OMP_WAIT_POLICY or

@@ -23,11 +23,9 @@
 #include "cli/json.h"
 #include "cli/step_report.h"
 #include "replay/engine/program_session.h"
-#include "replay/backends/cpu/cpu_backend.h"
 #include "replay/backends/trace_event_writer.h"
 #include "replay/engine/run_counters.h"
 #include "replay/engine/runtime.h"
-#include "replay/backends/sim/sim_backend.h"
 #include "replay/engine/toolkit_version.h"
 #include "store/codec/graph_codec.h"
 
@@ -297,17 +295,18 @@ void write_counters_json(JsonWriter& j, const Metrics& m) {
   j.end_object();
 }
 
-// --timeline: the timeline the backend records on (the sim backend's own; for cpu `cpu_timeline`,
-// which it is given), with the session's metrics spans on it. Bad input (exit 2) on the
+// --timeline: the timeline the backend records on (its own, a simulated clock's; for cpu
+// `cpu_timeline`, which it is given), with the session's metrics spans on it. Bad input (exit 2) on the
 // reference evaluator, which has no timeline.
 Result<Timeline*> start_timeline(ProgramSession& s, Timeline& cpu_timeline, Metrics& metrics,
                                  const RunOptions& options) {
   Timeline* timeline = nullptr;
-  if (SimBackend* sim = s.sim()) {
-    timeline = &sim->timeline();
+  Backend* backend = s.backend();
+  if (Timeline* own = backend ? backend->own_timeline() : nullptr) {
+    timeline = own;
   } else if (options.backend == "cpu") {
-    // Eager mode has no CpuBackend: its ops' times come through the metrics' "run" spans.
-    if (auto* cpu = dynamic_cast<CpuBackend*>(s.session().backend())) cpu->set_timeline(&cpu_timeline);
+    // Eager mode has no backend: its ops' times come through the metrics' "run" spans.
+    if (backend) (void)backend->set_timeline(&cpu_timeline);
     metrics.set_span_observer(&cpu_timeline);
     timeline = &cpu_timeline;
   } else {
@@ -324,9 +323,9 @@ Status write_timeline(const std::string& path, ProgramSession& s, const Timeline
                       const RunOptions& options) {
   TraceEventNames names;
   const std::string program = std::filesystem::path(options.program).filename().string();
-  if (const SimBackend* sim = s.sim()) {
-    names.process = fmt::format("tracecache {} (sim {}, {})", program, sim->spec().name, mode_name(s.mode()));
-    names.device_track = fmt::format("device {} stream", sim->spec().name);
+  if (const Backend* sim = s.backend(); sim && sim->simulated_clock()) {
+    names.process = fmt::format("tracecache {} (sim {}, {})", program, sim->device_name(), mode_name(s.mode()));
+    names.device_track = fmt::format("device {} stream", sim->device_name());
   } else {
     names.process = fmt::format("tracecache {} (cpu, {})", program, mode_name(s.mode()));
     names.device_track = "cpu kernels (on the host's threads)";
@@ -335,12 +334,14 @@ Status write_timeline(const std::string& path, ProgramSession& s, const Timeline
   return write_trace_event_file(path, timeline, names);
 }
 
-void write_sim_json(JsonWriter& j, const SimBackend& sim, const std::vector<SimInterval>& steps) {
+// `sim`: a backend with a simulated clock (and memory of its own).
+void write_sim_json(JsonWriter& j, const Backend& sim, const std::vector<SimInterval>& steps) {
+  const DeviceMemoryStats memory = sim.memory_stats().value_or(DeviceMemoryStats{});
   j.key("sim").begin_object();
-  j.key("device").value(sim.spec().name);
+  j.key("device").value(sim.device_name());
   j.key("options_digest").value(sim.options_digest());
-  j.key("memory_capacity_bytes").value(sim.spec().memory_capacity);
-  j.key("memory_peak_bytes").value(sim.memory_peak());
+  j.key("memory_capacity_bytes").value(memory.capacity);
+  j.key("memory_peak_bytes").value(memory.peak);
   j.key("steps").begin_array();
   for (const SimInterval& i : steps) {
     j.begin_object();
@@ -432,7 +433,7 @@ int run_loaded_program(const Program& program, const RunOptions& options) {
       size_t keys_before = s.executed_keys().size();
       Result<ProgramSession::PreparedStep> prepared = s.prepare(step);
       if (!prepared.is_ok()) return prepared.status();
-      const SimSnapshot before = s.sim() ? s.sim()->snapshot() : SimSnapshot{};
+      const std::optional<SimSnapshot> before = s.backend() ? s.backend()->simulated_clock() : std::nullopt;
       const size_t graphs_before = timeline ? timeline->graphs_run().size() : 0;
       const int64_t timeline_start = timeline ? timeline->host_now_ps() : 0;
       report.before_step(s);
@@ -453,7 +454,7 @@ int run_loaded_program(const Program& program, const RunOptions& options) {
       }
       if (!values.is_ok()) return values.status();
       report.after_step(step, s);
-      if (s.sim()) sim_steps.push_back(sim_interval(before, s.sim()->snapshot()));
+      if (before) sim_steps.push_back(sim_interval(*before, *s.backend()->simulated_clock()));
       std::vector<std::pair<std::string, BufferRef>> outputs;
       for (size_t k = 0; k < values->size(); ++k) {
         outputs.emplace_back(program.outputs[k].name, std::move((*values)[k]));
@@ -533,7 +534,7 @@ int run_loaded_program(const Program& program, const RunOptions& options) {
     for (const std::string& r : reasons) j.value(r);
     j.end_array();
     report.write_json(j);
-    if (s.sim()) write_sim_json(j, *s.sim(), sim_steps);
+    if (s.backend() && s.backend()->simulated_clock()) write_sim_json(j, *s.backend(), sim_steps);
     j.end_object();
     out(j.str() + "\n");
     if (options.metrics) std::fputs(metrics.report().c_str(), stderr);
@@ -583,7 +584,7 @@ int run_loaded_program(const Program& program, const RunOptions& options) {
     }
     for (const std::string& r : reasons) out(fmt::format("recompile: {}\n", r));
   }
-  if (SimBackend* sim = s.sim()) {
+  if (const Backend* sim = s.backend(); sim && sim->simulated_clock()) {
     SimInterval total;
     for (const SimInterval& i : sim_steps) {
       total.step_us += i.step_us;
@@ -595,8 +596,9 @@ int run_loaded_program(const Program& program, const RunOptions& options) {
     const double n = static_cast<double>(std::max<size_t>(sim_steps.size(), 1));
     out(fmt::format("sim {}: total over {} steps {:.1f} us (host {:.1f} us), device busy {:.1f} us, idle {:.1f} us, "
                     "{} bytes copied; per step {:.1f} us; peak memory {} bytes\n",
-                    sim->spec().name, sim_steps.size(), total.step_us, total.host_us, total.device_busy_us,
-                    total.device_idle_us, total.bytes_copied, total.step_us / n, sim->memory_peak()));
+                    sim->device_name(), sim_steps.size(), total.step_us, total.host_us, total.device_busy_us,
+                    total.device_idle_us, total.bytes_copied, total.step_us / n,
+                    sim->memory_stats().value_or(DeviceMemoryStats{}).peak));
   }
   if (options.metrics) out(metrics.report());
   return kExitOk;

@@ -8,11 +8,19 @@
 // outputs stay where run() put them until someone reads a value, and feed the next run as they
 // are. For `cpu` a device buffer is host memory and the copies share it; `sim`
 // (replay/backends/sim/sim_backend.h) keeps its own capacity-limited space and a simulated clock.
+//
+// Capability queries, in the style of ggml-backend's device interface: what a caller may ask of
+// any backend beyond running graphs (a timeline to record on, a simulated clock, device memory,
+// a device name), each a virtual with a default that is the answer of a backend without the
+// capability (null, nullopt, false, ""). Callers ask these instead of casting to a concrete
+// backend; only replay/backends/registry/registry.cc knows the concrete ones. The host thread
+// team is process-wide, not one backend's: registry.h's host_thread_settings() reports it.
 // Thread-safety: a Backend may be called from one thread at a time.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -22,9 +30,12 @@
 #include "capture/core/device_data.h"
 #include "capture/ir/canonical.h"
 #include "replay/compile/compiler.h"
+#include "replay/backends/device_stats.h"
 #include "replay/compile/executable.h"
 
 namespace tracecache {
+
+class Timeline;  // replay/backends/timeline.h
 
 // Bumped whenever the Backend interface changes meaning.
 inline constexpr uint32_t kBackendInterfaceVersion = 1;
@@ -111,6 +122,28 @@ class Backend {
   virtual Result<std::vector<DeviceRef>> run(const Executable& exe,
                                              std::span<const DeviceRef> params) = 0;
   virtual void synchronize() = 0;
+
+  // Capability queries (see the top of this file).
+  // The timeline this backend keeps on a clock of its own (a simulated device's: its kernels and
+  // copies are on it whether or not anyone asked), or null (default).
+  virtual Timeline* own_timeline() { return nullptr; }
+  // Records run()'s host work and kernels on `timeline` while it records (null: stop); not
+  // owned, must outlive the runs that use it. Returns false, recording nothing, if this backend
+  // cannot record on a caller's timeline (default; a backend with its own_timeline() records there).
+  virtual bool set_timeline(Timeline* timeline) {
+    (void)timeline;
+    return false;
+  }
+  // The cumulative counts of a simulated device clock, or nullopt if the device is not simulated
+  // (default): its times are then real time.
+  virtual std::optional<SimSnapshot> simulated_clock() const { return std::nullopt; }
+  // The device's own memory, or nullopt if its memory is host memory (default).
+  virtual std::optional<DeviceMemoryStats> memory_stats() const { return std::nullopt; }
+  // Starts a new peak (DeviceMemoryStats::peak) at the memory in use now, to measure one step's
+  // peak; false if the device has no memory of its own (default).
+  virtual bool reset_memory_peak() { return false; }
+  // The device as reports and timeline tracks name it ("h100"); "" for the host (default).
+  virtual std::string device_name() const { return {}; }
 };
 
 }  // namespace tracecache

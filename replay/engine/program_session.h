@@ -77,8 +77,8 @@ class ProgramSession {
   const CompiledFunction* function() const { return function_.get(); }
   // Null in eager mode and on the reference backend.
   Runtime* runtime() { return session_->runtime(); }
-  // The sim backend, else null.
-  SimBackend* sim() { return session_->sim(); }
+  // Null in eager mode and on the reference backend (Session::backend).
+  Backend* backend() { return session_->backend(); }
 
  private:
   ProgramSession(const Program& program, std::unique_ptr<Session> session);

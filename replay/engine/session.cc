@@ -5,6 +5,7 @@
 #include <cassert>
 
 #include "capture/reference/reference.h"
+#include "replay/backends/timeline.h"
 
 namespace tracecache {
 
@@ -25,7 +26,7 @@ std::string_view mode_name(SessionMode mode) {
 }
 
 Session::~Session() {
-  if (sim_) options_.metrics->set_span_observer(nullptr);
+  if (own_timeline_) options_.metrics->set_span_observer(nullptr);
 }
 
 Result<std::unique_ptr<Session>> Session::create(SessionOptions options) {
@@ -55,8 +56,8 @@ Result<std::unique_ptr<Session>> Session::create(SessionOptions options) {
     Result<std::unique_ptr<Backend>> backend = registry.create(options.backend, options.backend_options);
     if (!backend.is_ok()) return backend.status();
     s->backend_ = std::move(*backend);
-    s->sim_ = dynamic_cast<SimBackend*>(s->backend_.get());
-    if (s->sim_) options.metrics->set_span_observer(&s->sim_->timeline());
+    s->own_timeline_ = s->backend_->own_timeline();
+    if (s->own_timeline_) options.metrics->set_span_observer(s->own_timeline_);
     RuntimeOptions runtime_options;
     runtime_options.remote = options.remote;
     runtime_options.program = options.program;

@@ -1,7 +1,7 @@
 // Session: the generic half of running a program in one execution mode: a backend made by name
 // through the registry (replay/backends/registry/registry.h), the Runtime over it with the disk cache, and the
 // LazyContext that records ops. Program-specific drivers (replay/engine/program_session.h for trace
-// programs; later the Python package) build on it and add what their steps are.
+// programs; python/py_session.h for the Python package) build on it and add what their steps are.
 //
 //   eager  each op runs at once on the backend's op runner (capture/trace/eager.h): no trace, no
 //          cache, no Runtime. Only backends with an op runner (cpu) and "reference".
@@ -30,7 +30,6 @@
 #include <vector>
 
 #include "replay/backends/registry/registry.h"
-#include "replay/backends/sim/sim_backend.h"
 #include "capture/core/metrics.h"
 #include "capture/trace/tensor.h"
 #include "replay/engine/runtime.h"
@@ -81,16 +80,18 @@ class Session {
   const std::vector<GraphKey>& executed_keys() const { return ctx_->executed_keys(); }
   // Null in eager mode and on "reference".
   Runtime* runtime() { return runtime_.get(); }
+  // Null in eager mode and on "reference". Its capability queries (backend.h) say what it can
+  // record and report (a timeline, a simulated clock, device memory).
   Backend* backend() { return backend_.get(); }
-  // The backend when it is sim, else null.
-  SimBackend* sim() { return sim_; }
 
  private:
   explicit Session(SessionOptions options) : options_(std::move(options)) {}
 
   SessionOptions options_;
   std::unique_ptr<Backend> backend_;
-  SimBackend* sim_ = nullptr;  // backend_, when it is sim
+  // The backend's own timeline (a simulated clock's), which observes the metrics' spans while
+  // this session lives.
+  Timeline* own_timeline_ = nullptr;
   std::unique_ptr<Runtime> runtime_;
   std::unique_ptr<GraphExecutor> reference_;  // lazy on "reference"; eager's unused executor
   std::unique_ptr<OpRunner> op_runner_;       // eager

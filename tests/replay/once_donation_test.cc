@@ -294,11 +294,11 @@ StepPeaks run_steps(const Program& program, SessionMode mode, int steps) {
     Result<ProgramSession::PreparedStep> p = s->prepare(step);
     EXPECT_TRUE(p.is_ok()) << p.status().to_string();
     if (!p.is_ok()) return r;
-    s->sim()->reset_memory_peak();
+    s->backend()->reset_memory_peak();
     Result<std::vector<BufferRef>> outs = s->run(*p);
     EXPECT_TRUE(outs.is_ok()) << outs.status().to_string();
     if (!outs.is_ok()) return r;
-    r.peak.push_back(s->sim()->memory_peak());
+    r.peak.push_back(s->backend()->memory_stats()->peak);
     r.losses.push_back((*outs)[0]->element_as_double(0));
   }
   return r;

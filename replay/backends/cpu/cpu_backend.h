@@ -58,8 +58,11 @@ class CpuBackend final : public Backend {
   void synchronize() override {}
 
   // Records run()'s host and kernel times on `timeline` while it records; null (the default):
-  // nothing is measured. Not owned; must outlive the runs that use it.
-  void set_timeline(Timeline* timeline) { timeline_ = timeline; }
+  // nothing is measured. Not owned; must outlive the runs that use it. Always true.
+  bool set_timeline(Timeline* timeline) override {
+    timeline_ = timeline;
+    return true;
+  }
 
  private:
   CpuBackendOptions options_;

@@ -114,4 +114,6 @@ BackendRegistry& default_backend_registry() {
   return *registry;
 }
 
+ThreadSettings host_thread_settings() { return {.threads = cpu::threads(), .blas = cpu::blas_description()}; }
+
 }  // namespace tracecache

@@ -89,4 +89,10 @@ void register_builtin_backends(BackendRegistry& registry);
 // The process's registry, holding the built-in backends.
 BackendRegistry& default_backend_registry();
 
+// The host thread team every built-in backend's kernels run on (cpu's, and sim's, which computes
+// with cpu's kernels): its size now and the BLAS on it. Process-wide, as the team is (the latest
+// backend made sets its size; 1 before any did), so it is a question for the registry, which
+// knows the backends, rather than for one of them.
+ThreadSettings host_thread_settings();
+
 }  // namespace tracecache

@@ -60,25 +60,7 @@ namespace {
 
 std::atomic<uint64_t> next_device_token{1};
 
-double us(int64_t ps) { return static_cast<double>(ps) / 1e6; }
-
 }  // namespace
-
-SimInterval sim_interval(const SimSnapshot& before, const SimSnapshot& after) {
-  SimInterval i;
-  const int64_t step = after.host_ps - before.host_ps;
-  const int64_t wait = after.host_wait_ps - before.host_wait_ps;
-  const int64_t busy = after.device_busy_ps - before.device_busy_ps;
-  i.step_us = us(step);
-  i.host_wait_us = us(wait);
-  i.host_us = us(step - wait);
-  i.device_busy_us = us(busy);
-  i.device_idle_us = us(std::max<int64_t>(0, step - busy));
-  i.bytes_copied = (after.bytes_to_device - before.bytes_to_device) +
-                   (after.bytes_to_host - before.bytes_to_host);
-  i.kernels = after.kernels - before.kernels;
-  return i;
-}
 
 SimBackend::SimBackend(DeviceSpec spec)
     : spec_(std::move(spec)), device_(next_device_token++), memory_(std::make_shared<Memory>()) {
@@ -112,7 +94,10 @@ Result<Executable> SimBackend::load(std::string_view bytes) {
 
 uint64_t SimBackend::memory_in_use() const { return memory_->used; }
 uint64_t SimBackend::memory_peak() const { return memory_->peak; }
-void SimBackend::reset_memory_peak() { memory_->peak = memory_->used; }
+bool SimBackend::reset_memory_peak() {
+  memory_->peak = memory_->used;
+  return true;
+}
 
 void SimBackend::note_memory() {
   if (timeline_.recording()) {
@@ -270,6 +255,10 @@ Result<std::vector<DeviceRef>> SimBackend::run(const Executable& exe,
   note_memory();
   timeline_.record_run("enqueue", "sim", enqueue_start, timeline_.host_now_ps(), exe.graph_key);
   return result;
+}
+
+std::optional<DeviceMemoryStats> SimBackend::memory_stats() const {
+  return DeviceMemoryStats{.capacity = spec_.memory_capacity, .in_use = memory_in_use(), .peak = memory_peak()};
 }
 
 SimSnapshot SimBackend::snapshot() const {

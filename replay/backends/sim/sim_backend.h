@@ -34,28 +34,6 @@
 
 namespace tracecache {
 
-// Cumulative counts of a sim backend; subtract two snapshots for an interval.
-struct SimSnapshot {
-  int64_t host_ps = 0;         // host clock (combined timeline)
-  int64_t host_wait_ps = 0;    // time the host spent waiting for the device
-  int64_t device_busy_ps = 0;  // kernels + copies
-  int64_t bytes_to_device = 0;
-  int64_t bytes_to_host = 0;
-  int64_t kernels = 0;
-};
-
-// One interval (e.g. a step) on the combined timeline, in microseconds.
-struct SimInterval {
-  double step_us = 0;         // host clock elapsed, waits included
-  double host_us = 0;         // step_us minus waits: the host's own work
-  double host_wait_us = 0;
-  double device_busy_us = 0;
-  double device_idle_us = 0;  // step_us - device_busy_us, >= 0
-  int64_t bytes_copied = 0;   // both directions
-  int64_t kernels = 0;
-};
-SimInterval sim_interval(const SimSnapshot& before, const SimSnapshot& after);
-
 class SimBackend final : public Backend {
  public:
   explicit SimBackend(DeviceSpec spec);
@@ -74,6 +52,13 @@ class SimBackend final : public Backend {
   Result<std::vector<DeviceRef>> run(const Executable& exe, std::span<const DeviceRef> params) override;
   void synchronize() override;
 
+  // Capability queries (backend.h): the simulated clock's own timeline, its counts, the device
+  // memory (capacity from the spec), the spec's name.
+  Timeline* own_timeline() override { return &timeline_; }
+  std::optional<SimSnapshot> simulated_clock() const override { return snapshot(); }
+  std::optional<DeviceMemoryStats> memory_stats() const override;
+  std::string device_name() const override { return spec_.name; }
+
   const DeviceSpec& spec() const { return spec_; }
   SimSnapshot snapshot() const;
   SimTimeline& timeline() { return timeline_; }
@@ -84,8 +69,8 @@ class SimBackend final : public Backend {
   static constexpr std::string_view kMemoryCounter = "device memory";
   uint64_t memory_in_use() const;
   uint64_t memory_peak() const;
-  // Starts a new peak at the memory in use now (to measure one step's peak).
-  void reset_memory_peak();
+  // Starts a new peak at the memory in use now (to measure one step's peak). True.
+  bool reset_memory_peak() override;
 
  private:
   struct Memory;

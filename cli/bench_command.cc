@@ -7,7 +7,8 @@
 // execution and materializing the outputs. Kernel time is the Metrics timer "run" over the
 // step (the runtime's executable runs in lazy and once mode, the op runner's kernels in eager
 // mode), and host overhead is step time minus kernel time. Reported per target and mode: the
-// median step time, median kernel time and median host overhead, and per target the ratios
+// median step time, the median of the steps' host overheads (each step's own step - kernel) and
+// the kernel time that leaves of the median step (so step = kernel + overhead), and per target the ratios
 // lazy / once of host overhead and of step time. On the sim backend each row also has the
 // medians of the simulated timeline (cli: SimInterval): step, host, wait, device busy and idle
 // time and bytes copied.
@@ -124,7 +125,7 @@ Result<BenchRow> bench_one(const Program& program, const std::string& target, Se
     if (!outs.is_ok()) return outs.status();
   }
   BenchRow row{.target = target, .mode = mode, .steps = steps, .warmup = warmup};
-  std::vector<double> step_us, kernel_us, overhead_us;
+  std::vector<double> step_us, overhead_us;
   std::vector<SimInterval> sim_steps;
   for (int i = 0; i < steps; ++i) {
     int step = warmup + i;
@@ -141,7 +142,6 @@ Result<BenchRow> bench_one(const Program& program, const std::string& target, Se
     double total = std::chrono::duration<double, std::micro>(stop - start).count();
     double kernels = metrics.timer(timers::kRun).total_ms * 1000.0;
     step_us.push_back(total);
-    kernel_us.push_back(kernels);
     overhead_us.push_back(std::max(0.0, total - kernels));
     row.traces += metrics.counter(counters::kTraces);
     row.compiles += metrics.counter(counters::kCompiles);
@@ -150,9 +150,12 @@ Result<BenchRow> bench_one(const Program& program, const std::string& target, Se
     runtime->flush();
     for (const std::string& w : runtime->warnings()) warn(w);
   }
+  // Overhead is the median of each step's own (step - kernel), not a difference of two medians
+  // taken from different steps; the kernel column is what is left of the median step, so a row
+  // reads step = kernel + overhead.
   row.step_us = median(step_us);
-  row.kernel_us = median(kernel_us);
   row.overhead_us = median(overhead_us);
+  row.kernel_us = std::max(0.0, row.step_us - row.overhead_us);
   if (!sim_steps.empty()) {
     auto med = [&sim_steps](auto field) {
       std::vector<double> v;
@@ -524,6 +527,7 @@ int bench_command(const BenchOptions& options) {
                                                    : fmt::format("{}:{}", t, options.preset));
   }
   std::unique_ptr<store::CacheDb> db;
+  if (Status st = check_db_flag_directory(options.db); !st.is_ok()) return report_error(st);
   if (!options.db.empty()) {
     Result<std::unique_ptr<store::CacheDb>> opened = store::CacheDb::open({.path = options.db});
     if (!opened.is_ok()) return report_error(opened.status());

@@ -16,8 +16,11 @@ std::string short_key(const GraphKey& k) { return k.to_hex().substr(0, 16); }
 // A file that is not a tracecache database (or is damaged beyond opening) is a problem with what
 // the user pointed us at: exit 2, like a missing file.
 int report_open_error(const Status& status) {
-  int code = report_error(status);
-  return status.code() == StatusCode::kCorruption ? kExitBadInput : code;
+  if (status.code() != StatusCode::kCorruption) return report_error(status);
+  report_error(corruption(fmt::format("{} (if it is a damaged tracecache database: see what is bad with `tracecache "
+                                      "verify`, or move the file aside; the next run starts a new one)",
+                                      status.message())));
+  return kExitBadInput;
 }
 
 }  // namespace
@@ -117,14 +120,17 @@ Result<store::AuditFilter> audit_filter(const CacheCommandOptions& options, stor
 struct AuditRows {
   std::vector<store::GraphAudit> graphs;
   std::vector<store::FunctionAudit> functions;
-  int64_t malformed = 0;  // rows skipped (damaged graph keys)
+  int64_t malformed = 0;     // rows skipped (damaged graph keys)
+  int64_t graphs_total = 0;  // graph rows the filters select, shown or not
 };
 
 Result<AuditRows> read_audit(store::CacheDb& db, const CacheCommandOptions& options) {
   Result<store::AuditFilter> filter = audit_filter(options, db);
   if (!filter.is_ok()) return filter.status();
   AuditRows rows;
-  Result<std::vector<store::GraphAudit>> graphs = db.audit(&rows.malformed, *filter);
+  Result<std::vector<store::GraphAudit>> graphs =
+      db.audit(&rows.malformed, *filter, {.limit = options.limit, .max_detail_bytes = options.max_detail_bytes},
+               &rows.graphs_total);
   if (!graphs.is_ok()) return graphs.status();
   rows.graphs = std::move(*graphs);
   if (options.kind.empty() && options.since.empty() && options.graph.empty()) {
@@ -161,12 +167,15 @@ std::string audit_document(const std::string& db_path, const AuditRows& rows) {
       j.key("backend").value(m.backend);
       j.key("program").value(m.program);
       j.key("detail").value(m.detail);
+      if (m.detail_cut) j.key("detail_cut").value(true);
       j.end_object();
     }
     j.end_array();
     j.end_object();
   }
   j.end_array();
+  j.key("graphs_total").value(rows.graphs_total);
+  j.key("graphs_left_out").value(rows.graphs_total - static_cast<int64_t>(rows.graphs.size()));
   j.key("functions").begin_array();
   for (const store::FunctionAudit& f : rows.functions) {
     j.begin_object();
@@ -203,18 +212,34 @@ Result<std::string> audit_json(const CacheCommandOptions& options, int64_t* malf
   return audit_document((*db)->path(), *rows);
 }
 
-int audit_command(const CacheCommandOptions& options) {
-  Result<std::unique_ptr<store::CacheDb>> db = open_existing_db(options.db);
-  if (!db.is_ok()) return report_open_error(db.status());
-  Result<AuditRows> rows = read_audit(**db, options);
-  if (!rows.is_ok()) return report_error(rows.status());
-  if (rows->malformed > 0) warn(fmt::format("{} malformed audit rows skipped (damaged graph keys)", rows->malformed));
-  if (options.json) {
-    out(audit_document((*db)->path(), *rows) + "\n");
-    return kExitOk;
-  }
+namespace {
 
-  for (const store::FunctionAudit& f : rows->functions) {
+// `audit --program NAME` that selects nothing: the programs the cache knows, so that a misspelt
+// or mis-pathed name can be corrected (kNotFound, exit 2).
+Status no_such_program(store::CacheDb& db, const std::string& program) {
+  // Known, with no events the other filters select: not an error.
+  Result<std::vector<store::GraphAudit>> any = db.audit(nullptr, {.program = program}, {.limit = 1});
+  if (!any.is_ok()) return any.status();
+  Result<std::vector<store::FunctionAudit>> functions = db.function_audit({.program = program});
+  if (!functions.is_ok()) return functions.status();
+  if (!any->empty() || !functions->empty()) return Status::ok();
+  constexpr int64_t kShown = 20;
+  Result<std::vector<std::string>> known = db.programs(kShown + 1);
+  if (!known.is_ok()) return known.status();
+  if (known->empty()) {
+    return not_found(fmt::format("--program {}: no events of any program in '{}' yet (run one first)", program, db.path()));
+  }
+  const bool more = known->size() > static_cast<size_t>(kShown);
+  if (more) known->resize(static_cast<size_t>(kShown));
+  return not_found(fmt::format("--program {}: no events of that program in '{}'; programs it knows: {}{} (give one "
+                               "of these, its file name, or its name without .trace)",
+                               program, db.path(), fmt::join(*known, ", "), more ? ", ..." : ""));
+}
+
+// The text report's rows: functions, then one line per graph with its recent misses (details
+// cut as the options say), then what the limit left out.
+void print_audit(const CacheCommandOptions& options, const AuditRows& rows) {
+  for (const store::FunctionAudit& f : rows.functions) {
     out(fmt::format("function {} (version '{}', {}): {} entries\n", f.key.name, f.key.user_version,
                     f.key.toolkit_version, f.entries.size()));
     for (const auto& e : f.entries) out(fmt::format("    entry {}: {} hits, {} bytes\n", e.entry, e.hits, e.bytes));
@@ -223,16 +248,42 @@ int audit_command(const CacheCommandOptions& options) {
   out(fmt::format("{:<16}  {:>8} {:>9} {:>11} {:>7} {:>8} {:>7} {:>11} {:>10}  {:<19}  {}\n", "graph", "hits:mem",
                   "hits:disk", "hits:remote", "misses", "compiles", "corrupt", "compile ms", "saved ms",
                   "last use (UTC)", "program"));
-  for (const store::GraphAudit& a : rows->graphs) {
+  for (const store::GraphAudit& a : rows.graphs) {
     out(fmt::format("{:<16}  {:>8} {:>9} {:>11} {:>7} {:>8} {:>7} {:>11.2f} {:>10.2f}  {:<19}  {}\n",
                     short_key(a.graph), a.hits_memory, a.hits_disk, a.hits_remote, a.misses, a.compiles, a.corrupt,
                     a.compile_ms_total, a.saved_ms, format_time(a.last_use), a.program.empty() ? "-" : a.program));
     for (const auto& m : a.recent_misses) {
       out(fmt::format("    miss {}  {} ({})\n", format_time(m.time), m.reason, m.backend));
-      if (!m.detail.empty()) out(fmt::format("      {}\n", m.detail));
+      if (m.detail.empty()) continue;
+      out(fmt::format("      {}{}\n", m.detail,
+                      m.detail_cut ? fmt::format(" ... (cut at {} bytes; all of it: --full-details)", options.max_detail_bytes)
+                                   : std::string()));
     }
   }
-  if (rows->graphs.empty()) out("(no cache events yet)\n");
+  if (rows.graphs_total == 0) out("(no cache events yet)\n");
+  const int64_t left_out = rows.graphs_total - static_cast<int64_t>(rows.graphs.size());
+  if (left_out > 0) {
+    out(fmt::format("({} of {} graphs shown, the most recently used; {} more with --limit {}, or --all)\n",
+                    rows.graphs.size(), rows.graphs_total, left_out, rows.graphs_total));
+  }
+}
+
+}  // namespace
+
+int audit_command(const CacheCommandOptions& options) {
+  Result<std::unique_ptr<store::CacheDb>> db = open_existing_db(options.db);
+  if (!db.is_ok()) return report_open_error(db.status());
+  Result<AuditRows> rows = read_audit(**db, options);
+  if (!rows.is_ok()) return report_error(rows.status());
+  if (rows->malformed > 0) warn(fmt::format("{} malformed audit rows skipped (damaged graph keys)", rows->malformed));
+  if (!options.program.empty() && rows->graphs_total == 0 && rows->functions.empty()) {
+    if (Status st = no_such_program(**db, options.program); !st.is_ok()) return report_error(st);
+  }
+  if (options.json) {
+    out(audit_document((*db)->path(), *rows) + "\n");
+  } else {
+    print_audit(options, *rows);
+  }
   return kExitOk;
 }
 
@@ -310,6 +361,11 @@ int stats_command(const CacheCommandOptions& options) {
 int gc_command(const CacheCommandOptions& options) {
   Result<std::unique_ptr<store::CacheDb>> db = open_existing_db(options.db);
   if (!db.is_ok()) return report_open_error(db.status());
+  if ((*db)->read_only()) {
+    return report_error(invalid_argument(fmt::format(
+        "gc: the cache database '{}' is read-only here (no permission to write it or its directory): gc removes "
+        "rows, so run it as the database's owner or make the file and its directory writable", (*db)->path())));
+  }
   store::GcOptions gc_options{.max_bytes = options.max_bytes, .max_events = options.max_events};
   if (!options.older_than.empty()) {
     Result<double> age = parse_age(options.older_than);
@@ -318,6 +374,13 @@ int gc_command(const CacheCommandOptions& options) {
         std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count() - *age;
   }
   Result<store::GcReport> report = (*db)->gc(gc_options);
+  if (!report.is_ok() && report.status().code() == StatusCode::kCorruption) {
+    // As `run` says of a damaged database: what to do about it, and bad input (exit 2).
+    report_error(corruption(fmt::format(
+        "{} (the database is damaged: see what is bad with `tracecache verify --db {}`, or move the file aside; the "
+        "next run starts a new one)", report.status().message(), (*db)->path())));
+    return kExitBadInput;
+  }
   if (!report.is_ok()) return report_error(report.status());
   const std::vector<store::EntryInfo>* evicted = &report->evicted;
   uint64_t freed = 0;

@@ -28,6 +28,10 @@ struct DbOptions {
   store::CachePathEnv env;
   std::string path() const { return store::resolve_cache_path(flag, env); }
 };
+// A --db PATH the user typed must be in a directory that exists: a typo in it is reported
+// (kInvalidArgument, exit 2), never a tree of directories silently created for it. The default
+// path (from the environment) is exempt: its directory is created at first use.
+Status check_db_flag_directory(std::string_view flag);
 
 struct RunOptions {
   std::string program;
@@ -163,13 +167,19 @@ struct CacheCommandOptions {
   bool json = false;
   DbOptions db;
   RemoteCliOptions remote;  // stats, gc: the remote tier's instead of the database's (--remote)
-  uint64_t max_bytes = 0;  // gc
+  uint64_t max_bytes = UINT64_MAX;  // gc: executables beyond this are evicted (UINT64_MAX: none)
   int64_t max_events = store::kDefaultMaxEvents;  // gc: audit events kept (newest first)
   std::string older_than;  // gc: drop events, hit counts and stale function versions older than this
   // audit: what to report on (store::AuditFilter); since: an ISO date/time (UTC) or an age
   // ("10m", "2h", "1d"); graph: a hash or unique prefix.
   std::string program, function, kind, since, graph;
+  // audit: graph rows shown (the most recently used; < 0: all) and miss details cut to this many
+  // bytes (< 0: whole). The command line's defaults are kAuditRows and kAuditDetailBytes.
+  int64_t limit = -1;
+  int64_t max_detail_bytes = -1;
 };
+inline constexpr int64_t kAuditRows = 50;
+inline constexpr int64_t kAuditDetailBytes = 400;
 int audit_command(const CacheCommandOptions& options);
 // `audit --json`'s document for the options' database and filters (one builder for the CLI and
 // the Python package's tracecache.audit()); *malformed (if given): rows skipped as damaged.
@@ -200,9 +210,13 @@ int report_command(const ReportOptions& options);
 // filter or output path, or a damaged database (kInvalidArgument), no database (kNotFound), I/O.
 Result<size_t> write_report(const ReportOptions& options);
 
-// Prints "tracecache: <message>" to stderr and returns the exit code for `status`:
-// kExitBadInput for errors in what the user gave us, kExitFailure otherwise.
+// Prints "tracecache: <message>" to stderr (control bytes escaped) and returns the exit code for
+// `status`: kExitBadInput for errors in what the user gave us, kExitFailure otherwise.
 int report_error(const Status& status);
+
+// `text` with each control byte but newline and tab as \xNN: messages quote untrusted input (a
+// program's tokens, file names), which must not drive the user's terminal.
+std::string escape_control_bytes(std::string_view text);
 
 // Parses an age: "3600" or "3600s", "90m", "12h", "30d" -> seconds.
 Result<double> parse_age(std::string_view text);

@@ -14,7 +14,9 @@ namespace tracecache::cli {
 
 // Prints to stdout / stderr.
 inline void out(const std::string& s) { std::fputs(s.c_str(), stdout); }
-inline void warn(const std::string& s) { std::fputs(fmt::format("tracecache: warning: {}\n", s).c_str(), stderr); }
+inline void warn(const std::string& s) {
+  std::fputs(fmt::format("tracecache: warning: {}\n", escape_control_bytes(s)).c_str(), stderr);
+}
 
 // Opens the cache for a maintenance command (audit, ls, ...): the database must exist.
 Result<std::unique_ptr<store::CacheDb>> open_existing_db(const DbOptions& db);

@@ -1,5 +1,7 @@
 #include "cli/graph_targets.h"
 
+#include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <filesystem>
 
@@ -59,7 +61,18 @@ Result<GraphTarget> program_graph(const std::string& path, int step, bool bake_s
 
 }  // namespace
 
+Status check_not_short_key_prefix(const std::string& target) {
+  std::error_code ec;
+  const bool hex = !target.empty() && target.size() < store::kMinKeyPrefix &&
+                   std::all_of(target.begin(), target.end(), [](char c) { return std::isxdigit(static_cast<unsigned char>(c)); });
+  if (!hex || std::filesystem::exists(target, ec)) return Status::ok();
+  return invalid_argument(fmt::format("'{}' is too short for a graph hash prefix: give {} to 32 hex digits (`tracecache "
+                                      "ls` lists the hashes), or the path of a trace program",
+                                      target, store::kMinKeyPrefix));
+}
+
 Result<GraphTarget> load_graph_target(const std::string& target, const DbOptions& db, int step, bool bake_scalars) {
+  if (Status st = check_not_short_key_prefix(target); !st.is_ok()) return st;
   std::error_code ec;
   if (store::looks_like_key_prefix(target) && !std::filesystem::exists(target, ec)) return cached_graph(target, db);
   return program_graph(target, step, bake_scalars);

@@ -28,6 +28,10 @@ struct GraphTarget {
 Result<GraphTarget> load_graph_target(const std::string& target, const DbOptions& db, int step,
                                       bool bake_scalars);
 
+// A target of 1 to kMinKeyPrefix - 1 hex digits that is no file: too short to be a hash prefix
+// (kInvalidArgument saying so), rather than "cannot read" a file nobody meant. Ok otherwise.
+Status check_not_short_key_prefix(const std::string& target);
+
 // Graph::to_text() with "  # LOCATION" after every node line whose location is known.
 std::string graph_text_with_sources(const Graph& graph, const GraphSources& sources);
 

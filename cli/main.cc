@@ -7,6 +7,9 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -65,6 +68,58 @@ bool report_unknown_command(CLI::App& app, std::span<char*> args, const std::str
                  .c_str(),
              stderr);
   return true;
+}
+
+// The deepest command given on the command line (`app` itself, `run`, `zoo train`) and its
+// words ("", "run ", "zoo train ").
+CLI::App* given_command(CLI::App& app, std::string* path) {
+  CLI::App* command = &app;
+  for (std::vector<CLI::App*> given = app.get_subcommands(); !given.empty(); given = command->get_subcommands()) {
+    command = given.front();
+    *path += command->get_name() + " ";
+  }
+  return command;
+}
+
+// The option names ("--steps", "-q") `command` and the commands above it accept.
+std::vector<std::string> option_names(const CLI::App* command) {
+  std::vector<std::string> names;
+  for (; command != nullptr; command = command->get_parent()) {
+    for (const CLI::Option* o : command->get_options()) {
+      for (const std::string& n : o->get_lnames()) names.push_back("--" + n);
+      for (const std::string& n : o->get_snames()) names.push_back("-" + n);
+    }
+  }
+  return names;
+}
+
+// A parse error in the tool's own words: "tracecache: run: unknown option '--step' (did you mean
+// '--steps'?); see tracecache run --help"; CLI11's other errors (a value out of range, a missing
+// argument) as CLI11 words them, with the same prefix and pointer to the help. Returns the exit
+// code, kExitBadInput.
+int report_parse_error(CLI::App& app, const CLI::ParseError& error, std::span<char*> args) {
+  using tracecache::cli::escape_control_bytes;
+  std::string path;
+  const CLI::App* command = given_command(app, &path);
+  const std::string where = path.empty() ? std::string() : path.substr(0, path.size() - 1) + ": ";
+  const std::string help = fmt::format("see tracecache {}--help", path);
+  if (dynamic_cast<const CLI::ExtrasError*>(&error) != nullptr) {
+    const std::vector<std::string> names = option_names(command);
+    const std::vector<std::string_view> views(names.begin(), names.end());
+    for (std::string_view arg : args) {
+      // An option's word: "-x" or "--name[=value]", not "-" (stdin), "--" or a negative number.
+      if (arg.size() < 2 || arg[0] != '-' || arg == "--" || std::isdigit(static_cast<unsigned char>(arg[1]))) continue;
+      arg = arg.substr(0, arg.find('='));
+      if (std::find(views.begin(), views.end(), arg) != views.end()) continue;
+      std::fputs(fmt::format("tracecache: {}unknown option '{}'{}; {}\n", where, escape_control_bytes(arg),
+                             tracecache::did_you_mean(arg, views), help)
+                     .c_str(),
+                 stderr);
+      return tracecache::cli::kExitBadInput;
+    }
+  }
+  std::fputs(fmt::format("tracecache: {}{}; {}\n", where, escape_control_bytes(error.what()), help).c_str(), stderr);
+  return tracecache::cli::kExitBadInput;
 }
 
 }  // namespace
@@ -227,16 +282,30 @@ int main(int argc, char** argv) {
                         "Only events since this time: an ISO date or date and time in UTC (2026-11-23, "
                         "2026-11-23T10:00), or an age (30s, 10m, 2h, 1d)");
   audit_cmd->add_option("--graph", cache.graph, "Only this graph: a hash or a unique prefix");
+  int64_t audit_limit = kAuditRows;
+  bool audit_all = false, full_details = false;
+  CLI::Option* limit_option =
+      audit_cmd->add_option("--limit", audit_limit,
+                            fmt::format("Graph rows to show, the most recently used first (default {}; the "
+                                        "output says how many more there are)", kAuditRows))
+          ->check(whole_number_in(1));
+  audit_cmd->add_flag("--all", audit_all, "Show every graph row (no limit)")->excludes(limit_option);
+  audit_cmd->add_flag("--full-details", full_details,
+                      fmt::format("Each miss's detail whole (default: cut at {} bytes, text and --json)",
+                                  kAuditDetailBytes));
   CLI::App* ls_cmd = cache_cmd("ls", "List cached executables, most recently used first.");
   CLI::App* stats_cmd = cache_cmd("stats", "Entries, bytes and hit rate of the cache (--remote URL: of the remote tier).");
   stats_cmd->add_option("--remote", cache.remote.flag, "The remote tier's server to report on instead: redis://HOST:PORT[/DB] or unix:///PATH.sock");
-  CLI::App* gc_cmd = cache_cmd("gc", "Evict least recently used executables down to a byte budget (--remote URL: clean the remote tier).");
-  gc_cmd->add_option("--max-bytes", max_bytes, "Budget for executables: bytes, or with K/M/G (required without --remote)");
+  CLI::App* gc_cmd = cache_cmd(
+      "gc", "Evict least recently used executables down to a byte budget, trim the audit log and old hit counts "
+            "(--remote URL: clean the remote tier).");
+  gc_cmd->add_option("--max-bytes", max_bytes,
+                     "Budget for executables: bytes, or with K/M/G (default: no budget, executables are kept)");
   gc_cmd->add_option("--remote", cache.remote.flag,
                      "Clean the remote tier instead: delete entries of other tracecache versions and entries "
                      "that fail verification");
   gc_cmd->add_option("--max-events", cache.max_events, "Audit events to keep, newest first (default 100000)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(whole_number_in(0, INT64_MAX));
   gc_cmd->add_option("--older-than", cache.older_than,
                      "Also drop events, hit counts and superseded function versions older than this: "
                      "seconds, or with m/h/d (e.g. 30d)");
@@ -266,8 +335,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    app.exit(e);
-    return kExitBadInput;
+    return report_parse_error(app, e, std::span<char*>(argv + 1, static_cast<size_t>(argc - 1)));
   }
 
   // TRACECACHE_THREADS is the default of every --threads (commands that run programs).
@@ -297,17 +365,27 @@ int main(int argc, char** argv) {
     if (*diff_cmd) return diff_command(diff);
     if (*bench_cmd) return bench_command(bench);
     if (*zoo_cmd) return zoo_command(*zoo_cmd, zoo);
-    if (*audit_cmd) return audit_command(cache);
+    if (*audit_cmd) {
+      cache.limit = audit_all ? -1 : audit_limit;
+      cache.max_detail_bytes = full_details ? -1 : kAuditDetailBytes;
+      return audit_command(cache);
+    }
     if (*ls_cmd) return ls_command(cache);
     if (*stats_cmd) return cache.remote.flag.empty() ? stats_command(cache) : remote_stats_command(cache);
     if (*verify_cmd) return verify_command(cache);
     if (*report_cmd) return report_command(report);
     if (*gc_cmd && !cache.remote.flag.empty()) return remote_gc_command(cache);
     if (*gc_cmd) {
-      if (max_bytes.empty()) return report_error(tracecache::invalid_argument("gc needs --max-bytes (or --remote URL)"));
-      auto bytes = parse_byte_size(max_bytes);
-      if (!bytes.is_ok()) return report_error(bytes.status());
-      cache.max_bytes = *bytes;
+      if (max_bytes.empty() && gc_cmd->count("--max-events") == 0 && cache.older_than.empty()) {
+        return report_error(tracecache::invalid_argument(
+            "gc needs what to remove: --max-bytes B (executables), --max-events N or --older-than AGE (the audit "
+            "log and hit counts), or --remote URL"));
+      }
+      if (!max_bytes.empty()) {
+        auto bytes = parse_byte_size(max_bytes);
+        if (!bytes.is_ok()) return report_error(bytes.status());
+        cache.max_bytes = *bytes;
+      }
       return gc_command(cache);
     }
   } catch (const tracecache::Error& e) {

@@ -4,7 +4,8 @@
 // graphs are SVG rendered by Graphviz's `dot` (run as a subprocess on `show --dot`'s text; when
 // `dot` is not on PATH the page says so and shows the graphs' text). It has no script.
 // Everything read from the database is untrusted: every text goes through html_escape
-// (cli/html.h), and the page is bounded: the newest kMaxEvents events and kMaxHitSpans hit
+// (cli/html.h), and the page is bounded: the kMaxGraphs most recently used graphs (their details
+// cut to a cell), the newest kMaxEvents events and kMaxHitSpans hit
 // counts are read, each scope shows its newest kRowsPerTable rows per table, kMaxLanes graphs in
 // its chart, kMaxDiffs node-by-node diffs and kMaxPictures pictures of at most kMaxDrawnNodes
 // nodes each in all; the page says what it left out.
@@ -44,6 +45,7 @@ namespace {
 
 constexpr int64_t kMaxEvents = 5000;
 constexpr int64_t kMaxHitSpans = 2000;
+constexpr int64_t kMaxGraphs = 2000;
 constexpr size_t kMaxScopes = 24;
 constexpr size_t kRowsPerTable = 25;
 constexpr size_t kMaxLanes = 14;
@@ -52,7 +54,7 @@ constexpr size_t kMaxDiffRows = 24;
 constexpr size_t kMaxPictures = 8;
 constexpr size_t kMaxDrawnNodes = 150;
 constexpr size_t kMaxTextLines = 200;
-constexpr size_t kMaxCellBytes = 600;
+constexpr int64_t kMaxCellBytes = 600;
 constexpr int kDotTimeoutSeconds = 20;
 
 using Clock = std::chrono::steady_clock;
@@ -199,11 +201,18 @@ class ReportWriter {
   // ---- data ----
 
   Status gather() {
-    Result<std::vector<store::GraphAudit>> graphs = db_.audit(&malformed_, filter_);
+    // Only the rows the page can show are read, and no detail beyond what a cell shows.
+    int64_t graphs_total = 0;
+    Result<std::vector<store::GraphAudit>> graphs =
+        db_.audit(&malformed_, filter_, {.limit = kMaxGraphs, .max_detail_bytes = kMaxCellBytes}, &graphs_total);
     if (!graphs.is_ok()) return graphs.status();
     graphs_ = std::move(*graphs);
+    if (graphs_total > kMaxGraphs) {
+      cuts_.push_back(fmt::format("only the {} most recently used of {} graphs were read", kMaxGraphs, graphs_total));
+    }
     int64_t malformed_events = 0;
-    Result<std::vector<store::Event>> events = db_.audit_events(filter_, kMaxEvents + 1, &malformed_events);
+    Result<std::vector<store::Event>> events =
+        db_.audit_events(filter_, kMaxEvents + 1, &malformed_events, kMaxCellBytes);
     if (!events.is_ok()) return events.status();
     events_ = std::move(*events);
     malformed_ += malformed_events;

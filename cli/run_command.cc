@@ -20,7 +20,9 @@
 #include "cli/common.h"
 #include "cli/graph_dot.h"
 #include "cli/graph_targets.h"
+#include "cli/interrupt.h"
 #include "cli/json.h"
+#include "cli/progress_line.h"
 #include "cli/step_report.h"
 #include "replay/engine/program_session.h"
 #include "replay/backends/trace_event_writer.h"
@@ -358,6 +360,271 @@ void write_sim_json(JsonWriter& j, const Backend& sim, const std::vector<SimInte
   j.end_object();
 }
 
+// Phase 1 of `run`: everything set up before the first step. Members are declared in the order
+// they must outlive each other: the session points to the metrics, the cpu timeline, the
+// database and the remote client.
+struct RunSetup {
+  SessionMode mode = SessionMode::kLazy;
+  Metrics metrics;
+  Timeline cpu_timeline;  // --timeline on cpu: the backend records on it
+  std::unique_ptr<store::CacheDb> db;
+  std::unique_ptr<store::RedisClient> remote;
+  std::unique_ptr<ProgramSession> session;
+  Timeline* timeline = nullptr;  // --timeline: the one recorded on
+  std::vector<std::string> labels;
+  // Metrics outlive the session; a cpu timeline is theirs to observe only while it runs.
+  ~RunSetup() { metrics.set_span_observer(nullptr); }
+};
+
+Status set_up_run(const Program& program, const RunOptions& options, RunSetup& r) {
+  std::optional<SessionMode> mode = parse_mode(options.mode);
+  if (!mode) return invalid_argument(fmt::format("unknown mode '{}' (available: eager, lazy, once)", options.mode));
+  r.mode = *mode;
+  if (options.backend != "reference" && r.mode != SessionMode::kEager) {
+    Result<std::unique_ptr<store::CacheDb>> db = open_run_db(options);
+    if (!db.is_ok()) return db.status();
+    r.db = std::move(*db);
+    Result<std::unique_ptr<store::RedisClient>> remote = open_remote(options.remote, &r.metrics);
+    if (!remote.is_ok()) return remote.status();
+    r.remote = std::move(*remote);
+  }
+  Result<std::unique_ptr<ProgramSession>> session = ProgramSession::create(
+      program, {.session = {.mode = r.mode, .backend = options.backend,
+                            .backend_options = {.threads = options.threads}, .db = r.db.get(),
+                            .remote = r.remote.get(), .bake_scalars = options.bake_scalars, .metrics = &r.metrics,
+                            .record_outcomes = options.verbose || options.json},
+                .automatic_dynamic = !options.no_auto_dynamic});
+  if (!session.is_ok()) return session.status();
+  r.session = std::move(*session);
+  if (!options.timeline.empty()) {
+    Result<Timeline*> started = start_timeline(*r.session, r.cpu_timeline, r.metrics, options);
+    if (!started.is_ok()) return started.status();
+    r.timeline = *started;
+  }
+  if (!options.labels.empty()) {
+    Result<std::vector<std::string>> read = read_labels(options.labels);
+    if (!read.is_ok()) return read.status();
+    r.labels = std::move(*read);
+  }
+  if (!options.save_outputs.empty()) return check_output_dir(options.save_outputs);
+  return Status::ok();
+}
+
+// What the steps gathered (phase 2), for the summary.
+struct RunRecord {
+  std::vector<StepSummary> steps;  // --json only: text mode prints each step as it ends
+  size_t steps_run = 0;
+  int64_t steps_planned = 0;
+  bool any_classifier = false;
+  std::vector<double> step_ms;  // each step's run (recording or guards, execution), not its inputs
+  std::vector<SimInterval> sim_steps;
+  int interrupted_by = 0;  // the signal that ended the run early (0: none)
+};
+
+// The step's slice on the --timeline: what it ran on the backend (none in eager mode or when it
+// fell back).
+void record_step_on_timeline(Timeline& timeline, int step, SessionMode mode, size_t graphs_before,
+                             int64_t start_ps) {
+  std::vector<std::string> graphs;
+  for (size_t g = graphs_before; g < timeline.graphs_run().size(); ++g) {
+    graphs.push_back(timeline.graphs_run()[g].to_hex());
+  }
+  timeline.record_host(fmt::format("step {}", step), "step", start_ps, timeline.host_now_ps(),
+                       {{"step", int64_t{step}},
+                        {"mode", std::string(mode_name(mode))},
+                        {"graph", fmt::format("{}", fmt::join(graphs, ","))}});
+}
+
+// What `run` keeps of one step's outputs (their buffers are dropped after the step).
+Result<StepSummary> summarize_step(const std::vector<std::pair<std::string, BufferRef>>& outputs,
+                                   const std::vector<std::string>& labels, const RunOptions& options) {
+  StepSummary r;
+  for (const auto& [name, buf] : outputs) {
+    OutputSummary o{name, buf->dtype(), buf->shape(), buf->checksum(), {}, {}};
+    if (buf->numel() == 1) o.value = scalar_value(*buf);
+    if (is_classifier(name, *buf)) {
+      if (!labels.empty() && labels.size() < static_cast<size_t>(buf->shape()[1])) {
+        return invalid_argument(fmt::format(
+            "--labels {} has {} labels, output '{}' ({}) has {} classes (one label per line, class 0 first)",
+            options.labels, labels.size(), name, type_to_string({buf->dtype(), buf->shape()}), buf->shape()[1]));
+      }
+      o.top = top_classes(*buf);
+    }
+    r.outputs.push_back(std::move(o));
+  }
+  return r;
+}
+
+// Runs step `step`: inputs, the step itself (timed), the timeline's slice, the step report, the
+// saved outputs.
+Result<StepSummary> run_step(const Program& program, const RunOptions& options, int step, RunSetup& r,
+                             StepReport& report, RunRecord& record) {
+  ProgramSession& s = *r.session;
+  const size_t keys_before = s.executed_keys().size();
+  Result<ProgramSession::PreparedStep> prepared = s.prepare(step);
+  if (!prepared.is_ok()) return prepared.status();
+  const std::optional<SimSnapshot> before = s.backend() ? s.backend()->simulated_clock() : std::nullopt;
+  const size_t graphs_before = r.timeline ? r.timeline->graphs_run().size() : 0;
+  const int64_t timeline_start = r.timeline ? r.timeline->host_now_ps() : 0;
+  report.before_step(s);
+  auto start = std::chrono::steady_clock::now();
+  Result<std::vector<BufferRef>> values = s.run(*prepared);
+  record.step_ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+  if (r.timeline) record_step_on_timeline(*r.timeline, step, r.mode, graphs_before, timeline_start);
+  if (!values.is_ok()) return values.status();
+  report.after_step(step, s);
+  if (before) record.sim_steps.push_back(sim_interval(*before, *s.backend()->simulated_clock()));
+  std::vector<std::pair<std::string, BufferRef>> outputs;
+  for (size_t k = 0; k < values->size(); ++k) outputs.emplace_back(program.outputs[k].name, std::move((*values)[k]));
+  if (!options.save_outputs.empty()) {
+    Status st = save_step_outputs(options.save_outputs, static_cast<size_t>(step), outputs);
+    if (!st.is_ok()) return st;
+  }
+  Result<StepSummary> summary = summarize_step(outputs, r.labels, options);
+  if (!summary.is_ok()) return summary.status();
+  const std::vector<GraphKey>& keys = s.executed_keys();
+  summary->graph_keys.assign(keys.begin() + static_cast<std::ptrdiff_t>(keys_before), keys.end());
+  return summary;
+}
+
+// One step's lines of the text output: its graphs (lazy mode) and each output's type, value or
+// top classes, and checksum.
+void print_step(size_t step, const StepSummary& r, SessionMode mode, const std::vector<std::string>& labels) {
+  std::string keys;
+  for (const GraphKey& k : r.graph_keys) {
+    if (!keys.empty()) keys += ',';
+    keys += k.to_hex();
+  }
+  std::string text = mode == SessionMode::kLazy ? fmt::format("step {}  graph {}\n", step, keys)
+                                                : fmt::format("step {}\n", step);
+  for (const OutputSummary& o : r.outputs) {
+    std::string value = o.value ? format_value(*o.value) + "  " : "";
+    text += fmt::format("  {:<12} {:<16} {}checksum {}\n", o.name, type_to_string({o.dtype, o.shape}), value,
+                        o.checksum);
+    for (size_t row = 0; row < o.top.size(); ++row) {
+      std::vector<std::string> classes;
+      for (const ClassScore& c : o.top[row]) classes.push_back(format_class(c, labels));
+      text += fmt::format("    row {} top-{}: {}\n", row, o.top[row].size(), fmt::join(classes, ", "));
+    }
+    if (!o.top.empty() && static_cast<int64_t>(o.top.size()) < o.shape[0]) {
+      text += fmt::format("    (the first {} of {} rows)\n", o.top.size(), o.shape[0]);
+    }
+  }
+  out(text);
+}
+
+// Phase 2: the steps, each printed (text mode) as it ends, until the last one, an error, or
+// Ctrl-C / SIGTERM (then after the step that was running).
+Status run_steps(const Program& program, const RunOptions& options, RunSetup& r, StepReport& report,
+                 RunRecord& record) {
+  record.steps_planned = options.steps == -1 ? program.default_steps() : options.steps;
+  const bool print_steps = !options.json && !options.quiet;
+  ProgressLine progress(record.steps_planned, ProgressLine::should_show(options.quiet, options.verbose, options.json));
+  Interrupt interrupt;
+  for (int step = 0; step < record.steps_planned; ++step) {
+    Result<StepSummary> summary = run_step(program, options, step, r, report, record);
+    if (!summary.is_ok()) return summary.status();
+    ++record.steps_run;
+    record.any_classifier = record.any_classifier || std::any_of(summary->outputs.begin(), summary->outputs.end(),
+                                                                 [](const OutputSummary& o) { return !o.top.empty(); });
+    if (print_steps) {
+      progress.clear();
+      print_step(static_cast<size_t>(step), *summary, r.mode, r.labels);
+      std::fflush(stdout);  // a pipe or a file sees each step as it ends, not all at exit
+    }
+    if (options.json) record.steps.push_back(std::move(*summary));
+    progress.step_done(step + 1, record.step_ms.back());
+    if (interrupt.requested()) {
+      record.interrupted_by = interrupt.signal();
+      break;
+    }
+  }
+  return Status::ok();
+}
+
+// The --json document: the steps, their outputs, counters, the function, the step report and
+// the simulated device.
+void print_run_json(const RunOptions& options, RunSetup& r, const RunRecord& record, const StepReport& report,
+                    const std::vector<std::string>& reasons) {
+  ProgramSession& s = *r.session;
+  JsonWriter j;
+  j.begin_object();
+  j.key("program").value(options.program);
+  j.key("version").value(kToolkitVersion);
+  j.key("mode").value(mode_name(r.mode));
+  j.key("backend").value(options.backend);
+  if (r.db) j.key("db").value(r.db->path());
+  else j.key("db").null();
+  j.key("steps").value(record.steps.size());
+  if (record.interrupted_by != 0) {
+    j.key("interrupted").begin_object();
+    j.key("signal").value(signal_name(record.interrupted_by));
+    j.key("at_step").value(record.steps_run - 1);
+    j.key("steps_planned").value(record.steps_planned);
+    j.end_object();
+  }
+  j.key("step_ms").begin_array();
+  for (double ms : record.step_ms) j.value(ms);
+  j.end_array();
+  write_outputs_json(j, record.steps, r.labels);
+  write_counters_json(j, r.metrics);
+  if (const CompiledFunction* f = s.function()) {
+    j.key("function").begin_object();
+    j.key("name").value(f->name());
+    j.key("entries").value(f->num_entries());
+    j.key("traces").value(f->stats().traces);
+    j.key("fell_back_to_lazy").value(f->stats().fell_back_to_lazy);
+    j.end_object();
+  }
+  j.key("recompile_reasons").begin_array();
+  for (const std::string& reason : reasons) j.value(reason);
+  j.end_array();
+  report.write_json(j);
+  if (s.backend() && s.backend()->simulated_clock()) write_sim_json(j, *s.backend(), record.sim_steps);
+  j.end_object();
+  out(j.str() + "\n");
+  if (options.metrics) std::fputs(r.metrics.report().c_str(), stderr);
+}
+
+// The text summary after the steps: counters, step times, once mode's guards and recompiles, the
+// simulated device's totals, the metrics.
+void print_run_summary(const RunOptions& options, RunSetup& r, const RunRecord& record,
+                       const std::vector<std::string>& reasons) {
+  const Metrics& metrics = r.metrics;
+  out(fmt::format("{} steps ({} mode), {} traces, {} compiles, {} memory hits, {} disk hits, {}{} misses\n",
+                  record.steps_run, mode_name(r.mode), metrics.counter(counters::kTraces),
+                  metrics.counter(counters::kCompiles), metrics.counter(counters::kHitsMemory),
+                  metrics.counter(counters::kHitsDisk),
+                  r.remote ? fmt::format("{} remote hits, ", metrics.counter("cache_hits_remote")) : std::string(),
+                  metrics.counter(counters::kMisses)));
+  out(step_time_summary(record.step_ms) + "\n");
+  if (r.mode == SessionMode::kOnce) {
+    out(fmt::format("{} guard checks, {} guard failures, {} recompiles\n", metrics.counter(counters::kGuardChecks),
+                    metrics.counter(counters::kGuardFailures), metrics.counter(counters::kRecompiles)));
+    if (int64_t n = metrics.counter(counters::kSpecializations)) {
+      out(fmt::format("{} shape specializations (dynamic entries at new sizes, no trace)\n", n));
+    }
+    for (const std::string& reason : reasons) out(fmt::format("recompile: {}\n", reason));
+  }
+  if (const Backend* sim = r.session->backend(); sim && sim->simulated_clock()) {
+    SimInterval total;
+    for (const SimInterval& i : record.sim_steps) {
+      total.step_us += i.step_us;
+      total.host_us += i.host_us;
+      total.device_busy_us += i.device_busy_us;
+      total.device_idle_us += i.device_idle_us;
+      total.bytes_copied += i.bytes_copied;
+    }
+    const double n = static_cast<double>(std::max<size_t>(record.sim_steps.size(), 1));
+    out(fmt::format("sim {}: total over {} steps {:.1f} us (host {:.1f} us), device busy {:.1f} us, idle {:.1f} us, "
+                    "{} bytes copied; per step {:.1f} us; peak memory {} bytes\n",
+                    sim->device_name(), record.sim_steps.size(), total.step_us, total.host_us, total.device_busy_us,
+                    total.device_idle_us, total.bytes_copied, total.step_us / n,
+                    sim->memory_stats().value_or(DeviceMemoryStats{}).peak));
+  }
+  if (options.metrics) out(metrics.report());
+}
+
 }  // namespace
 
 int run_command(const RunOptions& options) {
@@ -372,236 +639,48 @@ int run_command(const RunOptions& options) {
 }
 
 int run_loaded_program(const Program& program, const RunOptions& options) {
-  std::optional<SessionMode> mode = parse_mode(options.mode);
-  if (!mode) {
-    return report_error(invalid_argument(
-        fmt::format("unknown mode '{}' (available: eager, lazy, once)", options.mode)));
-  }
+  RunSetup setup;
+  Status set_up = set_up_run(program, options, setup);
+  if (!set_up.is_ok()) return report_error(set_up);
 
-  Metrics metrics;
-  // --timeline on cpu: the backend records on it. Declared before the session, which points to it.
-  Timeline cpu_timeline;
-  std::unique_ptr<store::CacheDb> db;
-  if (options.backend != "reference" && *mode != SessionMode::kEager) {
-    Result<std::unique_ptr<store::CacheDb>> opened = open_run_db(options);
-    if (!opened.is_ok()) return report_error(opened.status());
-    db = std::move(*opened);
-  }
-  std::unique_ptr<store::RedisClient> remote;
-  if (options.backend != "reference" && *mode != SessionMode::kEager) {
-    Result<std::unique_ptr<store::RedisClient>> opened = open_remote(options.remote, &metrics);
-    if (!opened.is_ok()) return report_error(opened.status());
-    remote = std::move(*opened);
-  }
-  Result<std::unique_ptr<ProgramSession>> session = ProgramSession::create(
-      program, {.session = {.mode = *mode, .backend = options.backend,
-                            .backend_options = {.threads = options.threads}, .db = db.get(),
-                            .remote = remote.get(), .bake_scalars = options.bake_scalars, .metrics = &metrics,
-                            .record_outcomes = options.verbose || options.json},
-                .automatic_dynamic = !options.no_auto_dynamic});
-  if (!session.is_ok()) return report_error(session.status());
-  ProgramSession& s = **session;
-  // Metrics outlive the session; a cpu timeline is theirs to observe only while it runs.
-  struct ObserverReset {
-    Metrics& m;
-    ~ObserverReset() { m.set_span_observer(nullptr); }
-  } observer_reset{metrics};
-  Timeline* timeline = nullptr;
-  if (!options.timeline.empty()) {
-    Result<Timeline*> started = start_timeline(s, cpu_timeline, metrics, options);
-    if (!started.is_ok()) return report_error(started.status());
-    timeline = *started;
-  }
-  std::vector<std::string> labels;
-  if (!options.labels.empty()) {
-    Result<std::vector<std::string>> read = read_labels(options.labels);
-    if (!read.is_ok()) return report_error(read.status());
-    labels = std::move(*read);
-  }
-  if (!options.save_outputs.empty()) {
-    Status st = check_output_dir(options.save_outputs);
-    if (!st.is_ok()) return report_error(st);
-  }
-  std::vector<SimInterval> sim_steps;
-
-  std::vector<double> step_ms;  // each step's run (recording or guards, execution), not its inputs
   StepReport report(options.verbose, options.json);
-  Result<std::vector<StepSummary>> steps = [&]() -> Result<std::vector<StepSummary>> {
-    int64_t n = options.steps == -1 ? program.default_steps() : options.steps;
-    std::vector<StepSummary> results;
-    for (int step = 0; step < n; ++step) {
-      size_t keys_before = s.executed_keys().size();
-      Result<ProgramSession::PreparedStep> prepared = s.prepare(step);
-      if (!prepared.is_ok()) return prepared.status();
-      const std::optional<SimSnapshot> before = s.backend() ? s.backend()->simulated_clock() : std::nullopt;
-      const size_t graphs_before = timeline ? timeline->graphs_run().size() : 0;
-      const int64_t timeline_start = timeline ? timeline->host_now_ps() : 0;
-      report.before_step(s);
-      auto start = std::chrono::steady_clock::now();
-      Result<std::vector<BufferRef>> values = s.run(*prepared);
-      step_ms.push_back(
-          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
-      if (timeline) {
-        // The step's slice: what it ran on the backend (none in eager mode or when it fell back).
-        std::vector<std::string> graphs;
-        for (size_t g = graphs_before; g < timeline->graphs_run().size(); ++g) {
-          graphs.push_back(timeline->graphs_run()[g].to_hex());
-        }
-        timeline->record_host(fmt::format("step {}", step), "step", timeline_start, timeline->host_now_ps(),
-                              {{"step", int64_t{step}},
-                               {"mode", std::string(mode_name(*mode))},
-                               {"graph", fmt::format("{}", fmt::join(graphs, ","))}});
-      }
-      if (!values.is_ok()) return values.status();
-      report.after_step(step, s);
-      if (before) sim_steps.push_back(sim_interval(*before, *s.backend()->simulated_clock()));
-      std::vector<std::pair<std::string, BufferRef>> outputs;
-      for (size_t k = 0; k < values->size(); ++k) {
-        outputs.emplace_back(program.outputs[k].name, std::move((*values)[k]));
-      }
-      if (!options.save_outputs.empty()) {
-        Status st = save_step_outputs(options.save_outputs, results.size(), outputs);
-        if (!st.is_ok()) return st;
-      }
-      StepSummary r;
-      for (const auto& [name, buf] : outputs) {
-        OutputSummary o{name, buf->dtype(), buf->shape(), buf->checksum(), {}, {}};
-        if (buf->numel() == 1) o.value = scalar_value(*buf);
-        if (is_classifier(name, *buf)) {
-          if (!labels.empty() && labels.size() < static_cast<size_t>(buf->shape()[1])) {
-            return invalid_argument(fmt::format(
-                "--labels {} has {} labels, output '{}' ({}) has {} classes (one label per line, class 0 first)",
-                options.labels, labels.size(), name, type_to_string({buf->dtype(), buf->shape()}),
-                buf->shape()[1]));
-          }
-          o.top = top_classes(*buf);
-        }
-        r.outputs.push_back(std::move(o));
-      }
-      const std::vector<GraphKey>& keys = s.executed_keys();
-      r.graph_keys.assign(keys.begin() + static_cast<std::ptrdiff_t>(keys_before), keys.end());
-      results.push_back(std::move(r));
-    }
-    return results;
-  }();
-  if (Runtime* runtime = s.runtime()) {
+  RunRecord record;
+  const Status ran = run_steps(program, options, setup, report, record);
+  // The hit counts the runtime holds reach the database whether the steps ended, failed or were
+  // interrupted.
+  if (Runtime* runtime = setup.session->runtime()) {
     runtime->flush();
     if (!options.quiet) {
       for (const std::string& w : runtime->warnings()) warn(w);
     }
   }
-  if (!steps.is_ok()) return report_error(steps.status());
-  if (!labels.empty() && !options.quiet &&
-      std::none_of(steps->begin(), steps->end(), [](const StepSummary& r) {
-        return std::any_of(r.outputs.begin(), r.outputs.end(), [](const OutputSummary& o) { return !o.top.empty(); });
-      })) {
+  if (!ran.is_ok()) return report_error(ran);
+  if (!setup.labels.empty() && !options.quiet && !record.any_classifier) {
     warn(fmt::format("--labels {}: no output is a classifier's logits (a floating [N, C] output named *logits*); "
                      "the labels name nothing", options.labels));
   }
-  report.finish(*mode, steps->size());
-
-  if (timeline) {
-    Status st = write_timeline(options.timeline, s, *timeline, options);
+  report.finish(setup.mode, record.steps_run);
+  if (record.interrupted_by != 0) {
+    std::fputs(fmt::format("tracecache: interrupted at step {} ({}): {} of {} steps ran; the summary so far "
+                           "follows and the replay counts are in the cache\n",
+                           record.steps_run - 1, signal_name(record.interrupted_by), record.steps_run,
+                           record.steps_planned)
+                   .c_str(),
+               stderr);
+  }
+  if (setup.timeline) {
+    Status st = write_timeline(options.timeline, *setup.session, *setup.timeline, options);
     if (!st.is_ok()) return report_error(st);
   }
   static const std::vector<std::string> kNoReasons;
   const std::vector<std::string>& reasons =
-      s.function() ? s.function()->stats().recompile_reasons : kNoReasons;
+      setup.session->function() ? setup.session->function()->stats().recompile_reasons : kNoReasons;
   if (options.json) {
-    JsonWriter j;
-    j.begin_object();
-    j.key("program").value(options.program);
-    j.key("version").value(kToolkitVersion);
-    j.key("mode").value(mode_name(*mode));
-    j.key("backend").value(options.backend);
-    if (db) j.key("db").value(db->path());
-    else j.key("db").null();
-    j.key("steps").value(steps->size());
-    j.key("step_ms").begin_array();
-    for (double ms : step_ms) j.value(ms);
-    j.end_array();
-    write_outputs_json(j, *steps, labels);
-    write_counters_json(j, metrics);
-    if (const CompiledFunction* f = s.function()) {
-      j.key("function").begin_object();
-      j.key("name").value(f->name());
-      j.key("entries").value(f->num_entries());
-      j.key("traces").value(f->stats().traces);
-      j.key("fell_back_to_lazy").value(f->stats().fell_back_to_lazy);
-      j.end_object();
-    }
-    j.key("recompile_reasons").begin_array();
-    for (const std::string& r : reasons) j.value(r);
-    j.end_array();
-    report.write_json(j);
-    if (s.backend() && s.backend()->simulated_clock()) write_sim_json(j, *s.backend(), sim_steps);
-    j.end_object();
-    out(j.str() + "\n");
-    if (options.metrics) std::fputs(metrics.report().c_str(), stderr);
-    return kExitOk;
+    print_run_json(options, setup, record, report, reasons);
+  } else if (!options.quiet) {
+    print_run_summary(options, setup, record, reasons);
   }
-  if (options.quiet) return kExitOk;
-
-  for (size_t i = 0; i < steps->size(); ++i) {
-    const StepSummary& r = (*steps)[i];
-    std::string keys;
-    for (const GraphKey& k : r.graph_keys) {
-      if (!keys.empty()) keys += ',';
-      keys += k.to_hex();
-    }
-    if (*mode == SessionMode::kLazy) {
-      out(fmt::format("step {}  graph {}\n", i, keys));
-    } else {
-      out(fmt::format("step {}\n", i));
-    }
-    for (const OutputSummary& o : r.outputs) {
-      std::string value = o.value ? format_value(*o.value) + "  " : "";
-      out(fmt::format("  {:<12} {:<16} {}checksum {}\n", o.name, type_to_string({o.dtype, o.shape}),
-                      value, o.checksum));
-      for (size_t row = 0; row < o.top.size(); ++row) {
-        std::vector<std::string> classes;
-        for (const ClassScore& c : o.top[row]) classes.push_back(format_class(c, labels));
-        out(fmt::format("    row {} top-{}: {}\n", row, o.top[row].size(), fmt::join(classes, ", ")));
-      }
-      if (!o.top.empty() && static_cast<int64_t>(o.top.size()) < o.shape[0]) {
-        out(fmt::format("    (the first {} of {} rows)\n", o.top.size(), o.shape[0]));
-      }
-    }
-  }
-  out(fmt::format("{} steps ({} mode), {} traces, {} compiles, {} memory hits, {} disk hits, {}{} misses\n",
-                  steps->size(), mode_name(*mode), metrics.counter(counters::kTraces),
-                  metrics.counter(counters::kCompiles), metrics.counter(counters::kHitsMemory),
-                  metrics.counter(counters::kHitsDisk),
-                  remote ? fmt::format("{} remote hits, ", metrics.counter("cache_hits_remote")) : std::string(),
-                  metrics.counter(counters::kMisses)));
-  out(step_time_summary(step_ms) + "\n");
-  if (*mode == SessionMode::kOnce) {
-    out(fmt::format("{} guard checks, {} guard failures, {} recompiles\n",
-                    metrics.counter(counters::kGuardChecks), metrics.counter(counters::kGuardFailures),
-                    metrics.counter(counters::kRecompiles)));
-    if (int64_t n = metrics.counter(counters::kSpecializations)) {
-      out(fmt::format("{} shape specializations (dynamic entries at new sizes, no trace)\n", n));
-    }
-    for (const std::string& r : reasons) out(fmt::format("recompile: {}\n", r));
-  }
-  if (const Backend* sim = s.backend(); sim && sim->simulated_clock()) {
-    SimInterval total;
-    for (const SimInterval& i : sim_steps) {
-      total.step_us += i.step_us;
-      total.host_us += i.host_us;
-      total.device_busy_us += i.device_busy_us;
-      total.device_idle_us += i.device_idle_us;
-      total.bytes_copied += i.bytes_copied;
-    }
-    const double n = static_cast<double>(std::max<size_t>(sim_steps.size(), 1));
-    out(fmt::format("sim {}: total over {} steps {:.1f} us (host {:.1f} us), device busy {:.1f} us, idle {:.1f} us, "
-                    "{} bytes copied; per step {:.1f} us; peak memory {} bytes\n",
-                    sim->device_name(), sim_steps.size(), total.step_us, total.host_us, total.device_busy_us,
-                    total.device_idle_us, total.bytes_copied, total.step_us / n,
-                    sim->memory_stats().value_or(DeviceMemoryStats{}).peak));
-  }
-  if (options.metrics) out(metrics.report());
-  return kExitOk;
+  return record.interrupted_by != 0 ? interrupted_exit_code(record.interrupted_by) : kExitOk;
 }
 
 namespace {
@@ -675,6 +754,7 @@ int show_cached_graph(const ShowOptions& options, const GraphKey& key) {
 }  // namespace
 
 int show_command(const ShowOptions& options) {
+  if (Status st = check_not_short_key_prefix(options.target); !st.is_ok()) return report_error(st);
   std::error_code ec;
   if (store::looks_like_key_prefix(options.target) && !std::filesystem::exists(options.target, ec)) {
     // A full hash or a unique prefix of one (as `audit` prints), like git.

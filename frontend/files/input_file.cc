@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include <cerrno>
+#include <climits>
 #include <cstring>
 #include <utility>
 
@@ -18,6 +19,14 @@ Result<InputFile> InputFile::open(const std::string& path) {
   if (fd < 0) {
     int err = errno;
     if (err == ENOENT) return not_found(fmt::format("{}: no such file", path));
+    if (err == ENAMETOOLONG) {
+      // The name (a program's string, perhaps megabytes) is cut: its start and end say which.
+      const std::string shown = path.size() <= 160 ? path
+                                : fmt::format("{}...{}", path.substr(0, 100), path.substr(path.size() - 40));
+      return invalid_argument(fmt::format("{}: a file name of {} bytes is longer than the system allows (a path of "
+                                          "at most {} bytes, each name in it at most {}); pass a shorter path",
+                                          shown, path.size(), PATH_MAX, NAME_MAX));
+    }
     return io_error(fmt::format("{}: cannot open for reading: {}", path, std::strerror(err)));
   }
   struct stat st {};

@@ -120,8 +120,23 @@ struct GraphAudit {     // `tracecache audit`: one row per graph key seen in eve
   double saved_ms = 0;        // hits (every tier's) * (compile_ms_total / compiles), 0 if never compiled
   double last_use = 0;
   // detail: what differed from the closest cached graph (Event::detail), "" if not explained.
-  struct Miss { double time; std::string reason; std::string backend; std::string detail; std::string program; };
+  // detail_cut: the detail was longer than AuditPage::max_detail_bytes and is cut to it.
+  struct Miss {
+    double time;
+    std::string reason;
+    std::string backend;
+    std::string detail;
+    std::string program;
+    bool detail_cut = false;
+  };
   std::vector<Miss> recent_misses;  // newest first, at most 5
+};
+
+// Which of audit()'s graph rows to read, and how much of each miss's detail (a detail can be
+// megabytes: what differed between two large graphs).
+struct AuditPage {
+  int64_t limit = -1;             // at most this many rows, the newest first; < 0: all
+  int64_t max_detail_bytes = -1;  // details longer than this are cut to it (at a UTF-8 boundary); < 0: whole
 };
 
 struct HitSpan {        // `tracecache report`: one hit count (hit_counts row)
@@ -228,10 +243,19 @@ class CacheDb final : public AuditLog, public GuardEntryStore {
   // counts `filter` selects count; a graph none of whose rows is selected is left out. Hit counts
   // carry no program: a program filter selects a graph's counts when its stored sources name
   // the program.
-  Result<std::vector<GraphAudit>> audit(int64_t* malformed = nullptr, const AuditFilter& filter = {});
+  // `page` bounds what is read: the first page.limit rows (each row's program and recent misses
+  // are read for those rows only), their details cut to page.max_detail_bytes; *rows_total (if
+  // given) is the number of rows the filter selects, shown or not.
+  Result<std::vector<GraphAudit>> audit(int64_t* malformed = nullptr, const AuditFilter& filter = {},
+                                        const AuditPage& page = {}, int64_t* rows_total = nullptr);
   // The events `filter` selects (hit rows of schema 1 and 2 included), newest first, at most
   // `limit` (> 0); rows with a damaged kind or key are skipped and counted in *malformed if given.
-  Result<std::vector<Event>> audit_events(const AuditFilter& filter, int64_t limit, int64_t* malformed = nullptr);
+  // Each detail is cut to max_detail_bytes (at a UTF-8 boundary) when that is >= 0.
+  Result<std::vector<Event>> audit_events(const AuditFilter& filter, int64_t limit, int64_t* malformed = nullptr,
+                                          int64_t max_detail_bytes = -1);
+  // The program names events and graph sources record (as `audit --program` matches them), in
+  // name order, at most `limit` (> 0): what to suggest when a --program selects nothing.
+  Result<std::vector<std::string>> programs(int64_t limit);
   // The hit counts `filter` selects (as audit() selects them), latest first, at most `limit` (> 0).
   Result<std::vector<HitSpan>> hit_spans(const AuditFilter& filter, int64_t limit);
   // Evicts executables, least recently used first, until they take at most max_bytes; records

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <filesystem>
 #include <utility>
 
@@ -143,10 +144,27 @@ class AdHoc {
   Stmt stmt_;
 };
 
+// Cuts `text` to at most `max_bytes` bytes, back to the start of a UTF-8 sequence; true if it cut.
+bool cut_utf8(std::string& text, int64_t max_bytes) {
+  if (max_bytes < 0 || text.size() <= static_cast<size_t>(max_bytes)) return false;
+  size_t n = static_cast<size_t>(max_bytes);
+  while (n > 0 && (static_cast<unsigned char>(text[n]) & 0xC0) == 0x80) --n;
+  text.resize(n);
+  return true;
+}
+
+// The detail column as read: whole, or (max_bytes >= 0) its first max_bytes + 1 characters, which
+// are more than max_bytes bytes exactly when the whole detail is (cut_utf8 then cuts them).
+std::string detail_column(int64_t max_bytes) {
+  return max_bytes < 0 ? "detail" : fmt::format("substr(detail, 1, {})", max_bytes + 1);
+}
+
 }  // namespace
 
-Result<std::vector<GraphAudit>> CacheDb::audit(int64_t* malformed, const AuditFilter& filter) {
+Result<std::vector<GraphAudit>> CacheDb::audit(int64_t* malformed, const AuditFilter& filter, const AuditPage& page,
+                                               int64_t* rows_total) {
   if (malformed) *malformed = 0;
+  if (rows_total) *rows_total = 0;
   const std::string sql = fmt::format(
       "SELECT graph_key, SUM(hm), SUM(hd), SUM(ms), SUM(cp), SUM(cr), SUM(cms), MAX(t), SUM(hr) FROM ("
       "SELECT graph_key, kind = 'hit_memory' AS hm, kind = 'hit_disk' AS hd, kind = 'miss' AS ms, "
@@ -159,9 +177,9 @@ Result<std::vector<GraphAudit>> CacheDb::audit(int64_t* malformed, const AuditFi
       "GROUP BY graph_key ORDER BY MAX(t) DESC, graph_key",
       event_conditions(filter), hit_conditions(filter));
   const std::string misses_sql = fmt::format(
-      "SELECT time, reason, backend, detail, program FROM events WHERE graph_key = ?6 AND kind = 'miss'{} "
+      "SELECT time, reason, backend, {}, program FROM events WHERE graph_key = ?6 AND kind = 'miss'{} "
       "ORDER BY time DESC, id DESC LIMIT 5",
-      event_conditions(filter));
+      detail_column(page.max_detail_bytes), event_conditions(filter));
   constexpr const char* kProgramSql =
       "SELECT program FROM (SELECT program, 1 AS o FROM graph_sources WHERE graph_key = ?1 AND program <> '' "
       "UNION ALL SELECT program, 2 FROM (SELECT program FROM events WHERE graph_key = ?1 AND program <> '' "
@@ -186,6 +204,9 @@ Result<std::vector<GraphAudit>> CacheDb::audit(int64_t* malformed, const AuditFi
           }
           continue;
         }
+        if (rows_total) ++*rows_total;
+        // Rows past the page are counted, not kept: 300k graphs must not become 300k objects.
+        if (page.limit >= 0 && out.size() >= static_cast<size_t>(page.limit)) continue;
         GraphAudit a;
         a.graph = *key;
         a.hits_memory = q.col_i64(1);
@@ -218,7 +239,9 @@ Result<std::vector<GraphAudit>> CacheDb::audit(int64_t* malformed, const AuditFi
       q.text(6, a.graph.to_hex());
       int rc;
       while ((rc = q.step()) == SQLITE_ROW) {
-        a.recent_misses.push_back({q.col_real(0), q.col_text(1), q.col_text(2), q.col_text(3), q.col_text(4)});
+        GraphAudit::Miss m{q.col_real(0), q.col_text(1), q.col_text(2), q.col_text(3), q.col_text(4)};
+        m.detail_cut = cut_utf8(m.detail, page.max_detail_bytes);
+        a.recent_misses.push_back(std::move(m));
       }
       if (rc != SQLITE_DONE) return impl_->error(rc, "reading the audit log");
     }
@@ -226,11 +249,13 @@ Result<std::vector<GraphAudit>> CacheDb::audit(int64_t* malformed, const AuditFi
   });
 }
 
-Result<std::vector<Event>> CacheDb::audit_events(const AuditFilter& filter, int64_t limit, int64_t* malformed) {
+Result<std::vector<Event>> CacheDb::audit_events(const AuditFilter& filter, int64_t limit, int64_t* malformed,
+                                                 int64_t max_detail_bytes) {
   if (malformed) *malformed = 0;
   const std::string sql = fmt::format(
-      "SELECT id, time, pid, kind, graph_key, backend, reason, duration_ms, detail, options_digest, program, "
-      "function FROM events WHERE 1{} ORDER BY id DESC LIMIT ?6", event_conditions(filter));
+      "SELECT id, time, pid, kind, graph_key, backend, reason, duration_ms, {}, options_digest, program, "
+      "function FROM events WHERE 1{} ORDER BY id DESC LIMIT ?6", detail_column(max_detail_bytes),
+      event_conditions(filter));
   AdHoc stmt;
   Status st = impl_->prepare(stmt.stmt(), sql.c_str());
   if (!st.is_ok()) return st;
@@ -245,9 +270,25 @@ Result<std::vector<Event>> CacheDb::audit_events(const AuditFilter& filter, int6
       if (malformed) ++*malformed;
       continue;
     }
+    cut_utf8(e->detail, max_detail_bytes);
     out.push_back(std::move(*e));
   }
   if (rc != SQLITE_DONE) return impl_->error(rc, "reading the audit log");
+  return out;
+}
+
+Result<std::vector<std::string>> CacheDb::programs(int64_t limit) {
+  AdHoc stmt;
+  Status st = impl_->prepare(stmt.stmt(),
+                             "SELECT program FROM events WHERE program <> '' UNION SELECT program FROM graph_sources "
+                             "WHERE program <> '' ORDER BY 1 LIMIT ?1");
+  if (!st.is_ok()) return st;
+  Query q(stmt.stmt());
+  q.i64(1, std::max<int64_t>(limit, 1));
+  std::vector<std::string> out;
+  int rc;
+  while ((rc = q.step()) == SQLITE_ROW) out.push_back(q.col_text(0));
+  if (rc != SQLITE_DONE) return impl_->error(rc, "reading the audit log's programs");
   return out;
 }
 
@@ -452,6 +493,11 @@ bool looks_like_key_prefix(std::string_view text) {
 }
 
 Result<GraphKey> resolve_graph_key(CacheDb& db, std::string_view text) {
+  const bool hex = std::all_of(text.begin(), text.end(), [](char c) { return std::isxdigit(static_cast<unsigned char>(c)); });
+  if (hex && !text.empty() && text.size() < kMinKeyPrefix) {
+    return invalid_argument(fmt::format("'{}' is too short for a graph hash prefix: give {} to 32 hex digits "
+                                        "(`tracecache ls` lists the hashes)", text, kMinKeyPrefix));
+  }
   if (!looks_like_key_prefix(text)) {
     return invalid_argument(fmt::format("'{}' is not a graph hash (give {} to 32 hex digits)", text, kMinKeyPrefix));
   }

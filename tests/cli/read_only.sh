@@ -31,4 +31,9 @@ a, b = (json.load(open(p)) for p in sys.argv[1:3])
 assert a["outputs"] == b["outputs"], "read-only cache changed the results"
 assert b["counters"]["cache_hits_disk"] == 1, b["counters"]  # it still serves hits
 PY
+# gc must write: on a database it can only read it is refused as bad input (exit 2), saying why.
+code=0
+"${as_other[@]}" "$RO/tracecache" gc --db "$RO/ro.db" --max-events 1 > "$TMP/gc.out" 2> "$TMP/gc.err" || code=$?
+[ "$code" -eq 2 ] || fail "gc on a read-only database exited $code, expected 2: $(cat "$TMP/gc.err")"
+grep -q "read-only" "$TMP/gc.err" || fail "gc on a read-only database does not say so: $(cat "$TMP/gc.err")"
 echo ok

@@ -109,5 +109,49 @@ TEST(ReportQueries, HitSpansCarryTheirFirstAndLatestTimeAndFollowTheGraphsProgra
   EXPECT_EQ(one->size(), 1u);
 }
 
+// `audit --limit` and the report read a page of graph rows: the newest first, the rest counted
+// (not read); details are cut at a UTF-8 boundary and say so (issue 36).
+TEST(ReportQueries, AuditReadsAPageOfRowsAndCutsLongDetails) {
+  testing::TempDir dir;
+  auto db = CacheDb::open({.path = dir.db()});
+  ASSERT_TRUE(db.is_ok()) << db.status().to_string();
+  std::vector<Event> events;
+  for (uint64_t g = 1; g <= 7; ++g) events.push_back(scoped(EventKind::kMiss, g, 100.0 + static_cast<double>(g), "mlp.trace"));
+  // The newest graph's miss: 'x' then 300 two-byte characters (U+00E9).
+  std::string detail = "x";
+  for (int i = 0; i < 300; ++i) detail += "\xc3\xa9";
+  events.back().detail = detail;
+  ASSERT_TRUE((*db)->append_events(events).is_ok());
+
+  int64_t total = -1;
+  auto page = (*db)->audit(nullptr, {}, {.limit = 3, .max_detail_bytes = 10}, &total);
+  ASSERT_TRUE(page.is_ok()) << page.status().to_string();
+  EXPECT_EQ(total, 7);
+  ASSERT_EQ(page->size(), 3u);
+  EXPECT_EQ((*page)[0].graph, (GraphKey{7, 1}));
+  EXPECT_EQ((*page)[2].graph, (GraphKey{5, 1}));
+  ASSERT_EQ((*page)[0].recent_misses.size(), 1u);
+  const GraphAudit::Miss& cut = (*page)[0].recent_misses[0];
+  EXPECT_TRUE(cut.detail_cut);
+  EXPECT_EQ(cut.detail, detail.substr(0, 9));  // 10 bytes would split a character: 9
+  EXPECT_FALSE((*page)[1].recent_misses.empty() || (*page)[1].recent_misses[0].detail_cut);
+
+  auto whole = (*db)->audit(nullptr, {}, {}, &total);
+  ASSERT_TRUE(whole.is_ok());
+  EXPECT_EQ(whole->size(), 7u);
+  EXPECT_EQ(total, 7);
+  EXPECT_EQ((*whole)[0].recent_misses[0].detail, detail);
+  EXPECT_FALSE((*whole)[0].recent_misses[0].detail_cut);
+
+  auto cut_events = (*db)->audit_events({}, 1, nullptr, 4);
+  ASSERT_TRUE(cut_events.is_ok());
+  ASSERT_EQ(cut_events->size(), 1u);
+  EXPECT_EQ(cut_events->front().detail, detail.substr(0, 3));
+
+  auto programs = (*db)->programs(10);
+  ASSERT_TRUE(programs.is_ok());
+  EXPECT_EQ(*programs, std::vector<std::string>{"mlp.trace"});
+}
+
 }  // namespace
 }  // namespace tracecache::store

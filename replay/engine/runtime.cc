@@ -20,18 +20,6 @@ double now_seconds() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-// The disk tier's position among the runtime's tiers (memory first).
-constexpr size_t kDiskTierIndex = 1;
-
-// Memory, then disk and remote when there are.
-template <typename Memory, typename Disk, typename Remote>
-std::vector<store::ExecutableStore<Executable>*> tier_list(Memory& memory, Disk& disk, Remote& remote) {
-  std::vector<store::ExecutableStore<Executable>*> tiers{&memory};
-  if (disk) tiers.push_back(&*disk);
-  if (remote) tiers.push_back(&*remote);
-  return tiers;
-}
-
 // The counter a tier's hits add to: "cache_hits_" and the tier's name (counters::kHitsMemory,
 // counters::kHitsDisk for today's tiers).
 std::string hit_counter(std::string_view tier) { return fmt::format("cache_hits_{}", tier); }
@@ -72,28 +60,25 @@ Runtime::Runtime(Backend* backend, store::CacheDb* disk, store::AuditLog* audit,
       compiler_version_(options.compiler_version.value_or(backend->compiler_version())),
       lookup_key_{GraphKey{}, std::string(backend->name()), backend->options_digest(), compiler_version_},
       codec_(backend),
-      memory_(options.memory_cache_bytes),
-      disk_(disk ? std::optional<store::SqliteTier<Executable>>(std::in_place, disk, &codec_) : std::nullopt),
-      remote_(options.remote ? std::optional<store::RemoteTier<Executable>>(std::in_place, options.remote, &codec_)
-                             : std::nullopt),
-      tiers_(tier_list(memory_, disk_, remote_)),
-      remote_index_(disk_ ? 2 : 1),
+      stack_(&codec_,
+             {.memory_bytes = options.memory_cache_bytes,
+              .disk = disk,
+              .remote = options.remote,
+              .guard_entries = guard_entries,
+              .guard_events = [this](store::EventKind kind, const store::FunctionKey& function, std::string detail) {
+                if (kind == store::EventKind::kUnavailable) warn_remote_unavailable(detail);
+                // A corrupt value is a `corrupt` event wherever it was (its detail names the
+                // remote); the other kinds name the tier.
+                if (kind == store::EventKind::kCorrupt) metrics_->add(counters::kCorrupt);
+                function_event(kind, function.name, std::move(detail),
+                               kind == store::EventKind::kCorrupt ? std::string_view() : store::kRemoteTier);
+              }}),
+      tiers_(stack_.tiers()),
+      remote_(stack_.remote()),
       pid_(static_cast<int64_t>(::getpid())),
       recent_graphs_(options.explain_candidates),
       mirror_token_(next_mirror_token++) {
-  if (options.remote) {
-    remote_guards_.emplace(options.remote);
-    tiered_guards_.emplace(guard_entries_, &*remote_guards_,
-                           [this](store::EventKind kind, const store::FunctionKey& function, std::string detail) {
-                             if (kind == store::EventKind::kUnavailable) warn_remote_unavailable(detail);
-                             // A corrupt value is a `corrupt` event wherever it was (its detail
-                             // names the remote); the other kinds name the tier.
-                             if (kind == store::EventKind::kCorrupt) metrics_->add(counters::kCorrupt);
-                             function_event(kind, function.name, std::move(detail),
-                                            kind == store::EventKind::kCorrupt ? std::string_view() : store::kRemoteTier);
-                           });
-    guard_entries_ = &*tiered_guards_;
-  }
+  guard_entries_ = stack_.guard_entries();
   if (audit_ && audit_->read_only()) {
     warn(fmt::format("cache database '{}' is read-only: results are correct, but nothing new is "
                      "cached or audited", audit_->location()));
@@ -220,9 +205,9 @@ const store::ExecutableKey& Runtime::executable_key(const GraphKey& graph) {
 std::optional<store::MissReason> Runtime::note_lookup(const store::ExecutableKey& key,
                                                       const Tiers::Lookup& found) {
   std::optional<store::MissReason> reason;
-  bool remote_answered = remote_ && (!found.exe || found.tier == remote_index_);
+  bool remote_answered = remote_ && (!found.exe || stack_.is_remote(found.tier));
   for (const Tiers::Problem& p : found.problems) {
-    const bool remote = remote_ && p.tier == remote_index_;
+    const bool remote = stack_.is_remote(p.tier);
     if (p.status.code() == StatusCode::kCorruption) {
       metrics_->add(counters::kCorrupt);
       event(store::EventKind::kCorrupt, key.graph, {}, 0, p.status.message());
@@ -252,7 +237,7 @@ std::optional<store::MissReason> Runtime::note_lookup(const store::ExecutableKey
 void Runtime::note_puts(const std::vector<Tiers::Put>& puts) {
   for (const Tiers::Put& put : puts) {
     std::string_view tier = tiers_.tier(put.tier).name();
-    if (!put.status.is_ok() && put.tier != kDiskTierIndex && !(remote_ && put.tier == remote_index_)) {
+    if (!put.status.is_ok() && !stack_.is_disk(put.tier) && !stack_.is_remote(put.tier)) {
       warn(fmt::format("could not keep an executable in the {} cache: {}", tier, put.status.message()));
     }
     for (const store::ExecutableKey& evicted : put.evicted) {
@@ -265,11 +250,12 @@ void Runtime::store_compiled(const store::ExecutableKey& key, const std::shared_
                              const Graph& graph, double compile_ms) {
   // The executable and the decisions that describe it (miss, compile, store) in one transaction.
   store::Event stored = make_event(store::EventKind::kStore, key.graph);
-  if (disk_) unwritten_.push_back(stored);
+  const std::optional<size_t> disk = stack_.disk_index();
+  if (disk) unwritten_.push_back(stored);
   std::vector<Tiers::Put> puts = tiers_.put(key, exe, {compile_ms, &graph, unwritten_});
   hold_decisions_ = false;
-  if (disk_) {
-    const Status& st = puts.at(kDiskTierIndex).status;
+  if (disk) {
+    const Status& st = puts.at(*disk).status;
     if (st.is_ok()) {
       keep(stored);
       unwritten_.clear();
@@ -282,7 +268,7 @@ void Runtime::store_compiled(const store::ExecutableKey& key, const std::shared_
   }
   write_decisions();
   if (remote_) {
-    const Status& st = puts.at(remote_index_).status;
+    const Status& st = puts.at(*stack_.remote_index()).status;
     if (remote_->client().read_only()) {
       remote_event(store::EventKind::kSkip, key.graph, "not written: read-only mode");
     } else if (!st.is_ok()) {
@@ -300,7 +286,7 @@ Result<std::shared_ptr<const Executable>> Runtime::prepare(const CanonicalGraph&
   Tiers::Lookup found = tiers_.get(key);
   std::optional<store::MissReason> reason = note_lookup(key, found);
   if (found.exe) {
-    if (remote_ && found.tier == remote_index_) remember_remote_graph(cg);
+    if (stack_.is_remote(found.tier)) remember_remote_graph(cg);
     return std::move(found.exe);
   }
   if (audit_ && !reason) {
@@ -318,7 +304,7 @@ Result<std::shared_ptr<const Executable>> Runtime::prepare(const CanonicalGraph&
       runtime->write_decisions();
     }
   } write_on_exit{this};
-  hold_decisions_ = disk_.has_value();
+  hold_decisions_ = stack_.disk_index().has_value();
   GraphSources sources = graph_sources(cg);
   sources.program = options_.program;
   sources.function = options_.function;
@@ -396,7 +382,7 @@ Result<std::shared_ptr<const Executable>> Runtime::prepare_by_key(const GraphKey
   Tiers::Lookup found = tiers_.get(exe_key);
   (void)note_lookup(exe_key, found);
   if (found.exe) {
-    if (remote_ && found.tier == remote_index_) {  // a guard entry's graph, met through the remote
+    if (stack_.is_remote(found.tier)) {  // a guard entry's graph, met through the remote
       CanonicalGraph cg;
       cg.graph = found.exe->graph;
       cg.key = key;
@@ -547,11 +533,17 @@ Status Runtime::donated_run_failed(const GraphKey& graph, const std::string& why
       graph.to_hex(), backend_->name(), why));
 }
 
+// The one fallback rule (invariant 6), for lazy steps (execute) and compiled functions
+// (run_or_fall_back) alike: when running on the backend fails, by a failed status of any code (the
+// backend wrote nothing: backend.h) or by an exception before a donated parameter was given up,
+// the graph runs on the reference evaluator, with a `fallback` event and a warning. The one
+// exception is an exception after a donated parameter was given up: an error (kInternal), never a
+// reference run over a value the backend may have begun to overwrite.
 Result<std::vector<DataRef>> Runtime::run_or_fall_back(const Executable& exe, std::vector<DataRef>& params) {
   bool began = false;
   try {
     Result<std::vector<DataRef>> outs = run_on_backend(exe, params, began);
-    if (outs.is_ok() || outs.status().code() != StatusCode::kResourceExhausted) return outs;
+    if (outs.is_ok()) return outs;
     event(store::EventKind::kFallback, exe.graph_key, "run failed", 0, outs.status().message());
     return run_reference(exe.graph, params, outs.status().message());
   } catch (const std::exception& e) {
@@ -562,23 +554,18 @@ Result<std::vector<DataRef>> Runtime::run_or_fall_back(const Executable& exe, st
 }
 
 Result<std::vector<DataRef>> Runtime::execute(const CanonicalGraph& cg, std::vector<DataRef> params) {
-  // Anything a backend throws (e.g. bad_alloc) costs this step its speed, not its result; unless
-  // it came after the backend was given a donated parameter to overwrite.
-  bool began = false;
+  // A graph that cannot be compiled (or throws while it is: e.g. bad_alloc) costs this step its
+  // speed, not its result; running it follows the one fallback rule above.
+  std::shared_ptr<const Executable> exe;
   try {
-    Result<std::shared_ptr<const Executable>> exe = prepare(cg);
-    if (!exe.is_ok()) return run_reference(cg.graph, params, exe.status().message());
-    Result<std::vector<DataRef>> outs = run_on_backend(**exe, params, began);
-    if (!outs.is_ok()) {  // a failed status: nothing was written (backend.h), params are whole
-      event(store::EventKind::kFallback, cg.key, "run failed", 0, outs.status().message());
-      return run_reference(cg.graph, params, outs.status().message());
-    }
-    return outs;
+    Result<std::shared_ptr<const Executable>> prepared = prepare(cg);
+    if (!prepared.is_ok()) return run_reference(cg.graph, params, prepared.status().message());
+    exe = std::move(*prepared);
   } catch (const std::exception& e) {
-    if (began) return donated_run_failed(cg.key, e.what());
     event(store::EventKind::kFallback, cg.key, "exception", 0, e.what());
     return run_reference(cg.graph, params, e.what());
   }
+  return run_or_fall_back(*exe, params);
 }
 
 void Runtime::function_event(store::EventKind kind, const std::string& function, std::string detail,

@@ -1,7 +1,7 @@
 // Runtime: lazy-mode execution of canonical graphs (the GraphExecutor behind mark_step).
 //
-// For each graph: the executable tiers (store/tiers: memory LRU, then SQLite), all keyed by the
-// full ExecutableKey -> on a miss, compile and store -> run on the backend. Every decision is an
+// For each graph: the executable tiers (store/tiers/tier_stack.h: memory LRU, then SQLite, then
+// the remote tier), all keyed by the full ExecutableKey -> on a miss, compile and store -> run on the backend. Every decision is an
 // audit event (docs/architecture.md invariant 8): hit (with the tier that served it: hit_memory,
 // hit_disk), miss with its reason, compile with its duration, store, evict (from the memory LRU),
 // corrupt, store_failed, and fallback (the step ran on the reference evaluator, with why).
@@ -61,15 +61,7 @@
 #include "replay/engine/closest_graph.h"
 #include "store/core/audit_log.h"
 #include "store/core/guard_entry_store.h"
-#include "store/sqlite/cache_db.h"
-#include "store/tiers/executable_store.h"
-#include "store/remote/redis_client.h"
-#include "store/remote/remote_guard_entry_store.h"
-#include "store/tiers/memory_tier.h"
-#include "store/tiers/remote_tier.h"
-#include "store/tiers/sqlite_tier.h"
-#include "store/tiers/tiered_guard_entry_store.h"
-#include "store/tiers/tiered_store.h"
+#include "store/tiers/tier_stack.h"
 
 namespace tracecache {
 
@@ -141,11 +133,12 @@ class Runtime final : public GraphExecutor {
   // exception thrown by the backend it may be partly overwritten.
   Result<std::vector<DataRef>> run_prepared(const Executable& exe, std::vector<DataRef>& params);
 
-  // run_prepared(), except that when the backend runs out of resources (kResourceExhausted, e.g.
-  // the sim device's memory) or throws, the graph runs on the reference evaluator instead, with
-  // a `fallback` event and a warning (invariant 6: the results are never lost). Other failures
-  // are returned, and so is an exception thrown after a donated parameter was given up (kInternal:
-  // the reference would read a value the backend may have begun to overwrite).
+  // run_prepared(), except that when running on the backend fails (a failed status of any code,
+  // e.g. kResourceExhausted from the sim device's memory, or an exception) the graph runs on the
+  // reference evaluator instead, with a `fallback` event and a warning (invariant 6: the results
+  // are never lost). The one exception: an exception thrown after a donated parameter was given
+  // up is returned (kInternal: the reference would read a value the backend may have begun to
+  // overwrite). execute() runs every graph it prepared through this same rule.
   Result<std::vector<DataRef>> run_or_fall_back(const Executable& exe, std::vector<DataRef>& params);
 
   // Records an event about a compiled function (recompile, fallback) in the audit log; `tier`
@@ -262,15 +255,12 @@ class Runtime final : public GraphExecutor {
   // (executable_key()); events take their backend and digest from here too.
   store::ExecutableKey lookup_key_;
   BackendCodec codec_;
-  store::MemoryTier<Executable> memory_;
-  std::optional<store::SqliteTier<Executable>> disk_;  // when disk_db_
-  std::optional<store::RemoteTier<Executable>> remote_;  // when options.remote
-  Tiers tiers_;                                         // memory_, then disk_, then remote_
-  size_t remote_index_ = 0;                             // remote_'s position in tiers_
-  // With a remote tier: the guard entries' remote store, and the local and remote together
-  // (guard_entries_ then points at it).
-  std::optional<store::RemoteGuardEntryStore> remote_guards_;
-  std::optional<store::TieredGuardEntryStore> tiered_guards_;
+  // The tiers (store/tiers/tier_stack.h: memory, then disk when disk_db_, then remote when
+  // options.remote) and, with a remote tier, the guard entries backed by the remote's
+  // (guard_entries_ then points at them).
+  store::TierStack<Executable> stack_;
+  Tiers& tiers_;
+  store::RemoteTier<Executable>* remote_;  // stack_'s remote tier, or null
   bool remote_warned_ = false;
   // The counter each tier's hits add to ("cache_hits_" + the tier's name), by tier position,
   // made at the tier's first hit.

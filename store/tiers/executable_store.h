@@ -1,4 +1,4 @@
-// ExecutableStore: one tier of the executable cache (memory, disk; later remote), keyed by the
+// ExecutableStore: one tier of the executable cache (memory, disk, remote), keyed by the
 // full ExecutableKey (store/core/executable_key.h). TieredStore (tiered_store.h) looks tiers up in
 // order and promotes hits into the faster ones.
 //
@@ -7,7 +7,7 @@
 // (`footprint_bytes()`, the memory tier's budget). Entries are handed out as shared_ptr<const Exe>:
 // evicting one while a caller runs it cannot free it.
 //
-// A tier that keeps bytes (disk, later remote) treats them as untrusted (docs/architecture.md
+// A tier that keeps bytes (disk, remote) treats them as untrusted (docs/architecture.md
 // invariant 5): get() verifies their checksum, then decodes them through an ExecutableCodec, which
 // parses, validates and checks that they were built for the key asked. An entry that fails any of
 // that is never served: get() returns kCorruption and TieredStore removes it.
@@ -15,7 +15,7 @@
 // Errors: get() returns nullptr when the tier has no entry, kCorruption for an entry that failed
 // verification, and another code (kIOError: busy, unreadable) when the tier could not answer.
 // put() and remove() return what failed; a failed put or remove costs caching, never results.
-// Thread-safety: as each implementation says (both tiers here: one thread at a time).
+// Thread-safety: as each implementation says (every tier here: one thread at a time).
 // Ownership: a tier owns its entries (shared with callers) and nothing else.
 #pragma once
 
@@ -56,7 +56,8 @@ class ExecutableStore {
  public:
   virtual ~ExecutableStore() = default;
 
-  // The tier's name, carried by the hits it serves (Event::tier): kMemoryTier, kDiskTier.
+  // The tier's name, carried by the hits it serves (Event::tier): kMemoryTier, kDiskTier,
+  // kRemoteTier.
   virtual std::string_view name() const = 0;
   // The entry for `key`; nullptr if the tier has none. See the errors above.
   virtual Result<std::shared_ptr<const Exe>> get(const ExecutableKey& key) = 0;

@@ -1,5 +1,5 @@
-// TieredStore: executable tiers looked up in order, fastest first (memory, then disk; later
-// remote), behind one get/put.
+// TieredStore: executable tiers looked up in order, fastest first (memory, then disk, then remote:
+// tier_stack.h assembles them), behind one get/put.
 //
 // get() asks each tier in turn. The first tier that has a good entry serves it, and the entry is
 // promoted (put) into every faster tier, so the next lookup is served sooner. A tier that holds an

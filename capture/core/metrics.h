@@ -86,7 +86,6 @@ class Metrics {
                    std::chrono::steady_clock::time_point end);
   // Not owned; null (the default) for none. Kept by reset() and clear_values().
   void set_span_observer(SpanObserver* observer) { observer_ = observer; }
-  SpanObserver* span_observer() const { return observer_; }
   // Forgets every counter and sample.
   void reset() {
     counters_.clear();

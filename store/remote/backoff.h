@@ -42,7 +42,6 @@ class Backoff {
     wait_s_ = 0;
   }
   int failures_in_a_row() const { return failures_; }
-  double retry_at() const { return retry_at_; }
   double wait_s() const { return wait_s_; }
 
  private:

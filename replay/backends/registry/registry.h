@@ -5,7 +5,7 @@
 // Registration: default_backend_registry() registers the built-in backends (cpu, sim) with
 // register_builtin_backends() the first time it is called, an explicit call rather than static
 // initializers, which a static library drops unless something references them. Other backends
-// (tests, later plug-ins) are added with add().
+// (tests, plug-ins) are added with add().
 //
 // Options every backend understands (threads) are passed in BackendOptions; options of one
 // backend are in its spec string, so they reach the backend's options digest.

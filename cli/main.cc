@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -21,6 +22,7 @@
 #include "capture/core/suggest.h"
 #include "cli/commands.h"
 #include "cli/validators.h"
+#include "replay/engine/setup.h"
 #include "replay/engine/toolkit_version.h"
 
 namespace {
@@ -339,17 +341,12 @@ int main(int argc, char** argv) {
   }
 
   // TRACECACHE_THREADS is the default of every --threads (commands that run programs).
-  if (const std::string threads_env = env("TRACECACHE_THREADS");
-      !threads_env.empty() && (*run_cmd || *bench_cmd || *zoo_cmd)) {
-    std::string text = threads_env;
-    const std::string error = whole_number_in(1)(text);
-    if (!error.empty()) {
-      std::fputs(fmt::format("tracecache: TRACECACHE_THREADS {} (unset it or set it to a thread count)\n", error).c_str(),
-                 stderr);
-      return kExitBadInput;
-    }
+  // Parsed as Python parses it (replay/engine/setup.h).
+  if (*run_cmd || *bench_cmd || *zoo_cmd) {
+    tracecache::Result<std::optional<int>> threads_env = tracecache::threads_from_environment(env("TRACECACHE_THREADS"));
+    if (!threads_env.is_ok()) return report_error(threads_env.status());
     for (int* t : {&run.threads, &bench.threads, &zoo.run.threads}) {
-      if (*t == 0) *t = std::stoi(threads_env);
+      if (*t == 0 && *threads_env) *t = **threads_env;
     }
   }
 

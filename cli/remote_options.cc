@@ -3,7 +3,6 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
-#include <algorithm>
 #include <cmath>
 
 #include "cli/commands.h"
@@ -31,18 +30,21 @@ void add_remote_options(CLI::App* command, RemoteCliOptions& options) {
       ->capture_default_str();
 }
 
-Result<std::unique_ptr<store::RedisClient>> open_remote(const RemoteCliOptions& options, Metrics* metrics) {
-  if (options.url().empty()) return std::unique_ptr<store::RedisClient>();
+Result<RemoteSetup> remote_setup(const RemoteCliOptions& options) {
   Result<double> ttl = parse_age(options.ttl);
   if (!ttl.is_ok()) return invalid_argument(fmt::format("--remote-ttl: {}", ttl.status().message()));
-  store::RemoteOptions remote;
-  remote.url = options.url();
-  remote.read_only = options.mode == "read-only";
-  remote.connect_timeout_ms = options.timeout_ms;
-  remote.command_timeout_ms = options.timeout_ms;
-  remote.ttl_s = static_cast<int64_t>(std::llround(*ttl));
-  remote.backoff = {.initial_s = options.backoff_s, .max_s = std::max(options.backoff_s, remote.backoff.max_s)};
-  return store::RedisClient::create(std::move(remote), metrics);
+  return RemoteSetup{.url = options.url(),
+                     .read_only = options.mode == "read-only",
+                     .timeout_ms = options.timeout_ms,
+                     .ttl_s = static_cast<int64_t>(std::llround(*ttl)),
+                     .backoff_s = options.backoff_s};
+}
+
+Result<std::unique_ptr<store::RedisClient>> open_remote(const RemoteCliOptions& options, Metrics* metrics) {
+  if (options.url().empty()) return std::unique_ptr<store::RedisClient>();
+  Result<RemoteSetup> remote = remote_setup(options);
+  if (!remote.is_ok()) return remote.status();
+  return open_remote_client(*remote, {}, metrics);
 }
 
 }  // namespace tracecache::cli

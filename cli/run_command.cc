@@ -206,21 +206,6 @@ Status save_step_outputs(const std::string& dir, size_t step,
   return Status::ok();
 }
 
-// The cache for `run`: a database that cannot be opened costs caching, not results (invariant
-// 6), except one from a newer schema, which is refused rather than guessed at.
-Result<std::unique_ptr<store::CacheDb>> open_run_db(const RunOptions& o) {
-  if (o.no_cache) return std::unique_ptr<store::CacheDb>();
-  std::string path = o.db.path();
-  Result<std::unique_ptr<store::CacheDb>> db = store::CacheDb::open({.path = path});
-  if (db.is_ok()) return db;
-  // A newer schema, or a path that can never be a database file (a directory, a FIFO), is refused.
-  if (db.status().code() == StatusCode::kUnsupported || db.status().code() == StatusCode::kInvalidArgument) {
-    return db.status();
-  }
-  if (!o.quiet) warn(fmt::format("running without the cache: {}", db.status().message()));
-  return std::unique_ptr<store::CacheDb>();
-}
-
 // "time: first step 12.3 ms, later steps median 4.5 ms (total 21.3 ms)".
 std::string step_time_summary(std::vector<double> ms) {
   if (ms.empty()) return "time: no steps";
@@ -380,22 +365,26 @@ Status set_up_run(const Program& program, const RunOptions& options, RunSetup& r
   std::optional<SessionMode> mode = parse_mode(options.mode);
   if (!mode) return invalid_argument(fmt::format("unknown mode '{}' (available: eager, lazy, once)", options.mode));
   r.mode = *mode;
-  if (options.backend != "reference" && r.mode != SessionMode::kEager) {
-    Result<std::unique_ptr<store::CacheDb>> db = open_run_db(options);
-    if (!db.is_ok()) return db.status();
-    r.db = std::move(*db);
-    Result<std::unique_ptr<store::RedisClient>> remote = open_remote(options.remote, &r.metrics);
-    if (!remote.is_ok()) return remote.status();
-    r.remote = std::move(*remote);
-  }
-  Result<std::unique_ptr<ProgramSession>> session = ProgramSession::create(
-      program, {.session = {.mode = r.mode, .backend = options.backend,
-                            .backend_options = {.threads = options.threads}, .db = r.db.get(),
-                            .remote = r.remote.get(), .bake_scalars = options.bake_scalars, .metrics = &r.metrics,
-                            .record_outcomes = options.verbose || options.json},
-                .automatic_dynamic = !options.no_auto_dynamic});
-  if (!session.is_ok()) return session.status();
-  r.session = std::move(*session);
+  // The set-up path Python shares (replay/engine/setup.h): the database (one that cannot be
+  // opened costs caching; a damaged one is said even under -q), the remote tier, the session.
+  if (Status st = check_db_flag_directory(options.db.flag); !st.is_ok()) return st;
+  Result<RemoteSetup> remote = remote_setup(options.remote);
+  if (!remote.is_ok()) return remote.status();
+  Result<OpenedSession> opened = open_session(
+      {.session = {.mode = r.mode, .backend = options.backend, .backend_options = {.threads = options.threads},
+                   .bake_scalars = options.bake_scalars, .metrics = &r.metrics,
+                   .record_outcomes = options.verbose || options.json},
+       .db = options.db.flag,
+       .no_cache = options.no_cache,
+       .remote = *remote,
+       .env = {.cache = options.db.env},
+       .program = &program,
+       .automatic_dynamic = !options.no_auto_dynamic});
+  if (!opened.is_ok()) return opened.status();
+  if (!opened->cache_warning.empty() && (!options.quiet || opened->cache_damaged)) warn(opened->cache_warning);
+  r.db = std::move(opened->db);
+  r.remote = std::move(opened->remote);
+  r.session = std::move(opened->program_session);
   if (!options.timeline.empty()) {
     Result<Timeline*> started = start_timeline(*r.session, r.cpu_timeline, r.metrics, options);
     if (!started.is_ok()) return started.status();

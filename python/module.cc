@@ -1009,24 +1009,30 @@ PYBIND11_MODULE(_tracecache, m) {
   });
   m.def("configure", [](const std::string& mode, const std::string& backend, const std::optional<std::string>& db,
                         bool no_cache, const std::optional<int>& threads, const std::optional<std::string>& remote,
-                        const std::string& remote_mode) {
+                        const std::string& remote_mode, const std::optional<int>& remote_timeout_ms,
+                        const std::optional<int64_t>& remote_ttl, const std::optional<double>& remote_backoff) {
     PackageLock lock;
     if (threads && *threads < 1) throw py::value_error(fmt::format("threads must be at least 1, not {}", *threads));
     std::shared_ptr<PySession> s;
     {
       py::gil_scoped_release release;
       s = make_session({.mode = mode, .backend = backend, .db = db.value_or(""), .no_cache = no_cache,
-                        .threads = threads.value_or(0), .remote = remote.value_or(""), .remote_mode = remote_mode})
+                        .threads = threads.value_or(0), .remote = remote.value_or(""), .remote_mode = remote_mode,
+                        .remote_timeout_ms = remote_timeout_ms.value_or(RemoteSetup{}.timeout_ms),
+                        .remote_ttl_s = remote_ttl.value_or(RemoteSetup{}.ttl_s),
+                        .remote_backoff_s = remote_backoff.value_or(RemoteSetup{}.backoff_s)})
               .value_or_throw();
     }
     // Level 2: the caller of tracecache.configure, not the package's wrapper.
+    s->cache_warning_reported = true;
     if (!s->cache_warning.empty() && PyErr_WarnEx(PyExc_RuntimeWarning, s->cache_warning.c_str(), 2) != 0) {
       throw py::error_already_set();
     }
     set_current_session(std::move(s));
   }, py::kw_only(), py::arg("mode") = "lazy", py::arg("backend") = "cpu", py::arg("db") = py::none(),
      py::arg("no_cache") = false, py::arg("threads") = py::none(), py::arg("remote") = py::none(),
-     py::arg("remote_mode") = "read-write");
+     py::arg("remote_mode") = "read-write", py::arg("remote_timeout_ms") = py::none(),
+     py::arg("remote_ttl") = py::none(), py::arg("remote_backoff") = py::none());
   m.def("_session_token", [] {  // identifies the current session (configure() makes a new one)
     PackageLock lock;
     return current_session()->serial;

@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -54,60 +55,50 @@ Result<std::shared_ptr<PySession>> make_session(Settings settings) {
   if (!mode) {
     return invalid_argument(fmt::format("unknown mode '{}' (available: eager, lazy, once)", settings.mode));
   }
-  if (settings.threads < 0) return invalid_argument(fmt::format("threads must be at least 1, not {}", settings.threads));
-  if (settings.threads == 0) {
-    if (const std::string t = env("TRACECACHE_THREADS"); !t.empty()) {
-      char* end = nullptr;
-      const long n = std::strtol(t.c_str(), &end, 10);
-      if (*end != '\0' || n < 1 || n > 1 << 20) {
-        return invalid_argument(
-            fmt::format("TRACECACHE_THREADS '{}' is not a thread count (unset it or set it to a thread count)", t));
-      }
-      settings.threads = static_cast<int>(n);
-    }
-  }
-  auto s = std::make_shared<PySession>();
-  s->serial = ++serials;
-  const bool wants_db = !settings.no_cache && settings.backend != kReferenceBackend && *mode != SessionMode::kEager;
-  std::string path;
-  if (wants_db) {
-    path = store::resolve_cache_path(settings.db,
-                                     {env("TRACECACHE_DB"), env("XDG_CACHE_HOME"), env("HOME")});
-    Result<std::unique_ptr<store::CacheDb>> db = store::CacheDb::open({.path = path});
-    if (db.is_ok()) {
-      s->db = std::move(*db);
-    } else if (db.status().code() == StatusCode::kUnsupported ||
-               db.status().code() == StatusCode::kInvalidArgument) {
-      return db.status();
-    } else {
-      s->cache_warning = fmt::format("running without the cache: {}", db.status().message());
-      path.clear();
-    }
-  }
-  settings.db = path;
   if (settings.remote_mode != "read-write" && settings.remote_mode != "read-only") {
     return invalid_argument(fmt::format("remote_mode must be 'read-write' or 'read-only', not '{}'", settings.remote_mode));
   }
-  if (settings.remote.empty()) settings.remote = env("TRACECACHE_REMOTE");
-  if (!settings.remote.empty() && settings.backend != kReferenceBackend && *mode != SessionMode::kEager) {
-    store::RemoteOptions remote;
-    remote.url = settings.remote;
-    remote.read_only = settings.remote_mode == "read-only";
-    Result<std::unique_ptr<store::RedisClient>> client = store::RedisClient::create(std::move(remote), &s->metrics);
-    if (!client.is_ok()) return client.status();
-    s->remote = std::move(*client);
+  // The CLI's bounds for --remote-timeout-ms, --remote-ttl and --remote-backoff.
+  if (settings.remote_timeout_ms < 1 || settings.remote_timeout_ms > 60000) {
+    return invalid_argument(fmt::format("remote_timeout_ms must be in [1, 60000], not {}", settings.remote_timeout_ms));
   }
+  if (settings.remote_ttl_s < 0) return invalid_argument(fmt::format("remote_ttl must be at least 0, not {}", settings.remote_ttl_s));
+  if (!(settings.remote_backoff_s >= 0.001 && settings.remote_backoff_s <= 86400.0)) {
+    return invalid_argument(fmt::format("remote_backoff must be in [0.001, 86400] seconds, not {}", settings.remote_backoff_s));
+  }
+  auto s = std::make_shared<PySession>();
+  s->serial = ++serials;
+  // The set-up path the CLI shares (replay/engine/setup.h): the environment is read here only.
+  Result<OpenedSession> opened = open_session(
+      {.session = {.mode = *mode, .backend = settings.backend, .backend_options = {.threads = settings.threads},
+                   .metrics = &s->metrics},
+       .db = settings.db,
+       .no_cache = settings.no_cache,
+       .remote = {.url = settings.remote,
+                  .read_only = settings.remote_mode == "read-only",
+                  .timeout_ms = settings.remote_timeout_ms,
+                  .ttl_s = settings.remote_ttl_s,
+                  .backoff_s = settings.remote_backoff_s},
+       .env = {.cache = {env("TRACECACHE_DB"), env("XDG_CACHE_HOME"), env("HOME")},
+               .threads = env("TRACECACHE_THREADS"),
+               .remote = env("TRACECACHE_REMOTE")}});
+  if (!opened.is_ok()) return opened.status();
+  settings.db = opened->db_path;
+  settings.threads = opened->threads;
+  if (settings.remote.empty()) settings.remote = env("TRACECACHE_REMOTE");
   s->settings = settings;
-  Result<std::unique_ptr<Session>> session =
-      Session::create({.mode = *mode, .backend = settings.backend,
-                       .backend_options = {.threads = settings.threads}, .db = s->db.get(),
-                       .remote = s->remote.get(), .metrics = &s->metrics});
-  if (!session.is_ok()) return session.status();
-  s->session = std::move(*session);
+  s->db = std::move(opened->db);
+  s->remote = std::move(opened->remote);
+  s->session = std::move(opened->session);
+  s->cache_warning = std::move(opened->cache_warning);
   return s;
 }
 
 void report_new_warnings(PySession& session) {
+  if (!session.cache_warning.empty() && !session.cache_warning_reported) {
+    session.cache_warning_reported = true;
+    if (PyErr_WarnEx(PyExc_RuntimeWarning, session.cache_warning.c_str(), 1) != 0) throw py::error_already_set();
+  }
   Runtime* runtime = session.session ? session.session->runtime() : nullptr;
   if (!runtime) return;
   const std::vector<std::string>& warnings = runtime->warnings();

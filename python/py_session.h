@@ -26,6 +26,7 @@
 #include "capture/trace/tensor.h"
 #include "replay/engine/compiled_function.h"
 #include "replay/engine/session.h"
+#include "replay/engine/setup.h"
 #include "store/remote/redis_client.h"
 #include "store/sqlite/cache_db.h"
 
@@ -40,6 +41,10 @@ struct Settings {
   int threads = 0;         // 0: TRACECACHE_THREADS, else every CPU this process may use
   std::string remote;      // the remote tier's URL; "": TRACECACHE_REMOTE, else none (docs/remote-cache.md)
   std::string remote_mode = "read-write";  // or "read-only"
+  // As the CLI's --remote-timeout-ms, --remote-ttl (seconds; 0: never) and --remote-backoff.
+  int remote_timeout_ms = RemoteSetup{}.timeout_ms;
+  int64_t remote_ttl_s = RemoteSetup{}.ttl_s;
+  double remote_backoff_s = RemoteSetup{}.backoff_s;
 };
 
 struct PySession {
@@ -50,20 +55,23 @@ struct PySession {
   std::unique_ptr<store::RedisClient> remote;  // null without a remote tier
   std::unique_ptr<Session> session;
   std::string cache_warning;  // why the session runs without its database, if it does
+  bool cache_warning_reported = false;  // raised as a RuntimeWarning (configure, or the first report)
   size_t warnings_reported = 0;  // of session->runtime()->warnings(), raised as RuntimeWarning
   ~PySession();
 };
 
-// Raises each runtime warning of `session` not raised yet (a read-only cache, a fallback to the
-// reference evaluator) as a Python RuntimeWarning, as the CLI prints them. Throws
+// Raises each warning of `session` not raised yet (a database it runs without, as for a session
+// made on first use; a read-only cache, a fallback to the reference evaluator) as a Python
+// RuntimeWarning, as the CLI prints them. Throws
 // pybind11::error_already_set when a warnings filter turns one into an error. REQUIRES: the
 // GIL and PackageLock held.
 void report_new_warnings(PySession& session);
 
-// Makes a session from `settings` (reading TRACECACHE_DB, XDG_CACHE_HOME, HOME,
-// TRACECACHE_THREADS and TRACECACHE_REMOTE for what they leave unset), as `tracecache run` does: a database that
-// cannot be opened costs caching (cache_warning says why), except one of a newer schema or a
-// path that can never be a database, which is an error.
+// Makes a session from `settings` through the set-up path `tracecache run` takes
+// (replay/engine/setup.h: open_session), reading TRACECACHE_DB, XDG_CACHE_HOME, HOME,
+// TRACECACHE_THREADS and TRACECACHE_REMOTE for what they leave unset: a database that cannot be
+// opened costs caching (cache_warning says why, and for a damaged one what to do), except one of
+// a newer schema or a path that can never be a database, which is an error.
 Result<std::shared_ptr<PySession>> make_session(Settings settings);
 
 // The current session, made with default settings on first use. REQUIRES: PackageLock held.

@@ -56,16 +56,20 @@ def next_seed():
 
 
 def configure(mode="lazy", backend="cpu", db=None, no_cache=False, threads=None, remote=None,
-              remote_mode="read-write"):
+              remote_mode="read-write", remote_timeout_ms=None, remote_ttl=None, remote_backoff=None):
     """(Re)creates the process's session: mode "eager" | "lazy" | "once", a backend by registry
     name ("cpu", "reference", "sim:h100", ...), the cache database (None: $TRACECACHE_DB, else
     $XDG_CACHE_HOME/tracecache/cache.db, else ~/.cache/tracecache/cache.db), no_cache (compile in
     memory only), threads (None: $TRACECACHE_THREADS, else every CPU), and the shared remote tier
     (remote: "redis://HOST:PORT[/DB]" or "unix:///PATH.sock"; None: $TRACECACHE_REMOTE, else
-    none; remote_mode "read-write" or "read-only"; docs/remote-cache.md). Tensors of the previous
+    none; remote_mode "read-write" or "read-only"; remote_timeout_ms, remote_ttl (seconds; 0:
+    never expire) and remote_backoff (seconds) as the CLI's --remote-timeout-ms, --remote-ttl and
+    --remote-backoff, None: the CLI's defaults; docs/remote-cache.md). Tensors of the previous
     session stay valid but cannot be mixed with the new one's."""
     _tracecache.configure(mode=mode, backend=backend, db=None if db is None else str(db),
-                          no_cache=no_cache, threads=threads, remote=remote, remote_mode=remote_mode)
+                          no_cache=no_cache, threads=threads, remote=remote, remote_mode=remote_mode,
+                          remote_timeout_ms=remote_timeout_ms, remote_ttl=remote_ttl,
+                          remote_backoff=remote_backoff)
 
 
 # NumPy dtypes tracecache holds as they are; tensor()/from_numpy() convert the others.

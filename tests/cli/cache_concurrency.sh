@@ -10,6 +10,7 @@ rounds=20
 [ "$SANITIZED" = 1 ] && rounds=10
 for round in $(seq 1 "$rounds"); do
   db="$TMP/round$round/cache.db"
+  mkdir -p "$TMP/round$round"  # an explicit --db must be in an existing directory
   pids=()
   for p in $(seq 1 8); do
     "$TC" run "$mlp" --steps 2 --db "$db" --json > "$TMP/r$round.$p.json" 2> "$TMP/r$round.$p.err" &

@@ -70,7 +70,7 @@ grep -q "tracecache verify" "$TMP/err" || fail "gc on garbage does not say what 
 
 # ---- a parameter file whose name exceeds the system's limit: exit 2, the name cut ----
 long=$(head -c 300000 /dev/zero | tr '\0' 'a')
-printf 'tracecache 1\nparam w : f32[2] = npy("%s.npy")\ny = relu(w)\n' "$long" > "$TMP/long.trace"
+printf 'tracecache 1\nparam w : f32[2] = npy("%s.npy")\ny = relu(w)\noutput y\n' "$long" > "$TMP/long.trace"
 expect_exit 2 "$TC" run "$TMP/long.trace"
 [ "$(wc -c < "$TMP/err")" -lt 2000 ] || fail "the long name was echoed: $(wc -c < "$TMP/err") bytes"
 grep -q "longer than the system allows" "$TMP/err" || fail "long name: $(head -c 500 "$TMP/err")"

@@ -1,0 +1,110 @@
+// ONNX op handlers: linear algebra and reductions (the handler contract: onnx_lowering.h).
+#include "frontend/onnx/onnx_lowering.h"
+
+#include <fmt/format.h>
+
+namespace tracecache::onnx_import::detail {
+
+// ---- handlers: linear algebra and reductions ------------------------------------------------------
+
+void Importer::matmul() { out(0, op(OpKind::kMatmul, {in(0), in(1)})); }
+
+void Importer::gemm() {
+  V a = in(0), w = in(1);
+  const double alpha = attr_float("alpha", 1.0f), beta = attr_float("beta", 1.0f);
+  const bool ta = attr_int("transA", 0) != 0, tb = attr_int("transB", 0) != 0;
+  V c = has_in(2) ? in(2) : nullptr;
+  if (a->type.shape.rank() != 2 || w->type.shape.rank() != 2) fail_invalid(where_() + ": Gemm needs rank-2 A and B");
+  const int64_t n = w->type.shape[tb ? 0 : 1];
+  if (!ta && tb && alpha == 1 && (!c || beta == 1) && a->type.dtype == DType::kF32 && w->type.dtype == DType::kF32 &&
+      (!c || (c->type.dtype == DType::kF32 && dims_of(c->type.shape) == std::vector<int64_t>{n}))) {
+    out(0, c ? op(OpKind::kLinear, {a, w, c}) : op(OpKind::kLinear, {a, w}));
+    return;
+  }
+  if (ta) a = op(OpKind::kTranspose, {a}, {{"dim0", i(0)}, {"dim1", i(1)}});
+  if (tb) w = op(OpKind::kTranspose, {w}, {{"dim0", i(0)}, {"dim1", i(1)}});
+  V y = op(OpKind::kMatmul, {a, w});
+  if (alpha != 1) y = op(OpKind::kMul, {y, alpha});
+  if (c) y = op(OpKind::kAdd, {y, beta == 1 ? c : op(OpKind::kMul, {c, beta})});
+  out(0, cast_to(y, in(0)->type.dtype));
+}
+
+void Importer::reduce() {
+  V x = in(0);
+  const int r = x->type.shape.rank();
+  const bool keep = attr_int("keepdims", 1) != 0;
+  const bool noop = attr_int("noop_with_empty_axes", 0) != 0;
+  std::vector<int64_t> axes;
+  if (node_->op_type() == "ReduceSum") {
+    if (has_in(1)) axes = ints_of(in(1), "axes");
+  } else if (std::optional<std::vector<int64_t>> a = attr_ints("axes")) {
+    axes = *a;
+  }
+  if (axes.empty() && noop) {
+    out(0, x);
+    return;
+  }
+  for (int64_t& a : axes) a = axis_of(a, std::max(r, 1), "axis");
+  if (r == 0) axes.clear();
+  const std::string& t = node_->op_type();
+  V y;
+  if (t == "ReduceSum") y = reduce_with(OpKind::kSum, x, axes, keep);
+  else if (t == "ReduceMean") y = reduce_with(OpKind::kMean, x, axes, keep);
+  else if (t == "ReduceMax") y = reduce_with(OpKind::kMax, x, axes, keep);
+  else if (t == "ReduceMin") y = reduce_with(OpKind::kMin, x, axes, keep);
+  else if (t == "ReduceL1") y = reduce_with(OpKind::kSum, op(OpKind::kAbs, {x}), axes, keep);
+  else if (t == "ReduceSumSquare") y = reduce_with(OpKind::kSum, op(OpKind::kMul, {x, x}), axes, keep);
+  else if (t == "ReduceL2") y = op(OpKind::kSqrt, {reduce_with(OpKind::kSum, op(OpKind::kMul, {x, x}), axes, keep)});
+  else if (t == "ReduceLogSum") y = op(OpKind::kLog, {reduce_with(OpKind::kSum, x, axes, keep)});
+  else y = op(OpKind::kLog, {reduce_with(OpKind::kSum, op(OpKind::kExp, {x}), axes, keep)});  // ReduceLogSumExp
+  out(0, cast_to(y, x->type.dtype));
+}
+
+void Importer::arg_extreme() {
+  V x = in(0);
+  const int64_t axis = axis_of(attr_int("axis", 0), x->type.shape.rank());
+  const bool keep = attr_int("keepdims", 1) != 0, last = attr_int("select_last_index", 0) != 0;
+  if (node_->op_type() == "ArgMax") {
+    if (!last) {
+      out(0, op(OpKind::kArgmax, {x}, {{"axis", i(axis)}, {"keepdim", b(keep)}}));
+      return;
+    }
+    // The last maximum: the first one of the reversed axis, counted back from the end.
+    const int64_t dim = x->type.shape[static_cast<int>(axis)];
+    V flipped = op(OpKind::kIndexSelect, {x, arange(dim - 1, -1, -1)}, {{"axis", i(axis)}});
+    V first = op(OpKind::kArgmax, {flipped}, {{"axis", i(axis)}, {"keepdim", b(keep)}});
+    out(0, op(OpKind::kSub, {static_cast<double>(dim - 1), first}));
+  } else {
+    out(0, op(OpKind::kArgmin, {x}, {{"axis", i(axis)}, {"keepdim", b(keep)}, {"select_last_index", b(last)}}));
+  }
+}
+
+void Importer::hardmax() {
+  V x = in(0);
+  const int r = x->type.shape.rank();
+  const int64_t axis = axis_of(attr_int("axis", -1), r);
+  const int64_t dim = x->type.shape[static_cast<int>(axis)];
+  V first = op(OpKind::kArgmax, {x}, {{"axis", i(axis)}, {"keepdim", b(true)}});
+  std::vector<int64_t> pos_shape(static_cast<size_t>(r), 1);
+  pos_shape[static_cast<size_t>(axis)] = dim;
+  out(0, cast_to(op(OpKind::kEq, {first, reshape_to(arange(0, dim, 1), pos_shape)}), x->type.dtype));
+}
+
+void Importer::softmax() {
+  V x = in(0);
+  const int64_t axis = axis_of(attr_int("axis", -1), std::max(x->type.shape.rank(), 1));
+  out(0, op(node_->op_type() == "Softmax" ? OpKind::kSoftmax : OpKind::kLogSoftmax, {x}, {{"axis", i(axis)}}));
+}
+
+void Importer::topk() {
+  V x = in(0);
+  const int64_t k = ints_of(in(1), "K").at(0);
+  const int64_t axis = axis_of(attr_int("axis", -1), x->type.shape.rank());
+  const bool largest = attr_int("largest", 1) != 0;
+  attr_int("sorted", 1);
+  const Attrs a = {{"k", i(k)}, {"axis", i(axis)}, {"largest", b(largest)}};
+  if (out_used(0)) out(0, op(OpKind::kTopk, {x}, a));
+  if (out_used(1)) out(1, op(OpKind::kTopkIndices, {x}, a));
+}
+
+}  // namespace tracecache::onnx_import::detail

@@ -16,8 +16,10 @@
 //     row count; op_info() asserts the order): name, OpClass (kUnary/kBinary/kCompare/kWhere/
 //     kCast ops are fused by the compiler, so the cpu backend's fused-chain interpreter must
 //     handle them), min/max inputs, AttrSpec table, inference rule, reference kernel, cost.
-//       - The inference rule (InferFn) writes the output type and returns nullopt, or returns
-//         its error, built with fail(op, ...) so it reads "op 'NAME': ..." and is
+//       - The inference rule (InferFn): declare it in infer.h (TRACECACHE_INFER_RULE) and define
+//         it in the family's infer_*.cc (the shared checks are in infer_checks.h). It writes the
+//         output type and returns nullopt, or returns its error, built with fail(op, ...) so it
+//         reads "op 'NAME': ..." and is
 //         kInvalidArgument; it never throws. It rewrites attributes into one normal form
 //         (negative axes made positive...): normalized attributes are what the graph hash
 //         encodes, so two spellings of one op must normalize to the same values.
@@ -26,12 +28,12 @@
 //         attributes and no view); never index attrs[N].
 //       - Reference kernel: declare it in reference_kernels.h (TRACECACHE_REF_KERNEL) and
 //         define it in reference_kernels.cc, reference_nn_layers.cc or reference_nn_ops.cc.
-//       - Cost: one of the cost functions in ops.cc or a new one (see OpCost).
+//       - Cost: one of the cost functions in op_costs.h or a new one in op_costs.cc (see OpCost).
 //       - Gradient rule (grad.h): a function in the family's grad_*.cc, or nullptr when the
 //         op is not differentiable. cli.grad_torch compares every rule with PyTorch and fails
 //         for a rule with no case: add cases to tests/grad/cases_<family>.py (torch_grads.py).
 //  3. The cpu kernel (replay/backends/cpu): an elementwise op (OpInfo::elementwise()) must have a case
-//     in cpu_kernels.cc op_fn (fused chains have no fallback); any other op runs its reference
+//     in cpu_fused.cc op_fn (fused chains have no fallback); any other op runs its reference
 //     kernel unless it gets a fast one in cpu_kernels.cc run_op, cpu_nn_layers.cc or
 //     cpu_nn_ops.cc. `static_assert(kOpCount == N)` beside op_fn makes you decide. The sim
 //     backend runs the cpu kernels and costs them with the row's cost: nothing to add there.

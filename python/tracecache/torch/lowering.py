@@ -1,9 +1,11 @@
 """The one mapping from ATen ops to tracecache registry ops.
 
-`LOWERINGS` maps an ATen overload (`"aten.convolution.default"`) to a function that receives the
-lowering context and the FX node and returns the node's value(s) made of tracecache op calls
-(the functions live in `lowerings/`, one module per op family, each registering its ops with
-`@lowers`; this module is the Lowerer they share) (registry op name, tensor inputs, attributes by registry name). The calls go to an *emitter*:
+`LOWERINGS`, the op table (`lowering_table.py`), maps an ATen overload
+(`"aten.convolution.default"`) to a function that receives the lowering context (this module's
+`Lowerer`) and the FX node and returns the node's value(s) made of tracecache op calls (registry
+op name, tensor inputs, attributes by registry name). The functions live in `lowerings/`, one
+module per op family, each registering its ops with `@lowers`; this module is the Lowerer they
+share and the vocabulary they use (`Value`, `DType`, ...). The calls go to an *emitter*:
 `emit_trace.TraceEmitter` writes `.trace` program lines, `emit_live.LiveEmitter` applies
 `tracecache.op` on lazy tensors. Both see exactly the same calls, so the exported program and
 the compiled function cannot disagree.
@@ -30,6 +32,7 @@ from torch.utils import _pytree as pytree
 from . import fallback
 from .capture import is_data_dependent, read_value
 from .errors import CaptureError, UnsupportedOpError, user_frame
+from .lowering_table import LOWERINGS, lowers, table  # noqa: F401 (the lowerings and docs import them from here)
 
 __all__ = ["DType", "Value", "Lowered", "Lowerer", "lower", "LOWERINGS", "table", "TORCH_DTYPES"]
 
@@ -92,27 +95,6 @@ class Lowered:
         self.out_spec = out_spec
         self.updates = updates
         self.breaks = []
-
-
-class _Registration:
-    def __init__(self, fn, ops, note):
-        self.fn = fn
-        self.ops = ops
-        self.note = note
-
-
-LOWERINGS = {}
-
-
-def lowers(*targets, ops, note=""):
-    """Registers a lowering for ATen overloads (`"aten.relu.default"`); `ops` names the registry
-    ops it emits (for the docs table), `note` says what the composition does, if anything."""
-    def register(fn):
-        for t in targets:
-            assert t not in LOWERINGS, t
-            LOWERINGS[t] = _Registration(fn, ops, note)
-        return fn
-    return register
 
 
 def _dtype_of(torch_dtype, what):
@@ -855,12 +837,6 @@ def pair(v):
     """An int or a list of ints as a list of two (PyTorch's _pair for 2-d attributes)."""
     v = list(v) if isinstance(v, (list, tuple)) else [v]
     return v * 2 if len(v) == 1 else v
-
-
-def table():
-    """The mapping as rows (ATen op, tracecache ops, note), sorted by ATen op name. In-place
-    variants (`relu_`, `add_`, ...) map as their functional op."""
-    return [(name, reg.ops, reg.note) for name, reg in sorted(LOWERINGS.items())]
 
 
 # Registers every lowering (the modules import the names above).

@@ -118,21 +118,24 @@ bool fusible_op(OpKind op) {
   return op_info(op).elementwise() || op == OpKind::kBroadcastTo;
 }
 
-Executable compile_graph(const Graph& graph, const GraphKey& key, std::string backend,
-                         std::string options_digest, const CompileOptions& options) {
-  Executable exe;
-  exe.graph_key = key;
-  exe.backend = std::move(backend);
-  exe.options_digest = std::move(options_digest);
-  exe.compiler_version = options.compiler_version;
-  exe.graph = graph;
-  KernelPlan& plan = exe.payload.emplace<KernelPlan>();
-  const size_t n = graph.size();
+namespace {
 
-  // Distinct consumers of each node, and whether it is an output.
-  std::vector<uint32_t> consumers(n, 0);
-  std::vector<NodeId> only_consumer(n, 0);
-  std::vector<bool> is_output(n, false);
+// ---- compile_graph's phases ------------------------------------------------------------------
+
+// Distinct consumers of each node (the same input twice counts once), the last one seen, and
+// whether the node is an output.
+struct Uses {
+  std::vector<uint32_t> consumers;
+  std::vector<NodeId> only_consumer;
+  std::vector<bool> is_output;
+};
+
+Uses count_uses(const Graph& graph) {
+  const size_t n = graph.size();
+  Uses uses{std::vector<uint32_t>(n, 0), std::vector<NodeId>(n, 0), std::vector<bool>(n, false)};
+  std::vector<uint32_t>& consumers = uses.consumers;
+  std::vector<NodeId>& only_consumer = uses.only_consumer;
+  std::vector<bool>& is_output = uses.is_output;
   for (NodeId id = 0; id < n; ++id) {
     auto ins = graph.inputs(graph.node(id));
     for (size_t k = 0; k < ins.size(); ++k) {
@@ -145,8 +148,16 @@ Executable compile_graph(const Graph& graph, const GraphKey& key, std::string ba
     }
   }
   for (NodeId o : graph.outputs()) is_output[o] = true;
+  return uses;
+}
 
-  // 1. Fusion: fused_into[v] = the node whose kernel computes v, or v itself.
+// 1. Fusion: fused[v] when v is computed by the kernel of the node that reads it (an elementwise
+// chain's member that is not its root).
+std::vector<bool> fuse_elementwise(const Graph& graph, const Uses& uses, const CompileOptions& options) {
+  const size_t n = graph.size();
+  const std::vector<uint32_t>& consumers = uses.consumers;
+  const std::vector<NodeId>& only_consumer = uses.only_consumer;
+  const std::vector<bool>& is_output = uses.is_output;
   std::vector<bool> fused(n, false);
   if (options.fuse) {
     for (NodeId id = 0; id < n; ++id) {
@@ -158,37 +169,48 @@ Executable compile_graph(const Graph& graph, const GraphKey& key, std::string ba
       fused[id] = true;
     }
   }
+  return fused;
+}
 
-  // 1b. Convolution epilogues: an f32 conv2d computed by oneDNN takes the batch_norm reading it,
-  // and then the elementwise chain reading that, into its kernel (compiler.h).
-  std::vector<bool> conv_head(n, false);  // a kernel's conv2d or its batch_norm
+// 1b. Convolution epilogues: an f32 conv2d computed by oneDNN takes the batch_norm reading it,
+// and then the elementwise chain reading that, into its kernel (compiler.h). Marks them fused
+// and conv_head[m] for a kernel's conv2d or its batch_norm.
+void fuse_conv_epilogues(const Graph& graph, const Uses& uses, std::vector<bool>& fused,
+                         std::vector<bool>& conv_head) {
+  const size_t n = graph.size();
+  const std::vector<uint32_t>& consumers = uses.consumers;
+  const std::vector<NodeId>& only_consumer = uses.only_consumer;
+  const std::vector<bool>& is_output = uses.is_output;
   std::vector<bool> chain_has_conv(n, false);  // by the root of the elementwise kernel
-  if (options.fuse && options.onednn_conv) {
-    // True if `head`, a single-use non-output value, is consumed by a kernel `id` may join.
-    auto takes = [&](NodeId head) { return consumers[head] == 1 && !is_output[head]; };
-    for (NodeId id = 0; id < n; ++id) {
-      if (!onednn_conv_node(graph, graph.node(id)) || !takes(id)) continue;
-      NodeId head = id;
-      const NodeId bn = only_consumer[id];
-      if (conv_batch_norm(graph, bn, id)) {
-        fused[id] = conv_head[id] = true;
-        head = bn;
-        if (!takes(bn)) continue;
-      }
-      const Node& c = graph.node(only_consumer[head]);
-      if (!op_info(c.op).elementwise() || !(c.shape == graph.node(head).shape)) continue;
-      // One conv2d per kernel (a residual add of two convolutions takes the first).
-      NodeId root = only_consumer[head];
-      while (fused[root]) root = only_consumer[root];
-      if (chain_has_conv[root]) continue;
-      chain_has_conv[root] = true;
-      fused[head] = conv_head[head] = true;
+  // True if `head`, a single-use non-output value, is consumed by a kernel `id` may join.
+  auto takes = [&](NodeId head) { return consumers[head] == 1 && !is_output[head]; };
+  for (NodeId id = 0; id < n; ++id) {
+    if (!onednn_conv_node(graph, graph.node(id)) || !takes(id)) continue;
+    NodeId head = id;
+    const NodeId bn = only_consumer[id];
+    if (conv_batch_norm(graph, bn, id)) {
       fused[id] = conv_head[id] = true;
+      head = bn;
+      if (!takes(bn)) continue;
     }
+    const Node& c = graph.node(only_consumer[head]);
+    if (!op_info(c.op).elementwise() || !(c.shape == graph.node(head).shape)) continue;
+    // One conv2d per kernel (a residual add of two convolutions takes the first).
+    NodeId root = only_consumer[head];
+    while (fused[root]) root = only_consumer[root];
+    if (chain_has_conv[root]) continue;
+    chain_has_conv[root] = true;
+    fused[head] = conv_head[head] = true;
+    fused[id] = conv_head[id] = true;
   }
+}
 
-  // 2. Schedule: every non-parameter node that is not fused is a kernel root. Members of a fused
-  // kernel are the root plus the fused nodes that reach it through fused nodes only.
+// 2. Schedule: every non-parameter node that is not fused is a kernel root. Members of a fused
+// kernel are the root plus the fused nodes that reach it through fused nodes only.
+void schedule_kernels(const Graph& graph, const Uses& uses, const std::vector<bool>& fused,
+                      const std::vector<bool>& conv_head, const CompileOptions& options, KernelPlan& plan) {
+  const size_t n = graph.size();
+  const std::vector<NodeId>& only_consumer = uses.only_consumer;
   std::vector<NodeId> owner(n);
   for (NodeId id = static_cast<NodeId>(n); id-- > 0;) {
     owner[id] = fused[id] ? owner[only_consumer[id]] : id;
@@ -223,8 +245,11 @@ Executable compile_graph(const Graph& graph, const GraphKey& key, std::string ba
     }
     plan.kernels.push_back(std::move(k));
   }
+}
 
-  // 3. Buffer plan.
+// 3a. The slots of parameters, outputs and fused values (every other value: the arena's).
+void assign_slots(const Graph& graph, const std::vector<bool>& fused, KernelPlan& plan) {
+  const size_t n = graph.size();
   plan.slots.assign(n, Slot{});
   for (size_t p = 0; p < graph.params().size(); ++p) {
     Slot& s = plan.slots[graph.params()[p]];
@@ -242,10 +267,12 @@ Executable compile_graph(const Graph& graph, const GraphKey& key, std::string ba
   for (NodeId id = 0; id < n; ++id) {
     if (fused[id]) plan.slots[id].kind = Slot::Kind::kFused;
   }
+}
 
-  // Last kernel reading each value.
+// 3b. The last kernel reading each value.
+std::vector<size_t> last_reads(const Graph& graph, const std::vector<bool>& fused, const KernelPlan& plan) {
+  const size_t n = graph.size();
   std::vector<size_t> last_read(n, 0);
-  std::vector<std::vector<NodeId>> dies_at(plan.kernels.size());
   for (size_t k = 0; k < plan.kernels.size(); ++k) {
     const Kernel& kern = plan.kernels[k];
     auto note_reads = [&](NodeId member) {
@@ -259,8 +286,14 @@ Executable compile_graph(const Graph& graph, const GraphKey& key, std::string ba
       note_reads(kern.root);
     }
   }
-  // A donated output is written in place when that is safe (replay/compile/executable.h, kDonated);
-  // otherwise it stays a fresh output buffer and the donation costs a copy, nothing else.
+  return last_read;
+}
+
+// 3c. A donated output is written in place when that is safe (replay/compile/executable.h,
+// kDonated); otherwise it stays a fresh output buffer and the donation costs a copy, nothing else.
+void place_donations(const Graph& graph, const Uses& uses, const std::vector<bool>& fused,
+                     const std::vector<bool>& conv_head, const std::vector<size_t>& last_read, KernelPlan& plan) {
+  const std::vector<bool>& is_output = uses.is_output;
   for (const Donation& d : graph.donations()) {
     const NodeId out = graph.outputs()[d.output];
     const NodeId param = graph.params()[d.param];
@@ -285,6 +318,11 @@ Executable compile_graph(const Graph& graph, const GraphKey& key, std::string ba
     }
     s.kind = Slot::Kind::kDonated;
   }
+}
+
+// 3d. Arena offsets: first fit, each value freed after its last reader placed its output.
+void place_in_arena(const Graph& graph, const std::vector<size_t>& last_read, KernelPlan& plan) {
+  std::vector<std::vector<NodeId>> dies_at(plan.kernels.size());
   ArenaPlanner planner;
   for (size_t k = 0; k < plan.kernels.size(); ++k) {
     NodeId root = plan.kernels[k].root;
@@ -299,6 +337,29 @@ Executable compile_graph(const Graph& graph, const GraphKey& key, std::string ba
     for (NodeId dead : dies_at[k]) planner.release(plan.slots[dead].offset, plan.slots[dead].nbytes);
   }
   plan.arena_bytes = planner.peak();
+}
+
+}  // namespace
+
+Executable compile_graph(const Graph& graph, const GraphKey& key, std::string backend,
+                         std::string options_digest, const CompileOptions& options) {
+  Executable exe;
+  exe.graph_key = key;
+  exe.backend = std::move(backend);
+  exe.options_digest = std::move(options_digest);
+  exe.compiler_version = options.compiler_version;
+  exe.graph = graph;
+  KernelPlan& plan = exe.payload.emplace<KernelPlan>();
+  const size_t n = graph.size();
+  const Uses uses = count_uses(graph);
+  std::vector<bool> fused = fuse_elementwise(graph, uses, options);
+  std::vector<bool> conv_head(n, false);  // a kernel's conv2d or its batch_norm
+  if (options.fuse && options.onednn_conv) fuse_conv_epilogues(graph, uses, fused, conv_head);
+  schedule_kernels(graph, uses, fused, conv_head, options, plan);
+  assign_slots(graph, fused, plan);
+  const std::vector<size_t> last_read = last_reads(graph, fused, plan);
+  place_donations(graph, uses, fused, conv_head, last_read, plan);
+  place_in_arena(graph, last_read, plan);
   return exe;
 }
 

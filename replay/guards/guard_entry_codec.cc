@@ -217,21 +217,70 @@ std::string encode_guard_entry(const GuardEntry& e) {
   return store::serialize_deterministic(pe);
 }
 
-Result<GuardEntry> decode_guard_entry(const std::string& bytes) {
-  proto::GuardEntry pe;
-  if (!pe.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
-    return corruption("guard entry does not parse");
+namespace {
+
+// decode_guard_entry's phases, in order; each checks what it reads (kCorruption naming what
+// failed) against what earlier phases decoded, and fills `e`.
+class EntryDecoder {
+ public:
+  explicit EntryDecoder(const proto::GuardEntry& entry) : pe(entry) {}
+
+  Status read_counts_and_limits();
+  Status read_checks();
+  Status read_host_ops();
+  Status read_input_value_guards();
+  Status read_segments();
+  Status read_dynamic_plan();
+  Status read_outputs();
+  Status read_updates();
+
+  GuardEntry take() { return std::move(e); }
+
+ private:
+  using Kind = GuardCheck::Kind;
+
+  // Whether `v` reads a value that exists when it is read: before `segments_before` segments and
+  // `host_ops_before` host ops have run (host ops are decoded before the segments, each after the
+  // segments it reads, so a value a segment or an output reads from a host op is checked).
+  bool source_ok(const ValueSource& v, size_t segments_before, size_t host_ops_before) const {
+    switch (v.kind) {
+      case ValueSource::Kind::kInput: return v.a < num_tensors;
+      case ValueSource::Kind::kDynamicScalar: return v.a < num_scalars;
+      case ValueSource::Kind::kSegmentOutput: return v.a < segments_before;  // b: check_segment
+      case ValueSource::Kind::kConstant: return v.constant != nullptr;
+      case ValueSource::Kind::kHostOutput:
+        return v.a < host_ops_before && v.b < e.host_ops[v.a].output_types.size();
+    }
+    return false;
   }
+  // The host ops that run before segment k: those with position <= k.
+  size_t host_ops_before(size_t k) const {
+    size_t n = 0;
+    while (n < e.host_ops.size() && e.host_ops[n].position <= k) ++n;
+    return n;
+  }
+
+  const proto::GuardEntry& pe;
+  uint64_t num_tensors = 0, num_scalars = 0;
+  GuardEntry e;
+  // What the checks guard, per tensor: dtype, rank, and each dim's size (-1: dynamic).
+  std::vector<int64_t> dtype, rank;
+  std::vector<std::array<int64_t, kMaxRank>> size;
+  std::vector<std::array<bool, kMaxRank>> sized;
+};
+
+// The format, the counts and options checks first, and every count within its bound.
+Status EntryDecoder::read_counts_and_limits() {
   if (pe.format_version() != kGuardEntryFormat) {
     return corruption(fmt::format("guard entry has format {}, expected {}", pe.format_version(), kGuardEntryFormat));
   }
-  using Kind = GuardCheck::Kind;
   auto wire_kind = [](Kind k) { return static_cast<uint32_t>(k); };
   if (pe.checks_size() < 3 || pe.checks(0).kind() != wire_kind(Kind::kNumTensors) ||
       pe.checks(1).kind() != wire_kind(Kind::kNumScalars) || pe.checks(2).kind() != wire_kind(Kind::kOptions)) {
     return corruption("guard entry does not start with its count and options checks");
   }
-  const uint64_t num_tensors = pe.checks(0).expected(), num_scalars = pe.checks(1).expected();
+  num_tensors = pe.checks(0).expected();
+  num_scalars = pe.checks(1).expected();
   if (num_tensors > kMaxArguments || num_scalars > kMaxArguments) {
     return corruption(fmt::format("guard entry has {} tensor and {} scalar arguments (at most {} each)",
                                   num_tensors, num_scalars, kMaxArguments));
@@ -242,13 +291,17 @@ Result<GuardEntry> decode_guard_entry(const std::string& bytes) {
       pe.host_ops_size() > kMaxHostOps || pe.input_value_guards_size() > kMaxRoutes) {
     return corruption("guard entry has more checks, segments, outputs or note bytes than it may");
   }
-  GuardEntry e;
+  return Status::ok();
+}
+
+// The guard checks: each in range and in order; every tensor's type guarded whole.
+Status EntryDecoder::read_checks() {
   e.note = pe.note();
   std::vector<GuardCheck> checks;
-  // What the checks guard, per tensor: dtype, rank, and each dim's size (-1: dynamic).
-  std::vector<int64_t> dtype(num_tensors, -1), rank(num_tensors, -1);
-  std::vector<std::array<int64_t, kMaxRank>> size(num_tensors);
-  std::vector<std::array<bool, kMaxRank>> sized(num_tensors);
+  dtype.assign(num_tensors, -1);
+  rank.assign(num_tensors, -1);
+  size.resize(num_tensors);
+  sized.resize(num_tensors);
   for (int i = 0; i < pe.checks_size(); ++i) {
     const proto::GuardCheck& pc = pe.checks(i);
     const std::optional<Kind> kind = kind_from_wire(pc.kind());
@@ -300,25 +353,11 @@ Result<GuardEntry> decode_guard_entry(const std::string& bytes) {
     for (int64_t d = 0; complete && d < rank[t]; ++d) complete = sized[t][static_cast<size_t>(d)];
     if (!complete) return corruption(fmt::format("guard entry does not guard the type of input {}", t));
   }
-  // Host ops are parsed before the segments (each must come after the segments it reads), so a
-  // value a segment or an output reads from a host op is checked against them.
-  auto source_ok = [&](const ValueSource& v, size_t segments_before, size_t host_ops_before) {
-    switch (v.kind) {
-      case ValueSource::Kind::kInput: return v.a < num_tensors;
-      case ValueSource::Kind::kDynamicScalar: return v.a < num_scalars;
-      case ValueSource::Kind::kSegmentOutput: return v.a < segments_before;  // b: check_segment
-      case ValueSource::Kind::kConstant: return v.constant != nullptr;
-      case ValueSource::Kind::kHostOutput:
-        return v.a < host_ops_before && v.b < e.host_ops[v.a].output_types.size();
-    }
-    return false;
-  };
-  // The host ops that run before segment k: those with position <= k.
-  auto host_ops_before = [&](size_t k) {
-    size_t n = 0;
-    while (n < e.host_ops.size() && e.host_ops[n].position <= k) ++n;
-    return n;
-  };
+  return Status::ok();
+}
+
+// The host ops (graph breaks): bounded, in order, each reading only values computed before it.
+Status EntryDecoder::read_host_ops() {
   for (int h = 0; h < pe.host_ops_size(); ++h) {
     const proto::HostOp& ph = pe.host_ops(h);
     if (ph.payload().size() > kMaxHostOpPayloadBytes || ph.description().size() > kMaxHostOpPayloadBytes ||
@@ -353,6 +392,11 @@ Result<GuardEntry> decode_guard_entry(const std::string& bytes) {
     }
     e.host_ops.push_back(std::move(op));
   }
+  return Status::ok();
+}
+
+// The value guards on arguments: on arguments that exist.
+Status EntryDecoder::read_input_value_guards() {
   for (const proto::InputValueGuard& pg : pe.input_value_guards()) {
     std::optional<ValueSource> v = source_from_proto(pg.source());
     if (!v || (v->kind != ValueSource::Kind::kInput && v->kind != ValueSource::Kind::kDynamicScalar) ||
@@ -361,6 +405,12 @@ Result<GuardEntry> decode_guard_entry(const std::string& bytes) {
     }
     e.input_value_guards.push_back({std::move(*v), XXH128_hash_t{pg.hash_low(), pg.hash_high()}, {}});
   }
+  return Status::ok();
+}
+
+// The segments: their keys and parameter routes (what depends on the executables is
+// check_segment's, when each one is fetched).
+Status EntryDecoder::read_segments() {
   for (const proto::Segment& ps : pe.segments()) {
     std::optional<GraphKey> key = GraphKey::from_bytes(ps.graph_key());
     if (!key) return corruption("guard entry has a malformed graph key");
@@ -381,12 +431,22 @@ Result<GuardEntry> decode_guard_entry(const std::string& bytes) {
     }
     e.segments.push_back(std::move(seg));
   }
+  return Status::ok();
+}
+
+// A dynamic entry's plan (parse_dynamic), only in an entry with nothing else to replay.
+Status EntryDecoder::read_dynamic_plan() {
   if (pe.has_dynamic()) {
     if (!e.segments.empty() || !e.host_ops.empty() || !e.input_value_guards.empty() ||
         !parse_dynamic(pe.dynamic(), num_tensors, num_scalars, rank, e)) {
       return corruption("guard entry has a malformed dynamic plan");
     }
   }
+  return Status::ok();
+}
+
+// The outputs: in range, each of the type it has when the entry's guards hold.
+Status EntryDecoder::read_outputs() {
   if (pe.output_types_size() != pe.outputs_size()) {
     return corruption(fmt::format("guard entry has {} outputs but {} output types", pe.outputs_size(),
                                   pe.output_types_size()));
@@ -427,7 +487,11 @@ Result<GuardEntry> decode_guard_entry(const std::string& bytes) {
     e.outputs.push_back(std::move(*v));
     e.output_types.push_back(std::move(*type));
   }
-  // Updates: a static entry's, each argument and output once, the output of the argument's type.
+  return Status::ok();
+}
+
+// Updates: a static entry's, each argument and output once, the output of the argument's type.
+Status EntryDecoder::read_updates() {
   if (pe.updates_size() > 0 && e.dynamic) return corruption("guard entry of a dynamic plan updates arguments");
   if (pe.updates_size() > pe.outputs_size()) return corruption("guard entry updates more arguments than it has outputs");
   std::vector<bool> updated(num_tensors, false), replacing(e.outputs.size(), false);
@@ -443,7 +507,24 @@ Result<GuardEntry> decode_guard_entry(const std::string& bytes) {
     if (!fits) return corruption(fmt::format("guard entry output {} replaces input {} of another type", u.output, u.argument));
     e.updates.push_back(u);
   }
-  return e;
+  return Status::ok();
+}
+
+}  // namespace
+
+Result<GuardEntry> decode_guard_entry(const std::string& bytes) {
+  proto::GuardEntry pe;
+  if (!pe.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
+    return corruption("guard entry does not parse");
+  }
+  EntryDecoder decoder(pe);
+  for (Status (EntryDecoder::*phase)() : {&EntryDecoder::read_counts_and_limits, &EntryDecoder::read_checks,
+                                          &EntryDecoder::read_host_ops, &EntryDecoder::read_input_value_guards,
+                                          &EntryDecoder::read_segments, &EntryDecoder::read_dynamic_plan,
+                                          &EntryDecoder::read_outputs, &EntryDecoder::read_updates}) {
+    if (Status s = (decoder.*phase)(); !s.is_ok()) return s;
+  }
+  return decoder.take();
 }
 
 Status check_segment(const GuardEntry& e, size_t k, const Executable& exe) {

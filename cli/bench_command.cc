@@ -30,7 +30,7 @@
 
 #include "frontend/program/program.h"
 #include "cli/common.h"
-#include "cli/json.h"
+#include "replay/audit/json.h"
 #include "replay/backends/registry/registry.h"
 #include "replay/engine/program_session.h"
 

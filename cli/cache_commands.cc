@@ -1,10 +1,10 @@
 // `tracecache audit | ls | stats | gc | verify`: reading and maintaining the cache.
-#include <charconv>
 #include <chrono>
 #include <optional>
 
 #include "cli/common.h"
-#include "cli/json.h"
+#include "replay/audit/audit.h"
+#include "replay/audit/json.h"
 #include "replay/compile/executable.h"
 
 namespace tracecache::cli {
@@ -23,196 +23,17 @@ int report_open_error(const Status& status) {
   return kExitBadInput;
 }
 
-}  // namespace
-
-Result<double> parse_age(std::string_view text) {
-  double unit = 1;
-  std::string_view digits = text;
-  if (!text.empty()) {
-    switch (text.back()) {
-      case 's': unit = 1; break;
-      case 'm': unit = 60; break;
-      case 'h': unit = 3600; break;
-      case 'd': unit = 86400; break;
-      default: unit = 0; break;
-    }
-    if (unit != 0) digits.remove_suffix(1);
-    if (unit == 0) unit = 1;
-  }
-  uint64_t n = 0;
-  auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), n);
-  if (digits.empty() || ec != std::errc() || end != digits.data() + digits.size()) {
-    return invalid_argument(fmt::format("'{}' is not an age (examples: 3600, 90m, 12h, 30d)", text));
-  }
-  return static_cast<double>(n) * unit;
+// The audit's options (replay/audit/audit.h) from the command's.
+audit::AuditOptions audit_options(const CacheCommandOptions& options) {
+  return {.db_path = options.db.path(),
+          .program = options.program,
+          .function = options.function,
+          .kind = options.kind,
+          .since = options.since,
+          .graph = options.graph,
+          .limit = options.limit,
+          .max_detail_bytes = options.max_detail_bytes};
 }
-
-// `audit --since`: "2026-11-23", "2026-11-23 10:00[:30]", "2026-11-23T10:00[:30][Z]" (UTC), or an
-// age before now ("30s", "10m", "2h", "1d") -> Unix time.
-Result<double> parse_since(std::string_view text) {
-  const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-  if (!text.empty() && text.back() != 'Z' && text.find('-') == std::string_view::npos) {
-    Result<double> age = parse_age(text);
-    if (age.is_ok()) return now - *age;
-  }
-  int year = 0, month = 0, day = 0, hour = 0, minute = 0, second = 0;
-  std::string_view rest = text;
-  if (rest.ends_with('Z')) rest.remove_suffix(1);
-  auto number = [&rest](int digits, int* out) {
-    if (rest.size() < static_cast<size_t>(digits)) return false;
-    auto [end, ec] = std::from_chars(rest.data(), rest.data() + digits, *out);
-    if (ec != std::errc() || end != rest.data() + digits) return false;
-    rest.remove_prefix(static_cast<size_t>(digits));
-    return true;
-  };
-  auto sep = [&rest](std::string_view chars) {
-    if (rest.empty() || chars.find(rest.front()) == std::string_view::npos) return false;
-    rest.remove_prefix(1);
-    return true;
-  };
-  bool ok = number(4, &year) && sep("-") && number(2, &month) && sep("-") && number(2, &day);
-  if (ok && !rest.empty()) ok = sep("T ") && number(2, &hour) && sep(":") && number(2, &minute);
-  if (ok && !rest.empty()) ok = sep(":") && number(2, &second);
-  ok = ok && rest.empty() && month >= 1 && month <= 12 && day >= 1 && day <= 31 && hour <= 23 && minute <= 59 &&
-       second <= 60;
-  if (!ok) {
-    return invalid_argument(fmt::format("--since '{}' is not a time: give an ISO date or date and time in UTC "
-                                        "(2026-11-23, 2026-11-23T10:00) or an age (30s, 10m, 2h, 1d)", text));
-  }
-  const std::chrono::year_month_day date(std::chrono::year(year), std::chrono::month(static_cast<unsigned>(month)),
-                                         std::chrono::day(static_cast<unsigned>(day)));
-  if (!date.ok()) return invalid_argument(fmt::format("--since '{}': no such date", text));
-  const std::chrono::sys_days days(date);
-  return static_cast<double>(days.time_since_epoch().count()) * 86400.0 + hour * 3600.0 + minute * 60.0 + second;
-}
-
-namespace {
-
-// The audit filter the options ask for; bad input is kInvalidArgument (exit 2).
-Result<store::AuditFilter> audit_filter(const CacheCommandOptions& options, store::CacheDb& db) {
-  store::AuditFilter f{options.program, options.function, options.kind, 0, std::nullopt};
-  if (!options.kind.empty()) {
-    std::optional<store::ParsedEventName> kind = store::parse_event_name(options.kind);
-    const bool graph_kind = kind && kind->kind != store::EventKind::kRecompile && kind->kind != store::EventKind::kFallback &&
-                            kind->kind != store::EventKind::kGraphBreak;
-    if (!graph_kind) {
-      return invalid_argument(fmt::format("--kind '{}' is not a kind of graph event (kinds: hit_memory, hit_disk, "
-                                          "hit_remote, miss, compile, store, evict, corrupt, store_failed; the "
-                                          "remote tier's: miss_remote, store_remote, unavailable_remote, "
-                                          "skip_remote, store_failed_remote)", options.kind));
-    }
-  }
-  if (!options.since.empty()) {
-    Result<double> since = parse_since(options.since);
-    if (!since.is_ok()) return since.status();
-    f.since = *since;
-  }
-  if (!options.graph.empty()) {
-    Result<GraphKey> key = store::resolve_graph_key(db, options.graph);
-    if (!key.is_ok()) return key.status();
-    f.graph = *key;
-  }
-  return f;
-}
-
-// What `audit` reports for the options' filters: graph rows, and guard entries when only
-// program/function filters apply (guard entries have no kind, time or graph).
-struct AuditRows {
-  std::vector<store::GraphAudit> graphs;
-  std::vector<store::FunctionAudit> functions;
-  int64_t malformed = 0;     // rows skipped (damaged graph keys)
-  int64_t graphs_total = 0;  // graph rows the filters select, shown or not
-};
-
-Result<AuditRows> read_audit(store::CacheDb& db, const CacheCommandOptions& options) {
-  Result<store::AuditFilter> filter = audit_filter(options, db);
-  if (!filter.is_ok()) return filter.status();
-  AuditRows rows;
-  Result<std::vector<store::GraphAudit>> graphs =
-      db.audit(&rows.malformed, *filter, {.limit = options.limit, .max_detail_bytes = options.max_detail_bytes},
-               &rows.graphs_total);
-  if (!graphs.is_ok()) return graphs.status();
-  rows.graphs = std::move(*graphs);
-  if (options.kind.empty() && options.since.empty() && options.graph.empty()) {
-    Result<std::vector<store::FunctionAudit>> functions = db.function_audit(*filter);
-    if (!functions.is_ok()) return functions.status();
-    rows.functions = std::move(*functions);
-  }
-  return rows;
-}
-
-std::string audit_document(const std::string& db_path, const AuditRows& rows) {
-  JsonWriter j;
-  j.begin_object();
-  j.key("db").value(db_path);
-  j.key("graphs").begin_array();
-  for (const store::GraphAudit& a : rows.graphs) {
-    j.begin_object();
-    j.key("hash").value(a.graph.to_hex());
-    j.key("program").value(a.program);
-    j.key("hits_memory").value(a.hits_memory);
-    j.key("hits_disk").value(a.hits_disk);
-    j.key("hits_remote").value(a.hits_remote);
-    j.key("misses").value(a.misses);
-    j.key("compiles").value(a.compiles);
-    j.key("corrupt").value(a.corrupt);
-    j.key("compile_ms_total").value(a.compile_ms_total);
-    j.key("saved_ms").value(a.saved_ms);
-    j.key("last_use").value(a.last_use);
-    j.key("recent_misses").begin_array();
-    for (const auto& m : a.recent_misses) {
-      j.begin_object();
-      j.key("time").value(m.time);
-      j.key("reason").value(m.reason);
-      j.key("backend").value(m.backend);
-      j.key("program").value(m.program);
-      j.key("detail").value(m.detail);
-      if (m.detail_cut) j.key("detail_cut").value(true);
-      j.end_object();
-    }
-    j.end_array();
-    j.end_object();
-  }
-  j.end_array();
-  j.key("graphs_total").value(rows.graphs_total);
-  j.key("graphs_left_out").value(rows.graphs_total - static_cast<int64_t>(rows.graphs.size()));
-  j.key("functions").begin_array();
-  for (const store::FunctionAudit& f : rows.functions) {
-    j.begin_object();
-    j.key("name").value(f.key.name);
-    j.key("user_version").value(f.key.user_version);
-    j.key("toolkit_version").value(f.key.toolkit_version);
-    j.key("entries").begin_array();
-    for (const auto& e : f.entries) {
-      j.begin_object();
-      j.key("entry").value(e.entry);
-      j.key("hits").value(e.hits);
-      j.key("bytes").value(e.bytes);
-      j.end_object();
-    }
-    j.end_array();
-    j.key("recent_recompiles").begin_array();
-    for (const std::string& r : f.recent_recompiles) j.value(r);
-    j.end_array();
-    j.end_object();
-  }
-  j.end_array();
-  j.end_object();
-  return j.str();
-}
-
-}  // namespace
-
-Result<std::string> audit_json(const CacheCommandOptions& options, int64_t* malformed) {
-  Result<std::unique_ptr<store::CacheDb>> db = open_existing_db(options.db);
-  if (!db.is_ok()) return db.status();
-  Result<AuditRows> rows = read_audit(**db, options);
-  if (!rows.is_ok()) return rows.status();
-  if (malformed) *malformed = rows->malformed;
-  return audit_document((*db)->path(), *rows);
-}
-
-namespace {
 
 // `audit --program NAME` that selects nothing: the programs the cache knows, so that a misspelt
 // or mis-pathed name can be corrected (kNotFound, exit 2).
@@ -238,7 +59,7 @@ Status no_such_program(store::CacheDb& db, const std::string& program) {
 
 // The text report's rows: functions, then one line per graph with its recent misses (details
 // cut as the options say), then what the limit left out.
-void print_audit(const CacheCommandOptions& options, const AuditRows& rows) {
+void print_audit(const CacheCommandOptions& options, const audit::AuditRows& rows) {
   for (const store::FunctionAudit& f : rows.functions) {
     out(fmt::format("function {} (version '{}', {}): {} entries\n", f.key.name, f.key.user_version,
                     f.key.toolkit_version, f.entries.size()));
@@ -273,14 +94,14 @@ void print_audit(const CacheCommandOptions& options, const AuditRows& rows) {
 int audit_command(const CacheCommandOptions& options) {
   Result<std::unique_ptr<store::CacheDb>> db = open_existing_db(options.db);
   if (!db.is_ok()) return report_open_error(db.status());
-  Result<AuditRows> rows = read_audit(**db, options);
+  Result<audit::AuditRows> rows = audit::read_audit(**db, audit_options(options));
   if (!rows.is_ok()) return report_error(rows.status());
   if (rows->malformed > 0) warn(fmt::format("{} malformed audit rows skipped (damaged graph keys)", rows->malformed));
   if (!options.program.empty() && rows->graphs_total == 0 && rows->functions.empty()) {
     if (Status st = no_such_program(**db, options.program); !st.is_ok()) return report_error(st);
   }
   if (options.json) {
-    out(audit_document((*db)->path(), *rows) + "\n");
+    out(audit::audit_document((*db)->path(), *rows) + "\n");
   } else {
     print_audit(options, *rows);
   }

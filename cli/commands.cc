@@ -1,10 +1,10 @@
 #include "cli/commands.h"
 
 #include <charconv>
-#include <ctime>
 #include <filesystem>
 
 #include "cli/common.h"
+#include "replay/audit/audit.h"
 
 namespace tracecache::cli {
 
@@ -57,23 +57,7 @@ Status check_db_flag_directory(std::string_view flag) {
 }
 
 Result<std::unique_ptr<store::CacheDb>> open_existing_db(const DbOptions& db) {
-  std::string path = db.path();
-  std::error_code ec;
-  if (!std::filesystem::exists(path, ec)) {
-    return not_found(fmt::format("no cache database at '{}' (run a program first, or pass --db PATH)", path));
-  }
-  return store::CacheDb::open({.path = path});
-}
-
-std::string format_time(double unix_seconds) {
-  // Times come from the (untrusted) database: anything outside years 1970..9999 prints as "-".
-  if (!(unix_seconds > 0 && unix_seconds <= 253402300799.0)) return "-";
-  std::time_t t = static_cast<std::time_t>(unix_seconds);
-  std::tm tm{};
-  if (gmtime_r(&t, &tm) == nullptr) return "-";
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S", &tm);
-  return buf;
+  return audit::open_existing_db(db.path());
 }
 
 }  // namespace tracecache::cli

@@ -10,6 +10,7 @@
 #include "frontend/program/program.h"
 #include "capture/core/status.h"
 #include "cli/remote_options.h"
+#include "replay/audit/times.h"
 #include "store/sqlite/cache_db.h"
 
 namespace CLI {
@@ -147,7 +148,7 @@ struct ShowOptions {
   bool json = false;
   bool bake_scalars = false;
   bool source = false;
-  bool dot = false;  // Graphviz DOT text instead (cli/graph_dot.h): one digraph per graph
+  bool dot = false;  // Graphviz DOT text instead (replay/audit/graph_dot.h): one digraph per graph
   DbOptions db;
 };
 int show_command(const ShowOptions& options);
@@ -180,11 +181,9 @@ struct CacheCommandOptions {
 };
 inline constexpr int64_t kAuditRows = 50;
 inline constexpr int64_t kAuditDetailBytes = 400;
+// `audit`: the rows, or with --json the document (replay/audit/audit.h, the builder the Python
+// package's tracecache.audit() shares).
 int audit_command(const CacheCommandOptions& options);
-// `audit --json`'s document for the options' database and filters (one builder for the CLI and
-// the Python package's tracecache.audit()); *malformed (if given): rows skipped as damaged.
-// Errors: no database at the path (kNotFound), a bad filter (kInvalidArgument), the database's.
-Result<std::string> audit_json(const CacheCommandOptions& options, int64_t* malformed);
 int ls_command(const CacheCommandOptions& options);
 int stats_command(const CacheCommandOptions& options);
 int gc_command(const CacheCommandOptions& options);
@@ -195,20 +194,15 @@ int verify_command(const CacheCommandOptions& options);
 int remote_stats_command(const CacheCommandOptions& options);
 int remote_gc_command(const CacheCommandOptions& options);
 
-// `report -o FILE` (cli/report_command.cc): one self-contained HTML page of the audit (per program
-// and function: a timeline of hits, misses, compiles and recompiles, each compile's reason and
-// diff, the graphs drawn by Graphviz's `dot` when it is on PATH, time saved, cache size, corrupt
-// and fallback events); program, function and since filter as audit's.
+// `report -o FILE` (cli/report_command.cc): writes the audit's HTML page (replay/audit/report.h,
+// the builder the Python package's tracecache.report() shares) and says where; program, function
+// and since filter as audit's.
 struct ReportOptions {
   std::string output;
   std::string program, function, since;
   DbOptions db;
 };
 int report_command(const ReportOptions& options);
-// report_command's work without printing (also tracecache.report() in Python): writes the page
-// to options.output (through a temporary file, renamed) and returns its size. Errors: a bad
-// filter or output path, or a damaged database (kInvalidArgument), no database (kNotFound), I/O.
-Result<size_t> write_report(const ReportOptions& options);
 
 // Prints "tracecache: <message>" to stderr (control bytes escaped) and returns the exit code for
 // `status`: kExitBadInput for errors in what the user gave us, kExitFailure otherwise.
@@ -218,8 +212,8 @@ int report_error(const Status& status);
 // program's tokens, file names), which must not drive the user's terminal.
 std::string escape_control_bytes(std::string_view text);
 
-// Parses an age: "3600" or "3600s", "90m", "12h", "30d" -> seconds.
-Result<double> parse_age(std::string_view text);
+// Parses an age: "3600" or "3600s", "90m", "12h", "30d" -> seconds (replay/audit/times.h).
+using audit::parse_age;
 
 // Parses "1048576", "64K", "10M", "2G" (powers of 1024).
 Result<uint64_t> parse_byte_size(std::string_view text);

@@ -8,6 +8,8 @@
 #include <fmt/format.h>
 
 #include "cli/commands.h"
+#include "replay/audit/json.h"
+#include "replay/audit/times.h"
 #include "store/sqlite/cache_db.h"
 
 namespace tracecache::cli {
@@ -18,14 +20,13 @@ inline void warn(const std::string& s) {
   std::fputs(fmt::format("tracecache: warning: {}\n", escape_control_bytes(s)).c_str(), stderr);
 }
 
-// Opens the cache for a maintenance command (audit, ls, ...): the database must exist.
+// Opens the cache for a maintenance command (audit, ls, ...): the database must exist
+// (audit::open_existing_db at db.path()).
 Result<std::unique_ptr<store::CacheDb>> open_existing_db(const DbOptions& db);
 
-// `--since` of audit and report: "2026-11-23", "2026-11-23 10:00[:30]", "2026-11-23T10:00[:30][Z]"
-// (UTC), or an age before now ("30s", "10m", "2h", "1d") -> Unix time; else kInvalidArgument.
-Result<double> parse_since(std::string_view text);
-
-// "2026-11-22 03:04:05" (UTC) for a Unix time.
-std::string format_time(double unix_seconds);
+// The writer of --json output, `--since` and times as text (replay/audit/json.h, times.h).
+using audit::format_time;
+using audit::JsonWriter;
+using audit::parse_since;
 
 }  // namespace tracecache::cli

@@ -3,7 +3,7 @@
 #include "capture/ir/graph_diff.h"
 #include "cli/common.h"
 #include "cli/graph_targets.h"
-#include "cli/json.h"
+#include "replay/audit/json.h"
 #include "cli/step_report.h"
 
 namespace tracecache::cli {

@@ -1,7 +1,7 @@
 // Graphs named on the command line, for `show` and `diff`: a graph hash in the cache (the full 32
 // hex digits or a unique prefix, store::resolve_graph_key: like git), or a trace program (its
-// canonical graph at a step, traced with source locations on). And the graph listing with each
-// node's program location beside it.
+// canonical graph at a step, traced with source locations on). The graph listing with each
+// node's program location beside it is replay/audit/graph_text.h.
 // Errors: an unknown or ambiguous prefix, a missing file, a program that does not parse, a step
 // the program does not reach: Status (kInvalidArgument / kNotFound / kParseError: exit 2).
 // Thread-safety: one thread.
@@ -31,8 +31,5 @@ Result<GraphTarget> load_graph_target(const std::string& target, const DbOptions
 // A target of 1 to kMinKeyPrefix - 1 hex digits that is no file: too short to be a hash prefix
 // (kInvalidArgument saying so), rather than "cannot read" a file nobody meant. Ok otherwise.
 Status check_not_short_key_prefix(const std::string& target);
-
-// Graph::to_text() with "  # LOCATION" after every node line whose location is known.
-std::string graph_text_with_sources(const Graph& graph, const GraphSources& sources);
 
 }  // namespace tracecache::cli

@@ -10,7 +10,7 @@
 
 #include "cli/commands.h"
 #include "cli/common.h"
-#include "cli/json.h"
+#include "replay/audit/json.h"
 #include "frontend/onnx/onnx_importer.h"
 
 namespace tracecache::cli {

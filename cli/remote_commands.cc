@@ -6,7 +6,7 @@
 #include <string_view>
 
 #include "cli/common.h"
-#include "cli/json.h"
+#include "replay/audit/json.h"
 #include "replay/compile/executable.h"
 #include "store/core/blob_checksum.h"
 #include "store/remote/remote_keys.h"

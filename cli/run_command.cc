@@ -18,12 +18,13 @@
 #include "capture/reference/reference.h"
 #include "capture/trace/recording_executor.h"
 #include "cli/common.h"
-#include "cli/graph_dot.h"
 #include "cli/graph_targets.h"
 #include "cli/interrupt.h"
-#include "cli/json.h"
 #include "cli/progress_line.h"
 #include "cli/step_report.h"
+#include "replay/audit/graph_dot.h"
+#include "replay/audit/graph_text.h"
+#include "replay/audit/json.h"
 #include "replay/engine/program_session.h"
 #include "replay/backends/trace_event_writer.h"
 #include "replay/engine/run_counters.h"
@@ -693,7 +694,7 @@ int show_cached_graph(const ShowOptions& options, const GraphKey& key) {
   const GraphSources sources =
       stored_sources.is_ok() && stored_sources->has_value() ? **stored_sources : GraphSources{};
   if (options.dot) {
-    out(graph_to_dot(*graph, sources, key.to_hex()));
+    out(audit::graph_to_dot(*graph, sources, key.to_hex()));
     return kExitOk;
   }
   if (options.json) {
@@ -731,7 +732,7 @@ int show_cached_graph(const ShowOptions& options, const GraphKey& key) {
     out(fmt::format("program {}{}\n", sources.program,
                     sources.function.empty() ? std::string() : fmt::format(", function {}", sources.function)));
   }
-  out(graph_text_with_sources(*graph, sources));
+  out(audit::graph_text_with_sources(*graph, sources));
   for (const store::EntryInfo& e : *entries) {
     if (e.key.graph != key) continue;
     out(fmt::format("executable: backend {} options {} compiler v{}  {} bytes, {} uses\n",
@@ -808,7 +809,7 @@ int show_command(const ShowOptions& options) {
   }
 
   if (options.dot) {
-    for (const CanonicalGraph* cg : distinct) out(graph_to_dot(cg->graph, graph_sources(*cg), cg->key.to_hex()));
+    for (const CanonicalGraph* cg : distinct) out(audit::graph_to_dot(cg->graph, graph_sources(*cg), cg->key.to_hex()));
     return kExitOk;
   }
   if (options.source) out(print_program(*program) + "\n");
@@ -816,7 +817,7 @@ int show_command(const ShowOptions& options) {
     out(fmt::format("graph {}  ({} nodes, {} params, {} outputs; steps {})\n", cg->key.to_hex(),
                     cg->graph.size(), cg->graph.params().size(), cg->graph.outputs().size(),
                     fmt::join(steps_of[cg->key], ",")));
-    out(graph_text_with_sources(cg->graph, graph_sources(*cg)) + "\n");
+    out(audit::graph_text_with_sources(cg->graph, graph_sources(*cg)) + "\n");
   }
   out(fmt::format("hash {}\n", distinct.empty() ? std::string("none") : distinct.front()->key.to_hex()));
   return kExitOk;

@@ -14,10 +14,12 @@
 #include <string>
 #include <vector>
 
-#include "cli/json.h"
+#include "replay/audit/json.h"
 #include "replay/engine/program_session.h"
 
 namespace tracecache::cli {
+
+using audit::JsonWriter;
 
 class StepReport {
  public:

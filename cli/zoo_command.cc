@@ -13,7 +13,7 @@
 #include "frontend/files/npy.h"
 #include "frontend/files/safetensors.h"
 #include "cli/common.h"
-#include "cli/json.h"
+#include "replay/audit/json.h"
 #include "cli/validators.h"
 #include "frontend/zoo/model.h"
 #include "frontend/zoo/program.h"

@@ -18,9 +18,10 @@
 
 #include "capture/ops/ops.h"
 #include "capture/trace/autograd.h"
-#include "cli/commands.h"
 #include "frontend/program/op_call.h"
 #include "python/py_session.h"
+#include "replay/audit/audit.h"
+#include "replay/audit/report.h"
 #include "replay/engine/compiled_function.h"
 #include "replay/engine/run_counters.h"
 
@@ -879,15 +880,15 @@ std::string audit_db_path(const std::optional<std::string>& db_flag) {
   return store::resolve_cache_path("", {v ? v : "", x ? x : "", h ? h : ""});
 }
 
-// tracecache.audit(): `tracecache audit --json`'s document (cli::audit_json, the same builder)
+// tracecache.audit(): `tracecache audit --json`'s document (audit::audit_json, the same builder)
 // as Python objects; filters as the CLI's.
-py::object audit(const std::optional<std::string>& db_flag, const std::string& program, const std::string& function,
-                 const std::string& kind, const std::string& since, const std::string& graph) {
+py::object audit_objects(const std::optional<std::string>& db_flag, const std::string& program,
+                         const std::string& function, const std::string& kind, const std::string& since,
+                         const std::string& graph) {
   PackageLock lock;
   const std::string path = audit_db_path(db_flag);
-  cli::CacheCommandOptions options;
-  options.json = true;
-  options.db.flag = path;
+  audit::AuditOptions options;
+  options.db_path = path;
   options.program = program;
   options.function = function;
   options.kind = kind;
@@ -902,7 +903,7 @@ py::object audit(const std::optional<std::string>& db_flag, const std::string& p
     if (!std::filesystem::exists(path, ec)) {
       fail(not_found(fmt::format("no cache database at '{}' (run a program first, or pass db=PATH)", path)));
     }
-    document = cli::audit_json(options, &malformed).value_or_throw();
+    document = audit::audit_json(options, &malformed).value_or_throw();
   }
   if (malformed > 0) {
     const std::string message = fmt::format("{} malformed audit rows skipped (damaged graph keys)", malformed);
@@ -1067,7 +1068,7 @@ PYBIND11_MODULE(_tracecache, m) {
     PackageLock lock;
     return current_session()->metrics.report();
   });
-  m.def("audit", &audit, py::arg("db") = py::none(), py::arg("program") = "", py::arg("function") = "",
+  m.def("audit", &audit_objects, py::arg("db") = py::none(), py::arg("program") = "", py::arg("function") = "",
         py::arg("kind") = "", py::arg("since") = "", py::arg("graph") = "");
   m.def("_shutdown", [] {  // at exit (atexit; also after KeyboardInterrupt): counts first
     PackageLock lock;
@@ -1085,15 +1086,15 @@ PYBIND11_MODULE(_tracecache, m) {
   m.def("report", [](const std::string& output, const std::optional<std::string>& db, const std::string& program,
                      const std::string& function, const std::string& since) {
     PackageLock lock;
-    cli::ReportOptions options;
+    audit::ReportOptions options;
     options.output = output;
-    options.db.flag = audit_db_path(db);
+    options.db_path = audit_db_path(db);
     options.program = program;
     options.function = function;
     options.since = since;
     py::gil_scoped_release release;
     PyCompiledFunction::flush_all();
-    return cli::write_report(options).value_or_throw();
+    return audit::write_report(options).value_or_throw();
   }, py::arg("output"), py::arg("db") = py::none(), py::arg("program") = "", py::arg("function") = "",
      py::arg("since") = "", "`tracecache report -o OUTPUT`: the audit as one HTML page; returns its size in bytes.");
 

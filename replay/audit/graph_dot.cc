@@ -1,10 +1,10 @@
-#include "cli/graph_dot.h"
+#include "replay/audit/graph_dot.h"
 
 #include <fmt/format.h>
 
 #include <vector>
 
-namespace tracecache::cli {
+namespace tracecache::audit {
 
 namespace {
 
@@ -83,4 +83,4 @@ std::string graph_to_dot(const Graph& graph, const GraphSources& sources, std::s
   return out;
 }
 
-}  // namespace tracecache::cli
+}  // namespace tracecache::audit

@@ -1,5 +1,6 @@
-// JsonWriter: a small streaming writer for the CLI's --json output. Produces compact, valid
-// JSON (strings escaped per RFC 8259; non-finite numbers written as null). Not thread-safe.
+// JsonWriter: a small streaming writer for the CLI's --json output and the audit document
+// (replay/audit/audit.h). Produces compact, valid JSON (strings escaped per RFC 8259; non-finite
+// numbers written as null). Not thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -7,7 +8,7 @@
 #include <string_view>
 #include <vector>
 
-namespace tracecache::cli {
+namespace tracecache::audit {
 
 class JsonWriter {
  public:
@@ -37,4 +38,4 @@ class JsonWriter {
 
 std::string json_escape(std::string_view s);
 
-}  // namespace tracecache::cli
+}  // namespace tracecache::audit

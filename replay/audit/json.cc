@@ -1,4 +1,4 @@
-#include "cli/json.h"
+#include "replay/audit/json.h"
 
 #include <fmt/format.h>
 
@@ -6,7 +6,7 @@
 
 #include "capture/core/text_escape.h"
 
-namespace tracecache::cli {
+namespace tracecache::audit {
 
 std::string json_escape(std::string_view s) {
   std::string out;
@@ -96,4 +96,4 @@ JsonWriter& JsonWriter::null() {
   return *this;
 }
 
-}  // namespace tracecache::cli
+}  // namespace tracecache::audit

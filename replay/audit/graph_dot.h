@@ -14,11 +14,11 @@
 #include "capture/ir/graph.h"
 #include "capture/ir/graph_sources.h"
 
-namespace tracecache::cli {
+namespace tracecache::audit {
 
 inline constexpr size_t kMaxDotAttrLength = 48;
 
 // `name` labels the digraph (e.g. the graph's hash); `sources` may be empty.
 std::string graph_to_dot(const Graph& graph, const GraphSources& sources, std::string_view name);
 
-}  // namespace tracecache::cli
+}  // namespace tracecache::audit

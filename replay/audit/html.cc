@@ -1,8 +1,8 @@
-#include "cli/html.h"
+#include "replay/audit/html.h"
 
 #include "capture/core/text_escape.h"
 
-namespace tracecache::cli {
+namespace tracecache::audit {
 
 std::string html_escape(std::string_view s) {
   std::string out;
@@ -34,4 +34,4 @@ std::string html_escape_cut(std::string_view s, size_t max) {
   return html_escape(s.substr(0, end)) + "...";
 }
 
-}  // namespace tracecache::cli
+}  // namespace tracecache::audit

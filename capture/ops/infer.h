@@ -18,6 +18,8 @@ namespace tracecache::infer {
 // The outcome of a rule: nullopt if it passed, else its error.
 using Check = InferError;
 
+// Declares rule NAME with the InferFn signature (`template TRACECACHE_INFER_RULE(NAME<K>);`
+// instantiates a templated one).
 #define TRACECACHE_INFER_RULE(...) \
   Check __VA_ARGS__(std::span<const TensorType> in, std::span<AttrValue> attrs, TensorType* result)
 

@@ -7,7 +7,7 @@
 
 #include <new>
 
-#include "replay/backends/cpu/cpu_backend.h"
+#include "tests/replay/injected_backend.h"
 #include "capture/reference/reference.h"
 #include "capture/trace/tensor.h"
 #include "replay/engine/compiled_function.h"
@@ -17,7 +17,7 @@ namespace tracecache {
 namespace {
 
 // The cpu backend, with a failure injected into run() on request.
-class FailingBackend final : public Backend {
+class FailingBackend final : public testing_support::InjectedCpuBackend {
  public:
   enum class Fail {
     kNone,
@@ -27,42 +27,19 @@ class FailingBackend final : public Backend {
   };
   Fail fail = Fail::kNone;
 
-  std::string_view name() const override { return cpu_.name(); }
-  std::string options_digest() const override { return cpu_.options_digest(); }
-  Result<Executable> compile(const Graph& graph, const GraphKey& key, uint32_t version) override {
-    return cpu_.compile(graph, key, version);
+  FailingBackend() {
+    before_run = [this]() -> Status {
+      if (fail == Fail::kStatusBeforeRun) return resource_exhausted("injected: no room for the outputs");
+      if (fail == Fail::kThrowBeforeRun) throw std::bad_alloc();
+      return Status::ok();
+    };
+    after_run = [this] {
+      if (fail == Fail::kThrowAfterRun) throw std::bad_alloc();
+    };
   }
-  std::string serialize(const Executable& exe) override { return cpu_.serialize(exe); }
-  Result<Executable> load(std::string_view bytes) override { return cpu_.load(bytes); }
-  bool shares_host_memory() const override { return true; }
-  Result<DeviceRef> to_device(const DataRef& data) override { return cpu_.to_device(data); }
-  Result<BufferRef> to_host(const DeviceRef& device) override { return cpu_.to_host(device); }
-  Result<std::vector<DeviceRef>> run(const Executable& exe, std::span<const DeviceRef> params) override {
-    if (fail == Fail::kStatusBeforeRun) return resource_exhausted("injected: no room for the outputs");
-    if (fail == Fail::kThrowBeforeRun) throw std::bad_alloc();
-    Result<std::vector<DeviceRef>> outs = cpu_.run(exe, params);
-    if (fail == Fail::kThrowAfterRun) throw std::bad_alloc();
-    return outs;
-  }
-  void synchronize() override { cpu_.synchronize(); }
-
- private:
-  CpuBackend cpu_;
 };
 
-// The executor compiled functions use: prepare, then Runtime::run_or_fall_back.
-class RunOrFallBack final : public GraphExecutor {
- public:
-  explicit RunOrFallBack(Runtime* runtime) : runtime_(runtime) {}
-  Result<std::vector<DataRef>> execute(const CanonicalGraph& cg, std::vector<DataRef> params) override {
-    Result<std::shared_ptr<const Executable>> exe = runtime_->prepare(cg);
-    if (!exe.is_ok()) return exe.status();
-    return runtime_->run_or_fall_back(**exe, params);
-  }
-
- private:
-  Runtime* runtime_;
-};
+using testing_support::RunOrFallBack;
 
 BufferRef ramp(int64_t n) {
   auto b = std::make_shared<HostBuffer>(DType::kF32, Shape{n});

@@ -6,52 +6,27 @@
 
 #include <algorithm>
 #include <memory>
+#include <optional>
+#include <ostream>
 
 #include "capture/trace/tensor.h"
-#include "replay/backends/cpu/cpu_backend.h"
 #include "replay/engine/runtime.h"
+#include "tests/replay/injected_backend.h"
 
 namespace tracecache {
 namespace {
 
 // The cpu backend, whose run() fails with `fail` (before anything is written) while it is set.
-class FailingRunBackend final : public Backend {
+class FailingRunBackend final : public testing_support::InjectedCpuBackend {
  public:
   std::optional<StatusCode> fail;
 
-  std::string_view name() const override { return cpu_.name(); }
-  std::string options_digest() const override { return cpu_.options_digest(); }
-  Result<Executable> compile(const Graph& graph, const GraphKey& key, uint32_t version) override {
-    return cpu_.compile(graph, key, version);
+  FailingRunBackend() {
+    before_run = [this] { return fail ? Status(*fail, "injected run failure") : Status::ok(); };
   }
-  std::string serialize(const Executable& exe) override { return cpu_.serialize(exe); }
-  Result<Executable> load(std::string_view bytes) override { return cpu_.load(bytes); }
-  bool shares_host_memory() const override { return true; }
-  Result<DeviceRef> to_device(const DataRef& data) override { return cpu_.to_device(data); }
-  Result<BufferRef> to_host(const DeviceRef& device) override { return cpu_.to_host(device); }
-  Result<std::vector<DeviceRef>> run(const Executable& exe, std::span<const DeviceRef> params) override {
-    if (fail) return Status(*fail, "injected run failure");
-    return cpu_.run(exe, params);
-  }
-  void synchronize() override {}
-
- private:
-  CpuBackend cpu_;
 };
 
-// Compiled functions' executor: prepare, then run_or_fall_back.
-class RunOrFallBack final : public GraphExecutor {
- public:
-  explicit RunOrFallBack(Runtime* runtime) : runtime_(runtime) {}
-  Result<std::vector<DataRef>> execute(const CanonicalGraph& cg, std::vector<DataRef> params) override {
-    Result<std::shared_ptr<const Executable>> exe = runtime_->prepare(cg);
-    if (!exe.is_ok()) return exe.status();
-    return runtime_->run_or_fall_back(**exe, params);
-  }
-
- private:
-  Runtime* runtime_;
-};
+using testing_support::RunOrFallBack;
 
 int64_t fallbacks(const Runtime& runtime) {
   return std::count_if(runtime.events().begin(), runtime.events().end(), [](const store::Event& e) {
@@ -62,6 +37,10 @@ int64_t fallbacks(const Runtime& runtime) {
 struct Case {
   StatusCode code;
   bool through_run_or_fall_back;
+  // GoogleTest prints a parameter without a printer as raw bytes, padding included.
+  friend void PrintTo(const Case& c, std::ostream* os) {
+    *os << "code " << static_cast<int>(c.code) << (c.through_run_or_fall_back ? ", run_or_fall_back" : ", execute");
+  }
 };
 
 class OneFallbackRule : public testing::TestWithParam<Case> {};

@@ -3,7 +3,10 @@
 //
 // The page has no network dependency: its CSS is inline, its charts are SVG drawn here, the
 // graphs are SVG rendered by Graphviz's `dot` (run as a subprocess on `show --dot`'s text; when
-// `dot` is not on PATH the page says so and shows the graphs' text). It has no script.
+// `dot` is not on PATH the page says so and shows the graphs' text). It has no script: each
+// picture sits in a scrolling pane (pan by scrolling; the pane's height can be dragged) under three
+// zoom buttons (fit, 100%, 200%) that are CSS radio buttons; a picture wider than the page opens
+// at 100%, the others fit.
 // Everything read from the database is untrusted: every text goes through html_escape
 // (replay/audit/html.h), and the page is bounded: the kMaxGraphs most recently used graphs (their details
 // cut to a cell), the newest kMaxEvents events and kMaxHitSpans hit
@@ -17,6 +20,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -28,7 +32,10 @@
 #include <optional>
 #include <set>
 #include <sstream>
+#include <string>
+#include <string_view>
 #include <thread>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -57,7 +64,8 @@ constexpr size_t kMaxLanes = 14;
 constexpr size_t kMaxDiffs = 12;
 constexpr size_t kMaxDiffRows = 24;
 constexpr size_t kMaxPictures = 8;
-constexpr size_t kMaxDrawnNodes = 150;
+constexpr size_t kMaxDrawnNodes = 400;
+constexpr double kPageWidthPx = 1200;  // main's width less its padding and the section's
 constexpr size_t kMaxTextLines = 200;
 constexpr int64_t kMaxCellBytes = 600;
 constexpr int kDotTimeoutSeconds = 20;
@@ -314,8 +322,12 @@ pre{background:#f0f4f8;padding:8px;border-radius:4px;overflow:auto;max-height:42
 .diff{color:#334e68}
 .note{color:#627d98;font-size:12px}
 .cut{color:#8d2b0b;background:#fff4e5;border-left:3px solid #f0b429;padding:4px 8px;margin:6px 0;font-size:13px}
-.pic{overflow:auto;border:1px solid #e4e7eb;border-radius:4px;margin:6px 0;background:#fff;max-height:640px}
-.pic svg{max-width:100%;height:auto}
+.pic{overflow:auto;border:1px solid #e4e7eb;border-radius:4px;margin:6px 0;background:#fff;height:auto;max-height:640px;resize:vertical}
+.zoom>input{margin:0 2px 0 10px;vertical-align:middle}
+.zoom>label{font-size:12px;color:#334e68;cursor:pointer}
+.zoom .pic svg{max-width:none;width:var(--w);height:var(--h)}
+.zoom .zf:checked~.pic svg{max-width:100%;height:auto}
+.zoom .z2:checked~.pic svg{width:calc(2*var(--w));height:calc(2*var(--h))}
 svg.chart text{font:11px system-ui,Helvetica,Arial,sans-serif;fill:#334e68}
 details summary{cursor:pointer;color:#334e68}
 </style></head><body>
@@ -668,7 +680,7 @@ details summary{cursor:pointer;color:#334e68}
         std::optional<std::string> svg =
             render_svg(graph_to_dot(g->first, g->second, a->graph.to_hex()), temp_dir_, pictures_shown_, &dot_missing_, &why);
         if (svg) {
-          body += "<div class=\"pic\">" + *svg + "</div>\n";
+          body += zoomable(*svg, pictures_shown_);
           continue;
         }
       }
@@ -681,6 +693,42 @@ details summary{cursor:pointer;color:#334e68}
       cut(fmt::format("{} graphs not drawn (the page draws at most {}; see tracecache show HASH --dot)", skipped,
                       kMaxPictures));
     }
+  }
+
+  // A picture in its pane under three zoom radio buttons (group n): the CSS above sizes the SVG
+  // from --w/--h, its natural size as dot wrote it.
+  static std::string zoomable(const std::string& svg, size_t n) {
+    const std::string w = svg_length(svg, "width"), h = svg_length(svg, "height");
+    if (w.empty() || h.empty()) return "<div class=\"pic\">" + svg + "</div>\n";
+    const bool wide = std::strtod(w.c_str(), nullptr) * (w.ends_with("pt") ? 4.0 / 3.0 : 1.0) > kPageWidthPx;
+    std::string out = "<div class=\"zoom\"><span class=note>zoom</span>";
+    const std::pair<const char*, const char*> levels[] = {{"zf", "fit"}, {"z1", "100%"}, {"z2", "200%"}};
+    for (const auto& [cls, label] : levels) {
+      const bool checked = std::string_view(cls) == (wide ? "z1" : "zf");
+      out += fmt::format("<input type=\"radio\" class=\"{0}\" name=\"zoom{1}\" id=\"zoom{1}-{0}\"{2}>"
+                         "<label for=\"zoom{1}-{0}\">{3}</label>",
+                         cls, n, checked ? " checked" : "", label);
+    }
+    out += " <span class=note>\u00b7 scroll to pan, drag the corner to resize</span>";
+    return out + fmt::format("<div class=\"pic\" style=\"--w:{};--h:{}\">{}</div></div>\n", w, h, svg);
+  }
+
+  // The value of the root <svg> element's attribute `name` when it is a plain length ("123pt",
+  // "40.5px", "80"); empty otherwise, so nothing from the file reaches a style attribute unchecked.
+  static std::string svg_length(const std::string& svg, std::string_view name) {
+    const size_t end = svg.find('>');
+    const std::string_view tag = std::string_view(svg).substr(0, end);
+    const std::string key = fmt::format(" {}=\"", name);
+    const size_t at = tag.find(key);
+    if (at == std::string_view::npos) return {};
+    const size_t from = at + key.size(), to = tag.find('"', from);
+    if (to == std::string_view::npos || to == from || to - from > 16) return {};
+    std::string v(tag.substr(from, to - from));
+    size_t digits = 0;
+    while (digits < v.size() && (std::isdigit(static_cast<unsigned char>(v[digits])) || v[digits] == '.')) ++digits;
+    const std::string_view unit = std::string_view(v).substr(digits);
+    if (digits == 0 || !(unit.empty() || unit == "pt" || unit == "px")) return {};
+    return unit.empty() ? v + "px" : v;
   }
 
   static std::string text_form(const Graph& g, const GraphSources& s) {

@@ -97,6 +97,62 @@ print("html ok:", len(text), "bytes,", len(c.tags), "elements")
 PY
 [ -n "$(command -v dot)" ] && { grep -q 'class="node"' "$TMP/report.html" || fail "dot is installed: the graphs are drawn"; }
 
+# A graph wider than the page opens at 100% in a scrolling pane under fit/100%/200% zoom buttons
+# (CSS radio buttons, no script); a small one fits. Chromium draws the two zoom levels differently.
+if command -v dot > /dev/null; then
+  { echo "tracecache 1"; echo "steps 1"; echo "input x : f32[4, 8] = normal(seed=1)"
+    for i in $(seq 1 40); do echo "a$i = relu(x)"; done
+    echo "s1 = add(a1, a2)"; for i in $(seq 3 40); do echo "s$((i - 1)) = add(s$((i - 2)), a$i)"; done
+    echo "output s39"; } > "$TMP/wide.trace"
+  "$TC" run "$TMP/wide.trace" --db "$TMP/wide.db" > /dev/null
+  "$TC" run "$TMP/batch.trace" --db "$TMP/wide.db" --steps 1 > /dev/null
+  expect_exit 0 "$TC" report --db "$TMP/wide.db" -o "$TMP/wide.html"
+  /usr/bin/python3 - "$TMP/wide.html" <<'PY'
+import re, sys
+text = open(sys.argv[1], encoding="utf-8").read()
+zooms = re.findall(r'<div class="zoom">(.*?)<div class="pic" style="--w:([0-9.]+)pt;--h:([0-9.]+)pt"><svg width="([0-9.]+)pt" height="([0-9.]+)pt"', text, re.S)
+assert len(zooms) == 2, f"two zoomable pictures, found {len(zooms)}"
+checked = {}
+for n, (buttons, w, h, sw, sh) in enumerate(zooms):
+    assert (w, h) == (sw, sh), "the pane's size is the SVG's own"
+    names = set(re.findall(r'name="(zoom\d+)"', buttons))
+    assert len(names) == 1, f"one radio group per picture: {names}"
+    ids = re.findall(r'<input type="radio" class="(z[f12])" name="zoom\d+" id="([^"]+)"( checked)?>'
+                     r'<label for="([^"]+)">([^<]+)</label>', buttons)
+    assert [(c, label) for c, _, _, _, label in ids] == [("zf", "fit"), ("z1", "100%"), ("z2", "200%")], ids
+    assert all(i == f for _, i, _, f, _ in ids), "each label names its button"
+    on = [c for c, _, ch, _, _ in ids if ch]
+    assert len(on) == 1, on
+    checked[float(w)] = on[0]
+wide, narrow = max(checked), min(checked)
+assert wide * 4 / 3 > 1200 and checked[wide] == "z1", f"the wide graph ({wide}pt) opens at 100%: {checked}"
+assert narrow * 4 / 3 < 1200 and checked[narrow] == "zf", f"the small graph ({narrow}pt) fits: {checked}"
+for rule in (".zoom .zf:checked~.pic svg{max-width:100%;height:auto}",
+             ".zoom .z2:checked~.pic svg{width:calc(2*var(--w));height:calc(2*var(--h))}"):
+    assert rule in text, rule
+print("zoom ok:", checked)
+PY
+  # Chromium draws the page with the wide graph at 100% and, in a copy, at fit; the radio dots are
+  # hidden in both copies, so what differs is the drawing. The 100% page drawn twice is the same.
+  /usr/bin/python3 - "$TMP/wide.html" "$TMP" <<'PY'
+import re, sys
+text = open(sys.argv[1], encoding="utf-8").read().replace("</style>", ".zoom>input{display:none}</style>", 1)
+group = re.search(r'name="(zoom\d+)" id="[^"]+" checked><label for="[^"]+">100%', text).group(1)
+open(sys.argv[2] + "/z100.html", "w", encoding="utf-8").write(text)
+text = text.replace(f'id="{group}-z1" checked>', f'id="{group}-z1">').replace(f'id="{group}-zf">', f'id="{group}-zf" checked>')
+open(sys.argv[2] + "/zfit.html", "w", encoding="utf-8").write(text)
+PY
+  shot() {
+    timeout 60 chromium --headless=new --no-sandbox --disable-gpu --user-data-dir="$TMP/chrome-zoom" --no-first-run \
+      --disable-extensions --window-size=1280,5000 --screenshot="$TMP/$2.png" "file://$TMP/$1.html" > /dev/null 2>&1 \
+      || fail "chromium --screenshot $1 failed"
+  }
+  shot z100 a; shot zfit b; shot z100 c
+  [ "$(stat -c %s "$TMP/a.png")" -gt 20000 ] || fail "a screenshot of the zoomable page"
+  cmp -s "$TMP/a.png" "$TMP/c.png" || fail "chromium draws the same page twice the same (else the next check says nothing)"
+  cmp -s "$TMP/a.png" "$TMP/b.png" && fail "fit and 100% draw the wide graph the same"
+fi
+
 # show --dot: DOT text Graphviz accepts, one digraph per graph of a program; a forged program
 # location cannot break out of its label.
 "$TC" show "$TMP/batch.trace" --dot --steps 3 > "$TMP/batch.dot"

@@ -33,6 +33,7 @@
 #include "replay/audit/json.h"
 #include "replay/backends/registry/registry.h"
 #include "replay/engine/program_session.h"
+#include "replay/engine/setup.h"
 
 namespace tracecache::cli {
 
@@ -101,21 +102,24 @@ class Progress {
 // keeping the names, so recording during the step allocates no map nodes), so the "run" timer
 // and the counters hold exactly that step's numbers.
 Result<BenchRow> bench_one(const Program& program, const std::string& target, SessionMode mode,
-                           int steps, int warmup, const BenchOptions& options,
-                           store::CacheDb* db) {
+                           int steps, int warmup, const BenchOptions& options, const RemoteSetup& remote,
+                           bool* warned) {
   Metrics metrics;
-  std::unique_ptr<store::RedisClient> remote;
-  if (mode != SessionMode::kEager && options.backend != "reference") {
-    Result<std::unique_ptr<store::RedisClient>> opened = open_remote(options.remote, &metrics);
-    if (!opened.is_ok()) return opened.status();
-    remote = std::move(*opened);
+  // The set-up path run and Python share (replay/engine/setup.h). bench reads no environment:
+  // without --db it caches in memory only, and only --remote names a remote tier.
+  Result<OpenedSession> opened = open_session({.session = {.mode = mode, .backend = options.backend,
+                                                           .backend_options = {.threads = options.threads},
+                                                           .metrics = &metrics},
+                                               .db = options.db,
+                                               .no_cache = options.db.empty(),
+                                               .remote = remote,
+                                               .program = &program});
+  if (!opened.is_ok()) return opened.status();
+  if (!opened->cache_warning.empty() && !*warned) {
+    warn(opened->cache_warning);
+    *warned = true;
   }
-  Result<std::unique_ptr<ProgramSession>> session = ProgramSession::create(
-      program, {.session = {.mode = mode, .backend = options.backend,
-                            .backend_options = {.threads = options.threads}, .db = db,
-                            .remote = remote.get(), .metrics = &metrics}});
-  if (!session.is_ok()) return session.status();
-  ProgramSession& s = **session;
+  ProgramSession& s = *opened->program_session;
   Progress progress(target, mode);
   for (int step = 0; step < warmup; ++step) {
     progress.step("warmup", step, warmup);
@@ -526,13 +530,10 @@ int bench_command(const BenchOptions& options) {
                      : options.preset == "default" ? t
                                                    : fmt::format("{}:{}", t, options.preset));
   }
-  std::unique_ptr<store::CacheDb> db;
   if (Status st = check_db_flag_directory(options.db); !st.is_ok()) return report_error(st);
-  if (!options.db.empty()) {
-    Result<std::unique_ptr<store::CacheDb>> opened = store::CacheDb::open({.path = options.db});
-    if (!opened.is_ok()) return report_error(opened.status());
-    db = std::move(*opened);
-  }
+  Result<RemoteSetup> remote = remote_setup(options.remote);
+  if (!remote.is_ok()) return report_error(remote.status());
+  bool warned = false;  // a database that cannot be opened is said once, not once per row
 
   std::vector<BenchRow> rows;
   for (size_t t = 0; t < programs.size(); ++t) {
@@ -546,7 +547,7 @@ int bench_command(const BenchOptions& options) {
                              mode_name(mode), warmup, steps)
                      .c_str(),
                  stderr);
-      Result<BenchRow> row = bench_one(programs[t], target, mode, steps, warmup, options, db.get());
+      Result<BenchRow> row = bench_one(programs[t], target, mode, steps, warmup, options, *remote, &warned);
       if (!row.is_ok()) return report_error(row.status());
       rows.push_back(std::move(row).value());
     }

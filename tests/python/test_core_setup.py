@@ -1,8 +1,10 @@
 """Python and the CLI open the cache through one set-up path (replay/engine/setup.h): a damaged
 database costs caching in both, and both say the same thing about it, naming what to do
-(`tracecache verify`, or moving the file aside), the CLI even under -q; a bad TRACECACHE_THREADS
-is refused by both with the same message."""
+(`tracecache verify`, or moving the file aside), the CLI even under -q; a database another
+process keeps locked costs caching in both, after one busy timeout, with the same words; `bench`
+opens its --db the same way; a bad TRACECACHE_THREADS is refused by both with the same message."""
 import os
+import sqlite3
 import subprocess
 import unittest
 import warnings
@@ -80,6 +82,48 @@ class DamagedDatabase(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn("tracecache verify", r.stdout)
         self.assertEqual(r.stdout.count("running without the cache"), 1, r.stdout)
+
+
+    def test_bench_opens_its_db_as_run_does(self):
+        path = damaged_db("bench.db")
+        _, run_err = cli_warning("--db", path)
+        r = subprocess.run([CLI, "bench", program(), "--db", path, "--modes", "lazy,once", "--steps", "2",
+                            "--warmup", "0", "--json"], capture_output=True, text=True, env=CLI_ENV)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        warned = [line for line in r.stderr.splitlines() if line.startswith("tracecache: warning:")]
+        self.assertEqual(warned, [run_err.strip()], "said once, in run's words")
+        self.assertIn('"step_us"', r.stdout)
+
+
+class BusyDatabase(unittest.TestCase):
+    def test_a_locked_database_costs_caching_in_both_with_one_message(self):
+        path = os.path.join(TMP, "busy.db")
+        code, err = cli_warning("--db", path)  # creates it
+        self.assertEqual(code, 0, err)
+        # Another process's connection in exclusive locking mode: nobody else can even read the
+        # schema, so opening waits out the busy timeout (5 s) and then runs without the cache.
+        holder = sqlite3.connect(path, isolation_level=None)
+        try:
+            holder.execute("PRAGMA locking_mode=EXCLUSIVE")
+            holder.execute("BEGIN EXCLUSIVE")
+            holder.execute("SELECT count(*) FROM sqlite_master").fetchall()
+            code, err = cli_warning("--db", path)
+            self.assertEqual(code, 0, err)
+            self.assertIn("running without the cache", err)
+            self.assertIn("busy", err)
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                tc.configure(db=path)
+            messages = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
+            self.assertEqual(len(messages), 1, messages)
+            self.assertEqual(err.strip(), "tracecache: warning: " + messages[0])
+            self.assertIsNone(tc.settings()["db"])
+            x, w = np.ones((4, 3), np.float32), np.ones((3, 2), np.float32)
+            self.assertEqual((tc.from_numpy(x) @ tc.from_numpy(w)).numpy().tolist(), [[3.0, 3.0]] * 4)
+        finally:
+            holder.close()
+        tc.configure(db=path)  # free again: the cache is back
+        self.assertEqual(tc.settings()["db"], path)
 
 
 class ThreadsFromTheEnvironment(unittest.TestCase):

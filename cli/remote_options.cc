@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "cli/commands.h"
+#include "cli/validators.h"
 
 namespace tracecache::cli {
 
@@ -18,7 +19,7 @@ void add_remote_options(CLI::App* command, RemoteCliOptions& options) {
       ->capture_default_str();
   command->add_option("--remote-timeout-ms", options.timeout_ms,
                       "Connect and command timeout for the remote; a timeout skips the remote for a back-off")
-      ->check(CLI::Range(1, 60000))
+      ->check(whole_number_in(1, 60000))
       ->capture_default_str();
   command->add_option("--remote-ttl", options.ttl,
                       "Remote entries written expire after this: seconds, or with m/h/d; 0: never")
@@ -26,7 +27,7 @@ void add_remote_options(CLI::App* command, RemoteCliOptions& options) {
   command->add_option("--remote-backoff", options.backoff_s,
                       "Seconds to skip the remote after it failed before trying it again (doubles with each "
                       "failure in a row, up to 30 s or this)")
-      ->check(CLI::Range(0.001, 86400.0))
+      ->check(number_in(0.001, 86400.0))
       ->capture_default_str();
 }
 

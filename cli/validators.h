@@ -6,6 +6,7 @@
 
 #include <charconv>
 #include <climits>
+#include <cmath>
 #include <cstdint>
 #include <string>
 
@@ -25,6 +26,21 @@ inline CLI::Validator whole_number_in(int64_t lo, int64_t hi = INT_MAX) {
         return "";
       },
       fmt::format("INT in [{}, {}]", lo, hi));
+}
+
+// A finite number in [lo, hi], with whole_number_in's wording ("--remote-backoff: must be a
+// number in [0.001, 86400], got '0'").
+inline CLI::Validator number_in(double lo, double hi) {
+  return CLI::Validator(
+      [lo, hi](std::string& text) -> std::string {
+        double v = 0;
+        auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+        if (ec != std::errc() || end != text.data() + text.size() || !std::isfinite(v) || v < lo || v > hi) {
+          return fmt::format("must be a number in [{}, {}], got '{}'", lo, hi, text);
+        }
+        return "";
+      },
+      fmt::format("NUMBER in [{}, {}]", lo, hi));
 }
 
 }  // namespace tracecache::cli

@@ -21,11 +21,17 @@ grep -q "did you mean '--limit'" "$TMP/err" || fail "--limt: $(cat "$TMP/err")"
 
 # ---- out-of-range values: one wording ----
 for args in "run $mlp --steps 0" "gc --db $db --max-events -1" "audit --db $db --limit 0" \
-            "zoo run resnet18 --batch 0" "bench $mlp --warmup -2"; do
+            "zoo run resnet18 --batch 0" "bench $mlp --warmup -2" "run $mlp --remote-timeout-ms 0"; do
   # shellcheck disable=SC2086
   expect_exit 2 "$TC" $args
   grep -q "^tracecache: .*must be a whole number in \[[0-9]*, [0-9]*\], got '" "$TMP/err" \
     || fail "'$args': $(cat "$TMP/err")"
+done
+
+for v in 0 abc inf; do
+  expect_exit 2 "$TC" run "$mlp" --no-cache --remote-backoff "$v"
+  grep -q "^tracecache: run: --remote-backoff: must be a number in \[0.001, 86400\], got '$v'" "$TMP/err" \
+    || fail "--remote-backoff $v: $(cat "$TMP/err")"
 done
 
 # ---- a hash prefix shorter than 4 hex digits ----

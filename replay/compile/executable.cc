@@ -47,17 +47,20 @@ Status check_conv_heads(const Graph& graph, const Kernel& kern, size_t k, size_t
 
 }  // namespace
 
-Status Executable::validate() const {
-  if (hash_graph(graph) != graph_key) return bad("its graph does not hash to its key");
-  if (std::string why; !graph.check_donations(&why)) return bad(why);
-  return std::visit([&](const auto& plan) { return plan.validate(graph); }, payload);
-}
+namespace {
 
-Status KernelPlan::validate(const Graph& graph) const {
+// What check_schedule learns for the later phases: the kernel computing each value (born) and the
+// last kernel reading it (last).
+struct Liveness {
+  std::vector<size_t> born, last;
+};
+
+// Phase 1: every slot agrees with the graph (parameters, outputs, donations, arena ranges inside
+// the arena and aligned, fused nodes fusible). Returns where the arena's slots end.
+Result<uint64_t> check_slots(const Graph& graph, const KernelPlan& plan) {
   const size_t n = graph.size();
-  if (slots.size() != n) return bad(fmt::format("{} slots for {} nodes", slots.size(), n));
-
-  // Slots agree with the graph.
+  const std::vector<Slot>& slots = plan.slots;
+  const uint64_t arena_bytes = plan.arena_bytes;
   std::vector<bool> is_output(n, false);
   for (NodeId o : graph.outputs()) is_output[o] = true;
   for (size_t p = 0; p < graph.params().size(); ++p) {
@@ -113,14 +116,15 @@ Status KernelPlan::validate(const Graph& graph) const {
     }
   }
 
-  // An arena no larger than its slots need: a crafted size must not make the backend allocate
-  // more than the plan uses.
-  if (arena_bytes != arena_end) {
-    return bad(fmt::format("arena of {} bytes, but its slots end at {}", arena_bytes, arena_end));
-  }
+  return arena_end;
+}
 
-  // The schedule computes every non-parameter value exactly once, after its inputs; fused
-  // members are single-use, same-shape, elementwise chains ending at their root.
+// Phase 2: the schedule computes every non-parameter value exactly once, after its inputs; fused
+// members are single-use, same-shape, elementwise chains ending at their root.
+Result<Liveness> check_schedule(const Graph& graph, const KernelPlan& plan) {
+  const size_t n = graph.size();
+  const std::vector<Slot>& slots = plan.slots;
+  const std::vector<Kernel>& kernels = plan.kernels;
   std::vector<bool> ready(n, false);
   std::vector<bool> in_kernel(n, false);
   std::vector<size_t> kernel_of(n, SIZE_MAX);  // kernel that computes a fused member
@@ -201,12 +205,20 @@ Status KernelPlan::validate(const Graph& graph) const {
     }
   }
 
-  // A donated output is written into its parameter's storage: no kernel may read the parameter
-  // after the one writing the output, and that one only elementwise (a fused kernel).
+  return Liveness{.born = std::move(born), .last = std::move(last)};
+}
+
+// Phase 3: a donated output is written into its parameter's storage: no kernel may read the
+// parameter after the one writing the output, and that one only elementwise (a fused kernel).
+Status check_donated_writes(const Graph& graph, const KernelPlan& plan, const Liveness& live_range) {
+  const size_t n = graph.size();
+  const std::vector<Slot>& slots = plan.slots;
+  const std::vector<size_t>& born = live_range.born;
+  const std::vector<size_t>& last = live_range.last;
   for (NodeId id = 0; id < n; ++id) {
     if (slots[id].kind != Slot::Kind::kDonated) continue;
     const NodeId param = graph.params()[static_cast<size_t>(graph.donated_param(slots[id].index))];
-    const Kernel& writer = kernels[born[id]];
+    const Kernel& writer = plan.kernels[born[id]];
     // Read whole (not elementwise): by a kOp kernel, or by a oneDNN kernel's conv2d or batch_norm.
     bool reads_whole = false;
     for (NodeId m : writer.kind == Kernel::Kind::kFused ? writer.members : std::vector<NodeId>{writer.root}) {
@@ -219,9 +231,18 @@ Status KernelPlan::validate(const Graph& graph) const {
     }
   }
 
-  // No two arena values that are live at the same time may share bytes. Sweep over kernels:
-  // at kernel k, values whose last reader is before k are dead; the output of k must not
-  // overlap anything still live (including k's own inputs).
+  return Status::ok();
+}
+
+// Phase 4: no two arena values that are live at the same time may share bytes. Sweep over
+// kernels: at kernel k, values whose last reader is before k are dead; the output of k must not
+// overlap anything still live (including k's own inputs).
+Status check_arena_overlaps(const Graph& graph, const KernelPlan& plan, const Liveness& live_range) {
+  const size_t n = graph.size();
+  const std::vector<Slot>& slots = plan.slots;
+  const std::vector<Kernel>& kernels = plan.kernels;
+  const std::vector<size_t>& born = live_range.born;
+  const std::vector<size_t>& last = live_range.last;
   std::vector<std::vector<NodeId>> born_at(kernels.size());
   for (NodeId id = 0; id < n; ++id) {
     if (slots[id].kind == Slot::Kind::kArena) born_at[born[id]].push_back(id);
@@ -243,6 +264,29 @@ Status KernelPlan::validate(const Graph& graph) const {
     }
   }
   return Status::ok();
+}
+
+}  // namespace
+
+Status Executable::validate() const {
+  if (hash_graph(graph) != graph_key) return bad("its graph does not hash to its key");
+  if (std::string why; !graph.check_donations(&why)) return bad(why);
+  return std::visit([&](const auto& plan) { return plan.validate(graph); }, payload);
+}
+
+Status KernelPlan::validate(const Graph& graph) const {
+  if (slots.size() != graph.size()) return bad(fmt::format("{} slots for {} nodes", slots.size(), graph.size()));
+  Result<uint64_t> arena_end = check_slots(graph, *this);
+  if (!arena_end.is_ok()) return arena_end.status();
+  // An arena no larger than its slots need: a crafted size must not make the backend allocate
+  // more than the plan uses.
+  if (arena_bytes != *arena_end) {
+    return bad(fmt::format("arena of {} bytes, but its slots end at {}", arena_bytes, *arena_end));
+  }
+  Result<Liveness> live = check_schedule(graph, *this);
+  if (!live.is_ok()) return live.status();
+  if (Status st = check_donated_writes(graph, *this, *live); !st.is_ok()) return st;
+  return check_arena_overlaps(graph, *this, *live);
 }
 
 uint64_t KernelPlan::footprint_bytes() const {

@@ -912,13 +912,8 @@ py::object audit_objects(const std::optional<std::string>& db_flag, const std::s
   return py::module_::import("json").attr("loads")(document);
 }
 
-}  // namespace
-}  // namespace tracecache::python
-
-PYBIND11_MODULE(_tracecache, m) {
-  using namespace tracecache;
-  using namespace tracecache::python;
-  m.doc() = "tracecache's C++ core; import the package `tracecache` instead (docs/python.md).";
+// tracecache.Error: what every failing call raises (a Status's message).
+void bind_errors(py::module_& m) {
   static py::exception<Error> error(m, "Error", PyExc_RuntimeError);
   py::register_exception_translator([](std::exception_ptr p) {
     try {
@@ -928,6 +923,10 @@ PYBIND11_MODULE(_tracecache, m) {
     }
   });
 
+}
+
+// The lazy Tensor class.
+void bind_tensor(py::module_& m) {
   py::class_<PyTensor, std::shared_ptr<PyTensor>>(m, "Tensor", "A lazy tracecache tensor (docs/python.md).")
       .def_property_readonly("shape", [](const PyTensor& t) {
         PackageLock lock;
@@ -969,6 +968,10 @@ PYBIND11_MODULE(_tracecache, m) {
       .def("numpy", &to_numpy)
       .def("__repr__", &repr);
 
+}
+
+// Ops, steps, gradients and host ops: what programs call.
+void bind_ops(py::module_& m) {
   m.def("_from_numpy_exact", &from_numpy_exact);
   m.def("op", &apply_op, "Applies registry op `name` to `inputs` with attributes by their registry names.");
   m.def("op_names", [] {
@@ -1008,6 +1011,10 @@ PYBIND11_MODULE(_tracecache, m) {
     PackageLock lock;
     return current_context().set_grad_enabled(on);
   });
+}
+
+// The session: configure(), its settings, counters, timers and warnings.
+void bind_session(py::module_& m) {
   m.def("configure", [](const std::string& mode, const std::string& backend, const std::optional<std::string>& db,
                         bool no_cache, const std::optional<int>& threads, const std::optional<std::string>& remote,
                         const std::string& remote_mode, const std::optional<int>& remote_timeout_ms,
@@ -1068,6 +1075,10 @@ PYBIND11_MODULE(_tracecache, m) {
     PackageLock lock;
     return current_session()->metrics.report();
   });
+}
+
+// The audit, the report and flushing what the process has not written yet.
+void bind_audit(py::module_& m) {
   m.def("audit", &audit_objects, py::arg("db") = py::none(), py::arg("program") = "", py::arg("function") = "",
         py::arg("kind") = "", py::arg("since") = "", py::arg("graph") = "");
   m.def("_shutdown", [] {  // at exit (atexit; also after KeyboardInterrupt): counts first
@@ -1098,6 +1109,10 @@ PYBIND11_MODULE(_tracecache, m) {
   }, py::arg("output"), py::arg("db") = py::none(), py::arg("program") = "", py::arg("function") = "",
      py::arg("since") = "", "`tracecache report -o OUTPUT`: the audit as one HTML page; returns its size in bytes.");
 
+}
+
+// Compiled functions (tracecache.compile) and tracecache.torch's per-call fast path.
+void bind_compiled_functions(py::module_& m) {
   py::class_<TorchFastPath>(m, "_TorchFastPath", "tracecache.torch's per-call path of a compiled module.")
       .def(py::init<py::object, const py::list&, const py::list&, size_t, py::object, py::object, py::object>(),
            py::arg("function"), py::arg("slots"), py::arg("modules"), py::arg("num_inputs"), py::arg("from_torch"),
@@ -1129,4 +1144,18 @@ PYBIND11_MODULE(_tracecache, m) {
       .def_property_readonly("_last_note", &PyCompiledFunction::last_note)
       .def_property_readonly("name", &PyCompiledFunction::name)
       .def_property_readonly("version", &PyCompiledFunction::version);
+}
+
+}  // namespace
+}  // namespace tracecache::python
+
+PYBIND11_MODULE(_tracecache, m) {
+  using namespace tracecache::python;
+  m.doc() = "tracecache's C++ core; import the package `tracecache` instead (docs/python.md).";
+  bind_errors(m);
+  bind_tensor(m);
+  bind_ops(m);
+  bind_session(m);
+  bind_audit(m);
+  bind_compiled_functions(m);
 }

@@ -224,7 +224,10 @@ int gc_command(const CacheCommandOptions& options) {
     out(fmt::format("evicted {} ({} bytes, last used {})\n", e.key.graph.to_hex(), e.bytes,
                     format_time(e.last_used)));
   }
-  out(fmt::format("{} executables evicted, {} bytes freed\n", evicted->size(), freed));
+  // The audit log is always trimmed (to --max-events' default, 100000), executables only with --max-bytes.
+  if (options.max_bytes != UINT64_MAX) {
+    out(fmt::format("{} executables evicted, {} bytes freed\n", evicted->size(), freed));
+  }
   out(fmt::format("{} audit events, {} hit counts and {} stale guard entries removed\n", report->events_removed,
                   report->hit_counts_removed, report->function_entries_removed));
   return kExitOk;

@@ -65,6 +65,8 @@ expect_exit 2 "$TC" zoo run resnet18 --preset small --db "$TMP/no/cache.db"
 expect_exit 0 "$TC" gc --db "$db" --max-events 1
 [ "$(sqlite3 "$db" "SELECT COUNT(*) FROM events")" -le 1 ] || fail "gc --max-events 1 kept more"
 [ "$(sqlite3 "$db" "SELECT COUNT(*) FROM executables")" -eq 1 ] || fail "gc --max-events evicted executables"
+grep -q "executables evicted" "$TMP/out" && fail "gc without --max-bytes reports no eviction: $(cat "$TMP/out")"
+grep -q "audit events, .* removed" "$TMP/out" || fail "gc --max-events says what it trimmed: $(cat "$TMP/out")"
 expect_exit 0 "$TC" gc --db "$db" --older-than 30d
 expect_exit 2 "$TC" gc --db "$db"
 grep -q "gc needs what to remove" "$TMP/err" || fail "gc alone: $(cat "$TMP/err")"

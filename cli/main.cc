@@ -19,6 +19,7 @@
 #include <string_view>
 #include <vector>
 
+#include "capture/core/buffer.h"
 #include "capture/core/suggest.h"
 #include "cli/commands.h"
 #include "cli/validators.h"
@@ -435,6 +436,7 @@ int dispatch(Commands& c) {
 
 int main(int argc, char** argv) {
   default_omp_wait_policy(argv);
+  tracecache::pin_large_allocations_to_mmap();
   using namespace tracecache::cli;
   CLI::App app{"tracecache: capture tensor programs lazily, hash and cache their graphs, replay them.",
                "tracecache"};

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "capture/core/buffer.h"
 #include "capture/ops/ops.h"
 #include "capture/trace/autograd.h"
 #include "frontend/program/op_call.h"
@@ -1152,6 +1153,7 @@ void bind_compiled_functions(py::module_& m) {
 PYBIND11_MODULE(_tracecache, m) {
   using namespace tracecache::python;
   m.doc() = "tracecache's C++ core; import the package `tracecache` instead (docs/python.md).";
+  tracecache::pin_large_allocations_to_mmap();
   bind_errors(m);
   bind_tensor(m);
   bind_ops(m);

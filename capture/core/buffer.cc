@@ -1,5 +1,7 @@
 #include "capture/core/buffer.h"
 
+#include <malloc.h>
+
 #include <fmt/format.h>
 #include <xxhash.h>
 
@@ -69,5 +71,10 @@ double HostBuffer::element_as_double(int64_t i) const {
 std::string HostBuffer::checksum() const { return hex64(XXH3_64bits(bytes(), nbytes())); }
 
 std::string hex64(uint64_t v) { return fmt::format("{:016x}", v); }
+
+void pin_large_allocations_to_mmap() {
+  static const bool pinned = mallopt(M_MMAP_THRESHOLD, 128 * 1024) == 1;
+  (void)pinned;
+}
 
 }  // namespace tracecache

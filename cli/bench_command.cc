@@ -103,21 +103,23 @@ class Progress {
 // and the counters hold exactly that step's numbers.
 Result<BenchRow> bench_one(const Program& program, const std::string& target, SessionMode mode,
                            int steps, int warmup, const BenchOptions& options, const RemoteSetup& remote,
-                           bool* warned) {
+                           bool* db_failed) {
   Metrics metrics;
   // The set-up path run and Python share (replay/engine/setup.h). bench reads no environment:
   // without --db it caches in memory only, and only --remote names a remote tier.
+  // Once the database could not be opened, later rows run without it: a busy one would otherwise
+  // cost each row another busy timeout.
   Result<OpenedSession> opened = open_session({.session = {.mode = mode, .backend = options.backend,
                                                            .backend_options = {.threads = options.threads},
                                                            .metrics = &metrics},
                                                .db = options.db,
-                                               .no_cache = options.db.empty(),
+                                               .no_cache = options.db.empty() || *db_failed,
                                                .remote = remote,
                                                .program = &program});
   if (!opened.is_ok()) return opened.status();
-  if (!opened->cache_warning.empty() && !*warned) {
+  if (!opened->cache_warning.empty() && !*db_failed) {
     warn(opened->cache_warning);
-    *warned = true;
+    *db_failed = true;
   }
   ProgramSession& s = *opened->program_session;
   Progress progress(target, mode);
@@ -533,7 +535,7 @@ int bench_command(const BenchOptions& options) {
   if (Status st = check_db_flag_directory(options.db); !st.is_ok()) return report_error(st);
   Result<RemoteSetup> remote = remote_setup(options.remote);
   if (!remote.is_ok()) return report_error(remote.status());
-  bool warned = false;  // a database that cannot be opened is said once, not once per row
+  bool db_failed = false;  // the database could not be opened: said once, not tried again
 
   std::vector<BenchRow> rows;
   for (size_t t = 0; t < programs.size(); ++t) {
@@ -547,7 +549,7 @@ int bench_command(const BenchOptions& options) {
                              mode_name(mode), warmup, steps)
                      .c_str(),
                  stderr);
-      Result<BenchRow> row = bench_one(programs[t], target, mode, steps, warmup, options, *remote, &warned);
+      Result<BenchRow> row = bench_one(programs[t], target, mode, steps, warmup, options, *remote, &db_failed);
       if (!row.is_ok()) return report_error(row.status());
       rows.push_back(std::move(row).value());
     }

@@ -45,10 +45,6 @@ Status check_conv_heads(const Graph& graph, const Kernel& kern, size_t k, size_t
   return Status::ok();
 }
 
-}  // namespace
-
-namespace {
-
 // What check_schedule learns for the later phases: the kernel computing each value (born) and the
 // last kernel reading it (last).
 struct Liveness {

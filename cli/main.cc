@@ -436,7 +436,6 @@ int dispatch(Commands& c) {
 
 int main(int argc, char** argv) {
   default_omp_wait_policy(argv);
-  tracecache::pin_large_allocations_to_mmap();
   using namespace tracecache::cli;
   CLI::App app{"tracecache: capture tensor programs lazily, hash and cache their graphs, replay them.",
                "tracecache"};

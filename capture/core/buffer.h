@@ -23,18 +23,25 @@ namespace tracecache {
 // buffer larger than this is refused before it is allocated, whatever its element count.
 uint64_t physical_memory_bytes();
 
-// Makes glibc serve every allocation of 128 KiB or more with its own mapping, returned to the
-// system when freed, by fixing malloc's mmap threshold (M_MMAP_THRESHOLD; setting it turns off
-// glibc's dynamic threshold). Without it, glibc raises the threshold after the first large
-// buffer is freed, later step buffers come from the heap between small allocations, and the
-// heap cannot shrink: `run --steps 1000` of a 256 KB output peaked at 271 MB instead of 20 MB.
-// Called once by each entry point (the CLI's main, the Python module's init); idempotent.
-void pin_large_allocations_to_mmap();
+// Storage of kLargeBufferBytes or more comes from its own anonymous mapping, and a freed one is
+// kept (up to large_buffer_cache_bytes() in all) for the next buffer of its size class: a
+// step's buffers are reused by the next step without page faults, and never sit in malloc's
+// heap between small allocations (where they could not be returned: `run --steps 1000` of a 256
+// KB output once peaked at 271 MB). malloc's own settings are left alone, so the rest of the
+// process (PyTorch in the same interpreter) keeps glibc's defaults. Thread-safe.
+inline constexpr size_t kLargeBufferBytes = 128 * 1024;
+// The bound on the bytes of freed large buffers kept: 256 MiB, or an eighth of physical memory.
+size_t large_buffer_cache_bytes();
+// The bytes of freed large buffers kept now.
+size_t large_buffer_cached_bytes();
+// False under AddressSanitizer, which checks heap memory only: large buffers then stay on the heap.
+bool large_buffers_are_mapped();
 
 namespace detail {
 // HostBuffer's deleter: frees owned storage, leaves a view's borrowed bytes alone.
 struct BufferFree {
   bool owned = true;
+  size_t mapped = 0;  // non-zero: a large buffer's mapping of this many bytes (kLargeBufferBytes)
   void operator()(std::byte* p) const;
 };
 }  // namespace detail

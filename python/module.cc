@@ -8,12 +8,14 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <optional>
 #include <set>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "capture/core/buffer.h"
@@ -21,6 +23,7 @@
 #include "capture/trace/autograd.h"
 #include "frontend/program/op_call.h"
 #include "python/py_session.h"
+#include "python/torch_bridge/torch_bridge.h"
 #include "replay/audit/audit.h"
 #include "replay/audit/report.h"
 #include "replay/engine/compiled_function.h"
@@ -655,92 +658,122 @@ class PyCompiledFunction {
   std::string pending_note_;
 };
 
-// tracecache.torch's per-call path of a compiled module (python/tracecache/torch/compiled.py):
-// one call's work in C++ when an entry of the module's compiled function replays. It reads the
-// module's parameters and buffers from their owners' dictionaries (a tensor replaced by another
-// object, or changed in place as its `_version` shows, is wrapped again, zero-copy), checks the
-// modules' training flags against those of the function, wraps the call's tensors (zero-copy,
-// through NumPy) and the call's random seed, replays without tracing and returns the outputs as
-// torch tensors. Anything it
-// does not handle (another argument count or type, a flag changed, a replaced session, a call
-// that would trace, a tensor NumPy cannot view) returns None, and the Python path makes the call.
-// Thread-safety: the package lock. Ownership: holds references to the function, the state's
-// dictionaries and the modules.
+// tracecache's random number generator state (tracecache.manual_seed, tracecache.next_seed): a
+// seed and the offset of the next draw. Each compiled call takes the next offset, so a program's
+// every step draws new numbers, reproducibly from manual_seed(n). Guarded by the GIL.
+struct RngState {
+  int64_t seed = 0;
+  int64_t offset = 0;
+};
+RngState& rng_state() {
+  static RngState state;
+  return state;
+}
+
+// The next (seed, offset) pair as an int64 buffer of 2, advancing the offset.
+BufferRef next_seed_buffer() {
+  RngState& rng = rng_state();
+  auto b = std::make_shared<HostBuffer>(DType::kI64, Shape{IntList{2}});
+  b->data<int64_t>()[0] = rng.seed;
+  b->data<int64_t>()[1] = rng.offset++;
+  return b;
+}
+
+// tracecache.torch's per-call path of a compiled module (python/tracecache/torch/compiled.py;
+// docs/python.md, "The per-call path"): one call's work in C++ when an entry of the module's
+// compiled function replays. What a call must establish, and the signal each check reads instead
+// of asking Python for every parameter:
+//  - the modules' training flags equal the function's: each module's `__dict__` is unchanged
+//    since it was read (CPython's per-dictionary version tag, PEP 509), else its flag is read;
+//  - every parameter and buffer is the object wrapped before: its owner dictionary
+//    (`_parameters` / `_buffers`) is unchanged by its version tag, else its entries are looked up;
+//  - and holds the same memory and values: torch's TensorImpl, storage, offset, sizes, strides
+//    and version counter (bumped by every in-place write) equal those seen, read by the torch
+//    bridge (python/torch_bridge/torch_bridge.h) in prefetching passes; a changed tensor is
+//    wrapped again (zero-copy, tracecache.from_torch).
+// Then it views the call's tensors (zero-copy), appends the random seed, replays without tracing
+// and returns the outputs as torch tensors over tracecache's buffers (a buffer anything else
+// holds goes through a read-only NumPy view, as tensor.torch() does): the output itself when the
+// entry's output structure is one tensor, else (structure, outputs, note) for Python to assemble.
+// Anything it does not handle (another argument count or type, a flag changed, a replaced
+// session, a call that would trace, a tensor it cannot view) returns None, and the Python path
+// makes the call. Thread-safety: the package lock. Ownership: holds references to the function,
+// the modules, their dictionaries and the state tensors it wrapped.
 class TorchFastPath {
  public:
-  TorchFastPath(py::object function, const py::list& slots, const py::list& modules, size_t num_inputs,
-                py::object from_torch, py::object torch_from_numpy, py::object next_seed)
+  // `modules`: (module, training) of every module whose flag the function was compiled under;
+  // `slots`: (index into modules, "_parameters" or "_buffers", name) of every state tensor in
+  // the function's argument order; `bridge`: _tracecache_torch.api.
+  TorchFastPath(py::object function, const py::list& modules, const py::list& slots, size_t num_inputs,
+                py::object from_torch, py::object bridge)
       : function_(std::move(function)), num_inputs_(num_inputs), from_torch_(std::move(from_torch)),
-        torch_from_numpy_(std::move(torch_from_numpy)), next_seed_(std::move(next_seed)) {
+        bridge_object_(std::move(bridge)) {
     PackageLock lock;
-    for (py::handle h : slots) {
-      py::tuple t = py::reinterpret_borrow<py::tuple>(h);
-      if (!PyDict_Check(t[0].ptr())) throw py::type_error("TorchFastPath: a slot's owner is not a dict");
-      Slot slot;
-      slot.dict = py::reinterpret_borrow<py::object>(t[0]);
-      slot.key = py::reinterpret_borrow<py::object>(t[1]);
-      slots_.push_back(std::move(slot));
+    bridge_ = static_cast<const torch_bridge::Api*>(PyCapsule_GetPointer(bridge_object_.ptr(), torch_bridge::kCapsuleName));
+    if (!bridge_) throw py::error_already_set();
+    if (bridge_->abi_version != torch_bridge::kAbiVersion) {
+      throw py::type_error(fmt::format("_TorchFastPath: the torch bridge's ABI is {}, this module's {}",
+                                       bridge_->abi_version, torch_bridge::kAbiVersion));
     }
+    training_name_ = py::str("training");
     for (py::handle h : modules) {
       py::tuple t = py::reinterpret_borrow<py::tuple>(h);
-      modules_.push_back({py::reinterpret_borrow<py::object>(t[0]), t[1].cast<bool>()});
+      Module m;
+      m.module = py::reinterpret_borrow<py::object>(t[0]);
+      m.training = t[1].cast<bool>();
+      m.dict_slot = _PyObject_GetDictPtr(m.module.ptr());  // makes the dictionary, where CPython defers it
+      if (!m.dict_slot || !*m.dict_slot || !PyDict_CheckExact(*m.dict_slot)) {
+        throw py::type_error("_TorchFastPath: a module without an instance dictionary");
+      }
+      modules_.push_back(std::move(m));
     }
-    version_name_ = py::str("_version");
-    training_name_ = py::str("training");
-    // torch.Tensor._version's C getter, called directly (an attribute lookup per parameter was
-    // most of resnet18's per-call time); the generic lookup serves if it is not a getset.
-    py::object descriptor = py::module_::import("torch._C").attr("_TensorBase").attr("__dict__")["_version"];
-    if (Py_IS_TYPE(descriptor.ptr(), &PyGetSetDescr_Type)) {
-      auto* d = reinterpret_cast<PyGetSetDescrObject*>(descriptor.ptr());
-      version_getter_ = d->d_getset->get;
-      version_closure_ = d->d_getset->closure;
-      version_type_ = PyDescr_TYPE(d);
-      version_descriptor_ = std::move(descriptor);
+    for (py::handle h : slots) {
+      py::tuple t = py::reinterpret_borrow<py::tuple>(h);
+      const size_t module = t[0].cast<size_t>();
+      if (module >= modules_.size()) throw py::index_error("_TorchFastPath: a slot's module index is out of range");
+      py::str kind = t[1].cast<py::str>();
+      size_t owner = 0;
+      while (owner < owners_.size() && !(owners_[owner].module == module && owners_[owner].kind.equal(kind))) ++owner;
+      if (owner == owners_.size()) owners_.push_back({module, kind, {}, 0, {}});
+      owners_[owner].slots.push_back(slots_.size());
+      Slot slot;
+      slot.owner = owner;
+      slot.key = t[2].cast<py::str>();
+      slots_.push_back(std::move(slot));
     }
-    numpy_name_ = py::str("numpy");
+    objects_.resize(slots_.size());
+    seen_.resize(slots_.size());
+  }
+
+  // After a call through the Python path: the output structure of the entry with `note`, held
+  // for its calls here (`count` outputs; `single`: the structure is one tensor).
+  void learn(const py::bytes& note, py::object structure, size_t count, bool single) {
+    PackageLock lock;
+    structures_[std::string(note)] = Structure{std::move(structure), count, single};
   }
 
   py::object call(const py::args& inputs) {
     PackageLock lock;
+    last_was_fast_ = false;
     PyCompiledFunction& f = function_.cast<PyCompiledFunction&>();
     LazyContext* ctx = f.replay_context();
     if (!ctx || inputs.size() != num_inputs_) return py::none();
-    for (const Module& m : modules_) {
-      PyObject* flag = PyObject_GetAttr(m.module.ptr(), training_name_.ptr());
-      if (!flag) {
-        PyErr_Clear();
-        return py::none();
-      }
-      const bool training = flag == Py_True;
-      Py_DECREF(flag);
-      if (training != m.training) return py::none();
-    }
-    CallArgs call;
-    call.tensors.reserve(slots_.size() + num_inputs_);
-    for (Slot& slot : slots_) {
-      PyObject* t = PyDict_GetItemWithError(slot.dict.ptr(), slot.key.ptr());  // borrowed
-      if (!t) {
-        PyErr_Clear();
-        return py::none();
-      }
-      const int64_t version = version_of(t);
-      if (version < 0) return py::none();
-      if (t != slot.tensor_object.ptr() || version != slot.version || !slot.wrapper.defined()) {
-        std::optional<Tensor> w = wrap_torch(t, *ctx);
-        if (!w) return py::none();
-        slot.tensor_object = py::reinterpret_borrow<py::object>(t);
-        slot.version = version;
-        slot.wrapper = std::move(*w);
-      }
-      call.tensors.push_back(slot.wrapper);
-    }
+    if (!check_modules()) return py::none();
+    if (!check_owners()) return py::none();
+    struct Truncate {  // the call's own tensors leave call_ with the call
+      CallArgs& call;
+      size_t keep;
+      ~Truncate() { call.tensors.resize(std::min(keep, call.tensors.size())); }
+    } truncate{call_, slots_.size()};
+    CallArgs& call = call_;
+    if (!state_tensors(*ctx)) return py::none();
     for (py::handle h : inputs) {
       std::optional<Tensor> w = input_tensor(h.ptr(), *ctx);
       if (!w) return py::none();
       call.tensors.push_back(std::move(*w));
     }
-    // The last argument: the random seed (seed, offset) of this call (tracecache.next_seed()).
-    call.tensors.push_back(ctx->from_buffer(buffer_of_numpy(next_seed_().cast<py::array>())));
+    // The last argument: the random seed (seed, offset) of this call, as tracecache.next_seed().
+    call.tensors.push_back(ctx->from_buffer(next_seed_buffer()));
     Result<std::optional<std::vector<DataRef>>> r = [&] {
       py::gil_scoped_release release;
       return f.replay_only(*ctx, call);
@@ -748,52 +781,135 @@ class TorchFastPath {
     if (!r.is_ok()) fail(r.status());
     if (!r->has_value()) return py::none();
     report_new_warnings(f.session());
+    std::vector<DataRef>& results = **r;
+    const std::string& note = f.entry_note();
+    auto known = structures_.find(note);
+    const Structure* structure = known == structures_.end() || known->second.count != results.size()
+                                     ? nullptr : &known->second;
+    last_structure_ = structure ? structure->structure : py::none();
+    last_was_fast_ = true;
+    if (structure && structure->single) return torch_of(std::move(results[0]));
     py::list out;
-    for (DataRef& d : **r) out.append(torch_of(std::move(d)));
-    return py::make_tuple(py::bytes(f.entry_note()), out);
+    for (DataRef& d : results) out.append(torch_of(std::move(d)));
+    return py::make_tuple(last_structure_, out, structure ? py::object(py::none()) : py::object(py::bytes(note)));
   }
+
+  // The structure of the last call's entry if the last call was served here, else None.
+  py::object last_structure() const { return last_was_fast_ ? last_structure_ : py::none(); }
+  // A call served by the Python path since.
+  void clear_last() { last_was_fast_ = false; }
 
  private:
-  struct Slot {
-    py::object dict, key;
-    py::object tensor_object;  // the torch tensor last wrapped
-    int64_t version = -1;
-    Tensor wrapper;
-  };
   struct Module {
     py::object module;
-    bool training;
+    bool training = false;
+    PyObject** dict_slot = nullptr;  // where the module holds its __dict__ (inside the object)
+    py::object dict;                 // the __dict__ last read, and its version tag then
+    uint64_t tag = 0;
+  };
+  struct Owner {  // a state dictionary: module.__dict__[kind]
+    size_t module;
+    py::str kind;
+    py::object dict;  // as last read (null: read it), and its version tag then
+    uint64_t tag;
+    std::vector<size_t> slots;
+  };
+  struct Slot {
+    size_t owner = 0;
+    py::str key;
+    py::object tensor;  // the torch tensor in the owner under `key`, as last read
+  };
+  struct Structure {
+    py::object structure;
+    size_t count;
+    bool single;
   };
 
-  int64_t version_of(PyObject* t) const {
-    PyObject* v = direct_version(Py_TYPE(t)) ? version_getter_(t, version_closure_)
-                                             : PyObject_GetAttr(t, version_name_.ptr());
-    if (!v) {
-      PyErr_Clear();
-      return -1;
-    }
-    const int64_t version = PyLong_AsLongLong(v);
-    Py_DECREF(v);
-    if (version < 0 && PyErr_Occurred()) PyErr_Clear();
-    return version;
+  // PEP 509's per-dictionary version: any change of the dictionary changes it. The field is
+  // CPython 3.11's; other versions do not build this path (docs/python.md).
+  static uint64_t tag_of(PyObject* dict) {
+#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
+    return reinterpret_cast<PyDictObject*>(dict)->ma_version_tag;
+#else
+#error "tracecache.torch's per-call path reads CPython 3.11's dictionary version tags"
+#endif
   }
 
-  // Whether `type`'s `_version` is torch's own getter (a subclass may define its own), each type
-  // looked up once.
-  bool direct_version(PyTypeObject* type) const {
-    if (!version_getter_) return false;
-    for (const auto& [known, direct] : version_types_) {
-      if (known.ptr() == reinterpret_cast<PyObject*>(type)) return direct;
+  // The training flags: a module whose __dict__ changed is read again (and its state
+  // dictionaries with it); false if a flag differs from the function's.
+  bool check_modules() {
+    for (const Module& m : modules_) __builtin_prefetch(m.dict_slot);
+    for (const Module& m : modules_) __builtin_prefetch(m.dict.ptr());
+    for (size_t i = 0; i < modules_.size(); ++i) {
+      Module& m = modules_[i];
+      PyObject* dict = *m.dict_slot;
+      if (dict == m.dict.ptr() && tag_of(dict) == m.tag) continue;
+      if (!dict || !PyDict_CheckExact(dict)) return false;
+      PyObject* flag = PyDict_GetItemWithError(dict, training_name_.ptr());  // borrowed
+      if (!flag) {
+        PyErr_Clear();
+        return false;
+      }
+      if ((flag == Py_True) != m.training || (flag != Py_True && flag != Py_False)) return false;
+      m.dict = py::reinterpret_borrow<py::object>(dict);
+      m.tag = tag_of(dict);
+      for (Owner& o : owners_) {
+        if (o.module == i) o.dict = py::object();
+      }
     }
-    bool direct = false;
-    if (PyType_IsSubtype(type, version_type_)) {
-      PyObject* d = PyObject_GetAttr(reinterpret_cast<PyObject*>(type), version_name_.ptr());
-      if (d) direct = d == version_descriptor_.ptr();
-      Py_XDECREF(d);
-      PyErr_Clear();
+    return true;
+  }
+
+  // The state dictionaries: one whose tag changed has its entries looked up again.
+  bool check_owners() {
+    for (const Owner& o : owners_) __builtin_prefetch(o.dict.ptr());
+    for (Owner& o : owners_) {
+      if (o.dict && tag_of(o.dict.ptr()) == o.tag) continue;
+      if (!o.dict) {
+        PyObject* d = PyDict_GetItemWithError(modules_[o.module].dict.ptr(), o.kind.ptr());
+        if (!d || !(PyDict_CheckExact(d) || PyODict_CheckExact(d))) {  // torch 1.13 keeps OrderedDicts
+          PyErr_Clear();
+          return false;
+        }
+        o.dict = py::reinterpret_borrow<py::object>(d);
+      }
+      for (size_t s : o.slots) {
+        Slot& slot = slots_[s];
+        PyObject* t = PyDict_GetItemWithError(o.dict.ptr(), slot.key.ptr());  // borrowed
+        if (!t) {
+          PyErr_Clear();
+          return false;
+        }
+        if (t != slot.tensor.ptr()) {
+          if (!bridge_->is_tensor(t)) return false;
+          slot.tensor = py::reinterpret_borrow<py::object>(t);
+          if (s < call_.tensors.size()) call_.tensors[s] = Tensor();
+        }
+      }
+      o.tag = tag_of(o.dict.ptr());
     }
-    version_types_.emplace_back(py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(type)), direct);
-    return direct;
+    return true;
+  }
+
+  // The state tensors of the call, as the first entries of call_: the wrappers of unchanged ones
+  // stay where they are (no reference count touched), the others are wrapped again.
+  bool state_tensors(LazyContext& ctx) {
+    for (size_t i = 0; i < slots_.size(); ++i) objects_[i] = slots_[i].tensor.ptr();
+    std::vector<torch_bridge::TensorSnapshot>& now = scratch_;
+    now.resize(slots_.size());
+    bridge_->snapshot(objects_.data(), objects_.size(), now.data());
+    call_.tensors.resize(slots_.size());
+    for (size_t i = 0; i < slots_.size(); ++i) {
+      Tensor& wrapper = call_.tensors[i];
+      if (!now[i].readable) return false;
+      if (!wrapper.defined() || !(now[i] == seen_[i])) {
+        std::optional<Tensor> w = wrap_torch(slots_[i].tensor.ptr(), ctx);
+        if (!w) return false;
+        wrapper = std::move(*w);
+        seen_[i] = now[i];
+      }
+    }
+    return true;
   }
 
   // A zero-copy tensor of `ctx` over a state tensor, through tracecache.from_torch; nullopt if
@@ -811,49 +927,56 @@ class TorchFastPath {
     return p.tensor;
   }
 
-  // A call's tensor as a tensor of `ctx` viewing its memory through t.numpy() (no copy); nullopt
-  // for anything NumPy cannot view as a tracecache dtype, C-contiguous (the Python path copies).
+  // A call's tensor as a tensor of `ctx` viewing its memory (no copy; the buffer holds the torch
+  // tensor alive); nullopt for anything the bridge cannot view (the Python path copies).
   std::optional<Tensor> input_tensor(PyObject* t, LazyContext& ctx) const {
-    PyObject* a = PyObject_CallMethodNoArgs(t, numpy_name_.ptr());
-    if (!a) {
-      PyErr_Clear();
-      return std::nullopt;
-    }
-    py::object array = py::reinterpret_steal<py::object>(a);
-    if (!py::isinstance<py::array>(array)) return std::nullopt;
-    try {
-      return ctx.from_buffer(buffer_of_numpy(py::reinterpret_borrow<py::array>(array)));
-    } catch (const py::error_already_set&) {
-      return std::nullopt;
-    } catch (const std::exception&) {
-      return std::nullopt;
-    }
+    torch_bridge::TensorView v;
+    if (!bridge_->view(t, &v)) return std::nullopt;
+    const std::span<const int64_t> dims(v.sizes, static_cast<size_t>(std::clamp(v.rank, 0, kMaxRank)));
+    if (v.rank > kMaxRank || !checked_numel(dims).is_ok()) return std::nullopt;
+    const Shape shape{IntList(dims)};
+    alignas(64) static std::byte empty[64];  // a view needs an address, even of no bytes
+    std::byte* data = shape.numel() == 0 ? empty : static_cast<std::byte*>(v.data);
+    Py_INCREF(t);
+    return ctx.from_buffer(
+        BufferRef(new HostBuffer(HostBuffer::view(static_cast<DType>(v.dtype), shape, data)), PythonOwner{t}));
   }
 
-  // An output as a torch tensor over its host bytes: writable when nothing else holds them (a
-  // fresh result), else read-only NumPy underneath (torch warns about that; the Python path
-  // silences it) through the Python path.
+  // An output as a torch tensor over its host bytes when nothing else holds them (a fresh
+  // result); else a read-only NumPy view underneath, as tensor.torch() makes.
   py::object torch_of(DataRef d) const {
     Result<BufferRef> b = d->read();
     if (!b.is_ok()) fail(b.status());
     const bool unique = d.use_count() == 1 && b->use_count() <= 2;
     d.reset();
-    py::array a = numpy_view(std::move(*b), unique);
-    if (!unique) return py::module_::import("tracecache").attr("_torch_of_array")(a);
-    return torch_from_numpy_(a);
+    if (!unique) return py::module_::import("tracecache").attr("_torch_of_array")(numpy_view(std::move(*b)));
+    const HostBuffer& buffer = **b;
+    std::vector<int64_t> sizes(buffer.shape().begin(), buffer.shape().end());
+    void* data = const_cast<std::byte*>(buffer.bytes());
+    auto* holder = new BufferRef(std::move(*b));
+    PyObject* t = bridge_->wrap(data, static_cast<int32_t>(buffer.dtype()), sizes.data(),
+                                static_cast<int32_t>(sizes.size()), [](void* p) { delete static_cast<BufferRef*>(p); },
+                                holder);
+    if (!t) throw py::error_already_set();
+    return py::reinterpret_steal<py::object>(t);
   }
 
   py::object function_;
-  std::vector<Slot> slots_;
   std::vector<Module> modules_;
+  std::vector<Owner> owners_;
+  std::vector<Slot> slots_;
+  std::vector<PyObject*> objects_;                    // per slot, for one snapshot pass
+  CallArgs call_;  // the state tensors' wrappers (defined: wraps the slot's tensor as seen_ says), then a call's own
+  std::vector<torch_bridge::TensorSnapshot> seen_;    // per slot: what its wrapper wraps
+  std::vector<torch_bridge::TensorSnapshot> scratch_;  // per slot: this call's snapshot
+  std::unordered_map<std::string, Structure> structures_;
+  py::object last_structure_ = py::none();
+  bool last_was_fast_ = false;
   size_t num_inputs_;
-  py::object from_torch_, torch_from_numpy_, next_seed_;
-  py::str version_name_, training_name_, numpy_name_;
-  py::object version_descriptor_;  // keeps the getter below alive
-  getter version_getter_ = nullptr;
-  void* version_closure_ = nullptr;
-  PyTypeObject* version_type_ = nullptr;
-  mutable std::vector<std::pair<py::object, bool>> version_types_;  // held: a type's address is not reused
+  py::object from_torch_;
+  py::object bridge_object_;  // keeps the capsule (and its module) alive
+  const torch_bridge::Api* bridge_ = nullptr;
+  py::str training_name_;
 };
 
 // ---- settings, counters, metrics, audit -----------------------------------------------------
@@ -1114,11 +1237,22 @@ void bind_audit(py::module_& m) {
 
 // Compiled functions (tracecache.compile) and tracecache.torch's per-call fast path.
 void bind_compiled_functions(py::module_& m) {
+  m.def("_manual_seed", [](int64_t seed) { rng_state() = RngState{seed, 0}; }, py::arg("seed"),
+        "tracecache.manual_seed's core: the seed, and the next draw's offset back to 0.");
+  m.def("_next_seed", [] {
+    const BufferRef b = next_seed_buffer();
+    py::array_t<int64_t> out(2);
+    std::memcpy(out.mutable_data(), b->bytes(), 2 * sizeof(int64_t));
+    return out;
+  }, "tracecache.next_seed's core: the (seed, offset) pair of the next draw, advancing the offset.");
   py::class_<TorchFastPath>(m, "_TorchFastPath", "tracecache.torch's per-call path of a compiled module.")
-      .def(py::init<py::object, const py::list&, const py::list&, size_t, py::object, py::object, py::object>(),
-           py::arg("function"), py::arg("slots"), py::arg("modules"), py::arg("num_inputs"), py::arg("from_torch"),
-           py::arg("torch_from_numpy"), py::arg("next_seed"))
-      .def("call", &TorchFastPath::call);
+      .def(py::init<py::object, const py::list&, const py::list&, size_t, py::object, py::object>(),
+           py::arg("function"), py::arg("modules"), py::arg("slots"), py::arg("num_inputs"), py::arg("from_torch"),
+           py::arg("bridge"))
+      .def("learn", &TorchFastPath::learn, py::arg("note"), py::arg("structure"), py::arg("count"), py::arg("single"))
+      .def("call", &TorchFastPath::call)
+      .def("last_structure", &TorchFastPath::last_structure)
+      .def("clear_last", &TorchFastPath::clear_last);
 
   py::class_<PyCompiledFunction>(m, "_CompiledFunction", "A function traced once with guards (replay/engine/compiled_function.h).")
       .def(py::init([](py::object fn, std::string name, std::string version,
@@ -1153,7 +1287,6 @@ void bind_compiled_functions(py::module_& m) {
 PYBIND11_MODULE(_tracecache, m) {
   using namespace tracecache::python;
   m.doc() = "tracecache's C++ core; import the package `tracecache` instead (docs/python.md).";
-  tracecache::pin_large_allocations_to_mmap();
   bind_errors(m);
   bind_tensor(m);
   bind_ops(m);

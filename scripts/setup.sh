@@ -8,7 +8,9 @@
 #   scripts/setup.sh --peers   only the PyTorch peer's: Debian's python3-torch 1.13 and
 #                              python3-torchvision 0.14 (they import under /usr/bin/python3)
 #                              with OpenBLAS, for bench/peers/ and
-#                              scripts/export_torchvision_weights.py
+#                              scripts/export_torchvision_weights.py, and libtorch-dev: the
+#                              headers the Python package's torch bridge builds against
+#                              (tracecache.torch's per-call path in C++, docs/python.md)
 set -euo pipefail
 # ocl-icd-opencl-dev: Debian builds oneDNN with its OpenCL GPU runtime, so dnnl's CMake config
 # (find_package(dnnl)) requires OpenCL's headers and libOpenCL.so; libdnnl-dev only recommends
@@ -28,7 +30,7 @@ packages=(
 )
 for arg in "$@"; do
   case "$arg" in
-    --peers) packages=(python3-torch python3-torchvision libopenblas-dev libopenblas0-pthread) ;;
+    --peers) packages=(python3-torch python3-torchvision libtorch-dev libopenblas-dev libopenblas0-pthread) ;;
     -h|--help) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "setup: unknown option '$arg' (try --help)" >&2; exit 2 ;;
   esac

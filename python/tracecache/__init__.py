@@ -33,11 +33,9 @@ _atexit.register(_tracecache._shutdown)
 
 
 # tracecache's own random number generator (the `rand_uniform` / `rand_normal` registry ops):
-# a seed and an offset. Each use takes the next offset, so every step of a compiled program that
-# draws numbers draws new ones, reproducibly from manual_seed(n), in every process.
-_rng = {"seed": 0, "offset": 0}
-
-
+# a seed and an offset, kept in the C++ module (the per-call path of tracecache.torch reads it
+# too). Each use takes the next offset, so every step of a compiled program that draws numbers
+# draws new ones, reproducibly from manual_seed(n), in every process.
 def manual_seed(seed):
     """Seeds tracecache's random number generator (dropout and torch.rand* in compiled PyTorch
     code): the numbers drawn after manual_seed(n) are the same in every process and replay. They
@@ -45,14 +43,12 @@ def manual_seed(seed):
     seed = int(seed)
     if not -(1 << 63) <= seed < (1 << 63):
         raise ValueError(f"manual_seed: {seed} does not fit in 64 bits")
-    _rng["seed"], _rng["offset"] = seed, 0
+    _tracecache._manual_seed(seed)
 
 
 def next_seed():
     """The (seed, offset) pair for the next draw, as an int64 array of 2, advancing the offset."""
-    offset = _rng["offset"]
-    _rng["offset"] = offset + 1
-    return _np.array([_rng["seed"], offset], dtype=_np.int64)
+    return _tracecache._next_seed()
 
 
 def configure(mode="lazy", backend="cpu", db=None, no_cache=False, threads=None, remote=None,

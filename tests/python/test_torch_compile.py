@@ -163,6 +163,73 @@ class FastPath(unittest.TestCase):
         self.check(self.x)
 
 
+    # What the C++ path reads instead of asking Python per parameter (docs/python.md, "The
+    # per-call path"): each change below must reach the next call, served by the C++ path itself.
+    def served_fast(self, x):
+        out = self.compiled._fast.call(x)
+        self.assertIsNotNone(out, "the C++ path handed the call back")
+        torch.testing.assert_close(out, torch_models.eager(self.model, x)[0], rtol=1e-5, atol=1e-6)
+
+    def test_the_torch_bridge_is_built(self):
+        from tracecache.torch import compiled
+        self.assertIsNotNone(compiled._torch_bridge(), "tracecache.torch runs without its C++ per-call path")
+
+    def test_in_place_writes_reach_the_next_call(self):
+        self.served_fast(self.x)
+        with torch.no_grad():
+            self.model.fc1.weight.mul_(-1.5)  # the version counter moves
+        self.served_fast(self.x)
+        self.model.load_state_dict({k: v * 0.5 for k, v in self.model.state_dict().items()})
+        self.served_fast(self.x)
+
+    def test_replaced_and_reassigned_parameters_reach_the_next_call(self):
+        self.served_fast(self.x)
+        self.model.fc2.weight = nn.Parameter(torch.randn(4, 16))  # another object in _parameters
+        self.served_fast(self.x)
+        self.model.fc2.bias.data = torch.randn(4)  # the same object over other storage, same version
+        self.served_fast(self.x)
+        self.model.fc1._parameters = dict(self.model.fc1._parameters)  # another dictionary
+        self.model.fc1.bias = nn.Parameter(torch.randn(16))
+        self.served_fast(self.x)
+
+    def test_the_python_path_sees_reassigned_data_too(self):
+        compiled = tracecache.torch.compile(self.model, mode="lazy")
+        torch.testing.assert_close(compiled(self.x), torch_models.eager(self.model, self.x)[0], rtol=1e-5, atol=1e-6)
+        self.model.fc2.bias.data = torch.randn(4)
+        torch.testing.assert_close(compiled(self.x), torch_models.eager(self.model, self.x)[0], rtol=1e-5, atol=1e-6)
+
+    def test_a_removed_parameter_hands_the_call_back(self):
+        del self.model.fc2.bias
+        self.model.fc2.register_parameter("bias", None)
+        self.assertIsNone(self.compiled._fast.call(self.x))
+
+    def test_a_changed_flag_hands_the_call_back(self):
+        self.model.fc1.train()
+        self.assertIsNone(self.compiled._fast.call(self.x))
+        self.model.fc1.eval()
+        self.served_fast(self.x)
+
+    def test_each_call_takes_the_next_seed(self):
+        tracecache.manual_seed(7)
+        for _ in range(3):
+            self.served_fast(self.x)
+        self.assertEqual(tracecache.next_seed().tolist(), [7, 3])
+        self.assertEqual(tracecache.next_seed().tolist(), [7, 4])
+
+    def test_a_structured_output_and_its_breaks(self):
+        def fn(x):
+            return {"double": x * 2, "pair": (x + 1, x.sum())}
+        compiled = tracecache.torch.compile(fn)
+        x = torch.ones(3)
+        for _ in range(3):
+            out = compiled(x)
+            self.assertIs(type(out), dict)
+            self.assertTrue(torch.equal(out["pair"][0], torch.full((3,), 2.0)))
+            self.assertEqual(out["pair"][1].item(), 3.0)
+        self.assertIsNotNone(compiled._fast)
+        self.assertEqual(compiled.graph_breaks(), [])
+
+
 UNMAPPED_LINE = "return torch.cumsum(x, dim=0)"
 
 

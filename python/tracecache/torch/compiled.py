@@ -304,6 +304,22 @@ def _state_accessors(module):
     return [(name,) + owners[name] for name, _ in capture_mod.module_state(module)]
 
 
+_BRIDGE = []
+
+
+def _torch_bridge():
+    """The torch bridge's capsule (_tracecache_torch.api, python/torch_bridge/torch_bridge.h), or
+    None when it is not built or was built against another torch: then every call takes the
+    Python path."""
+    if not _BRIDGE:
+        try:
+            from tracecache import _tracecache_torch
+            _BRIDGE.append(_tracecache_torch.api)
+        except ImportError:
+            _BRIDGE.append(None)
+    return _BRIDGE[0]
+
+
 class _Function:
     """One tracecache.compile'd function of a CompiledModule: the calls of one argument
     structure (pytree and plain values) under one set of training flags."""
@@ -362,13 +378,12 @@ class CompiledModule:
         self._session_object = None
         self._call = None
         self._last = None
-        self._last_breaks = []
+        self._slow_breaks = []
         self._warned = False
         self._validate = None
         self._no_respecialize = set()
         self._fast = None           # tracecache._TorchFastPath of the last function, or None
         self._fast_function = None
-        self._fast_notes = {}       # entry note -> (spec, constants, breaks)
         self._last_known = None
         self.version = None
 
@@ -379,15 +394,17 @@ class CompiledModule:
 
     def _wrap_state(self, tensors):
         """tracecache tensors of the state, reusing a wrapper while the torch tensor is the same
-        object with the same version (the wrapper shares its memory)."""
+        object over the same memory and layout with the same version (the wrapper shares its
+        memory; `p.data = t` keeps the object and version but not the memory)."""
         cache, fresh = self._wrappers, {}
         out = []
         for t in tensors:
             entry = cache.get(id(t))
-            if entry is None or entry[0] is not t or entry[1] != t._version:
+            seen = (t._version, t.data_ptr(), t.dtype, tuple(t.shape), t.stride())
+            if entry is None or entry[0] is not t or entry[1] != seen:
                 if t.dtype not in TORCH_DTYPES:
                     raise TypeError(_dtype_message("a parameter or buffer", t.dtype))
-                entry = (t, t._version, self._tc.from_torch(t))
+                entry = (t, seen, self._tc.from_torch(t))
             fresh[id(t)] = entry
             out.append(entry[2])
         self._wrappers = fresh
@@ -597,14 +614,13 @@ class CompiledModule:
         fast = self._fast
         if fast is not None and not kwargs:
             r = fast.call(*args)
-            if r is not None:  # replayed in C++: only the output structure is left to do
-                known = self._fast_notes.get(r[0])
-                if known is None or sum(c is None for c in known[1]) != len(r[1]):
-                    return self._fast_unknown(r, args)
-                self._last_breaks = known[2]
-                if len(known[1]) == 1 and known[1][0] is None and isinstance(known[0], pytree.LeafSpec):
-                    return r[1][0]
-                it = iter(r[1])
+            if r is not None:  # replayed in C++
+                if type(r) is not tuple:
+                    return r  # the entry's one output
+                known, outs, note = r
+                if known is None:
+                    return self._fast_unknown(fast, note, outs, args)
+                it = iter(outs)
                 return pytree.tree_unflatten([next(it) if c is None else c for c in known[1]], known[0])
         flat, spec, tensors, key = _flatten_call(args, kwargs)
         if self.is_module and self.target.training and not self._warned and torch.is_grad_enabled():
@@ -620,30 +636,54 @@ class CompiledModule:
     # A CompiledStep writes state back after each call: it has no fast path.
     _allow_fast = True
 
+    @property
+    def _last_breaks(self):
+        """The graph breaks of the entry that served the last call (the C++ path's, if it did)."""
+        known = self._fast.last_structure() if self._fast is not None else None
+        return list(known[2]) if known is not None else self._slow_breaks
+
+    @_last_breaks.setter
+    def _last_breaks(self, breaks):
+        self._slow_breaks = breaks
+        if self._fast is not None:
+            self._fast.clear_last()
+
     def _keep_fast(self, count):
         """After a once-mode call of plain positional tensors: the C++ per-call path for the
-        function that served it, and its entry's output structure by note."""
+        function that served it (when the torch bridge is built), and its entry's output
+        structure by note."""
         function = self._last
+        bridge = _torch_bridge()
+        if bridge is None:
+            return
         if self._fast_function is not function:
-            slots = [(getattr(m, kind), a) for _, m, a, kind in self._accessors]
+            index = {id(m): i for i, m in enumerate(self._modules)}
             modules = [(m, m.training) for m in self._modules]
-            self._fast = self._tc._tracecache._TorchFastPath(function.compiled._core, slots, modules, count,
-                                                              self._tc.from_torch, torch.from_numpy,
-                                                              self._tc.next_seed)
+            slots = [(index[id(m)], kind, a) for _, m, a, kind in self._accessors]
+            try:
+                self._fast = self._tc._tracecache._TorchFastPath(function.compiled._core, modules, slots, count,
+                                                                  self._tc.from_torch, bridge)
+            except TypeError:
+                self._fast = None  # a module without an instance dictionary: the Python path serves
             self._fast_function = function
         note = function.compiled.last_note
-        if note and self._last_known is not None:
-            self._fast_notes[bytes(note)] = self._last_known
+        if self._fast is not None and note and self._last_known is not None:
+            self._learn(self._fast, bytes(note), self._last_known)
 
-    def _fast_unknown(self, r, args):
+    @staticmethod
+    def _learn(fast, note, known):
+        count = sum(c is None for c in known[1])
+        single = len(known[1]) == 1 and known[1][0] is None and isinstance(known[0], pytree.LeafSpec)
+        fast.learn(note, known, count, single)
+
+    def _fast_unknown(self, fast, note, outs, args):
         """A C++ replay whose entry's structure this process has not seen: from its note, else
         learned by capturing once (as the Python path does)."""
-        note, outs = r
         known = _note(note)
         if known is None or sum(c is None for c in known[1]) != len(outs):
             flat, spec, tensors, key = _flatten_call(args, {})
             known = self._structure(self._capture(self._state(), flat, spec, tensors, key)) + ([],)
-        self._fast_notes[bytes(note)] = known
+        self._learn(fast, bytes(note), known)
         self._last_breaks = list(known[2])
         it = iter(outs)
         return pytree.tree_unflatten([next(it) if c is None else c for c in known[1]], known[0])

@@ -36,6 +36,12 @@ namespace py = pybind11;
 
 [[noreturn]] void fail(Status status) { throw Error(std::move(status)); }
 
+// tracecache.Error's type object (set by bind_errors), for the entry points that are not pybind11's.
+PyObject*& error_type() {
+  static PyObject* type = PyExc_RuntimeError;
+  return type;
+}
+
 const Tensor& get(const PyTensor& t) {
   if (!t.tensor.defined()) {
     fail(invalid_argument(
@@ -752,12 +758,33 @@ class TorchFastPath {
     structures_[std::string(note)] = Structure{std::move(structure), count, single};
   }
 
-  py::object call(const py::args& inputs) {
+  // `self`'s call(*inputs) as a builtin function of CPython's fast calling convention, which
+  // holds `self` alive: a call through it does not pass through pybind11's dispatcher (a few
+  // kilobytes of code, cold on every call after a large graph's kernels).
+  static py::object caller(py::object self) {
+    static PyMethodDef def{"call", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&fast_call)),
+                           METH_FASTCALL, "tracecache._TorchFastPath.call"};
+    auto* keep = new py::object(self);
+    PyObject* capsule = PyCapsule_New(keep, kCallerName, [](PyObject* c) {
+      delete static_cast<py::object*>(PyCapsule_GetPointer(c, kCallerName));
+    });
+    if (!capsule) {
+      delete keep;
+      throw py::error_already_set();
+    }
+    py::object owner = py::reinterpret_steal<py::object>(capsule);
+    if (PyCapsule_SetContext(capsule, &self.cast<TorchFastPath&>()) != 0) throw py::error_already_set();
+    PyObject* f = PyCFunction_NewEx(&def, capsule, nullptr);
+    if (!f) throw py::error_already_set();
+    return py::reinterpret_steal<py::object>(f);
+  }
+
+  py::object call(PyObject* const* inputs, size_t count) {
     PackageLock lock;
     last_was_fast_ = false;
     PyCompiledFunction& f = function_.cast<PyCompiledFunction&>();
     LazyContext* ctx = f.replay_context();
-    if (!ctx || inputs.size() != num_inputs_) return py::none();
+    if (!ctx || count != num_inputs_) return py::none();
     if (!check_modules()) return py::none();
     if (!check_owners()) return py::none();
     struct Truncate {  // the call's own tensors leave call_ with the call
@@ -767,8 +794,8 @@ class TorchFastPath {
     } truncate{call_, slots_.size()};
     CallArgs& call = call_;
     if (!state_tensors(*ctx)) return py::none();
-    for (py::handle h : inputs) {
-      std::optional<Tensor> w = input_tensor(h.ptr(), *ctx);
+    for (size_t i = 0; i < count; ++i) {
+      std::optional<Tensor> w = input_tensor(inputs[i], *ctx);
       if (!w) return py::none();
       call.tensors.push_back(std::move(*w));
     }
@@ -800,6 +827,23 @@ class TorchFastPath {
   void clear_last() { last_was_fast_ = false; }
 
  private:
+  static constexpr const char* kCallerName = "tracecache._TorchFastPath.caller";
+
+  static PyObject* fast_call(PyObject* capsule, PyObject* const* args, Py_ssize_t nargs) {
+    auto* path = static_cast<TorchFastPath*>(PyCapsule_GetContext(capsule));
+    if (!path) return nullptr;
+    try {
+      return path->call(args, static_cast<size_t>(nargs)).release().ptr();
+    } catch (py::error_already_set& e) {
+      e.restore();
+    } catch (const Error& e) {
+      PyErr_SetString(error_type(), e.what());
+    } catch (const std::exception& e) {
+      PyErr_SetString(PyExc_RuntimeError, e.what());
+    }
+    return nullptr;
+  }
+
   struct Module {
     py::object module;
     bool training = false;
@@ -1039,6 +1083,7 @@ py::object audit_objects(const std::optional<std::string>& db_flag, const std::s
 // tracecache.Error: what every failing call raises (a Status's message).
 void bind_errors(py::module_& m) {
   static py::exception<Error> error(m, "Error", PyExc_RuntimeError);
+  error_type() = error.ptr();
   py::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);
@@ -1250,7 +1295,13 @@ void bind_compiled_functions(py::module_& m) {
            py::arg("function"), py::arg("modules"), py::arg("slots"), py::arg("num_inputs"), py::arg("from_torch"),
            py::arg("bridge"))
       .def("learn", &TorchFastPath::learn, py::arg("note"), py::arg("structure"), py::arg("count"), py::arg("single"))
-      .def("call", &TorchFastPath::call)
+      .def("call", [](TorchFastPath& self, const py::args& inputs) {
+        std::vector<PyObject*> objects;
+        for (py::handle h : inputs) objects.push_back(h.ptr());
+        return self.call(objects.data(), objects.size());
+      })
+      .def("caller", [](py::object self) { return TorchFastPath::caller(std::move(self)); },
+           "call(*inputs) as a builtin function that skips pybind11's dispatch (holds the path alive)")
       .def("last_structure", &TorchFastPath::last_structure)
       .def("clear_last", &TorchFastPath::clear_last);
 

@@ -383,6 +383,7 @@ class CompiledModule:
         self._validate = None
         self._no_respecialize = set()
         self._fast = None           # tracecache._TorchFastPath of the last function, or None
+        self._fast_call = None      # its caller(): call(*inputs) without pybind11's dispatch
         self._fast_function = None
         self._last_known = None
         self.version = None
@@ -578,7 +579,7 @@ class CompiledModule:
         if session_key != self._session or self._session_object != self._tc._tracecache._session_token():
             self._functions = {}
             self._wrappers = {}  # tensors of the old session's context
-            self._fast = self._fast_function = None
+            self._fast = self._fast_call = self._fast_function = None
             self._session = session_key
             self._session_object = self._tc._tracecache._session_token()
         flags = self._flags()
@@ -611,15 +612,15 @@ class CompiledModule:
         return settings.get("mode") == "eager" or settings.get("backend") == "reference"
 
     def __call__(self, *args, **kwargs):
-        fast = self._fast
+        fast = self._fast_call
         if fast is not None and not kwargs:
-            r = fast.call(*args)
+            r = fast(*args)
             if r is not None:  # replayed in C++
                 if type(r) is not tuple:
                     return r  # the entry's one output
                 known, outs, note = r
                 if known is None:
-                    return self._fast_unknown(fast, note, outs, args)
+                    return self._fast_unknown(self._fast, note, outs, args)
                 it = iter(outs)
                 return pytree.tree_unflatten([next(it) if c is None else c for c in known[1]], known[0])
         flat, spec, tensors, key = _flatten_call(args, kwargs)
@@ -663,8 +664,10 @@ class CompiledModule:
             try:
                 self._fast = self._tc._tracecache._TorchFastPath(function.compiled._core, modules, slots, count,
                                                                   self._tc.from_torch, bridge)
+                self._fast_call = self._fast.caller()
             except TypeError:
-                self._fast = None  # a module without an instance dictionary: the Python path serves
+                # a module without an instance dictionary: the Python path serves
+                self._fast = self._fast_call = None
             self._fast_function = function
         note = function.compiled.last_note
         if self._fast is not None and note and self._last_known is not None:

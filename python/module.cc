@@ -946,7 +946,7 @@ class TorchFastPath {
     for (size_t i = 0; i < slots_.size(); ++i) {
       Tensor& wrapper = call_.tensors[i];
       if (!now[i].readable) return false;
-      if (!wrapper.defined() || !(now[i] == seen_[i])) {
+      if (!wrapper.defined() || !torch_bridge::same_snapshot(now[i], seen_[i])) {
         std::optional<Tensor> w = wrap_torch(slots_[i].tensor.ptr(), ctx);
         if (!w) return false;
         wrapper = std::move(*w);

@@ -42,7 +42,7 @@ struct TensorView {
 // every in-place write bumps). Equal snapshots of the same tensor object mean the same memory
 // holding the same values, as far as torch tracks writes. `readable` is false for an object the
 // bridge cannot read (no version counter, as for an inference-mode tensor, or another device or
-// layout): it never compares equal.
+// layout): it is never the same as another (same_snapshot).
 struct TensorSnapshot {
   const void* impl = nullptr;
   const void* storage = nullptr;
@@ -53,9 +53,20 @@ struct TensorSnapshot {
   int64_t sizes[kMaxRank] = {};
   int64_t strides[kMaxRank] = {};
   bool readable = false;
-
-  bool operator==(const TensorSnapshot&) const = default;
 };
+
+// Whether two snapshots are of the same memory holding the same values (written out: this
+// header is also compiled as C++17, the standard libtorch 1.13's headers build with).
+inline bool same_snapshot(const TensorSnapshot& a, const TensorSnapshot& b) {
+  if (!a.readable || !b.readable || a.impl != b.impl || a.storage != b.storage || a.offset != b.offset ||
+      a.version != b.version || a.dtype != b.dtype || a.rank != b.rank) {
+    return false;
+  }
+  for (int32_t d = 0; d < a.rank && d < kMaxRank; ++d) {
+    if (a.sizes[d] != b.sizes[d] || a.strides[d] != b.strides[d]) return false;
+  }
+  return true;
+}
 
 struct Api {
   uint32_t abi_version;

@@ -715,6 +715,7 @@ class TorchFastPath {
       : function_(std::move(function)), num_inputs_(num_inputs), from_torch_(std::move(from_torch)),
         bridge_object_(std::move(bridge)) {
     PackageLock lock;
+    if (!kDictTags) throw py::type_error("_TorchFastPath reads CPython 3.11's dictionary version tags");
     bridge_ = static_cast<const torch_bridge::Api*>(PyCapsule_GetPointer(bridge_object_.ptr(), torch_bridge::kCapsuleName));
     if (!bridge_) throw py::error_already_set();
     if (bridge_->abi_version != torch_bridge::kAbiVersion) {
@@ -870,14 +871,14 @@ class TorchFastPath {
   };
 
   // PEP 509's per-dictionary version: any change of the dictionary changes it. The field is
-  // CPython 3.11's; other versions do not build this path (docs/python.md).
-  static uint64_t tag_of(PyObject* dict) {
+  // CPython 3.11's; on other versions the path is not made (docs/python.md).
 #if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
-    return reinterpret_cast<PyDictObject*>(dict)->ma_version_tag;
+  static constexpr bool kDictTags = true;
+  static uint64_t tag_of(PyObject* dict) { return reinterpret_cast<PyDictObject*>(dict)->ma_version_tag; }
 #else
-#error "tracecache.torch's per-call path reads CPython 3.11's dictionary version tags"
+  static constexpr bool kDictTags = false;  // the constructor refuses: the Python path serves
+  static uint64_t tag_of(PyObject*) { return 0; }
 #endif
-  }
 
   // The training flags: a module whose __dict__ changed is read again (and its state
   // dictionaries with it); false if a flag differs from the function's.

@@ -666,7 +666,8 @@ class CompiledModule:
                                                                   self._tc.from_torch, bridge)
                 self._fast_call = self._fast.caller()
             except TypeError:
-                # a module without an instance dictionary: the Python path serves
+                # a module without an instance dictionary, or a Python without dictionary
+                # version tags: the Python path serves
                 self._fast = self._fast_call = None
             self._fast_function = function
         note = function.compiled.last_note

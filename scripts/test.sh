@@ -4,7 +4,7 @@
 # (so both compilers build the tree with -Werror), and runs every fuzz harness briefly
 # (scripts/fuzz.sh, reusing that build: it is also the libFuzzer build).
 # Set TRACECACHE_SKIP_SANITIZERS=1 to run only the optimized build (quick local check);
-# TRACECACHE_FUZZ_SECONDS=N sets the time per fuzz harness (default 30; 0 skips fuzzing).
+# TRACECACHE_FUZZ_SECONDS=N sets the time per fuzz harness (default 20; 0 skips fuzzing).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 jobs=$(nproc)
@@ -23,7 +23,7 @@ if [ "${TRACECACHE_SKIP_SANITIZERS:-0}" != 1 ]; then
     -DTRACECACHE_BENCHMARKS=OFF -DTRACECACHE_WERROR=ON
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
     ctest --test-dir "$root/build-asan" --output-on-failure -j "$jobs"
-  fuzz_seconds=${TRACECACHE_FUZZ_SECONDS:-30}
+  fuzz_seconds=${TRACECACHE_FUZZ_SECONDS:-20}
   if [ "$fuzz_seconds" != 0 ]; then
     echo "== fuzz (${fuzz_seconds}s per harness)"
     bash "$root/scripts/fuzz.sh" --build-dir "$root/build-asan" --seconds "$fuzz_seconds"

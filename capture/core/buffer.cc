@@ -90,16 +90,28 @@ class LargeBlocks {
     return cached_;
   }
 
+  // Keeps `p` for reuse, making room by unmapping blocks of other size classes (a process that
+  // moved on to other shapes must not find the cache full of sizes it no longer uses).
   void give(std::byte* p, size_t size) {
+    const size_t bound = large_buffer_cache_bytes();
+    std::vector<std::pair<std::byte*, size_t>> unmap;
     {
       std::lock_guard lock(mu_);
-      if (cached_ + size <= large_buffer_cache_bytes()) {
+      for (auto it = free_.begin(); cached_ + size > bound && size <= bound && it != free_.end(); ++it) {
+        while (it->first != size && !it->second.empty() && cached_ + size > bound) {
+          unmap.emplace_back(it->second.back(), it->first);
+          it->second.pop_back();
+          cached_ -= it->first;
+        }
+      }
+      if (cached_ + size <= bound) {
         free_[size].push_back(p);
         cached_ += size;
-        return;
+      } else {
+        unmap.emplace_back(p, size);
       }
     }
-    ::munmap(p, size);
+    for (const auto& [block, bytes] : unmap) ::munmap(block, bytes);
   }
 
  private:

@@ -431,6 +431,7 @@ class PyCompiledFunction {
     d["recompiles"] = s.recompiles;
     d["specializations"] = s.specializations;
     d["host_op_runs"] = s.host_op_runs;
+    d["memoized_replays"] = s.memoized_replays;
     d["fell_back_to_lazy"] = s.fell_back_to_lazy;
     d["hits_per_entry"] = s.hits_per_entry;
     return d;
@@ -483,9 +484,10 @@ class PyCompiledFunction {
   LazyContext* replay_context() const {
     return fn_ && session_ == current_session() ? &session_->session->context() : nullptr;
   }
-  // CompiledFunction::replay_only (GIL released by the caller), and the served entry's note.
-  Result<std::optional<std::vector<DataRef>>> replay_only(LazyContext& ctx, const CallArgs& call) {
-    return fn_->replay_only(ctx, call);
+  // CompiledFunction::replay_only (GIL released by the caller), the first `state` tensors of
+  // `call` being the caller's state, and the served entry's note.
+  Result<std::optional<std::vector<DataRef>>> replay_only(LazyContext& ctx, const CallArgs& call, size_t state) {
+    return fn_->replay_only(ctx, call, state);
   }
   const std::string& entry_note() const { return fn_->last_note(); }
   PySession& session() const { return *session_; }
@@ -748,7 +750,7 @@ class TorchFastPath {
       slot.key = t[2].cast<py::str>();
       slots_.push_back(std::move(slot));
     }
-    objects_.resize(slots_.size());
+    impls_.resize(slots_.size());
     seen_.resize(slots_.size());
   }
 
@@ -804,7 +806,7 @@ class TorchFastPath {
     call.tensors.push_back(ctx->from_buffer(next_seed_buffer()));
     Result<std::optional<std::vector<DataRef>>> r = [&] {
       py::gil_scoped_release release;
-      return f.replay_only(*ctx, call);
+      return f.replay_only(*ctx, call, slots_.size());
     }();
     if (!r.is_ok()) fail(r.status());
     if (!r->has_value()) return py::none();
@@ -928,6 +930,7 @@ class TorchFastPath {
         if (t != slot.tensor.ptr()) {
           if (!bridge_->is_tensor(t)) return false;
           slot.tensor = py::reinterpret_borrow<py::object>(t);
+          impls_[s] = bridge_->impl_of(t);
           if (s < call_.tensors.size()) call_.tensors[s] = Tensor();
         }
       }
@@ -939,10 +942,9 @@ class TorchFastPath {
   // The state tensors of the call, as the first entries of call_: the wrappers of unchanged ones
   // stay where they are (no reference count touched), the others are wrapped again.
   bool state_tensors(LazyContext& ctx) {
-    for (size_t i = 0; i < slots_.size(); ++i) objects_[i] = slots_[i].tensor.ptr();
     std::vector<torch_bridge::TensorSnapshot>& now = scratch_;
     now.resize(slots_.size());
-    bridge_->snapshot(objects_.data(), objects_.size(), now.data());
+    bridge_->snapshot(impls_.data(), impls_.size(), now.data());
     call_.tensors.resize(slots_.size());
     for (size_t i = 0; i < slots_.size(); ++i) {
       Tensor& wrapper = call_.tensors[i];
@@ -1010,7 +1012,7 @@ class TorchFastPath {
   std::vector<Module> modules_;
   std::vector<Owner> owners_;
   std::vector<Slot> slots_;
-  std::vector<PyObject*> objects_;                    // per slot, for one snapshot pass
+  std::vector<const void*> impls_;  // per slot: its tensor's TensorImpl (bridge impl_of), held through slot.tensor
   CallArgs call_;  // the state tensors' wrappers (defined: wraps the slot's tensor as seen_ says), then a call's own
   std::vector<torch_bridge::TensorSnapshot> seen_;    // per slot: what its wrapper wraps
   std::vector<torch_bridge::TensorSnapshot> scratch_;  // per slot: this call's snapshot

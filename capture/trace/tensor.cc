@@ -323,6 +323,7 @@ void LazyContext::assign(Tensor& target, const Tensor& value) {
         t ? type_to_string(t->type) : "nothing", v ? type_to_string(v->type) : "nothing")));
   }
   if (t == v) return;
+  ++assignments_;
   drop_grad_fn(t);  // the new value was not made by the old value's op
   if (!v->pending()) {  // a known value: nothing to compute, nothing to donate
     if (t->pending()) forget_pending(t);

@@ -103,6 +103,9 @@ class Tensor {
   ~Tensor();
 
   bool defined() const { return impl_ != nullptr; }
+  // Equal for handles of the same tensor (null for an undefined one); an identity for
+  // in-process comparisons while a handle holds the tensor, never persisted.
+  const void* handle_id() const { return impl_; }
   // REQUIRES (all below): defined().
   DType dtype() const { return impl_->type.dtype; }
   // Reading the shape is an observation: while a context captures a trace template
@@ -211,6 +214,10 @@ class LazyContext {
   // (kInvalidArgument) unless both belong to this context and have the same type. In eager
   // mode the target simply takes the value.
   void assign(Tensor& target, const Tensor& value);
+  // How many assign() calls this context has had: the only way a materialized tensor's data
+  // changes, so a caller that keeps facts about tensors' data between calls (the replay memo of
+  // replay/engine/compiled_function.h) compares it.
+  uint64_t assignments() const { return assignments_; }
 
   // Records `op` on `inputs` with `attrs` given positionally, one per declared attribute
   // (see op_info(op).attrs). Normalizes the attributes and infers the output type; throws
@@ -334,6 +341,7 @@ class LazyContext {
   // When the first op of the current trace was recorded (for the `trace` timer).
   std::chrono::steady_clock::time_point trace_started_;
   bool grad_enabled_ = true;
+  uint64_t assignments_ = 0;  // assignments()
   // The autodiff tape: the GradNode of every live tensor with has_grad_fn.
   std::unordered_map<const TensorImpl*, std::unique_ptr<GradNode>> tape_;
   // Source locations (set_source, name_tensor): null until the first location is given; the

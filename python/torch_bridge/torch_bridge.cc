@@ -78,16 +78,16 @@ TensorSnapshot read(const c10::TensorImpl& impl) {
   return s;
 }
 
-void snapshot(PyObject* const* tensors, size_t count, TensorSnapshot* out) {
-  // Four passes over blocks of tensors: the Python objects, their TensorImpls, the version
-  // counters, then the reads, each pass prefetching what the next one loads.
+const void* impl_of(PyObject* tensor) { return THPVariable_Unpack(tensor).unsafeGetTensorImpl(); }
+
+void snapshot(const void* const* tensors, size_t count, TensorSnapshot* out) {
+  // Three passes over blocks of tensors: their TensorImpls, their version counters, then the
+  // reads, each pass prefetching what the next one loads.
   constexpr size_t kBlock = 64;
-  const c10::TensorImpl* impls[kBlock];
   for (size_t begin = 0; begin < count; begin += kBlock) {
     const size_t n = std::min(kBlock, count - begin);
-    for (size_t i = 0; i < n; ++i) __builtin_prefetch(reinterpret_cast<const char*>(tensors[begin + i]) + sizeof(PyObject));
+    const auto* const* impls = reinterpret_cast<const c10::TensorImpl* const*>(tensors + begin);
     for (size_t i = 0; i < n; ++i) {
-      impls[i] = THPVariable_Unpack(tensors[begin + i]).unsafeGetTensorImpl();
       const char* p = reinterpret_cast<const char*>(impls[i]);
       for (size_t line = 0; line < sizeof(c10::TensorImpl); line += 64) __builtin_prefetch(p + line);
     }
@@ -132,7 +132,7 @@ PyObject* wrap(void* data, int32_t dtype, const int64_t* sizes, int32_t rank, vo
   }
 }
 
-const Api kApi{kAbiVersion, &is_tensor, &snapshot, &view, &wrap};
+const Api kApi{kAbiVersion, &is_tensor, &impl_of, &snapshot, &view, &wrap};
 
 PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "_tracecache_torch",
                           "tracecache.torch's bridge to libtorch (python/torch_bridge/torch_bridge.h).",

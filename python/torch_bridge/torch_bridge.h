@@ -23,7 +23,7 @@
 namespace tracecache::torch_bridge {
 
 // The bridge's ABI: `_tracecache` refuses a capsule whose Api::abi_version differs.
-inline constexpr uint32_t kAbiVersion = 1;
+inline constexpr uint32_t kAbiVersion = 2;
 inline constexpr const char* kCapsuleName = "tracecache._tracecache_torch.api";
 inline constexpr int kMaxRank = 8;  // tracecache's kMaxRank (capture/core/shape.h)
 
@@ -72,10 +72,14 @@ struct Api {
   uint32_t abi_version;
   // Whether `object` is a torch.Tensor (or a subclass).
   bool (*is_tensor)(PyObject* object);
-  // The snapshots of `count` torch tensors (each checked with is_tensor before), read in passes
-  // that prefetch the next level of every tensor first, so the cache misses of a call's many
-  // parameters overlap instead of queueing.
-  void (*snapshot)(PyObject* const* tensors, size_t count, TensorSnapshot* out);
+  // The TensorImpl of a torch tensor (checked with is_tensor before): the same object for as
+  // long as the Python object lives (`p.data = t` changes what it holds, not the object), so a
+  // caller that holds the Python object may keep it and skip reading the object per call.
+  const void* (*impl_of)(PyObject* tensor);
+  // The snapshots of `count` tensors by their impl_of() (their Python objects held by the
+  // caller), read in passes that prefetch the next level of every tensor first, so the cache
+  // misses of a call's many parameters overlap instead of queueing.
+  void (*snapshot)(const void* const* impls, size_t count, TensorSnapshot* out);
   // A view of `tensor`'s memory; false if it is not a torch tensor tracecache can view as it is.
   bool (*view)(PyObject* tensor, TensorView* out);
   // A new torch tensor (new reference) over `data`, of DType value `dtype` and `rank` sizes,

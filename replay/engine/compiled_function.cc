@@ -151,20 +151,22 @@ Result<std::vector<DataRef>> CompiledFunction::call_data(LazyContext& ctx, CallA
   return call_data(ctx, static_cast<const CallArgs&>(args));
 }
 
-Result<std::optional<std::vector<DataRef>>> CompiledFunction::replay_only(LazyContext& ctx, const CallArgs& args) {
+Result<std::optional<std::vector<DataRef>>> CompiledFunction::replay_only(LazyContext& ctx, const CallArgs& args, size_t state) {
   Impl& i = *impl_;
-  for (const Tensor& t : args.tensors) {
-    if (!t.defined() || !t.is_materialized() || &t.context() != &ctx) return std::optional<std::vector<DataRef>>();
-  }
   if (i.dynamic_scalar.size() != args.scalars.size() || i.stats.fell_back_to_lazy) {
     return std::optional<std::vector<DataRef>>();
   }
   Impl::ScopedRuntime scope(i);
   i.last_entry = -1;
   i.unkept_note.clear();
+  if (auto memoized = i.replay_memoized(ctx, args)) return std::move(*memoized);
+  for (const Tensor& t : args.tensors) {
+    if (!t.defined() || !t.is_materialized() || &t.context() != &ctx) return std::optional<std::vector<DataRef>>();
+  }
   Impl::LookupMisses misses;
   if (std::optional<std::vector<DataRef>> out = i.look_up_and_replay(args, misses)) {
     ++i.stats.calls;
+    i.remember(ctx, args, state);
     return out;
   }
   if (i.lost) {
@@ -221,6 +223,7 @@ bool CompiledFunction::discard_last_entry(const std::string& why) {
                             fmt::format("entry {} discarded by the caller: {}", e.db_index, why));
   if (store::GuardEntryStore* d = i.writable_store(); d && e.db_index >= 0) (void)d->remove_function_entry(i.key, e.db_index);
   i.entries.erase(i.entries.begin() + i.last_entry);
+  ++i.entries_version;
   i.last_entry = -1;
   return true;
 }

@@ -192,6 +192,7 @@ struct FunctionStats {
   int64_t recompiles = 0;      // traces after the first
   int64_t specializations = 0; // dynamic entries instantiated at new sizes (no trace)
   int64_t host_op_runs = 0;    // host ops run by replays (graph breaks served without a trace)
+  int64_t memoized_replays = 0;  // replay_only calls whose repeated arguments the memo vouched for
   bool fell_back_to_lazy = false;
   std::vector<int64_t> hits_per_entry;        // one per current entry, in lookup order
   std::vector<std::string> recompile_reasons;  // one line per recompile, all failures joined
@@ -227,8 +228,15 @@ class CompiledFunction {
   // (no entry holds, a value guard fails, the function fell back to lazy mode, or an argument is
   // not a materialized tensor of `ctx`; nothing is counted as a call then). For a caller with a
   // faster path of its own for replays (tracecache.torch), which makes the full call on nullopt.
+  // `state`: the number of leading tensors of `args` that are the caller's state, which it
+  // passes again call after call as the same handles (a module's parameters). They are checked
+  // once: the function remembers what the guards of the entry that served established about
+  // them and holds them (compiled_function_memo.cc) until a call passes other handles there;
+  // the other arguments are checked on every call and never held. Results are the same as
+  // with `state` 0, which remembers nothing.
+  // REQUIRES: `ctx` outlives this function, or no call since the context's last call of it.
   // Errors: as operator()'s replays (a run that failed after it was given an argument).
-  Result<std::optional<std::vector<DataRef>>> replay_only(LazyContext& ctx, const CallArgs& args);
+  Result<std::optional<std::vector<DataRef>>> replay_only(LazyContext& ctx, const CallArgs& args, size_t state = 0);
 
   // The note (CompiledFunctionOptions::entry_note) of the entry that served or was made by the
   // last successful call; after a call that traced without keeping an entry (lazy fallback),

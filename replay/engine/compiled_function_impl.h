@@ -61,6 +61,9 @@ struct CompiledFunction::Impl {
   store::FunctionKey key;  // key.name: the function's name
   std::vector<bool> dynamic_scalar;
   std::vector<GuardEntry> entries;
+  // Changed whenever an entry is added to or dropped from `entries` (the replay memo names an
+  // entry by index, valid while this is unchanged).
+  uint64_t entries_version = 0;
   // A segment's parameter list during replay(): its capacity is reused, its handles are
   // dropped after each run (so a call's arguments do not outlive the call).
   std::vector<DataRef> scratch;
@@ -122,6 +125,33 @@ struct CompiledFunction::Impl {
   // and a dynamic entry's template are checked while replaying). An entry that cannot be used
   // is dropped (a miss, never an error; invariants 5 and 6). nullopt if no entry served.
   std::optional<std::vector<DataRef>> look_up_and_replay(const CallArgs& args, LookupMisses& misses);
+
+  // The replay memo of replay_only() (compiled_function_memo.cc): what the guards of the entry
+  // that served a call established about the caller's state (the first arguments, which the
+  // caller passes again call after call: tracecache.torch passes a module's state, the same
+  // handles), so that a call with the same state checks and gathers only the other arguments.
+  // It holds the state tensors (their identities stay theirs) and the segment's parameter list
+  // with their data in place; the other arguments' slots are emptied after each call, so no
+  // call's own arguments outlive it.
+  struct ReplayMemo {
+    bool valid = false;
+    size_t entry = 0;                  // index into `entries` ...
+    uint64_t entries_version = 0;      // ... while entries_version is this
+    const LazyContext* ctx = nullptr;  // the context of the held tensors ...
+    uint64_t assignments = 0;          // ... and its assignments() when made: no data changed since
+    std::vector<Tensor> held;          // per argument: the repeated tensor, or undefined
+    std::vector<uint32_t> others;      // the arguments not held, checked on every call
+    std::vector<const void*> held_data;  // the held tensors' data identities, sorted
+    std::vector<DataRef> params;       // the segment's parameters; the others' slots empty
+    std::vector<std::pair<uint32_t, uint32_t>> other_params;  // (parameter, argument) of the others
+  };
+  ReplayMemo memo;
+  // The call through the memo: nullopt when the memo does not apply to `args` (then the full
+  // lookup runs), else the outcome as replay_only() returns it.
+  std::optional<Result<std::optional<std::vector<DataRef>>>> replay_memoized(LazyContext& ctx, const CallArgs& args);
+  // After a replay_only() call that entry `last_entry` served through the full lookup: the memo
+  // for the next calls, holding the first `state` tensors of `args` (none: no memo).
+  void remember(LazyContext& ctx, const CallArgs& args, size_t state);
 
   // Whether this guard check is timed (timers::kGuardCheck): the function's first
   // kTimedGuardChecks, then one in kGuardCheckSamplePeriod, and all while a timeline is drawn.

@@ -29,6 +29,7 @@ std::optional<std::vector<DataRef>> CompiledFunction::Impl::look_up_and_replay(c
     if (!r.is_ok()) {
       drop_entry(entries[e], r.status());
       entries.erase(entries.begin() + static_cast<std::ptrdiff_t>(e));
+      ++entries_version;
       --e;
       continue;
     }

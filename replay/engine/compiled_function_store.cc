@@ -54,6 +54,7 @@ void CompiledFunction::Impl::load() {
       continue;
     }
     entries.push_back(std::move(*e));
+    ++entries_version;
   }
 }
 

@@ -192,6 +192,7 @@ Result<std::vector<DataRef>> CompiledFunction::Impl::trace(const CallArgs& args,
     entry.note = std::move(entry_note);
     save(entry);
     entries.push_back(std::move(entry));
+    ++entries_version;
     last_entry = static_cast<int64_t>(entries.size()) - 1;
   } else {
     unkept_note = std::move(entry_note);

@@ -104,6 +104,7 @@ std::optional<GuardSet::StaticTable> GuardSet::static_table(std::span<const Guar
     const GuardCheck* rank = take(Kind::kRank, i);
     if (!dtype || !rank || rank->expected > static_cast<uint64_t>(kMaxRank)) return std::nullopt;
     t.tensors.push_back({static_cast<DType>(dtype->expected), static_cast<int>(rank->expected)});
+    t.sizes_begin.push_back(static_cast<uint32_t>(t.sizes.size()));
     for (uint32_t d = 0; d < rank->expected; ++d) {
       const GuardCheck* size = take(Kind::kSize, i, d);
       if (!size) return std::nullopt;
@@ -171,6 +172,31 @@ bool GuardSet::table_holds(const CallArgs& args, uint64_t options_digest) const 
   }
   for (size_t s = 0; s < t.num_scalars; ++s) {
     if (normalized_float_bits(args.scalars[s]) != t.scalar_bits[s]) return false;
+  }
+  return true;
+}
+
+bool GuardSet::counts_hold(const CallArgs& args, uint64_t options_digest) const {
+  const StaticTable& t = *table_;
+  if (args.tensors.size() != t.tensors.size() || args.scalars.size() != t.num_scalars ||
+      options_digest != t.options_digest) {
+    return false;
+  }
+  for (size_t s = 0; s < t.num_scalars; ++s) {
+    if (normalized_float_bits(args.scalars[s]) != t.scalar_bits[s]) return false;
+  }
+  return true;
+}
+
+bool GuardSet::tensor_holds(const CallArgs& args, uint32_t i) const {
+  const StaticTable& t = *table_;
+  const StaticTable::Tensor& want = t.tensors[i];
+  const Tensor& arg = args.tensors[i];
+  const Shape& shape = arg.peek_shape();
+  if (arg.dtype() != want.dtype || shape.rank() != want.rank) return false;
+  const int64_t* size = t.sizes.data() + t.sizes_begin[i];
+  for (int d = 0; d < want.rank; ++d) {
+    if (shape[d] != size[d]) return false;
   }
   return true;
 }

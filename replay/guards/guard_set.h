@@ -132,6 +132,20 @@ class GuardSet {
   std::vector<GuardFailure> explain(const CallArgs& args, const GuardEnvironment& env,
                                     std::vector<GuardCheck>* failed = nullptr) const;
 
+  // Piecewise checks, for a caller that checks this set against calls whose tensors mostly
+  // repeat and establishes the repeated ones' facts once (the replay memo of
+  // replay/engine/compiled_function.h). Only for a set kept as a table (is_table()); together,
+  // counts_hold, tensor_holds of every tensor and the aliasing rule of first_alias_of are holds().
+  bool is_table() const { return table_.has_value(); }
+  // The counts, the options digest and the static scalars. REQUIRES: is_table().
+  bool counts_hold(const CallArgs& args, uint64_t options_digest) const;
+  // Tensor i's dtype, rank and sizes. REQUIRES: is_table(), counts_hold(args), i < the number of
+  // tensors, tensor i materialized.
+  bool tensor_holds(const CallArgs& args, uint32_t i) const;
+  // The first tensor argument that tensor i shares data with (i itself: none before it).
+  // REQUIRES: is_table(), i < the number of tensors.
+  uint32_t first_alias_of(uint32_t i) const { return table_->first_alias[i]; }
+
   std::span<const GuardCheck> checks() const { return checks_; }
   const std::string& options_label() const { return options_label_; }
 
@@ -146,6 +160,7 @@ class GuardSet {
     uint64_t options_digest = 0;
     std::vector<Tensor> tensors;
     std::vector<int64_t> sizes;         // every tensor's, in order
+    std::vector<uint32_t> sizes_begin;  // per tensor: where its sizes start in `sizes`
     std::vector<uint32_t> first_alias;  // per tensor (0 for tensor 0): the kAliasOf check
     std::vector<uint64_t> scalar_bits;  // per scalar: normalized bits
   };

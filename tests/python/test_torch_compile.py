@@ -142,6 +142,8 @@ class FastPath(unittest.TestCase):
             self.check(self.x)
         self.assertEqual(self.compiled.stats()["hits_per_entry"], [3])
         self.assertEqual(self.compiled.stats()["calls"], 4)
+        # The first C++ replay checked the module's state; the engine's memo vouched for it after.
+        self.assertEqual(self.compiled.stats()["memoized_replays"], 2)
 
     def test_outputs_are_the_callers(self):
         a = self.compiled(self.x)
@@ -191,6 +193,8 @@ class FastPath(unittest.TestCase):
         self.model.fc1._parameters = dict(self.model.fc1._parameters)  # another dictionary
         self.model.fc1.bias = nn.Parameter(torch.randn(16))
         self.served_fast(self.x)
+        self.served_fast(torch.randn(3, 8))
+        self.assertGreater(self.compiled.stats()["memoized_replays"], 0)
 
     def test_the_python_path_sees_reassigned_data_too(self):
         compiled = tracecache.torch.compile(self.model, mode="lazy")

@@ -215,6 +215,9 @@ struct CompiledFunction::Impl {
   // checks them (same errors). On the mlp fixture replay()'s general machinery was about a sixth
   // of once mode's host overhead (bench/results/host-overhead-footprint-2026-11-28.md).
   Result<std::optional<std::vector<DataRef>>> replay_direct(GuardEntry& e, const CallArgs& args);
+  // A direct run's outcome as replay_direct() returns it: `outs` when they are what `e`
+  // promises, else why the entry does not fit its executable (kCorruption).
+  static Result<std::optional<std::vector<DataRef>>> direct_outputs(const GuardEntry& e, Result<std::vector<DataRef>> outs);
 
   // replay(), and for an entry loaded from the cache the first time, verify_outputs().
   // The types to verify are found before the replay, which may give arguments up.
@@ -287,10 +290,11 @@ struct CompiledFunction::Impl {
 
   void load();
 
-  // An entry that could not be used: a `corrupt` event for a malformed entry or cache row, a
-  // `miss` event for anything else (say, its graph is no longer in the cache). Its stored row is
-  // removed unless the failure may pass (a locked or unreadable database).
-  void drop_entry(const GuardEntry& e, const Status& why);
+  // Entry `index`, which could not be used, leaves `entries`: a `corrupt` event for a malformed
+  // entry or cache row, a `miss` event for anything else (say, its graph is no longer in the
+  // cache). Its stored row is removed unless the failure may pass (a locked or unreadable
+  // database).
+  void drop_entry(size_t index, const Status& why);
 
   void drop_stored(int64_t db_index, const std::string& why);
 

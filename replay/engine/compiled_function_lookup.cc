@@ -27,9 +27,7 @@ std::optional<std::vector<DataRef>> CompiledFunction::Impl::look_up_and_replay(c
                                                          : replay_verified(entries[e], args, &why);
     if (lost) return std::nullopt;
     if (!r.is_ok()) {
-      drop_entry(entries[e], r.status());
-      entries.erase(entries.begin() + static_cast<std::ptrdiff_t>(e));
-      ++entries_version;
+      drop_entry(e, r.status());
       --e;
       continue;
     }

@@ -56,7 +56,7 @@ std::optional<Result<std::optional<std::vector<DataRef>>>> CompiledFunction::Imp
   ++stats.guard_checks;
   guard_checks.add();
   const Segment& seg = e.segments[0];
-  Result<std::vector<DataRef>> outs = [&] {
+  Result<std::optional<std::vector<DataRef>>> r = direct_outputs(e, [&] {
     // The other arguments' slots are emptied when the run ends, however it ends, so that no
     // call's own arguments outlive it.
     struct EmptyOtherParams {
@@ -67,21 +67,10 @@ std::optional<Result<std::optional<std::vector<DataRef>>>> CompiledFunction::Imp
     } empty{m};
     for (auto [param, arg] : m.other_params) m.params[param] = args.tensors[arg].data();
     return compiled_detail::run_executable(*runtime, *seg.exe, m.params);
-  }();
-  // The same outcomes as replay_direct()'s: a guard entry that does not fit is dropped.
-  Status bad = Status::ok();
-  if (!outs.is_ok()) {
-    bad = corruption("guard entry does not fit its executable: " + outs.status().message());
-  } else if (outs->size() != e.outputs.size()) {
-    bad = corruption("guard entry routes a value that does not exist");
-  } else {
-    bad = check_promised(e, *outs);
-  }
-  if (!bad.is_ok()) {
+  }());
+  if (!r.is_ok()) {  // as in the full lookup: an entry that does not fit is dropped
     m.valid = false;
-    drop_entry(e, bad);
-    entries.erase(entries.begin() + static_cast<std::ptrdiff_t>(m.entry));
-    ++entries_version;
+    drop_entry(m.entry, r.status());
     return std::nullopt;  // the full lookup tries the other entries, as it would have
   }
   ++e.hits;
@@ -89,7 +78,7 @@ std::optional<Result<std::optional<std::vector<DataRef>>>> CompiledFunction::Imp
   last_entry = static_cast<int64_t>(m.entry);
   ++stats.calls;
   ++stats.memoized_replays;
-  return Result<std::optional<std::vector<DataRef>>>(std::optional<std::vector<DataRef>>(std::move(*outs)));
+  return r;
 }
 
 void CompiledFunction::Impl::remember(LazyContext& ctx, const CallArgs& args, size_t state) {

@@ -106,6 +106,11 @@ Result<std::optional<std::vector<DataRef>>> CompiledFunction::Impl::replay_direc
   }
   Result<std::vector<DataRef>> outs = run_executable(*runtime, *seg.exe, scratch);
   scratch.clear();
+  return direct_outputs(e, std::move(outs));
+}
+
+Result<std::optional<std::vector<DataRef>>> CompiledFunction::Impl::direct_outputs(const GuardEntry& e,
+                                                                                 Result<std::vector<DataRef>> outs) {
   if (!outs.is_ok()) return corruption("guard entry does not fit its executable: " + outs.status().message());
   if (outs->size() != e.outputs.size()) return corruption("guard entry routes a value that does not exist");
   if (Status promised = check_promised(e, *outs); !promised.is_ok()) return promised;

@@ -61,17 +61,20 @@ void CompiledFunction::Impl::load() {
 // An entry that could not be used: a `corrupt` event for a malformed entry or cache row, a
 // `miss` event for anything else (say, its graph is no longer in the cache). Its stored row is
 // removed unless the failure may pass (a locked or unreadable database).
-void CompiledFunction::Impl::drop_entry(const GuardEntry& e, const Status& why) {
+void CompiledFunction::Impl::drop_entry(size_t index, const Status& why) {
+  const int64_t db_index = entries[index].db_index;
+  entries.erase(entries.begin() + static_cast<std::ptrdiff_t>(index));
+  ++entries_version;
   const StatusCode code = why.code();
   if (code == StatusCode::kCorruption) {
-    drop_stored(e.db_index, why.message());
+    drop_stored(db_index, why.message());
     return;
   }
   const bool permanent = code == StatusCode::kNotFound;
   runtime->function_event(store::EventKind::kMiss, key.name,
-                          fmt::format("entry {} could not be used ({}); the call traces{}", e.db_index,
+                          fmt::format("entry {} could not be used ({}); the call traces{}", db_index,
                                       why.message(), permanent ? "" : ", the stored entry is kept"));
-  if (store::GuardEntryStore* d = writable_store(); d && permanent && e.db_index >= 0) (void)d->remove_function_entry(key, e.db_index);
+  if (store::GuardEntryStore* d = writable_store(); d && permanent && db_index >= 0) (void)d->remove_function_entry(key, db_index);
 }
 
 void CompiledFunction::Impl::drop_stored(int64_t db_index, const std::string& why) {

@@ -58,17 +58,29 @@ std::optional<DType> dtype_of_numpy(const py::dtype& d) {
   if (d.is(py::dtype::of<int32_t>())) return DType::kI32;
   if (d.is(py::dtype::of<int64_t>())) return DType::kI64;
   if (d.is(py::dtype::of<bool>())) return DType::kBool;
+  if (d.is(py::dtype::of<double>())) return DType::kF64;
+  if (d.is(py::dtype("float16"))) return DType::kF16;
+  if (d.is(py::dtype::of<int8_t>())) return DType::kI8;
+  if (d.is(py::dtype::of<uint8_t>())) return DType::kU8;
+  if (d.is(py::dtype::of<int16_t>())) return DType::kI16;
   return std::nullopt;
 }
 
+// NumPy has no bfloat16: a bf16 tensor is read as f32 (cast it, or use tracecache.torch).
 py::dtype numpy_dtype(DType t) {
   switch (t) {
     case DType::kF32: return py::dtype::of<float>();
     case DType::kI32: return py::dtype::of<int32_t>();
     case DType::kI64: return py::dtype::of<int64_t>();
     case DType::kBool: return py::dtype::of<bool>();
+    case DType::kF64: return py::dtype::of<double>();
+    case DType::kF16: return py::dtype("float16");
+    case DType::kI8: return py::dtype::of<int8_t>();
+    case DType::kU8: return py::dtype::of<uint8_t>();
+    case DType::kI16: return py::dtype::of<int16_t>();
+    case DType::kBF16: break;
   }
-  return py::dtype::of<float>();
+  fail(invalid_argument(fmt::format("NumPy has no {} type: cast the tensor to f32 first", dtype_name(t))));
 }
 
 // Keeps a Python object alive for as long as a buffer viewing its memory lives. The buffer's

@@ -33,6 +33,9 @@ inline BufferRef filled(DType dtype, const Shape& shape, uint64_t seed) {
       case DType::kBool: b->data<bool>()[i] = (gen() & 1) != 0; break;
       case DType::kI32: b->data<int32_t>()[i] = 0; break;
       case DType::kI64: b->data<int64_t>()[i] = 0; break;
+      default:  // the other dtypes: zeros, as for the integers
+        dispatch_dtype(dtype, [&]<typename T>() { b->data<T>()[i] = static_cast<T>(0.0f); });
+        break;
     }
   }
   return b;

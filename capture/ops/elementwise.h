@@ -35,6 +35,12 @@ template <> constexpr DType dtype_of<bool>() { return DType::kBool; }
 template <> constexpr DType dtype_of<int32_t>() { return DType::kI32; }
 template <> constexpr DType dtype_of<int64_t>() { return DType::kI64; }
 template <> constexpr DType dtype_of<float>() { return DType::kF32; }
+template <> constexpr DType dtype_of<double>() { return DType::kF64; }
+template <> constexpr DType dtype_of<int8_t>() { return DType::kI8; }
+template <> constexpr DType dtype_of<uint8_t>() { return DType::kU8; }
+template <> constexpr DType dtype_of<int16_t>() { return DType::kI16; }
+template <> constexpr DType dtype_of<BFloat16>() { return DType::kBF16; }
+template <> constexpr DType dtype_of<Half>() { return DType::kF16; }
 
 // ---- conversion -------------------------------------------------------------------------------
 
@@ -43,10 +49,21 @@ template <> constexpr DType dtype_of<float>() { return DType::kF32; }
 // conversion is undefined there); integer -> narrower integer wraps modulo 2^bits; everything
 // else (integer -> float rounds to nearest, double -> float rounds or overflows to ±inf) is
 // static_cast. From may be double (attribute values).
+//
+// The types added for mixed precision: bf16 and f16 convert through float (exact from them;
+// to them rounds to nearest even, capture/core/half.h); float -> i8, u8 or i16 truncates toward
+// zero to i64 (saturating there, NaN -> 0) and then wraps modulo 2^bits, which is what
+// PyTorch's x86 builds give for values inside i32 (-1.0 -> u8 255, 300.0 -> i8 44).
 template <typename To, typename From>
 To convert(From x) {
-  if constexpr (std::is_same_v<To, bool>) {
+  if constexpr (std::is_same_v<From, BFloat16> || std::is_same_v<From, Half>) {
+    return convert<To>(static_cast<float>(x));
+  } else if constexpr (std::is_same_v<To, BFloat16> || std::is_same_v<To, Half>) {
+    return To(convert<float>(x));
+  } else if constexpr (std::is_same_v<To, bool>) {
     return x != From{0};
+  } else if constexpr (std::is_floating_point_v<From> && std::is_integral_v<To> && sizeof(To) < 4) {
+    return static_cast<To>(static_cast<std::make_unsigned_t<To>>(static_cast<uint64_t>(convert<int64_t>(x))));
   } else if constexpr (std::is_floating_point_v<From> && std::is_integral_v<To>) {
     double d = static_cast<double>(x);
     if (std::isnan(d)) return To{0};
@@ -83,7 +100,7 @@ template <typename T> T wrap_mul(T a, T b) {
 template <typename T> T int_pow(T base, T e) {
   if (e < 0) {
     if (base == 1) return 1;
-    if (base == -1) return (e % 2 == 0) ? T{1} : T{-1};
+    if (base == -1) return (e % 2 == 0) ? T{1} : static_cast<T>(-1);
     return 0;
   }
   T result = 1;
@@ -123,13 +140,15 @@ struct Relu {
     else return x > 0 ? x : T{0};
   }
 };
-struct Exp { float operator()(float x) const { return std::exp(x); } };
-struct Log { float operator()(float x) const { return std::log(x); } };
-struct Sqrt { float operator()(float x) const { return std::sqrt(x); } };
+// The float ops (exp ... cos, div, the activations) compute in f32, or in f64 for f64 operands:
+// templates over float and double only.
+struct Exp { template <typename T> T operator()(T x) const { return std::exp(x); } };
+struct Log { template <typename T> T operator()(T x) const { return std::log(x); } };
+struct Sqrt { template <typename T> T operator()(T x) const { return std::sqrt(x); } };
 // Two roundings (not a fused reciprocal square root).
-struct Rsqrt { float operator()(float x) const { return 1.0f / std::sqrt(x); } };
-struct Tanh { float operator()(float x) const { return std::tanh(x); } };
-struct Sigmoid { float operator()(float x) const { return 1.0f / (1.0f + std::exp(-x)); } };
+struct Rsqrt { template <typename T> T operator()(T x) const { return T{1} / std::sqrt(x); } };
+struct Tanh { template <typename T> T operator()(T x) const { return std::tanh(x); } };
+struct Sigmoid { template <typename T> T operator()(T x) const { return T{1} / (T{1} + std::exp(-x)); } };
 
 struct Add {
   template <typename T> T operator()(T a, T b) const {
@@ -150,7 +169,7 @@ struct Mul {
   }
 };
 // True division in f32: x / 0 is ±inf or NaN, never a trap.
-struct Div { float operator()(float a, float b) const { return a / b; } };
+struct Div { template <typename T> T operator()(T a, T b) const { return a / b; } };
 struct Pow {
   template <typename T> T operator()(T a, T b) const {
     if constexpr (std::is_floating_point_v<T>) return std::pow(a, b);
@@ -186,10 +205,12 @@ struct Where { template <typename T> T operator()(bool c, T a, T b) const { retu
 
 // gelu, erf form: x * 0.5 * (1 + erf(x / sqrt(2))).
 inline constexpr float kGeluErfScale = 0.70710678118654752f;  // 1 / sqrt(2)
+inline constexpr double kGeluErfScaleF64 = 0.70710678118654752440;
 struct GeluErf {
   // gelu from erf(x * kGeluErfScale): the cpu backend computes that erf elsewhere (vectorized).
-  static float from_erf(float x, float erf_value) { return x * 0.5f * (1.0f + erf_value); }
+  template <typename T> static T from_erf(T x, T erf_value) { return x * T{0.5} * (T{1} + erf_value); }
   float operator()(float x) const { return from_erf(x, std::erf(x * kGeluErfScale)); }
+  double operator()(double x) const { return from_erf(x, std::erf(x * kGeluErfScaleF64)); }
 };
 // gelu, tanh form (PyTorch's approximate='tanh'):
 // 0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x^3))).
@@ -199,28 +220,33 @@ struct GeluTanh {
     const float inner = 0.79788456080286536f * (x + 0.044715f * cube);
     return 0.5f * x * (1.0f + std::tanh(inner));
   }
+  double operator()(double x) const {
+    const double cube = x * x * x;
+    const double inner = 0.79788456080286537604 * (x + 0.044715 * cube);
+    return 0.5 * x * (1.0 + std::tanh(inner));
+  }
 };
 // x * sigmoid(x), computed as x / (1 + exp(-x)).
-struct Silu { float operator()(float x) const { return x / (1.0f + std::exp(-x)); } };
+struct Silu { template <typename T> T operator()(T x) const { return x / (T{1} + std::exp(-x)); } };
 // relu6(x + 3) / 6, NaN propagating (the selects are false for NaN).
 struct Hardsigmoid {
-  float operator()(float x) const {
-    float t = x + 3.0f;
-    t = t < 0.0f ? 0.0f : t;
-    t = t > 6.0f ? 6.0f : t;
-    return t / 6.0f;
+  template <typename T> T operator()(T x) const {
+    T t = x + T{3};
+    t = t < T{0} ? T{0} : t;
+    t = t > T{6} ? T{6} : t;
+    return t / T{6};
   }
 };
 // x * relu6(x + 3) / 6, multiplied before dividing (as PyTorch).
 struct Hardswish {
-  float operator()(float x) const {
-    float t = x + 3.0f;
-    t = t < 0.0f ? 0.0f : t;
-    t = t > 6.0f ? 6.0f : t;
-    return x * t / 6.0f;
+  template <typename T> T operator()(T x) const {
+    T t = x + T{3};
+    t = t < T{0} ? T{0} : t;
+    t = t > T{6} ? T{6} : t;
+    return x * t / T{6};
   }
 };
-struct Erf { float operator()(float x) const { return std::erf(x); } };
+struct Erf { template <typename T> T operator()(T x) const { return std::erf(x); } };
 
 // clamp(x, min, max) in x's dtype; the bounds are attributes (doubles) converted once by
 // make(). Floats: the bounds round to nearest f32; NaN propagates (both selects are false);
@@ -260,8 +286,8 @@ struct Round {
     else return x;
   }
 };
-struct Sin { float operator()(float x) const { return std::sin(x); } };
-struct Cos { float operator()(float x) const { return std::cos(x); } };
+struct Sin { template <typename T> T operator()(T x) const { return std::sin(x); } };
+struct Cos { template <typename T> T operator()(T x) const { return std::cos(x); } };
 
 // remainder: the result has the sign of the divisor (Python's %, ONNX Mod with fmod=0). Floats
 // as NumPy's np.mod (ONNX's reference): fmod, plus the divisor when the signs differ, and a
@@ -330,8 +356,10 @@ constexpr DType compute_dtype(OpKind op, std::span<const DType> in, DType out) {
   switch (op) {
     case OpKind::kEq: case OpKind::kLt: case OpKind::kGt:
       return promote(in[0], in[1]);
+    case OpKind::kDiv:
+      return out == DType::kF64 ? DType::kF64 : DType::kF32;
     default:
-      return is_float_unary(op) ? DType::kF32 : out;
+      return is_float_unary(op) ? (out == DType::kF64 ? DType::kF64 : DType::kF32) : out;
   }
 }
 

@@ -25,8 +25,10 @@ Check infer_unary_same(std::span<const TensorType> in, std::span<AttrValue>, Ten
   return std::nullopt;
 }
 
+// exp, log, tanh, ...: a floating operand keeps its dtype (f64 computes in f64, bf16 and f16 in
+// f32 and round); integers and bool give f32, as PyTorch's default dtype.
 Check infer_unary_float(std::span<const TensorType> in, std::span<AttrValue>, TensorType* result) {
-  *result = TensorType{DType::kF32, in[0].shape};
+  *result = TensorType{is_floating(in[0].dtype) ? in[0].dtype : DType::kF32, in[0].shape};
   return std::nullopt;
 }
 
@@ -37,7 +39,7 @@ Check infer_arith(std::span<const TensorType> in, std::span<AttrValue>, TensorTy
   RETURN_IF_ERROR(broadcast2(name, in[0], in[1], &s));
   DType t = promote(in[0].dtype, in[1].dtype);
   if (t == DType::kBool) return fail(name, "both operands are bool; cast them to a numeric dtype first");
-  if (K == OpKind::kDiv) t = DType::kF32;  // true division, as in PyTorch
+  if (K == OpKind::kDiv && !is_floating(t)) t = DType::kF32;  // true division, as in PyTorch
   *result = TensorType{t, s};
   return std::nullopt;
 }
@@ -140,7 +142,7 @@ Check infer_mean(std::span<const TensorType> in, std::span<AttrValue> attrs, Ten
   ReduceAttrs a(attrs);
   Shape s;
   RETURN_IF_ERROR(reduce_shape("mean", in[0].shape, a.axes(), a.keepdim(), &s));
-  *result = TensorType{DType::kF32, s};
+  *result = TensorType{is_floating(in[0].dtype) ? in[0].dtype : DType::kF32, s};
   return std::nullopt;
 }
 

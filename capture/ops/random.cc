@@ -37,7 +37,7 @@ void fill_uniform(HostBuffer& out, uint64_t seed, double low, double high) {
     T* p = out.data<T>();
     for (int64_t i = 0; i < out.numel(); ++i) {
       double v = low + (high - low) * uniform01(seed, static_cast<uint64_t>(i));
-      if constexpr (std::is_floating_point_v<T>) {
+      if constexpr (is_real_v<T>) {
         p[i] = static_cast<T>(v);
       } else {
         p[i] = convert<T>(std::floor(v));  // saturates outside T's range

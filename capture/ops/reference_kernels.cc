@@ -30,8 +30,8 @@ namespace {
 // Writes every element of `in` into `out` (same numel) converted to out's dtype.
 void convert_buffer(const HostBuffer& in, HostBuffer& out) {
   assert(in.numel() == out.numel());
-  dispatch_dtype(in.dtype(), [&]<typename From>() {
-    dispatch_dtype(out.dtype(), [&]<typename To>() {
+  dispatch_compute_dtype(in.dtype(), [&]<typename From>() {
+    dispatch_compute_dtype(out.dtype(), [&]<typename To>() {
       const From* src = in.data<From>();
       To* dst = out.data<To>();
       for (int64_t i = 0; i < in.numel(); ++i) dst[i] = convert<To>(src[i]);
@@ -60,16 +60,14 @@ class ElementsAs {
   const T* data_ = nullptr;
 };
 
-// Like dispatch_dtype, for ops whose inference rule rejects bool outputs.
+// Like dispatch_compute_dtype, for ops whose inference rule rejects bool outputs.
 template <typename Fn>
 void dispatch_numeric(DType t, Fn&& fn) {
-  switch (t) {
-    case DType::kI32: return fn.template operator()<int32_t>();
-    case DType::kI64: return fn.template operator()<int64_t>();
-    case DType::kF32: return fn.template operator()<float>();
-    case DType::kBool: break;
-  }
-  assert(false && "the inference rule rejects bool here");
+  assert(t != DType::kBool && "the inference rule rejects bool here");
+  if (t == DType::kBool) return;
+  dispatch_compute_dtype(t, [&]<typename T>() {
+    if constexpr (!std::is_same_v<T, bool>) fn.template operator()<T>();
+  });
 }
 
 // ---- strided iteration ----------------------------------------------------------------------
@@ -129,10 +127,11 @@ void unary(std::span<const HostBuffer* const> in, HostBuffer& out, F f) {
   for (int64_t i = 0; i < out.numel(); ++i) o[i] = f(x[i]);
 }
 
-// Float unary op (exp, log, ...): computes in f32.
+// Float unary op (exp, log, ...): computes in its output dtype, f32 or f64.
 template <typename F>
 void unary_float(std::span<const HostBuffer* const> in, HostBuffer& out, F f) {
-  unary<float, float>(in, out, f);
+  if (out.dtype() == DType::kF64) unary<double, double>(in, out, f);
+  else unary<float, float>(in, out, f);
 }
 
 // Unary op keeping the (non-bool) dtype (neg, abs, relu).
@@ -164,7 +163,7 @@ void binary_arith(OpKind op, std::span<const HostBuffer* const> in, HostBuffer& 
 // maximum and minimum: in the output dtype, bool included.
 template <typename F>
 void binary_any(OpKind op, std::span<const HostBuffer* const> in, HostBuffer& out, F f) {
-  dispatch_dtype(compute_dtype_of(op, in, out), [&]<typename T>() {
+  dispatch_compute_dtype(compute_dtype_of(op, in, out), [&]<typename T>() {
     broadcast_binary<T, T>(*in[0], *in[1], out, f);
   });
 }
@@ -172,7 +171,7 @@ void binary_any(OpKind op, std::span<const HostBuffer* const> in, HostBuffer& ou
 // Comparison in promote(a, b), bool result.
 template <typename F>
 void binary_compare(OpKind op, std::span<const HostBuffer* const> in, HostBuffer& out, F f) {
-  dispatch_dtype(compute_dtype_of(op, in, out), [&]<typename T>() {
+  dispatch_compute_dtype(compute_dtype_of(op, in, out), [&]<typename T>() {
     broadcast_binary<T, bool>(*in[0], *in[1], out, f);
   });
 }
@@ -284,7 +283,7 @@ void gt(std::span<const HostBuffer* const> in, std::span<const AttrValue>, HostB
 
 void where(std::span<const HostBuffer* const> in, std::span<const AttrValue>, HostBuffer& out) {
   // The condition is read as bool; the two values are converted to the output dtype.
-  dispatch_dtype(compute_dtype_of(OpKind::kWhere, in, out), [&]<typename T>() {
+  dispatch_compute_dtype(compute_dtype_of(OpKind::kWhere, in, out), [&]<typename T>() {
     const bool* c = in[0]->data<bool>();
     ElementsAs<T> a(*in[1]), b(*in[2]);
     T* o = out.data<T>();
@@ -360,6 +359,14 @@ void sum(std::span<const HostBuffer* const> in, std::span<const AttrValue> attrs
     for (int64_t j = 0; j < out.numel(); ++j) o[j] = static_cast<float>(acc[static_cast<size_t>(j)]);
     return;
   }
+  if (out.dtype() == DType::kF64) {
+    // f64: sequential in row-major order, in double (NumPy's pairwise sum may differ in the last bits).
+    std::vector<double> acc(static_cast<size_t>(out.numel()), 0.0);
+    const double* p = x.data<double>();
+    for_each_reduced(x.shape(), axes, [&](int64_t i, int64_t j) { acc[static_cast<size_t>(j)] += p[i]; });
+    std::copy(acc.begin(), acc.end(), out.data<double>());
+    return;
+  }
   // bool, i32 and i64 sum to i64, wrapping.
   std::vector<uint64_t> acc(static_cast<size_t>(out.numel()), 0);
   ElementsAs<int64_t> v(x);
@@ -374,7 +381,7 @@ void mean(std::span<const HostBuffer* const> in, std::span<const AttrValue> attr
   const HostBuffer& x = *in[0];
   const IntList& axes = ReduceAttrs(attrs).axes();
   std::vector<double> acc(static_cast<size_t>(out.numel()), 0.0);
-  dispatch_dtype(x.dtype(), [&]<typename T>() {
+  dispatch_compute_dtype(x.dtype(), [&]<typename T>() {
     const T* p = x.data<T>();
     for_each_reduced(x.shape(), axes, [&](int64_t i, int64_t j) {
       acc[static_cast<size_t>(j)] += static_cast<double>(p[i]);
@@ -395,7 +402,7 @@ namespace {
 template <bool kSmallest>
 void reduce_extreme(std::span<const HostBuffer* const> in, std::span<const AttrValue> attrs, HostBuffer& out) {
   const HostBuffer& x = *in[0];
-  dispatch_dtype(x.dtype(), [&]<typename T>() {
+  dispatch_compute_dtype(x.dtype(), [&]<typename T>() {
     // The inference rule rejects reducing an empty dim, so every output element sees at least
     // one input and the initial value never survives by itself.
     T init = kSmallest ? std::numeric_limits<T>::max() : std::numeric_limits<T>::lowest();
@@ -423,7 +430,7 @@ void arg_extreme(const HostBuffer& x, int axis, bool last, HostBuffer& out) {
   const AxisSplit split = split_at_axis(x.shape(), axis);
   const int64_t outer = split.outer, len = split.len, inner = split.inner;
   int64_t* o = out.data<int64_t>();
-  dispatch_dtype(x.dtype(), [&]<typename T>() {
+  dispatch_compute_dtype(x.dtype(), [&]<typename T>() {
     const T* p = x.data<T>();
     for (int64_t a = 0; a < outer; ++a) {
       for (int64_t c = 0; c < inner; ++c) {
@@ -524,7 +531,7 @@ void slice(std::span<const HostBuffer* const> in, std::span<const AttrValue> att
 // ---- sources --------------------------------------------------------------------------------
 
 void full(std::span<const HostBuffer* const>, std::span<const AttrValue> attrs, HostBuffer& out) {
-  dispatch_dtype(out.dtype(), [&]<typename T>() {
+  dispatch_compute_dtype(out.dtype(), [&]<typename T>() {
     const T v = convert<T>(FullAttrs(attrs).value());
     T* o = out.data<T>();
     for (int64_t i = 0; i < out.numel(); ++i) o[i] = v;
@@ -534,7 +541,7 @@ void full(std::span<const HostBuffer* const>, std::span<const AttrValue> attrs, 
 void arange(std::span<const HostBuffer* const>, std::span<const AttrValue> attrs, HostBuffer& out) {
   const ArangeAttrs a(attrs);
   const double start = a.start(), step = a.step();
-  dispatch_dtype(out.dtype(), [&]<typename T>() {
+  dispatch_compute_dtype(out.dtype(), [&]<typename T>() {
     T* o = out.data<T>();
     for (int64_t i = 0; i < out.numel(); ++i) o[i] = convert<T>(start + static_cast<double>(i) * step);
   });

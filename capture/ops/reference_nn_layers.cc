@@ -163,7 +163,7 @@ void pad(std::span<const HostBuffer* const> in, std::span<const AttrValue> attrs
   for (int k = 0; k < pads.size(); k += 2) before[s.rank() - 1 - k / 2] = pads[k];
   const IntList in_strides = contiguous_strides(s);
   const size_t elem = dtype_size(x.dtype());
-  dispatch_dtype(out.dtype(), [&]<typename T>() {
+  dispatch_compute_dtype(out.dtype(), [&]<typename T>() {
     const T fill = convert<T>(a.value());
     for (int64_t i = 0; i < out.numel(); ++i) {
       const IntList index = unravel(i, out.shape());

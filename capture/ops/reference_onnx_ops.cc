@@ -79,7 +79,7 @@ void topk_rows(const HostBuffer& x, std::span<const AttrValue> attrs, HostBuffer
   const AxisSplit split = split_at_axis(x.shape(), static_cast<int>(a.axis()));
   const int64_t k = a.k();
   std::vector<int64_t> order;
-  dispatch_dtype(x.dtype(), [&]<typename T>() {
+  dispatch_compute_dtype(x.dtype(), [&]<typename T>() {
     auto* dst = out.data<std::conditional_t<kIndices, int64_t, T>>();
     for (int64_t r = 0; r < split.outer * split.inner; ++r) {
       topk::write_row<kIndices>(x.data<T>(), split.len, split.inner, r, k, a.largest(), order, dst);
@@ -116,7 +116,7 @@ void scatter_elements(std::span<const HostBuffer* const> in, std::span<const Att
   const Shape& is = index.shape();
   std::memcpy(out.bytes(), x.bytes(), x.nbytes());
   const IntList strides = contiguous_strides(xs);
-  dispatch_dtype(x.dtype(), [&]<typename T>() {
+  dispatch_compute_dtype(x.dtype(), [&]<typename T>() {
     T* o = out.data<T>();
     const T* u = src.data<T>();
     for (int64_t i = 0; i < src.numel(); ++i) {

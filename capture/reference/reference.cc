@@ -4,6 +4,50 @@
 
 namespace tracecache {
 
+namespace {
+
+// `from` converted element by element into `to` (same shape): exact for half -> f32, rounding
+// to nearest even for f32 -> half.
+void convert_into(const HostBuffer& from, HostBuffer& to) {
+  dispatch_dtype(from.dtype(), [&]<typename F>() {
+    dispatch_dtype(to.dtype(), [&]<typename T>() {
+      const F* src = from.data<F>();
+      T* dst = to.data<T>();
+      for (int64_t i = 0; i < from.numel(); ++i) dst[i] = static_cast<T>(static_cast<float>(src[i]));
+    });
+  });
+}
+
+}  // namespace
+
+void evaluate_op(OpKind op, std::span<const HostBuffer* const> in, std::span<const AttrValue> attrs, HostBuffer& out) {
+  bool half = is_half_float(out.dtype());
+  for (const HostBuffer* b : in) half = half || is_half_float(b->dtype());
+  if (!half) {
+    op_info(op).reference(in, attrs, out);
+    return;
+  }
+  std::vector<HostBuffer> wide;
+  wide.reserve(in.size());  // no reallocation: the pointers below stay valid
+  std::vector<const HostBuffer*> ptrs;
+  for (const HostBuffer* b : in) {
+    if (!is_half_float(b->dtype())) {
+      ptrs.push_back(b);
+      continue;
+    }
+    wide.emplace_back(DType::kF32, b->shape());
+    convert_into(*b, wide.back());
+    ptrs.push_back(&wide.back());
+  }
+  if (!is_half_float(out.dtype())) {
+    op_info(op).reference(ptrs, attrs, out);
+    return;
+  }
+  HostBuffer result(DType::kF32, out.shape());
+  op_info(op).reference(ptrs, attrs, result);
+  convert_into(result, out);
+}
+
 Result<std::vector<BufferRef>> evaluate_reference(const Graph& graph,
                                                   std::span<const BufferRef> params) {
   if (params.size() != graph.params().size()) {
@@ -36,7 +80,7 @@ Result<std::vector<BufferRef>> evaluate_reference(const Graph& graph,
     ins.clear();
     for (NodeId in : graph.inputs(n)) ins.push_back(values[in].get());
     HostBuffer out(n.dtype, n.shape);
-    op_info(n.op).reference(ins, graph.attrs(n), out);
+    evaluate_op(n.op, ins, graph.attrs(n), out);
     values[id] = std::make_shared<const HostBuffer>(std::move(out));
     for (NodeId in : graph.inputs(n)) {
       if (last_use[in] == id && !is_output[in]) values[in].reset();
@@ -78,7 +122,7 @@ Result<BufferRef> ReferenceOpRunner::run_op(OpKind op, std::span<const BufferRef
   ins.reserve(inputs.size());
   for (const BufferRef& b : inputs) ins.push_back(b.get());
   HostBuffer result(out.dtype, out.shape);
-  op_info(op).reference(ins, attrs, result);
+  evaluate_op(op, ins, attrs, result);
   return BufferRef(std::make_shared<const HostBuffer>(std::move(result)));
 }
 

@@ -15,6 +15,13 @@
 
 namespace tracecache {
 
+// Runs one op's reference kernel into `out` (whose dtype and shape are the op's inferred type).
+// bf16 and f16 are computed in f32: half inputs are widened (exactly), the kernel writes an f32
+// result, and that is rounded once into `out` (to nearest even), which is how PyTorch computes
+// a bf16/f16 op on the CPU; every other dtype is the kernel's own. Every reference evaluation
+// goes through here.
+void evaluate_op(OpKind op, std::span<const HostBuffer* const> in, std::span<const AttrValue> attrs, HostBuffer& out);
+
 // Evaluates `graph` with `params[i]` bound to parameter i; returns one buffer per output.
 // Intermediate buffers are freed after their last use. Fails (kInvalidArgument) if a
 // parameter's dtype or shape differs from the graph's.

@@ -31,6 +31,12 @@ std::string_view descr_of(DType t) {
     case DType::kI32: return "<i4";
     case DType::kI64: return "<i8";
     case DType::kF32: return "<f4";
+    case DType::kF64: return "<f8";
+    case DType::kF16: return "<f2";
+    case DType::kI8: return "|i1";
+    case DType::kU8: return "|u1";
+    case DType::kI16: return "<i2";
+    case DType::kBF16: break;  // numpy has no bfloat16
   }
   return "?";
 }
@@ -201,12 +207,13 @@ Result<NpyLayout> parse_npy_layout(std::string_view head, uint64_t file_size,
         fmt::format("{}: Fortran-order arrays are not supported; save with C order", name));
   }
   std::optional<DType> dtype;
-  for (DType t : {DType::kBool, DType::kI32, DType::kI64, DType::kF32}) {
-    if (descr == descr_of(t)) dtype = t;
+  for (int i = 0; i < kDTypeCount; ++i) {
+    if (descr == descr_of(static_cast<DType>(i))) dtype = static_cast<DType>(i);
   }
   if (!dtype) {
-    return unsupported(fmt::format(
-        "{}: element type '{}' is not supported (use '<f4', '<i4', '<i8' or '|b1')", name, descr));
+    return unsupported(fmt::format("{}: element type '{}' is not supported (use '<f4', '<f8', '<f2', '<i4', '<i8', "
+                                   "'<i2', '|i1', '|u1' or '|b1'; numpy has no bfloat16: use safetensors)",
+                                   name, descr));
   }
   Result<uint64_t> nbytes = checked_nbytes(shape->span(), dtype_size(*dtype));
   if (!nbytes.is_ok()) {
@@ -303,7 +310,13 @@ Result<HostBuffer> read_npy(const std::string& path) {
   return out;
 }
 
+bool npy_can_hold(DType dtype) { return descr_of(dtype) != "?"; }
+
 Status write_npy(const std::string& path, const HostBuffer& buffer) {
+  if (!npy_can_hold(buffer.dtype())) {
+    return unsupported(fmt::format("{}: numpy has no {} type: save it as safetensors, or cast it to f32 first", path,
+                                   dtype_name(buffer.dtype())));
+  }
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   if (!out) return io_error(fmt::format("{}: cannot open for writing", path));
   std::string bytes = encode_npy(buffer);

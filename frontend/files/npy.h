@@ -29,8 +29,10 @@ namespace tracecache {
 
 // Parses the bytes of an .npy file; `name` prefixes error messages.
 Result<HostBuffer> parse_npy(std::string_view bytes, std::string_view name);
-// The bytes of `buffer` as an .npy file, format 1.0.
+// The bytes of `buffer` as an .npy file, format 1.0. REQUIRES: npy_can_hold(buffer.dtype()).
 std::string encode_npy(const HostBuffer& buffer);
+// False for bf16, which numpy has no type for (write_npy refuses it: use safetensors).
+bool npy_can_hold(DType dtype);
 
 Result<HostBuffer> read_npy(const std::string& path);
 // Writes `buffer` to `path`, replacing any file there.

@@ -32,6 +32,12 @@ std::optional<DType> readable_dtype(std::string_view dtype) {
   if (dtype == "I64") return DType::kI64;
   if (dtype == "I32") return DType::kI32;
   if (dtype == "BOOL") return DType::kBool;
+  if (dtype == "F64") return DType::kF64;
+  if (dtype == "BF16") return DType::kBF16;
+  if (dtype == "F16") return DType::kF16;
+  if (dtype == "I8") return DType::kI8;
+  if (dtype == "U8") return DType::kU8;
+  if (dtype == "I16") return DType::kI16;
   return std::nullopt;
 }
 
@@ -320,6 +326,12 @@ std::string_view safetensors_dtype_name(DType dtype) {
     case DType::kI64: return "I64";
     case DType::kI32: return "I32";
     case DType::kBool: return "BOOL";
+    case DType::kF64: return "F64";
+    case DType::kBF16: return "BF16";
+    case DType::kF16: return "F16";
+    case DType::kI8: return "I8";
+    case DType::kU8: return "U8";
+    case DType::kI16: return "I16";
   }
   return "?";
 }
@@ -450,8 +462,8 @@ Result<HostBuffer> SafetensorsFile::tensor(std::string_view tensor) const {
   const SafetensorsEntry* e = find(tensor);
   if (!e) return not_found(fmt::format("{}: no tensor '{}'{}", name_, tensor, did_you_mean(tensor)));
   if (!e->dtype) {
-    return unsupported(fmt::format("{}: tensor '{}' has dtype {}; readable dtypes are F32, I64, "
-                                   "I32 and BOOL",
+    return unsupported(fmt::format("{}: tensor '{}' has dtype {}; readable dtypes are F32, F64, "
+                                   "BF16, F16, I64, I32, I16, I8, U8 and BOOL",
                                    name_, e->name, e->dtype_name));
   }
   if (e->shape.size() > static_cast<size_t>(kMaxRank)) {

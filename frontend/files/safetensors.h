@@ -17,7 +17,7 @@
 // a tensor is read.
 //
 // Element types: all of the format's dtypes are recognized (sizes are validated), but only
-// F32, I64, I32 and BOOL can be read into a HostBuffer; reading another is kUnsupported.
+// F32, F64, BF16, F16, I64, I32, I16, I8, U8 and BOOL can be read into a HostBuffer; reading another is kUnsupported.
 //
 // Errors (messages start with the file name; a tensor's errors name the tensor); all but
 // kIOError are the user's bad input:

@@ -80,6 +80,12 @@ std::optional<DType> dtype_from_onnx(int32_t elem_type) {
     case TensorProto::INT32: return DType::kI32;
     case TensorProto::INT64: return DType::kI64;
     case TensorProto::BOOL: return DType::kBool;
+    case TensorProto::DOUBLE: return DType::kF64;
+    case TensorProto::FLOAT16: return DType::kF16;
+    case TensorProto::BFLOAT16: return DType::kBF16;
+    case TensorProto::INT8: return DType::kI8;
+    case TensorProto::UINT8: return DType::kU8;
+    case TensorProto::INT16: return DType::kI16;
     default: return std::nullopt;
   }
 }
@@ -90,6 +96,12 @@ int32_t onnx_from_dtype(DType dtype) {
     case DType::kI32: return TensorProto::INT32;
     case DType::kI64: return TensorProto::INT64;
     case DType::kBool: return TensorProto::BOOL;
+    case DType::kF64: return TensorProto::DOUBLE;
+    case DType::kF16: return TensorProto::FLOAT16;
+    case DType::kBF16: return TensorProto::BFLOAT16;
+    case DType::kI8: return TensorProto::INT8;
+    case DType::kU8: return TensorProto::UINT8;
+    case DType::kI16: return TensorProto::INT16;
   }
   return TensorProto::UNDEFINED;
 }
@@ -156,7 +168,13 @@ Result<HostBuffer> tensor_to_buffer(const TensorProto& t, std::string_view what,
     switch (*dtype) {
       case DType::kF32: have = static_cast<uint64_t>(t.float_data_size()); field = "float_data"; break;
       case DType::kI64: have = static_cast<uint64_t>(t.int64_data_size()); field = "int64_data"; break;
+      case DType::kF64: have = static_cast<uint64_t>(t.double_data_size()); field = "double_data"; break;
       case DType::kI32:
+      case DType::kI8:
+      case DType::kU8:
+      case DType::kI16:
+      case DType::kF16:
+      case DType::kBF16:
       case DType::kBool: have = static_cast<uint64_t>(t.int32_data_size()); field = "int32_data"; break;
     }
     if (have != count) return bad_count(field, have);
@@ -179,6 +197,13 @@ Result<HostBuffer> tensor_to_buffer(const TensorProto& t, std::string_view what,
       case DType::kI64: buf.data<int64_t>()[i] = t.int64_data(k); break;
       case DType::kI32: buf.data<int32_t>()[i] = t.int32_data(k); break;
       case DType::kBool: buf.data<bool>()[i] = t.int32_data(k) != 0; break;
+      case DType::kF64: buf.data<double>()[i] = t.double_data(k); break;
+      // ONNX keeps these in int32_data: the values (i8, u8, i16) or the 16 bits (f16, bf16).
+      case DType::kI8: buf.data<int8_t>()[i] = static_cast<int8_t>(t.int32_data(k)); break;
+      case DType::kU8: buf.data<uint8_t>()[i] = static_cast<uint8_t>(t.int32_data(k)); break;
+      case DType::kI16: buf.data<int16_t>()[i] = static_cast<int16_t>(t.int32_data(k)); break;
+      case DType::kF16: buf.data<Half>()[i] = Half::from_bits(static_cast<uint16_t>(t.int32_data(k))); break;
+      case DType::kBF16: buf.data<BFloat16>()[i] = BFloat16::from_bits(static_cast<uint16_t>(t.int32_data(k))); break;
     }
   }
   return buf;

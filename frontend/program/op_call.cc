@@ -60,6 +60,10 @@ bool holds_exactly(DType t, double v) {
     case DType::kI32: return v == std::trunc(v) && v >= -2147483648.0 && v <= 2147483647.0;
     case DType::kI64:
       return v == std::trunc(v) && v >= -9223372036854775808.0 && v < 9223372036854775808.0;
+    case DType::kI8: return v == std::trunc(v) && v >= -128 && v <= 127;
+    case DType::kU8: return v == std::trunc(v) && v >= 0 && v <= 255;
+    case DType::kI16: return v == std::trunc(v) && v >= -32768 && v <= 32767;
+    case DType::kF64: case DType::kBF16: case DType::kF16: return true;  // rounds, like any float literal
   }
   return false;
 }

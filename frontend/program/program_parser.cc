@@ -69,6 +69,10 @@ bool fits_dtype(double v, DType dtype) {
     case DType::kI32: return v == std::trunc(v) && v >= -2147483648.0 && v <= 2147483647.0;
     case DType::kI64:
       return v == std::trunc(v) && v >= -9223372036854775808.0 && v < 9223372036854775808.0;
+    case DType::kI8: return v == std::trunc(v) && v >= -128 && v <= 127;
+    case DType::kU8: return v == std::trunc(v) && v >= 0 && v <= 255;
+    case DType::kI16: return v == std::trunc(v) && v >= -32768 && v <= 32767;
+    case DType::kF64: case DType::kBF16: case DType::kF16: return true;  // rounds, like any float literal
   }
   return false;
 }
@@ -239,7 +243,7 @@ class Parser {
     expect_punct(':');
     const Token& dt = peek();
     if (dt.kind != Token::Kind::kName || !parse_dtype(dt.text)) {
-      expected("a dtype (bool, i32, i64, f32)", dt);
+      expected("a dtype (bool, i8, u8, i16, i32, i64, f16, bf16, f32, f64)", dt);
     }
     decl.dtype = *parse_dtype(next().text);
     expect_punct('[');

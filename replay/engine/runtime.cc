@@ -325,8 +325,8 @@ Result<std::shared_ptr<const Executable>> Runtime::prepare(const CanonicalGraph&
   for (NodeId id = 0; id < cg.graph.size(); ++id) {
     const Node& n = cg.graph.node(id);
     if (!backend_->supports(n)) {
-      Status declined = unsupported(fmt::format("backend '{}' does not support op '{}'",
-                                                backend_->name(), op_info(n.op).name));
+      Status declined = unsupported(fmt::format("backend '{}' does not support op '{}' on {}",
+                                                backend_->name(), op_info(n.op).name, dtype_name(n.dtype)));
       event(store::EventKind::kFallback, cg.key, "unsupported op", 0, declined.message());
       if (outcome) outcome->fell_back = true;
       return declined;

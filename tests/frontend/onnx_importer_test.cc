@@ -323,16 +323,16 @@ TEST(OnnxImporter, AnUnsupportedDtypeNamesTheNodeAndTheTensor) {
   b.output("y", {2});
   auto* t = b.g().add_initializer();
   t->set_name("w64");
-  t->set_data_type(::onnx::TensorProto::DOUBLE);
+  t->set_data_type(::onnx::TensorProto::UINT16);
   t->add_dims(2);
-  t->add_double_data(1);
-  t->add_double_data(2);
+  t->add_int32_data(1);
+  t->add_int32_data(2);
   b.node("Add", {"x", "w64"}, {"y"}, "adder");
   Imported r = import_bytes(b);
   ASSERT_FALSE(r.model.is_ok());
   EXPECT_EQ(r.model.status().code(), StatusCode::kUnsupported);
-  EXPECT_EQ(r.reason, "dtype double");
-  EXPECT_NE(r.model.status().message().find("node 'adder' (#0, Add): initializer 'w64': element type double"),
+  EXPECT_EQ(r.reason, "dtype uint16");
+  EXPECT_NE(r.model.status().message().find("node 'adder' (#0, Add): initializer 'w64': element type uint16"),
             std::string::npos) << r.model.status().message();
 }
 

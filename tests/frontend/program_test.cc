@@ -305,8 +305,8 @@ TEST(ProgramParse, ErrorsNameFileLineAndColumn) {
             "t.trace:1:11: expected a format version number, found end of line");
   EXPECT_EQ(parse_error_of("tracecache 1\ninput x : f32[2] = full(1)\n"),
             "t.trace:3:1: expected an 'output' statement, found end of file");
-  EXPECT_EQ(parse_error_of("tracecache 1\ninput x : f64[2] = full(1)\noutput x\n"),
-            "t.trace:2:11: expected a dtype (bool, i32, i64, f32), found 'f64'");
+  EXPECT_EQ(parse_error_of("tracecache 1\ninput x : u16[2] = full(1)\noutput x\n"),
+            "t.trace:2:11: expected a dtype (bool, i8, u8, i16, i32, i64, f16, bf16, f32, f64), found 'u16'");
   EXPECT_EQ(parse_error_of("tracecache 1\ninput x : f32[2] = full(1)\ny = relu(x) z\noutput y\n"),
             "t.trace:3:13: expected end of line, found 'z'");
   EXPECT_EQ(
@@ -507,12 +507,14 @@ TEST(Npy, RejectsBadFiles) {
       {"PK\x03\x04 not npy", StatusCode::kParseError, "x: not an npy file (bad magic string)"},
       {npy_bytes("{'descr': '<f4', 'fortran_order': True, 'shape': (2, 2), }", f4),
        StatusCode::kUnsupported, "x: Fortran-order arrays are not supported; save with C order"},
-      {npy_bytes("{'descr': '<f8', 'fortran_order': False, 'shape': (2,), }", f4),
+      {npy_bytes("{'descr': '<u2', 'fortran_order': False, 'shape': (2,), }", f4),
        StatusCode::kUnsupported,
-       "x: element type '<f8' is not supported (use '<f4', '<i4', '<i8' or '|b1')"},
+       "x: element type '<u2' is not supported (use '<f4', '<f8', '<f2', '<i4', '<i8', '<i2', '|i1', '|u1' or '|b1'; "
+       "numpy has no bfloat16: use safetensors)"},
       {npy_bytes("{'descr': '>f4', 'fortran_order': False, 'shape': (4,), }", f4),
        StatusCode::kUnsupported,
-       "x: element type '>f4' is not supported (use '<f4', '<i4', '<i8' or '|b1')"},
+       "x: element type '>f4' is not supported (use '<f4', '<f8', '<f2', '<i4', '<i8', '<i2', '|i1', '|u1' or '|b1'; "
+       "numpy has no bfloat16: use safetensors)"},
       {npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (5,), }", f4),
        StatusCode::kInvalidArgument,
        "x: truncated data: f32[5] holds 20 bytes, the file has 16 (the file is cut short or its "

@@ -97,7 +97,7 @@ TEST(Safetensors, WritesTheReferenceLayout) {
 
 TEST(Safetensors, ReadsEscapesUnknownDtypesAndReportsUnreadableOnes) {
   std::string header =
-      R"({"__metadata__": {"note": "a\"b\u00e9"}, "h\u00e9\/x": {"dtype": "F16", "shape": [2], )"
+      R"({"__metadata__": {"note": "a\"b\u00e9"}, "h\u00e9\/x": {"dtype": "U16", "shape": [2], )"
       R"("data_offsets": [0, 4]}, "ok": {"dtype": "I32", "shape": [], "data_offsets": [4, 8]}})";
   std::string data("\x01\x02\x03\x04\x07\x00\x00\x00", 8);
   Result<SafetensorsFile> f = SafetensorsFile::parse(file_bytes(header, data), "m.st");
@@ -108,7 +108,8 @@ TEST(Safetensors, ReadsEscapesUnknownDtypesAndReportsUnreadableOnes) {
   ASSERT_FALSE(half.is_ok());
   EXPECT_EQ(half.status().code(), StatusCode::kUnsupported);
   EXPECT_EQ(half.status().message(),
-            "m.st: tensor 'h\xc3\xa9/x' has dtype F16; readable dtypes are F32, I64, I32 and BOOL");
+            "m.st: tensor 'h\xc3\xa9/x' has dtype U16; readable dtypes are F32, F64, BF16, F16, I64, I32, I16, I8, U8 "
+            "and BOOL");
   Result<HostBuffer> ok = f->tensor("ok");
   ASSERT_TRUE(ok.is_ok());
   EXPECT_EQ(ok->element_as_double(0), 7);

@@ -23,6 +23,7 @@
 // Thread-safety: one thread at a time (runs share the kept arena).
 #pragma once
 
+#include "replay/backends/cpu/cpu_dtypes.h"
 #include "replay/backends/backend.h"
 #include "replay/backends/cpu/onednn_conv.h"
 #include "replay/backends/cpu/onednn_matmul.h"
@@ -46,6 +47,8 @@ class CpuBackend final : public Backend {
   explicit CpuBackend(CpuBackendOptions options = {});
 
   std::string_view name() const override { return "cpu"; }
+  // bool, i32, i64 and f32 (cpu_dtypes.h); a node of another dtype runs on the reference evaluator.
+  bool supports(const Node& node) const override { return cpu::computes(node.dtype); }
   std::string options_digest() const override { return digest_; }
   Result<Executable> compile(const Graph& graph, const GraphKey& key,
                              uint32_t compiler_version) override;

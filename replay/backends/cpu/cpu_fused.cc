@@ -8,6 +8,7 @@
 // running one tight loop over the tile with the op and dtypes fixed outside the loop. Leaves
 // with the full shape and the output are read/written in place; broadcast leaves are gathered
 // into a register. Compiling a chain is linear in its length.
+#include "replay/backends/cpu/cpu_dtypes.h"
 #include "replay/backends/cpu/cpu_kernels.h"
 
 #include <cblas.h>
@@ -199,7 +200,7 @@ TileFn numeric_unary(DType c) {
     case DType::kI32: return unary_tile<int32_t, int32_t, F>;
     case DType::kI64: return unary_tile<int64_t, int64_t, F>;
     case DType::kF32: return unary_tile<float, float, F>;
-    case DType::kBool: break;
+    default: break;
   }
   return nullptr;
 }
@@ -209,7 +210,7 @@ TileFn numeric_unary_clamp(DType c) {
     case DType::kI32: return clamp_tile<int32_t>;
     case DType::kI64: return clamp_tile<int64_t>;
     case DType::kF32: return clamp_tile<float>;
-    case DType::kBool: break;
+    default: break;
   }
   return nullptr;
 }
@@ -225,28 +226,28 @@ TileFn numeric_binary(DType c) {
     case DType::kI32: return binary_tile<int32_t, int32_t, F>;
     case DType::kI64: return binary_tile<int64_t, int64_t, F>;
     case DType::kF32: return binary_tile<float, float, F>;
-    case DType::kBool: break;
+    default: break;
   }
   return nullptr;
 }
 
 template <typename F>
 TileFn any_binary(DType c) {
-  return dispatch_dtype(c, [&]<typename T>() -> TileFn { return binary_tile<T, T, F>; });
+  return dispatch_cpu_dtype(c, [&]<typename T>() -> TileFn { return binary_tile<T, T, F>; });
 }
 
 template <typename F>
 TileFn compare(DType c) {
-  return dispatch_dtype(c, [&]<typename T>() -> TileFn { return binary_tile<T, bool, F>; });
+  return dispatch_cpu_dtype(c, [&]<typename T>() -> TileFn { return binary_tile<T, bool, F>; });
 }
 
 TileFn where_fn(DType c) {
-  return dispatch_dtype(c, [&]<typename T>() -> TileFn { return where_tile<T>; });
+  return dispatch_cpu_dtype(c, [&]<typename T>() -> TileFn { return where_tile<T>; });
 }
 
 TileFn convert_fn(DType from, DType to) {
-  return dispatch_dtype(from, [&]<typename From>() -> TileFn {
-    return dispatch_dtype(to, [&]<typename To>() -> TileFn { return convert_tile<From, To>; });
+  return dispatch_cpu_dtype(from, [&]<typename From>() -> TileFn {
+    return dispatch_cpu_dtype(to, [&]<typename To>() -> TileFn { return convert_tile<From, To>; });
   });
 }
 

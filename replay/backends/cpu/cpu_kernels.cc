@@ -1,6 +1,7 @@
 // The cpu backend's kernels: run_op's dispatch, strided copies, matmul and the layout ops. The
 // fused interpreter is in cpu_fused.cc, the reductions in cpu_reductions.cc. See cpu_kernels.h
 // for the contract and the numerics table.
+#include "replay/backends/cpu/cpu_dtypes.h"
 #include "replay/backends/cpu/cpu_kernels.h"
 
 #include <cblas.h>
@@ -107,7 +108,7 @@ const float* as_f32(const HostBuffer& b, HostBuffer& copy) {
   if (b.dtype() == DType::kF32) return b.data<float>();
   copy = HostBuffer(DType::kF32, b.shape());
   float* o = copy.data<float>();
-  dispatch_dtype(b.dtype(), [&]<typename T>() {
+  dispatch_cpu_dtype(b.dtype(), [&]<typename T>() {
     const T* x = b.data<T>();
     for (int64_t i = 0; i < b.numel(); ++i) o[i] = convert<float>(x[i]);
   });
@@ -251,7 +252,7 @@ void topk_rows(const HostBuffer& x, std::span<const AttrValue> attrs, HostBuffer
   const TopkAttrs a(attrs);
   const AxisSplit split = split_at_axis(x.shape(), static_cast<int>(a.axis()));
   const int64_t k = a.k();
-  dispatch_dtype(x.dtype(), [&]<typename T>() {
+  dispatch_cpu_dtype(x.dtype(), [&]<typename T>() {
     auto* dst = out.data<std::conditional_t<kIndices, int64_t, T>>();
     parallel_chunks(split.outer * split.inner, x.numel(), [&](int64_t begin, int64_t end) {
       std::vector<int64_t> order;

@@ -6,6 +6,7 @@
 // every output position, 0 where it falls in the padding). A 1x1, stride-1, unpadded
 // convolution needs no col: the input plane already is that matrix. col is built for a block of
 // output positions at a time so its size stays near kColBudget floats whatever the image size.
+#include "replay/backends/cpu/cpu_dtypes.h"
 #include "replay/backends/cpu/cpu_nn_layers.h"
 
 #include <cblas.h>
@@ -337,7 +338,7 @@ void pad(const HostBuffer& x, std::span<const AttrValue> attrs, HostBuffer& out)
   const IntList& pads = a.pads();
   const Shape& s = x.shape();
   const int rank = s.rank();
-  dispatch_dtype(out.dtype(),
+  dispatch_cpu_dtype(out.dtype(),
                  [&]<typename T>() { std::fill_n(out.data<T>(), out.numel(), convert<T>(a.value())); });
   if (out.numel() == 0 || x.numel() == 0) return;
   if (rank == 0) {
@@ -398,7 +399,7 @@ void gather(const HostBuffer& x, const HostBuffer& index, int axis, HostBuffer& 
   const int rank = is.rank();
   const IntList strides = contiguous_strides(x.shape());
   const int64_t dim = x.shape()[axis];
-  dispatch_dtype(x.dtype(), [&]<typename T>() {
+  dispatch_cpu_dtype(x.dtype(), [&]<typename T>() {
     const T* src = x.data<T>();
     T* dst = out.data<T>();
     IntList at = is;

@@ -1,4 +1,5 @@
 // The cpu backend's reductions (cpu_reductions.h).
+#include "replay/backends/cpu/cpu_dtypes.h"
 #include "replay/backends/cpu/cpu_reductions.h"
 
 #include <cblas.h>
@@ -205,7 +206,7 @@ void reduce_fast(OpKind op, const HostBuffer& x, const IntList& axes, HostBuffer
   }
   if (op == OpKind::kSum) {
     // bool, i32, i64 -> i64, wrapping (order-independent).
-    dispatch_dtype(x.dtype(), [&]<typename T>() {
+    dispatch_cpu_dtype(x.dtype(), [&]<typename T>() {
       reduce_in_order(x.data<T>(), v, out.data<int64_t>(), uint64_t{0},
                       [](uint64_t acc, T e) { return acc + static_cast<uint64_t>(convert<int64_t>(e)); },
                       [](uint64_t acc) { return static_cast<int64_t>(acc); });
@@ -214,7 +215,7 @@ void reduce_fast(OpKind op, const HostBuffer& x, const IntList& axes, HostBuffer
   }
   if (op == OpKind::kMean) {
     const double count = static_cast<double>(v.count);
-    dispatch_dtype(x.dtype(), [&]<typename T>() {
+    dispatch_cpu_dtype(x.dtype(), [&]<typename T>() {
       reduce_in_order(x.data<T>(), v, out.data<float>(), 0.0,
                       [](double acc, T e) { return acc + static_cast<double>(e); },
                       [count](double acc) {
@@ -227,7 +228,7 @@ void reduce_fast(OpKind op, const HostBuffer& x, const IntList& axes, HostBuffer
   // max and min: the first NaN seen makes the result NaN, and each later NaN replaces it (as
   // the reference's `o = v` on NaN); otherwise the first of equal extremes stays (strict).
   const bool smallest = op == OpKind::kMin;
-  dispatch_dtype(x.dtype(), [&]<typename T>() {
+  dispatch_cpu_dtype(x.dtype(), [&]<typename T>() {
     if (smallest) {
       T init = std::numeric_limits<T>::max();
       if constexpr (std::is_floating_point_v<T>) init = std::numeric_limits<T>::infinity();
@@ -261,7 +262,7 @@ void arg_extreme(const HostBuffer& x, int axis, HostBuffer& out) {
   const AxisSplit split = split_at_axis(x.shape(), axis);
   const int64_t outer = split.outer, len = split.len, inner = split.inner;
   int64_t* o = out.data<int64_t>();
-  dispatch_dtype(x.dtype(), [&]<typename T>() {
+  dispatch_cpu_dtype(x.dtype(), [&]<typename T>() {
     const T* p = x.data<T>();
     // Replaces (best, at) with (v, i) when v wins.
     auto wins = [](T v, T best) {

@@ -4,6 +4,9 @@
 #include <array>
 #include <vector>
 
+#include <fmt/format.h>
+
+#include "replay/backends/cpu/cpu_dtypes.h"
 #include "replay/backends/cpu/cpu_kernels.h"
 #include "replay/backends/cpu/cpu_threads.h"
 #include "replay/compile/compiler.h"
@@ -14,6 +17,16 @@ Result<BufferRef> CpuOpRunner::run_op(OpKind op, std::span<const BufferRef> inpu
                                       std::span<const AttrValue> attrs, const TensorType& out) {
   if (op == OpKind::kParameter) {
     return invalid_argument("eager mode: 'parameter' is not an op that runs");
+  }
+  // The dtypes the kernels compute (cpu_dtypes.h); eager has no reference fallback to hide in.
+  DType declined = out.dtype;
+  for (const BufferRef& b : inputs) {
+    if (b && !cpu::computes(b->dtype())) declined = b->dtype();
+  }
+  if (!cpu::computes(declined)) {
+    return unsupported(fmt::format("backend 'cpu' does not support op '{}' on {} (it computes bool, i32, i64 and "
+                                   "f32; --backend reference computes every dtype)",
+                                   op_info(op).name, dtype_name(declined)));
   }
   constexpr size_t kInline = 4;
   std::array<NodeId, kInline> inline_ids;

@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "replay/backends/cpu/cpu_dtypes.h"
 #include "replay/backends/backend.h"
 #include "replay/backends/cpu/cpu_backend.h"
 #include "replay/backends/sim/device_spec.h"
@@ -40,6 +41,8 @@ class SimBackend final : public Backend {
   ~SimBackend() override;
 
   std::string_view name() const override { return "sim"; }
+  // As the cpu backend's kernels compute: bool, i32, i64, f32 (replay/backends/cpu/cpu_dtypes.h).
+  bool supports(const Node& node) const override { return cpu::computes(node.dtype); }
   std::string options_digest() const override { return digest_; }
   std::string display_name() const override { return "sim:" + spec_.name; }
   Result<Executable> compile(const Graph& graph, const GraphKey& key,

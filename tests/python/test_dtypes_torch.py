@@ -1,0 +1,112 @@
+"""The dtypes added for mixed precision, end to end against PyTorch: a trace program per dtype
+runs through the CLI on the reference backend in eager, lazy and once mode and on the cpu
+backend in lazy mode (which declines them, says which op and dtype, and runs the graph on the
+reference evaluator; eager and once mode on cpu refuse them with the same words), and each output matches torch computing the same op on
+the same inputs: f64 and the integers exactly or within an ulp of f64, bf16 and f16 exactly for
+the ops PyTorch rounds once (add, mul, neg, relu, abs, sum) and within one ulp of the type for
+the transcendental ones, whose f32 values PyTorch computes with its own vectorized functions."""
+import os
+import subprocess
+import tempfile
+import unittest
+
+import numpy as np
+import torch
+
+CLI = os.environ["TRACECACHE_CLI"]
+CLI_ENV = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+TORCH = {"f64": torch.float64, "bf16": torch.bfloat16, "f16": torch.float16, "i8": torch.int8,
+         "u8": torch.uint8, "i16": torch.int16}
+FLOAT_OPS = ["add", "mul", "sub", "neg", "abs", "relu", "exp", "tanh", "sigmoid", "sum"]
+INT_OPS = ["add", "mul", "sub", "neg", "abs", "relu", "sum"]
+EXACT = {"add", "mul", "sub", "neg", "abs", "relu", "sum"}
+
+
+def torch_op(op, a, b):
+    if a.dtype == torch.float16 and op in ("relu", "exp", "tanh", "sigmoid"):
+        # PyTorch 1.13 has no CPU f16 kernels for these: its rule, f32 then one rounding.
+        return torch_op(op, a.float(), b.float()).half()
+    if op == "sum":
+        return a.sum(dtype=a.dtype) if a.dtype.is_floating_point else a.sum()
+    if op in ("add", "mul", "sub"):
+        return getattr(torch, op)(a, b)
+    return getattr(torch, op)(a)
+
+
+def program(dtype, ops):
+    low, high = (-3, 3) if dtype != "u8" else (0, 40)
+    if dtype in ("i8", "i16"):
+        low, high = -60, 60
+    lines = ["tracecache 1", "steps 1",
+             f"input a : {dtype}[64] = uniform(seed=1, low={low}, high={high})",
+             f"input b : {dtype}[64] = uniform(seed=2, low={low}, high={high})"]
+    outs = ["af", "bf"]
+    wide = "f64" if dtype == "f64" else "f32" if dtype in ("bf16", "f16") else "i64"
+    lines += [f"af = cast(a, dtype={wide})", f"bf = cast(b, dtype={wide})"]
+    for op in ops:
+        args = "a, b" if op in ("add", "mul", "sub") else "a, axes=[0]" if op == "sum" else "a"
+        lines += [f"r_{op} = {op}({args})", f"o_{op} = cast(r_{op}, dtype={wide})"]
+        outs.append(f"o_{op}")
+    lines.append("output " + ", ".join(outs))
+    return "\n".join(lines) + "\n"
+
+
+class DTypesAgainstTorch(unittest.TestCase):
+    def run_program(self, text, mode, out_dir, backend="reference", code=0):
+        with tempfile.NamedTemporaryFile("w", suffix=".trace", delete=False) as f:
+            f.write(text)
+        r = subprocess.run([CLI, "run", f.name, "--no-cache", "--mode", mode, "--backend", backend,
+                            "--save-outputs", out_dir], capture_output=True, text=True, env=CLI_ENV)
+        os.unlink(f.name)
+        self.assertEqual(r.returncode, code, r.stderr)
+        return r.stderr
+
+    def test_each_dtype_and_op_matches_torch(self):
+        for dtype, tdtype in TORCH.items():
+            ops = FLOAT_OPS if tdtype.is_floating_point else INT_OPS
+            for mode in ("eager", "once"):  # the cpu backend refuses them there, naming op and dtype
+                with tempfile.TemporaryDirectory() as out:
+                    err = self.run_program(program(dtype, ops), mode, out, backend="cpu", code=2)
+                    self.assertRegex(err, rf"backend 'cpu' does not support op '\w+' on {dtype}")
+            for mode, backend in (("eager", "reference"), ("lazy", "reference"), ("lazy", "cpu")):
+                with self.subTest(dtype=dtype, mode=mode, backend=backend), tempfile.TemporaryDirectory() as out:
+                    err = self.run_program(program(dtype, ops), mode, out, backend=backend)
+                    if backend == "cpu":
+                        self.assertRegex(err, rf"backend 'cpu' does not support op '\w+' on {dtype}\); this step "
+                                              "ran on the reference evaluator")
+                    load = lambda name: np.load(os.path.join(out, f"step0_{name}.npy"))
+                    a = torch.from_numpy(load("af")).to(tdtype)
+                    b = torch.from_numpy(load("bf")).to(tdtype)
+                    for op in ops:
+                        got = load(f"o_{op}")
+                        want = torch_op(op, a, b)
+                        want = want.to(torch.float64 if tdtype.is_floating_point else torch.int64).numpy()
+                        if not tdtype.is_floating_point or op in EXACT and dtype != "f64":
+                            np.testing.assert_array_equal(got, want, err_msg=f"{dtype} {op} {mode}")
+                        elif dtype == "f64":
+                            np.testing.assert_allclose(got, want, rtol=4e-16 if op in EXACT else 2e-15,
+                                                       atol=1e-300, err_msg=f"{dtype} {op} {mode}")
+                        else:
+                            ulp = 2.0 ** -7 if dtype == "bf16" else 2.0 ** -10
+                            np.testing.assert_allclose(got, want, rtol=ulp, atol=1e-6,
+                                                       err_msg=f"{dtype} {op} {mode}")
+
+    def test_cast_rounds_to_nearest_even_as_torch(self):
+        xs = np.concatenate([np.linspace(-70000, 70000, 301), np.linspace(-1, 1, 301),
+                             [1 + 2 ** -8, 1 + 3 * 2 ** -8, 65520.0, 65519.0, 2.0 ** -25, 3 * 2.0 ** -26]])
+        with tempfile.TemporaryDirectory() as d:
+            np.save(os.path.join(d, "x.npy"), xs.astype(np.float32))
+            text = (f"tracecache 1\nsteps 1\ninput x : f32[{len(xs)}] = npy(\"{d}/x.npy\")\n"
+                    "h = cast(x, dtype=f16)\nb = cast(x, dtype=bf16)\nhf = cast(h, dtype=f32)\n"
+                    "bf = cast(b, dtype=f32)\ni = cast(x, dtype=i8)\nu = cast(x, dtype=u8)\noutput hf, bf, i, u\n")
+            self.run_program(text, "lazy", d)
+            t = torch.from_numpy(xs.astype(np.float32))
+            np.testing.assert_array_equal(np.load(f"{d}/step0_hf.npy"), t.half().float().numpy())
+            np.testing.assert_array_equal(np.load(f"{d}/step0_bf.npy"), t.bfloat16().float().numpy())
+            small = np.abs(xs) < 2 ** 31  # PyTorch's x86 wraparound holds inside i32
+            np.testing.assert_array_equal(np.load(f"{d}/step0_i.npy")[small], t.to(torch.int8).numpy()[small])
+            np.testing.assert_array_equal(np.load(f"{d}/step0_u.npy")[small], t.to(torch.uint8).numpy()[small])
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -23,6 +23,12 @@ std::optional<DType> dtype_of(c10::ScalarType t) {
     case c10::ScalarType::Int: return DType::kI32;
     case c10::ScalarType::Long: return DType::kI64;
     case c10::ScalarType::Bool: return DType::kBool;
+    case c10::ScalarType::Double: return DType::kF64;
+    case c10::ScalarType::BFloat16: return DType::kBF16;
+    case c10::ScalarType::Half: return DType::kF16;
+    case c10::ScalarType::Char: return DType::kI8;
+    case c10::ScalarType::Byte: return DType::kU8;
+    case c10::ScalarType::Short: return DType::kI16;
     default: return std::nullopt;
   }
 }
@@ -33,6 +39,12 @@ std::optional<c10::ScalarType> scalar_type_of(int32_t dtype) {
     case DType::kI32: return c10::ScalarType::Int;
     case DType::kI64: return c10::ScalarType::Long;
     case DType::kBool: return c10::ScalarType::Bool;
+    case DType::kF64: return c10::ScalarType::Double;
+    case DType::kBF16: return c10::ScalarType::BFloat16;
+    case DType::kF16: return c10::ScalarType::Half;
+    case DType::kI8: return c10::ScalarType::Char;
+    case DType::kU8: return c10::ScalarType::Byte;
+    case DType::kI16: return c10::ScalarType::Short;
   }
   return std::nullopt;
 }

@@ -436,6 +436,17 @@ ImportedModel Importer::run() {
   }
   node_ = nullptr;
   declare_inputs();
+  // Outputs that are not tensors (optional, sequence, map: tracecache holds tensors only) are
+  // refused by their kind before anything is lowered.
+  for (const ::onnx::ValueInfoProto& o : model_.graph().output()) {
+    if (!o.has_type() || o.type().has_tensor_type()) continue;
+    const std::string kind = o.type().has_optional_type()   ? "optional"
+                             : o.type().has_sequence_type() ? "sequence"
+                             : o.type().has_map_type()      ? "map"
+                                                            : "non-tensor";
+    fail_unsupported(kind + " output", fmt::format("{}: output '{}' has the {} type (tracecache holds tensors only)",
+                                                    name_, o.name(), kind));
+  }
   int index = 0;
   for (const NodeProto& node : model_.graph().node()) lower_node(index++, node);
   node_ = nullptr;

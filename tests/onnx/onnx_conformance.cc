@@ -5,7 +5,7 @@
 // imported (a model of an opset before 13 first converted to opset 13 by ONNX's version
 // converter, onnx/version_converter) with its data set's inputs and run in lazy mode on the cpu
 // backend (no disk cache), and every data set's outputs are compared with the expected ones:
-// same dtype and shape, integers and bools exactly, floats within ONNX's backend-test tolerance
+// same dtype and shape, integers and bools exactly, floats (f32, f64, bf16, f16) within ONNX's backend-test tolerance
 // |actual - expected| <= atol + rtol * |expected| (rtol 1e-3, atol 1e-7; NaN only where NaN is
 // expected). A case the importer refuses as unsupported (an op, a dtype, an attribute value, an
 // opset) is counted by its reason; a case refused because an input gives a value the lowering
@@ -72,7 +72,7 @@ std::string compare(const HostBuffer& got, const HostBuffer& want) {
   for (int64_t k = 0; k < got.numel(); ++k) {
     const double a = got.element_as_double(k), e = want.element_as_double(k);
     bool ok;
-    if (got.dtype() != DType::kF32) ok = a == e;
+    if (!is_floating(got.dtype())) ok = a == e;
     else if (std::isnan(e)) ok = std::isnan(a);
     else if (std::isinf(e)) ok = a == e;
     else ok = std::fabs(a - e) <= kAtol + kRtol * std::fabs(e);

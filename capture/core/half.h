@@ -15,7 +15,6 @@
 // Thread-safety: value types, constexpr-friendly, no state.
 #pragma once
 
-#include <bit>
 #include <cstdint>
 #include <type_traits>
 
@@ -23,17 +22,25 @@ namespace tracecache {
 
 namespace half_detail {
 
+// std::bit_cast, also where this header is compiled as C++17 (the torch bridge includes it
+// through dtype.h, and libtorch 1.13's headers build only as C++17 with clang 14).
+template <typename To, typename From>
+constexpr To bit_cast(const From& from) {
+  static_assert(sizeof(To) == sizeof(From));
+  return __builtin_bit_cast(To, from);
+}
+
 constexpr uint16_t bf16_from_float(float f) {
-  const uint32_t u = std::bit_cast<uint32_t>(f);
+  const uint32_t u = bit_cast<uint32_t>(f);
   if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x0040u);  // NaN: quiet
   const uint32_t bias = 0x7fffu + ((u >> 16) & 1u);
   return static_cast<uint16_t>((u + bias) >> 16);
 }
 
-constexpr float bf16_to_float(uint16_t b) { return std::bit_cast<float>(static_cast<uint32_t>(b) << 16); }
+constexpr float bf16_to_float(uint16_t b) { return bit_cast<float>(static_cast<uint32_t>(b) << 16); }
 
 constexpr uint16_t f16_from_float(float f) {
-  const uint32_t u = std::bit_cast<uint32_t>(f);
+  const uint32_t u = bit_cast<uint32_t>(f);
   const uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
   const uint32_t a = u & 0x7fffffffu;
   if (a > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u | ((a >> 13) & 0x03ffu));  // NaN: quiet
@@ -56,9 +63,9 @@ constexpr uint16_t f16_from_float(float f) {
 constexpr float f16_to_float(uint16_t h) {
   const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
   const uint32_t exp = (h >> 10) & 0x1fu, mant = h & 0x03ffu;
-  if (exp == 0x1f) return std::bit_cast<float>(sign | 0x7f800000u | (mant << 13));  // inf, NaN
-  if (exp != 0) return std::bit_cast<float>(sign | ((exp + 112u) << 23) | (mant << 13));
-  if (mant == 0) return std::bit_cast<float>(sign);
+  if (exp == 0x1f) return bit_cast<float>(sign | 0x7f800000u | (mant << 13));  // inf, NaN
+  if (exp != 0) return bit_cast<float>(sign | ((exp + 112u) << 23) | (mant << 13));
+  if (mant == 0) return bit_cast<float>(sign);
   // Subnormal: mant * 2^-24, exact in float.
   const float v = static_cast<float>(mant) * (1.0f / 16777216.0f);
   return sign ? -v : v;

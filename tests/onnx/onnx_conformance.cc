@@ -124,6 +124,10 @@ Outcome run_case(const fs::path& dir, const fs::path& scratch) {
   for (const auto& vi : model.graph().input()) {
     if (!vi.type().has_tensor_type()) return {Outcome::kUnsupported, "non-tensor input (sequence, map, optional)"};
   }
+  // Before the expected outputs are read: a non-tensor output's file is not a TensorProto.
+  for (const auto& vi : model.graph().output()) {
+    if (!vi.type().has_tensor_type()) return {Outcome::kUnsupported, "non-tensor output (sequence, map, optional)"};
+  }
   std::vector<std::string> input_names;
   {
     std::set<std::string> inits;

@@ -101,9 +101,13 @@ inline Check normalize_pair(std::string_view op, std::string_view name, IntList&
   return std::nullopt;
 }
 
+// An operand the op computes in f32: f32 itself, or bf16 and f16, which it widens (the nn ops'
+// result then has their type: ops.cc, half_layer_type).
 [[gnu::always_inline]] inline Check require_f32(std::string_view op, std::string_view what,
                                                 const TensorType& t) {
-  if (t.dtype != DType::kF32) return fail(op, fmt::format("{} {} must be f32; cast it first", what, describe(t)));
+  if (arithmetic_dtype(t.dtype) != DType::kF32) {
+    return fail(op, fmt::format("{} {} must be f32, bf16 or f16; cast it first", what, describe(t)));
+  }
   return std::nullopt;
 }
 

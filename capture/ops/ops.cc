@@ -309,6 +309,37 @@ const OpInfo* find_op(std::string_view name) {
 
 std::span<const OpInfo> all_ops() { return kOps; }
 
+namespace {
+
+// The nn ops' rules compute in f32 and accept bf16 and f16 operands where they take f32
+// (infer_checks.h, require_f32). Their result then has the operands' half type, as PyTorch's
+// layers keep their input's dtype, and every floating operand must have that one type (PyTorch:
+// "Input type (BFloat16) and weight type (float) should be the same"). Ops with a dtype
+// attribute name their result's type themselves.
+InferError half_layer_type(const OpInfo& info, std::span<const TensorType> in, std::span<const AttrValue> attrs,
+                      TensorType* out) {
+  if (info.op_class != OpClass::kNn || out->dtype != DType::kF32) return std::nullopt;
+  for (const AttrValue& a : attrs) {
+    if (a.kind == AttrKind::kDType) return std::nullopt;
+  }
+  std::optional<DType> half;
+  for (const TensorType& t : in) {
+    if (is_half_float(t.dtype)) half = t.dtype;
+  }
+  if (!half) return std::nullopt;
+  for (const TensorType& t : in) {
+    if (is_floating(t.dtype) && t.dtype != *half) {
+      return fail(info.name, fmt::format("its floating operands must have one dtype, got {} and {}; cast them "
+                                         "to one first",
+                                         dtype_name(*half), dtype_name(t.dtype)));
+    }
+  }
+  out->dtype = *half;
+  return std::nullopt;
+}
+
+}  // namespace
+
 InferError infer_op(OpKind kind, std::span<const TensorType> in, std::span<AttrValue> attrs,
                     TensorType* out) {
   const OpInfo& info = op_info(kind);
@@ -331,6 +362,7 @@ InferError infer_op(OpKind kind, std::span<const TensorType> in, std::span<AttrV
     }
   }
   if (Check error = info.infer(in, attrs, out)) return std::move(*error);
+  if (Check error = half_layer_type(info, in, attrs, out)) return std::move(*error);
   // e.g. broadcasting [2^30, 1] with [1, 2^30]
   if (Result<int64_t> numel = checked_numel(out->shape.span()); !numel.is_ok()) {
     return fail(info.name, numel.status().message());

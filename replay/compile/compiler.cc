@@ -4,6 +4,8 @@
 #include <cassert>
 #include <map>
 
+#include "replay/compile/widen.h"
+
 namespace tracecache {
 
 namespace {
@@ -341,15 +343,20 @@ void place_in_arena(const Graph& graph, const std::vector<size_t>& last_read, Ke
 
 }  // namespace
 
-Executable compile_graph(const Graph& graph, const GraphKey& key, std::string backend,
+Executable compile_graph(const Graph& source, const GraphKey& key, std::string backend,
                          std::string options_digest, const CompileOptions& options) {
   Executable exe;
   exe.graph_key = key;
   exe.backend = std::move(backend);
   exe.options_digest = std::move(options_digest);
   exe.compiler_version = options.compiler_version;
-  exe.graph = graph;
+  exe.graph = source;
   KernelPlan& plan = exe.payload.emplace<KernelPlan>();
+  if (options.widen && needs_widening(source)) {
+    plan.widened = true;
+    plan.lowered = std::make_shared<const Graph>(widen_storage_types(source));
+  }
+  const Graph& graph = plan.run_graph(source);
   const size_t n = graph.size();
   const Uses uses = count_uses(graph);
   std::vector<bool> fused = fuse_elementwise(graph, uses, options);

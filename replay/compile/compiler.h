@@ -1,6 +1,9 @@
 // The compiler: lowers a canonical graph to an Executable (replay/compile/executable.h).
 //
 // Lowering, in order:
+//  0. Widening (options.widen): a graph with storage types is replaced by its widened form
+//     (replay/compile/widen.h) for everything below; the executable keeps the graph and records
+//     the rewrite (KernelPlan::widened).
 //  1. Fusion. An elementwise node (or a broadcast_to of a leaf) whose only consumer is an
 //     elementwise node of the same shape, and which is not a graph output, is computed inside
 //     that consumer's kernel. Chains of such nodes become one fused kernel: a single pass over
@@ -37,7 +40,9 @@ namespace tracecache {
 // 3: a oneDNN conv2d takes its batch_norm and elementwise epilogue into its kernel.
 // 4: f32 matmul and linear kernels may be computed by oneDNN (Kernel::library).
 // 5: f32 conv2d_input_grad and conv2d_weight_grad kernels may be computed by oneDNN.
-inline constexpr uint32_t kCompilerVersion = 5;
+// 6: with options.widen, a graph with bf16, f16, i8, u8 or i16 values is planned as its
+//    widened form (replay/compile/widen.h), which the plan records.
+inline constexpr uint32_t kCompilerVersion = 6;
 
 struct CompileOptions {
   bool fuse = true;
@@ -51,6 +56,9 @@ struct CompileOptions {
   // convolution primitives (Kernel::Library::kOneDnn) instead of im2col + OpenBLAS. Set by cpu
   // and sim.
   bool onednn_conv_grad = false;
+  // Plan a graph with storage types (bf16, f16, i8, u8, i16) as widen_storage_types(graph): the
+  // kernels compute in f32 and i32 between casts (replay/compile/widen.h). Set by cpu and sim.
+  bool widen = false;
   uint32_t compiler_version = kCompilerVersion;
 };
 

@@ -9,6 +9,7 @@
 #include <variant>
 
 #include "replay/compile/compiler.h"
+#include "replay/compile/widen.h"
 #include "store/codec/graph_codec.h"
 #include "store/codec/proto/tracecache.pb.h"
 
@@ -267,7 +268,12 @@ Status check_arena_overlaps(const Graph& graph, const KernelPlan& plan, const Li
 Status Executable::validate() const {
   if (hash_graph(graph) != graph_key) return bad("its graph does not hash to its key");
   if (std::string why; !graph.check_donations(&why)) return bad(why);
-  return std::visit([&](const auto& plan) { return plan.validate(graph); }, payload);
+  return std::visit(
+      [&](const auto& plan) {
+        if (plan.widened != (plan.lowered != nullptr)) return bad("a widened plan without its lowered graph");
+        return plan.validate(plan.run_graph(graph));
+      },
+      payload);
 }
 
 Status KernelPlan::validate(const Graph& graph) const {
@@ -287,6 +293,7 @@ Status KernelPlan::validate(const Graph& graph) const {
 
 uint64_t KernelPlan::footprint_bytes() const {
   uint64_t bytes = slots.size() * sizeof(Slot);
+  if (lowered) bytes += lowered->size() * (sizeof(Node) + 2 * sizeof(AttrValue));
   for (const Kernel& k : kernels) bytes += sizeof(Kernel) + k.members.size() * sizeof(NodeId);
   return bytes;
 }
@@ -320,6 +327,7 @@ std::string serialize_executable(const Executable& exe) {
     if (k.library != Kernel::Library::kBuiltin) pk->set_library(static_cast<uint32_t>(k.library));
   }
   pe.set_arena_bytes(plan.arena_bytes);
+  pe.set_widened(plan.widened);
   return store::serialize_deterministic(pe);
 }
 
@@ -357,6 +365,8 @@ Result<Executable> parse_executable(std::string_view bytes) {
     plan.kernels.push_back(std::move(k));
   }
   plan.arena_bytes = pe.arena_bytes();
+  plan.widened = pe.widened();
+  if (plan.widened) plan.lowered = std::make_shared<const Graph>(widen_storage_types(exe.graph));
   Status st = exe.validate();
   if (!st.is_ok()) return st;
   return exe;

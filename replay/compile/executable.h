@@ -30,6 +30,9 @@
 //    elementwise chain reading only the last of those two, ending at root; the conv2d and
 //    batch_norm are kFused slots unless root); kBuiltin for everything else.
 //  - `arena_bytes`: the peak of the liveness-based plan (slots reuse freed ranges).
+//  - `widened`: the plan is of widen_storage_types(graph) (replay/compile/widen.h), not of the
+//    graph itself: slots and kernels name that graph's nodes. Only the flag is stored; `lowered`
+//    holds the rewritten graph in memory (set by the compiler and by parse_executable).
 //
 // validate() checks all of the above for an executable read from the cache (invariant 5): node
 // types re-inferred, graph hash, slot bounds and sizes, schedule order, members elementwise and
@@ -43,6 +46,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <variant>
 #include <vector>
@@ -82,6 +86,11 @@ struct KernelPlan {
   std::vector<Slot> slots;  // one per graph node
   std::vector<Kernel> kernels;
   uint64_t arena_bytes = 0;
+  bool widened = false;
+  std::shared_ptr<const Graph> lowered;  // widen_storage_types(graph) when widened, else null
+
+  // The graph the kernels run: `lowered` when widened, else `graph`.
+  const Graph& run_graph(const Graph& graph) const { return lowered ? *lowered : graph; }
 
   // The plan's part of Executable::validate() for `graph`. kCorruption with what failed.
   Status validate(const Graph& graph) const;
@@ -100,6 +109,12 @@ struct ExecutableHeader {
 
 struct Executable : ExecutableHeader {
   std::variant<KernelPlan> payload;
+
+  // The graph the backend runs: the payload's lowered graph when it has one, else `graph`.
+  const Graph& run_graph() const {
+    const KernelPlan* plan = kernel_plan();
+    return plan ? plan->run_graph(graph) : graph;
+  }
 
   // The payload when it is a KernelPlan, else null.
   const KernelPlan* kernel_plan() const { return std::get_if<KernelPlan>(&payload); }

@@ -20,14 +20,18 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <random>
 
 #include "replay/backends/cpu/cpu_backend.h"
 #include "replay/backends/registry/registry.h"
 #include "capture/ops/attr_views.h"
+#include "capture/ops/elementwise.h"
 #include "capture/ops/ops.h"
 #include "capture/reference/reference.h"
+#include "replay/backends/cpu/eager_runner.h"
+#include "replay/compile/widen.h"
 #include "replay/engine/runtime.h"
 #include "tests/attention_bound.h"
 #include "tests/backend_compare.h"
@@ -47,20 +51,29 @@ struct OpCase {
 
 // Candidate operand types. Square and NCHW-like shapes let matmul, conv, pooling, attention and
 // the norms find a valid combination; [2] and [3] serve as bias, statistics and index vectors.
-std::vector<TensorType> candidate_types() {
+std::vector<TensorType> candidate_types(std::initializer_list<DType> dtypes = {DType::kF32, DType::kI64, DType::kBool}) {
   const std::vector<Shape> shapes = {{}, {2}, {3}, {2, 3}, {3, 3}, {2, 3, 3}, {2, 2, 4, 4}, {2, 2, 3, 3}};
   std::vector<TensorType> types;
-  for (DType d : {DType::kF32, DType::kI64, DType::kBool}) {
+  for (DType d : dtypes) {
     for (const Shape& s : shapes) types.push_back({d, s});
   }
   return types;
 }
 
 // Attribute variants: the defaults, then every list attribute set to one candidate list.
-std::vector<std::vector<AttrValue>> attr_variants(const OpInfo& op) {
+// `dtypes`: the values a dtype attribute (a source op's result type) also takes.
+std::vector<std::vector<AttrValue>> attr_variants(const OpInfo& op, std::span<const DType> dtypes = {}) {
   std::vector<AttrValue> defaults;
   for (const AttrSpec& spec : op.attrs) defaults.push_back(spec.default_value);
   std::vector<std::vector<AttrValue>> variants = {defaults};
+  for (size_t a = 0; a < defaults.size(); ++a) {
+    if (op.attrs[a].kind != AttrKind::kDType) continue;
+    for (DType d : dtypes) {
+      std::vector<AttrValue> v = defaults;
+      v[a] = AttrValue::of_dtype(d);
+      variants.push_back(std::move(v));
+    }
+  }
   for (IntList list : {IntList{-1}, IntList{1, 0}, IntList{2, 2}, IntList{1, 1}}) {
     std::vector<AttrValue> v = defaults;
     bool changed = false;
@@ -95,16 +108,21 @@ std::vector<std::vector<AttrValue>> attr_variants(const OpInfo& op) {
 
 // Up to `limit` input/attribute combinations that `op`'s inference rule accepts. Inputs past
 // the second share one type (biases, statistics), which keeps the search small.
-std::vector<OpCase> find_cases(const OpInfo& op, size_t limit) {
-  const std::vector<TensorType> types = candidate_types();
+// `types`: the candidate operand types; `wanted`: whether a case (its inputs and inferred output
+// type) is one to keep.
+std::vector<OpCase> find_cases(
+    const OpInfo& op, size_t limit, const std::vector<TensorType>& types = candidate_types(),
+    const std::function<bool(const std::vector<TensorType>&, const TensorType&)>& wanted = {},
+    std::span<const DType> dtype_attrs = {}) {
   std::vector<OpCase> found;
   const int max_inputs = op.max_inputs == kVariadic ? std::max(op.min_inputs, 2) : op.max_inputs;
   auto accepts = [&](const std::vector<TensorType>& in, std::vector<AttrValue> attrs) {
-    if (!infer_op(op.kind, in, attrs).is_ok()) return false;
+    Result<TensorType> type = infer_op(op.kind, in, attrs);
+    if (!type.is_ok() || (wanted && !wanted(in, *type))) return false;
     found.push_back({in, std::move(attrs)});
     return true;
   };
-  for (const std::vector<AttrValue>& attrs : attr_variants(op)) {
+  for (const std::vector<AttrValue>& attrs : attr_variants(op, dtype_attrs)) {
     for (int arity = op.min_inputs; arity <= max_inputs; ++arity) {
       const size_t n0 = arity >= 1 ? types.size() : 1, n1 = arity >= 2 ? types.size() : 1,
                    n2 = arity >= 3 ? types.size() : 1;
@@ -221,6 +239,149 @@ TEST_P(EveryBackend, MatchesTheReferenceOnEveryOp) {
       }
     }
   }
+}
+
+// ---- the storage types: bf16, f16, i8, u8 and i16 ------------------------------------------
+// cpu and sim hold them and compute every op but `cast` on them in f32 or i32 between casts
+// (replay/compile/widen.h), compiled and eager. Each op's cases with a storage type, run by every
+// backend compiled (and through an executable's encoding, which stores only that it was widened)
+// and by the cpu eager runner:
+//  - bitwise equal to the reference, which computes a half op in f32 and rounds once and the
+//    small integers in their own C++ types;
+//  - for the ops whose f32 result is within a bound of the reference (the GEMM ops, attention,
+//    erf) and a half output: the backend's own f32 result on the widened operands, rounded once,
+//    bit for bit (the f32 result is checked against the reference by the test above).
+
+// Values for a storage-type case: halves in [-2, 2), integers 0 and 1 (valid indices of every
+// candidate shape, and no integer division by zero either way), bools at random.
+BufferRef storage_filled(DType dtype, const Shape& shape, uint64_t seed) {
+  auto b = std::make_shared<HostBuffer>(dtype, shape);
+  std::mt19937_64 gen(seed);
+  for (int64_t i = 0; i < b->numel(); ++i) {
+    const double u = static_cast<double>(gen() >> 11) * 0x1.0p-53;
+    dispatch_dtype(dtype, [&]<typename T>() {
+      if constexpr (std::is_same_v<T, bool>) {
+        b->data<T>()[i] = u < 0.5;
+      } else if constexpr (std::is_integral_v<T>) {
+        b->data<T>()[i] = static_cast<T>(u < 0.5 ? 0 : 1);
+      } else {
+        b->data<T>()[i] = convert<T>(u * 4.0 - 2.0);
+      }
+    });
+  }
+  return b;
+}
+
+BufferRef cast_buffer(const HostBuffer& b, DType to) {
+  HostBuffer out(to, b.shape());
+  const HostBuffer* in = &b;
+  const AttrValue a = AttrValue::of_dtype(to);
+  evaluate_op(OpKind::kCast, std::span(&in, 1), std::span(&a, 1), out);
+  return std::make_shared<const HostBuffer>(std::move(out));
+}
+
+bool bounded_op(OpKind op) {
+  return op == OpKind::kMatmul || op == OpKind::kLinear || op == OpKind::kConv2d || op == OpKind::kConv2dInputGrad ||
+         op == OpKind::kConv2dWeightGrad || op == OpKind::kConvTranspose2d ||
+         op == OpKind::kScaledDotProductAttention || op == OpKind::kErf || op == OpKind::kGelu;
+}
+
+bool touches_storage(const std::vector<TensorType>& in, const TensorType& out) {
+  return storage_dtype(out.dtype) ||
+         std::any_of(in.begin(), in.end(), [](const TensorType& t) { return storage_dtype(t.dtype); });
+}
+
+std::vector<OpCase> storage_cases(const OpInfo& op) {
+  static constexpr DType kStorage[] = {DType::kBF16, DType::kF16, DType::kI8, DType::kU8, DType::kI16};
+  return find_cases(op, 4,
+                    candidate_types({DType::kBF16, DType::kF16, DType::kI8, DType::kU8, DType::kI16, DType::kI64,
+                                     DType::kBool}),
+                    touches_storage, kStorage);
+}
+
+TEST_P(EveryBackend, ComputesTheStorageTypesWidened) {
+  const OpInfo* op = find_op(GetParam());
+  ASSERT_NE(op, nullptr);
+  const BackendRegistry& registry = default_backend_registry();
+  uint64_t seed = 1;
+  for (const OpCase& c : storage_cases(*op)) {
+    Graph g;
+    std::vector<NodeId> ids;
+    std::vector<BufferRef> params;
+    for (const TensorType& t : c.inputs) {
+      ids.push_back(g.add_parameter(t));
+      params.push_back(storage_filled(t.dtype, t.shape, seed++));
+    }
+    std::vector<AttrValue> attrs = c.attrs;
+    const TensorType type = infer_op(op->kind, c.inputs, attrs).value_or_throw();
+    g.add_output(g.add_node(op->kind, ids, attrs, type));
+    const std::string text = g.to_text();
+    // The expected bits: the reference's, or for a bounded op with a half output, the backend's
+    // f32 result on the widened operands, rounded once (made per backend below).
+    const bool rounded = bounded_op(op->kind) && is_half_float(type.dtype);
+    const std::vector<BufferRef> want = std::move(evaluate_reference(g, params)).value_or_throw();
+    Graph wide = widen_storage_types(g);
+    Graph g32;  // the op on the widened operands, its result not rounded
+    std::vector<BufferRef> params32;
+    if (rounded) {
+      std::vector<NodeId> ids32;
+      std::vector<TensorType> in32;
+      for (size_t i = 0; i < c.inputs.size(); ++i) {
+        in32.push_back({widened_dtype(c.inputs[i].dtype), c.inputs[i].shape});
+        ids32.push_back(g32.add_parameter(in32.back()));
+        params32.push_back(cast_buffer(*params[i], in32.back().dtype));
+      }
+      std::vector<AttrValue> attrs32 = c.attrs;
+      widen_dtype_attrs(attrs32, type.dtype);
+      const TensorType type32 = infer_op(op->kind, in32, attrs32).value_or_throw();
+      ASSERT_EQ(type32.dtype, widened_dtype(type.dtype)) << text;
+      g32.add_output(g32.add_node(op->kind, ids32, attrs32, type32));
+    }
+    for (const BackendEntry& entry : registry.entries()) {
+      for (const std::string& spec : entry.conformance_specs) {
+        std::unique_ptr<Backend> backend = std::move(registry.create(spec)).value_or_throw();
+        const std::string what = spec + ": " + text + "widened:\n" + wide.to_text();
+        ASSERT_TRUE(backend->supports(g.node(g.outputs()[0]))) << what;
+        const BufferRef expected =
+            rounded ? cast_buffer(*run_on(*backend, g32, params32)[0], type.dtype) : want[0];
+        const std::vector<BufferRef> got = run_on(*backend, g, params);
+        ASSERT_EQ(got.size(), 1u) << what;
+        EXPECT_TRUE(same_bits(*got[0], *expected)) << what;
+        // The same executable through its encoding: only `widened` is stored.
+        Executable exe = std::move(backend->compile(g, hash_graph(g), backend->compiler_version())).value_or_throw();
+        ASSERT_NE(exe.kernel_plan(), nullptr);
+        ASSERT_EQ(exe.kernel_plan()->widened, needs_widening(g)) << what;
+        Executable back = std::move(parse_executable(serialize_executable(exe))).value_or_throw();
+        EXPECT_EQ(back.kernel_plan()->widened, exe.kernel_plan()->widened) << what;
+        EXPECT_EQ(back.run_graph().to_text(), exe.run_graph().to_text()) << what;
+        if (spec == "cpu") {
+          CpuOpRunner eager;
+          std::vector<BufferRef> ins(params.begin(), params.end());
+          BufferRef e = std::move(eager.run_op(op->kind, ins, attrs, type)).value_or_throw();
+          EXPECT_TRUE(same_bits(*e, *expected)) << "eager " << what;
+        }
+      }
+    }
+  }
+}
+
+// Inference takes bf16 or f16 wherever it takes an f32 operand or makes an f32 result by a dtype
+// attribute: every such op has a case on a storage type (so the test above covers it).
+TEST(StorageTypes, EveryOpWithAFloatCaseHasAStorageCase) {
+  std::vector<std::string> missing;
+  for (const OpInfo& op : all_ops()) {
+    if (op.kind == OpKind::kParameter) continue;
+    // An f32 operand, or an f32 result the op's dtype attribute names (dropout_mask, rand_uniform
+    // and rand_normal make f32 from integer operands only: a cast follows them).
+    const bool names_dtype = std::any_of(op.attrs.begin(), op.attrs.end(),
+                                         [](const AttrSpec& a) { return a.kind == AttrKind::kDType; });
+    const auto f32 = [&](const std::vector<TensorType>& in, const TensorType& out) {
+      return (names_dtype && out.dtype == DType::kF32) ||
+             std::any_of(in.begin(), in.end(), [](const TensorType& t) { return t.dtype == DType::kF32; });
+    };
+    if (!find_cases(op, 1, candidate_types(), f32).empty() && storage_cases(op).empty()) missing.emplace_back(op.name);
+  }
+  EXPECT_TRUE(missing.empty()) << "no bf16/f16 case: " << fmt::format("{}", fmt::join(missing, ", "));
 }
 
 std::vector<std::string> registry_ops() {

@@ -27,6 +27,7 @@ Result<Executable> CpuBackend::compile(const Graph& graph, const GraphKey& key,
   co.onednn_conv = true;
   co.onednn_matmul = true;
   co.onednn_conv_grad = true;
+  co.widen = true;
   co.compiler_version = compiler_version;
   return compile_graph(graph, key, std::string(name()), digest_, co);
 }
@@ -112,7 +113,7 @@ Result<std::vector<DeviceRef>> CpuBackend::run(const Executable& exe,
   const KernelPlan* plan = exe.kernel_plan();
   if (!plan) return invalid_argument("the cpu backend runs executables with a kernel plan only");
   cpu::bind_threads();
-  const Graph& g = exe.graph;
+  const Graph& g = exe.run_graph();
   if (params.size() != g.params().size()) {
     return invalid_argument(fmt::format("executable takes {} parameters, {} given",
                                         g.params().size(), params.size()));

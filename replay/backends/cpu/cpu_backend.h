@@ -48,7 +48,7 @@ class CpuBackend final : public Backend {
 
   std::string_view name() const override { return "cpu"; }
   // bool, i32, i64 and f32 (cpu_dtypes.h); a node of another dtype runs on the reference evaluator.
-  bool supports(const Node& node) const override { return cpu::computes(node.dtype); }
+  bool supports(const Node& node) const override { return cpu::holds(node.dtype); }
   std::string options_digest() const override { return digest_; }
   Result<Executable> compile(const Graph& graph, const GraphKey& key,
                              uint32_t compiler_version) override;

@@ -10,6 +10,7 @@
 #include "replay/backends/cpu/cpu_kernels.h"
 #include "replay/backends/cpu/cpu_threads.h"
 #include "replay/compile/compiler.h"
+#include "replay/compile/widen.h"
 
 namespace tracecache {
 
@@ -18,16 +19,20 @@ Result<BufferRef> CpuOpRunner::run_op(OpKind op, std::span<const BufferRef> inpu
   if (op == OpKind::kParameter) {
     return invalid_argument("eager mode: 'parameter' is not an op that runs");
   }
-  // The dtypes the kernels compute (cpu_dtypes.h); eager has no reference fallback to hide in.
+  // The dtypes the backend holds (cpu_dtypes.h); eager has no reference fallback to hide in.
   DType declined = out.dtype;
+  bool storage = storage_dtype(out.dtype);
   for (const BufferRef& b : inputs) {
-    if (b && !cpu::computes(b->dtype())) declined = b->dtype();
+    if (b && !cpu::holds(b->dtype())) declined = b->dtype();
+    if (b) storage = storage || storage_dtype(b->dtype());
   }
-  if (!cpu::computes(declined)) {
+  if (!cpu::holds(declined)) {
     return unsupported(fmt::format("backend 'cpu' does not support op '{}' on {} (it computes bool, i32, i64 and "
-                                   "f32; --backend reference computes every dtype)",
+                                   "f32, and bf16, f16, i8, u8 and i16 through them; --backend reference "
+                                   "computes every dtype)",
                                    op_info(op).name, dtype_name(declined)));
   }
+  if (storage && op != OpKind::kCast) return run_widened(op, inputs, attrs, out);
   constexpr size_t kInline = 4;
   std::array<NodeId, kInline> inline_ids;
   std::array<const HostBuffer*, kInline> inline_ptrs;
@@ -65,6 +70,32 @@ Result<BufferRef> CpuOpRunner::run_op(OpKind op, std::span<const BufferRef> inpu
     if (!done) cpu::run_op(node_, id, ptrs, *result);
   }
   return BufferRef(std::move(result));
+}
+
+// As the compiler's widening does for a graph (replay/compile/widen.h): the operands of a
+// storage type cast to their wide type, the op there, its result cast back.
+Result<BufferRef> CpuOpRunner::run_widened(OpKind op, std::span<const BufferRef> inputs,
+                                           std::span<const AttrValue> attrs, const TensorType& out) {
+  auto cast = [&](const BufferRef& b, DType to) -> Result<BufferRef> {
+    const AttrValue a = AttrValue::of_dtype(to);
+    return run_op(OpKind::kCast, std::span(&b, 1), std::span(&a, 1), {to, b->shape()});
+  };
+  std::vector<BufferRef> wide;
+  wide.reserve(inputs.size());
+  for (const BufferRef& b : inputs) {
+    if (!b || !storage_dtype(b->dtype())) {
+      wide.push_back(b);
+      continue;
+    }
+    Result<BufferRef> w = cast(b, widened_dtype(b->dtype()));
+    if (!w.is_ok()) return w.status();
+    wide.push_back(std::move(*w));
+  }
+  std::vector<AttrValue> wide_attrs(attrs.begin(), attrs.end());
+  widen_dtype_attrs(wide_attrs, out.dtype);
+  Result<BufferRef> r = run_op(op, wide, wide_attrs, {widened_dtype(out.dtype), out.shape});
+  if (!r.is_ok() || !storage_dtype(out.dtype)) return r;
+  return cast(*r, out.dtype);
 }
 
 }  // namespace tracecache

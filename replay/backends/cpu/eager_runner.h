@@ -29,6 +29,9 @@ class CpuOpRunner final : public OpRunner {
                            std::span<const AttrValue> attrs, const TensorType& out) override;
 
  private:
+  // run_op for an op on a storage type: computed in the widened types (replay/compile/widen.h).
+  Result<BufferRef> run_widened(OpKind op, std::span<const BufferRef> inputs, std::span<const AttrValue> attrs,
+                                const TensorType& out);
   Metrics* metrics_;
   Graph node_;  // parameters for the inputs, then the op; cleared per call, pools kept
   cpu::OneDnnConvs onednn_;

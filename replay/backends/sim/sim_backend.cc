@@ -78,6 +78,7 @@ Result<Executable> SimBackend::compile(const Graph& graph, const GraphKey& key,
   co.onednn_conv = true;  // the cpu backend's lowering: sim computes with its kernels
   co.onednn_matmul = true;
   co.onednn_conv_grad = true;
+  co.widen = true;
   co.compiler_version = compiler_version;
   return compile_graph(graph, key, std::string(name()), digest_, co);
 }
@@ -175,7 +176,7 @@ Result<std::vector<DeviceRef>> SimBackend::run(const Executable& exe,
   const KernelPlan* plan = exe.kernel_plan();
   if (!plan) return invalid_argument("the sim backend runs executables with a kernel plan only");
   cpu::bind_threads();
-  const Graph& g = exe.graph;
+  const Graph& g = exe.run_graph();
 
   // Device memory for this run: the scratch arena (freed when the run's kernels are done) and
   // one buffer per distinct output slot (held by the returned device buffers).

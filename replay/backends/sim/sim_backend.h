@@ -42,7 +42,7 @@ class SimBackend final : public Backend {
 
   std::string_view name() const override { return "sim"; }
   // As the cpu backend's kernels compute: bool, i32, i64, f32 (replay/backends/cpu/cpu_dtypes.h).
-  bool supports(const Node& node) const override { return cpu::computes(node.dtype); }
+  bool supports(const Node& node) const override { return cpu::holds(node.dtype); }
   std::string options_digest() const override { return digest_; }
   std::string display_name() const override { return "sim:" + spec_.name; }
   Result<Executable> compile(const Graph& graph, const GraphKey& key,

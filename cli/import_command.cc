@@ -117,8 +117,10 @@ int import_command(const ImportCommandOptions& options) {
   if (Status st = onnx_import::write_params(*model, weights); !st.is_ok()) return report_error(st);
   std::ofstream file(output, std::ios::binary | std::ios::trunc);
   if (!file) return report_error(invalid_argument(fmt::format("import -o {}: cannot open for writing", output)));
-  file << fmt::format("# {} (ONNX opset {}); tracecache import\n", fs::path(options.model).filename().string(),
-                      model->opset)
+  const std::string converted =
+      model->converted_from_opset != 0 ? fmt::format(", converted from opset {}", model->converted_from_opset) : "";
+  file << fmt::format("# {} (ONNX opset {}{}); tracecache import\n", fs::path(options.model).filename().string(),
+                      model->opset, converted)
        << print_program(model->program);
   file.close();
   if (!file) return report_error(io_error(fmt::format("{}: write failed", output)));

@@ -99,9 +99,21 @@ struct PythonOwner {
 
 // Zero-copy: a buffer viewing `a`'s memory, holding `a` alive. Throws TypeError/ValueError unless
 // `a` is C-contiguous, aligned and of a tracecache dtype.
-BufferRef buffer_of_numpy(py::array a) {
+// `bf16_bits`: `a` holds bf16 values as their 16-bit patterns (int16 or uint16; NumPy has no
+// bfloat16), as a torch bf16 tensor viewed as int16 does.
+BufferRef buffer_of_numpy(py::array a, bool bf16_bits = false) {
   std::optional<DType> dtype = dtype_of_numpy(a.dtype());
-  if (!dtype) throw py::type_error(fmt::format("from_numpy_exact: dtype {} is not one of float32, int32, int64, bool", std::string(py::str(a.dtype()))));
+  if (bf16_bits) {
+    if (a.dtype().itemsize() != 2 || a.dtype().kind() == 'f') {
+      throw py::type_error("from_numpy_exact: bf16 bits come as an int16 or uint16 array");
+    }
+    dtype = DType::kBF16;
+  }
+  if (!dtype) {
+    throw py::type_error(fmt::format("from_numpy_exact: NumPy's {} is not a tracecache dtype (float32, float64, "
+                                     "float16, int64, int32, int16, int8, uint8, bool)",
+                                     std::string(py::str(a.dtype()))));
+  }
   constexpr int kNeeded = py::detail::npy_api::NPY_ARRAY_C_CONTIGUOUS_ | py::detail::npy_api::NPY_ARRAY_ALIGNED_;
   if ((a.flags() & kNeeded) != kNeeded) {
     throw py::value_error("from_numpy_exact: the array must be C-contiguous and aligned");
@@ -120,17 +132,18 @@ BufferRef buffer_of_numpy(py::array a) {
 }
 
 // tracecache.from_numpy's core: zero-copy (the Python side copies anything else first).
-std::shared_ptr<PyTensor> from_numpy_exact(py::array a) {
-  BufferRef buffer = buffer_of_numpy(std::move(a));
+std::shared_ptr<PyTensor> from_numpy_exact(py::array a, bool bf16_bits) {
+  BufferRef buffer = buffer_of_numpy(std::move(a), bf16_bits);
   PackageLock lock;
   return wrap(current_context().from_buffer(std::move(buffer)), nullptr);
 }
 
 // A NumPy array over `b`'s bytes (no copy; the array holds the buffer alive), read-only unless
-// `writable` (for bytes nothing else holds).
-py::array numpy_view(BufferRef b, bool writable = false) {
+// `writable` (for bytes nothing else holds). `bf16_bits`: a bf16 buffer comes as int16, its bit
+// patterns (for torch, which views them as bfloat16); without it, bf16 is an error.
+py::array numpy_view(BufferRef b, bool writable = false, bool bf16_bits = false) {
   std::vector<py::ssize_t> shape(b->shape().begin(), b->shape().end());
-  const py::dtype dtype = numpy_dtype(b->dtype());
+  const py::dtype dtype = bf16_bits && b->dtype() == DType::kBF16 ? py::dtype::of<int16_t>() : numpy_dtype(b->dtype());
   const void* bytes = b->bytes();
   auto* holder = new BufferRef(std::move(b));
   py::capsule base(holder, [](void* p) { delete static_cast<BufferRef*>(p); });
@@ -141,7 +154,7 @@ py::array numpy_view(BufferRef b, bool writable = false) {
 
 // The tensor's value as a read-only NumPy array over its host buffer (no copy; the array holds
 // the buffer alive). Materializes the tensor first (a barrier, GIL released).
-py::array to_numpy(const PyTensor& t) {
+py::array to_numpy(const PyTensor& t, bool bf16_bits) {
   PackageLock lock;
   const Tensor& x = get(t);
   BufferRef b;
@@ -150,7 +163,7 @@ py::array to_numpy(const PyTensor& t) {
     b = x.buffer();
   }
   if (t.session) report_new_warnings(*t.session);
-  return numpy_view(std::move(b));
+  return numpy_view(std::move(b), false, bf16_bits);
 }
 
 std::string repr(const PyTensor& t) {
@@ -1008,7 +1021,11 @@ class TorchFastPath {
     if (!b.is_ok()) fail(b.status());
     const bool unique = d.use_count() == 1 && b->use_count() <= 2;
     d.reset();
-    if (!unique) return py::module_::import("tracecache").attr("_torch_of_array")(numpy_view(std::move(*b)));
+    if (!unique) {
+      const bool bf16 = (*b)->dtype() == DType::kBF16;
+      py::object t = py::module_::import("tracecache").attr("_torch_of_array")(numpy_view(std::move(*b), false, bf16));
+      return bf16 ? t.attr("view")(py::module_::import("torch").attr("bfloat16")) : t;
+    }
     const HostBuffer& buffer = **b;
     std::vector<int64_t> sizes(buffer.shape().begin(), buffer.shape().end());
     void* data = const_cast<std::byte*>(buffer.bytes());
@@ -1149,14 +1166,16 @@ void bind_tensor(py::module_& m) {
         if (is_integral(dtype)) return py::object(py::int_(static_cast<int64_t>(v)));
         return py::object(py::float_(v));
       })
-      .def("numpy", &to_numpy)
+      .def("numpy", [](const PyTensor& t) { return to_numpy(t, false); })
+      .def("_numpy_bits", [](const PyTensor& t) { return to_numpy(t, true); },
+           "As numpy(), but a bf16 tensor comes as int16 holding its bit patterns.")
       .def("__repr__", &repr);
 
 }
 
 // Ops, steps, gradients and host ops: what programs call.
 void bind_ops(py::module_& m) {
-  m.def("_from_numpy_exact", &from_numpy_exact);
+  m.def("_from_numpy_exact", &from_numpy_exact, py::arg("array"), py::arg("bf16_bits") = false);
   m.def("op", &apply_op, "Applies registry op `name` to `inputs` with attributes by their registry names.");
   m.def("op_names", [] {
     std::vector<std::string> names;

@@ -21,6 +21,7 @@
 #include <google/protobuf/io/coded_stream.h>
 #include <onnx/checker.h>
 #include <onnx/onnx_pb.h>
+#include <onnx/version_converter/convert.h>
 
 #include "capture/reference/reference.h"
 #include "capture/ops/ops.h"
@@ -540,9 +541,31 @@ Result<ImportedModel> import_model(const ::onnx::ModelProto& model, std::string 
   }
   ImportOptions o = options;
   if (o.file_name.empty()) o.file_name = fs::path(name).replace_extension(".trace").filename().string();
+  // A model of an opset before 13 is converted to opset 13 by ONNX's own version converter
+  // first (the importer lowers opsets 13 to 17).
+  const ::onnx::ModelProto* source = &model;
+  ::onnx::ModelProto converted;
+  int64_t converted_from = 0;
+  for (const auto& op_set : model.opset_import()) {
+    if ((op_set.domain().empty() || op_set.domain() == "ai.onnx") && op_set.version() < detail::kMinOpset) {
+      converted_from = op_set.version();
+      try {
+        converted = ::onnx::version_conversion::ConvertVersion(model, static_cast<int>(detail::kMinOpset));
+      } catch (const std::exception& e) {
+        if (unsupported_reason) *unsupported_reason = fmt::format("opset {} (the version converter fails)", converted_from);
+        return unsupported(fmt::format("{}: opset {} could not be converted to opset {} by ONNX's version converter "
+                                       "({}); export the model with opset_version={} or later",
+                                       name, converted_from, detail::kMinOpset, e.what(), detail::kMinOpset));
+      }
+      source = &converted;
+      break;
+    }
+  }
   try {
-    Importer importer(model, name, model_dir, o);
-    return importer.run();
+    Importer importer(*source, name, model_dir, o);
+    ImportedModel imported = importer.run();
+    imported.converted_from_opset = converted_from;
+    return imported;
   } catch (const ImportFailure& f) {
     if (unsupported_reason && f.status.code() == StatusCode::kUnsupported) *unsupported_reason = f.reason;
     return f.status;

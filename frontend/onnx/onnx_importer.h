@@ -90,6 +90,9 @@ struct ImportedModel {
   // identifiers: program.outputs[i] is outputs[i]'s).
   std::vector<std::string> outputs;
   int64_t opset = 0;
+  // The model's opset when it was before 13 and ONNX's version converter took it to opset 13
+  // first (`opset` is then 13); else 0.
+  int64_t converted_from_opset = 0;
 };
 
 // Imports the model file at `path` (external data resolves against its directory).

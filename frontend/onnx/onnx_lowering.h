@@ -173,6 +173,8 @@ class Importer {
   void clip();
   void resize();
   void topk();
+  void nll_loss();
+  void softmax_cross_entropy();
   void dropout();
   void trilu();
   void eye_like();
@@ -222,6 +224,8 @@ class Importer {
                                       const std::array<int64_t, 2>& stride);
   std::array<int64_t, 2> pair_attr(std::string_view name, int64_t def);
   void require_rank4(const V& x, std::string_view what);
+  // NegativeLogLikelihoodLoss of log-probabilities `x` (onnx_ops_math.cc); weight: null or [C].
+  V nll(const V& x, const V& target, const V* weight);
 
   void declare_inputs();
   // The table row of `node`'s op; kUnsupported naming node_ for an op it does not have.

@@ -107,4 +107,64 @@ void Importer::topk() {
   if (out_used(1)) out(1, op(OpKind::kTopkIndices, {x}, a));
 }
 
+// The losses: NegativeLogLikelihoodLoss on log-probabilities x [N, C, d1..dk] and integer
+// targets t [N, d1..dk]: loss = -x[n, t, d..] * w[t] (w = 1 without a weight input), 0 where t is
+// ignore_index; reduction "none" keeps it, "sum" sums it, "mean" divides the sum by the sum of the
+// weights taken (ONNX's definition; without weights, by the count of targets not ignored).
+// SoftmaxCrossEntropyLoss is the same on log_softmax(scores, axis 1), which is its second output.
+V Importer::nll(const V& x, const V& target, const V* weight) {
+  const Shape& xs = x->type.shape;
+  const Shape& ts = target->type.shape;
+  if (xs.rank() < 2 || ts.rank() != xs.rank() - 1) {
+    node_unsupported(fmt::format("input of rank {} with target of rank {} (want [N, C, d...] and [N, d...])",
+                                 xs.rank(), ts.rank()));
+  }
+  if (!is_integral(target->type.dtype)) node_unsupported("a non-integer target");
+  require_float(x, "input");
+  const std::string reduction = attr_string("reduction", "mean");
+  if (reduction != "none" && reduction != "sum" && reduction != "mean") node_unsupported("reduction=" + reduction);
+  std::optional<int64_t> ignore;
+  if (attr("ignore_index") != nullptr) ignore = attr_int("ignore_index", 0);
+  V safe = target;
+  std::optional<V> keep;  // 1 where the target counts, in x's dtype
+  if (ignore) {
+    V kept = op(OpKind::kEq, {op(OpKind::kEq, {target, static_cast<double>(*ignore)}), 0.0});
+    safe = op(OpKind::kMul, {target, cast_to(kept, target->type.dtype)});  // an ignored target reads class 0
+    keep = cast_to(kept, x->type.dtype);
+  }
+  std::vector<int64_t> index_dims{ts[0], 1};
+  for (int k = 1; k < ts.rank(); ++k) index_dims.push_back(ts[k]);
+  V index = reshape_to(normalize_index(cast_to(safe, DType::kI64), xs[1]), index_dims);
+  std::vector<int64_t> target_dims(ts.begin(), ts.end());
+  V loss = op(OpKind::kNeg, {reshape_to(op(OpKind::kGather, {x, index}, {{"axis", i(1)}}), target_dims)});
+  std::optional<V> w;
+  if (weight) {
+    V flat = reshape_to(normalize_index(cast_to(safe, DType::kI64), xs[1]), {ts.numel()});
+    w = reshape_to(op(OpKind::kIndexSelect, {*weight, flat}, {{"axis", i(0)}}), target_dims);
+  }
+  if (keep) w = w ? op(OpKind::kMul, {*w, *keep}) : *keep;
+  if (w) loss = op(OpKind::kMul, {loss, *w});
+  if (reduction == "none") return loss;
+  std::vector<int64_t> all(static_cast<size_t>(ts.rank()));
+  for (int k = 0; k < ts.rank(); ++k) all[static_cast<size_t>(k)] = k;
+  V total = reduce_with(OpKind::kSum, loss, all, false);
+  if (reduction == "sum") return total;
+  if (!w) return op(OpKind::kDiv, {total, static_cast<double>(ts.numel())});
+  return op(OpKind::kDiv, {total, reduce_with(OpKind::kSum, *w, all, false)});
+}
+
+void Importer::nll_loss() {
+  std::optional<V> weight;
+  if (has_in(2)) weight = in(2);
+  out(0, nll(in(0), in(1), weight ? &*weight : nullptr));
+}
+
+void Importer::softmax_cross_entropy() {
+  V log_prob = op(OpKind::kLogSoftmax, {in(0)}, {{"axis", i(1)}});
+  std::optional<V> weight;
+  if (has_in(2)) weight = in(2);
+  out(0, nll(log_prob, in(1), weight ? &*weight : nullptr));
+  if (out_used(1)) out(1, log_prob);
+}
+
 }  // namespace tracecache::onnx_import::detail

@@ -112,10 +112,35 @@ def tensor(data, dtype=None):
 
 
 def from_torch(t):
-    """A tensor of torch tensor `t`'s values (detached). Zero-copy, through NumPy, for a
-    contiguous CPU tensor of float32, int32, int64 or bool (it keeps `t`'s storage alive);
-    otherwise a copy, as from_numpy."""
-    return from_numpy(t.detach().cpu().numpy())
+    """A tensor of torch tensor `t`'s values (detached), of `t`'s dtype: float32, float64,
+    bfloat16, float16, int64, int32, int16, int8, uint8 or bool (unlike from_numpy, nothing is
+    converted; another dtype is a TypeError). Zero-copy for a contiguous, aligned CPU tensor (it
+    keeps `t`'s storage alive); otherwise a contiguous copy."""
+    import torch
+    t = t.detach()
+    if t.device.type != "cpu":
+        t = t.cpu()
+    if t.dtype == torch.bfloat16:  # NumPy has no bfloat16: its bit patterns, as int16
+        return _tracecache._from_numpy_exact(_exact_array(t.view(torch.int16).numpy()), bf16_bits=True)
+    if t.is_conj() or t.is_neg():
+        t = t.resolve_conj().resolve_neg()
+    a = t.numpy()
+    if a.dtype not in _HELD_EXACTLY:
+        raise TypeError(f"tracecache has no dtype for torch's {t.dtype} (it holds float32, float64, bfloat16, "
+                        f"float16, int64, int32, int16, int8, uint8 and bool)")
+    return _tracecache._from_numpy_exact(_exact_array(a))
+
+
+# The NumPy dtypes from_torch keeps as they are.
+_HELD_EXACTLY = {_np.dtype(d) for d in (_np.float32, _np.float64, _np.float16, _np.int64, _np.int32, _np.int16,
+                                        _np.int8, _np.uint8, _np.bool_)}
+
+
+def _exact_array(a):
+    """`a` itself when C-contiguous and aligned, else a C-contiguous copy of the same dtype."""
+    if a.flags.c_contiguous and a.flags.aligned:
+        return a
+    return _np.array(a, order="C")  # a copy (ascontiguousarray would make 0-d 1-d)
 
 
 def _torch_of_array(a):
@@ -128,8 +153,11 @@ def _torch_of_array(a):
 
 
 def _torch(self):
-    """The value as a torch tensor sharing the tensor's host memory (no copy). tracecache values
-    are immutable: clone it before writing to it in place."""
+    """The value as a torch tensor sharing the tensor's host memory (no copy), of its dtype.
+    tracecache values are immutable: clone it before writing to it in place."""
+    if self.dtype == "bf16":
+        import torch
+        return _torch_of_array(self._numpy_bits()).view(torch.bfloat16)
     return _torch_of_array(self.numpy())
 
 

@@ -2,7 +2,7 @@
 // protobuf API: what a model becomes (params by ONNX name, inputs, folded shape sub-graphs), ONNX
 // semantics that need lowering (negative gather indices, integer Div, Clip bounds as inputs,
 // asymmetric pads), and hostile or unsupported models (truncated, huge dims, external data
-// outside the model's directory, an unknown op, opset 12). docs/onnx.md's op table is checked
+// outside the model's directory, an unknown op, opset 18; an opset 12 model is converted). docs/onnx.md's op table is checked
 // against the importer's (it cannot drift).
 #include <gtest/gtest.h>
 
@@ -336,8 +336,30 @@ TEST(OnnxImporter, AnUnsupportedDtypeNamesTheNodeAndTheTensor) {
             std::string::npos) << r.model.status().message();
 }
 
-TEST(OnnxImporter, OpsetsOutside13To17AreRefusedClearly) {
-  for (int64_t opset : {12, 18}) {
+TEST(OnnxImporter, OpsetsBefore13AreConvertedByOnnxsVersionConverter) {
+  for (int64_t opset : {7, 11, 12}) {
+    ModelBuilder b(opset);
+    b.input("x", {2});
+    b.output("y", {2});
+    b.node("Relu", {"x"}, {"y"});
+    Imported r = import_bytes(b);
+    ASSERT_TRUE(r.model.is_ok()) << opset << ": " << r.model.status().message();
+    EXPECT_EQ(r.model->converted_from_opset, opset);
+    EXPECT_EQ(r.model->opset, 13);
+    ASSERT_EQ(r.model->program.ops.size(), 1u);
+    EXPECT_EQ(r.model->program.ops[0].op, OpKind::kRelu);
+  }
+  ModelBuilder current(13);
+  current.input("x", {2});
+  current.output("y", {2});
+  current.node("Relu", {"x"}, {"y"});
+  Imported r = import_bytes(current);
+  ASSERT_TRUE(r.model.is_ok());
+  EXPECT_EQ(r.model->converted_from_opset, 0);
+}
+
+TEST(OnnxImporter, OpsetsAfter17AreRefusedClearly) {
+  for (int64_t opset : {18, 19}) {
     ModelBuilder b(opset);
     b.input("x", {2});
     b.output("y", {2});

@@ -2,8 +2,8 @@
 // onnx.conformance (docs/onnx.md, "Conformance").
 //
 // Every case directory under DATA_DIR (model.onnx, test_data_set_N/input_K.pb, output_K.pb) is
-// imported (a model of an opset before 13 first converted to opset 13 by ONNX's version
-// converter, onnx/version_converter) with its data set's inputs and run in lazy mode on the cpu
+// imported (the importer converts a model of an opset before 13 to opset 13 with ONNX's version
+// converter first) with its data set's inputs and run in lazy mode on the cpu
 // backend (no disk cache), and every data set's outputs are compared with the expected ones:
 // same dtype and shape, integers and bools exactly, floats (f32, f64, bf16, f16) within ONNX's backend-test tolerance
 // |actual - expected| <= atol + rtol * |expected| (rtol 1e-3, atol 1e-7; NaN only where NaN is
@@ -27,7 +27,6 @@
 
 #include <fmt/format.h>
 
-#include <onnx/version_converter/convert.h>
 
 #include "capture/core/metrics.h"
 #include "frontend/files/npy.h"
@@ -102,25 +101,10 @@ Outcome run_case(const fs::path& dir, const fs::path& scratch) {
   std::ifstream model_in(dir / "model.onnx", std::ios::binary);
   ::onnx::ModelProto model;
   if (!model.ParseFromIstream(&model_in)) return {Outcome::kFailed, "model.onnx does not parse"};
-  // Opsets before 13 (many node tests were never regenerated): ONNX's own version converter
-  // takes the model to opset 13 first, as docs/onnx.md tells users to do.
-  fs::path model_path = dir / "model.onnx";
+  // Opsets before 13 (many node tests were never regenerated) are converted by the importer
+  // itself, with ONNX's version converter (ImportedModel::converted_from_opset).
+  const fs::path model_path = dir / "model.onnx";
   Outcome converted;
-  for (const auto& o : model.opset_import()) {
-    if ((o.domain().empty() || o.domain() == "ai.onnx") && o.version() < 13) {
-      const int64_t from = o.version();
-      try {
-        ::onnx::ModelProto up = ::onnx::version_conversion::ConvertVersion(model, 13);
-        model_path = scratch / "model13.onnx";
-        std::ofstream mo(model_path, std::ios::binary);
-        if (!up.SerializeToOstream(&mo)) return {Outcome::kFailed, "cannot write the converted model"};
-        converted.detail = fmt::format("converted from opset {}", from);
-      } catch (const std::exception& e) {
-        return {Outcome::kUnsupported, fmt::format("opset {} (the version converter fails)", from)};
-      }
-      break;
-    }
-  }
   for (const auto& vi : model.graph().input()) {
     if (!vi.type().has_tensor_type()) return {Outcome::kUnsupported, "non-tensor input (sequence, map, optional)"};
   }
@@ -194,6 +178,9 @@ Outcome run_case(const fs::path& dir, const fs::path& scratch) {
     if (!imported.is_ok()) {
       if (imported.status().code() == StatusCode::kUnsupported) return {Outcome::kUnsupported, reason};
       return {Outcome::kFailed, "import: " + imported.status().message()};
+    }
+    if (imported->converted_from_opset != 0) {
+      converted.detail = fmt::format("converted from opset {}", imported->converted_from_opset);
     }
     if (Status st = onnx_import::write_params(*imported, options.weights_path); !st.is_ok()) {
       return {Outcome::kFailed, st.message()};

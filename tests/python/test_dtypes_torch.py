@@ -116,5 +116,98 @@ class DTypesAgainstTorch(unittest.TestCase):
             np.testing.assert_array_equal(np.load(f"{d}/step0_u.npy")[small], t.to(torch.uint8).numpy()[small])
 
 
+class TorchModelsInStorageTypes(unittest.TestCase):
+    """tracecache.torch with bf16, f16 and the small integers: the cpu backend computes them
+    widened, so a bf16 model is compared with PyTorch's own bf16 result, with float32 PyTorch as
+    the arbiter: tracecache's bf16 may be no further from float32 than PyTorch's bf16 is (twice
+    that, plus one bf16 ulp of the largest logit), and a replay gives the first call's bits."""
+
+    @classmethod
+    def setUpClass(cls):
+        import tracecache
+        import tracecache.torch  # noqa: F401
+        cls.tc = tracecache
+        tracecache.configure(mode="once", no_cache=True)
+
+    def check_against_torch(self, model, x, f32_model):
+        import tracecache.torch as tct
+        compiled = tct.compile(model)
+        with torch.no_grad():
+            first = compiled(x)
+            again = compiled(x)
+            ours = first.float()
+            theirs = model(x).float()
+            arbiter = f32_model(x.float()).float()
+        self.assertEqual(first.dtype, torch.bfloat16)
+        self.assertTrue(torch.equal(first, again), "a replay gives the first call's bits")
+        self.assertEqual(compiled.stats()["traces"], 1)
+        ours_err = (ours - arbiter).abs().max().item()
+        theirs_err = (theirs - arbiter).abs().max().item()
+        scale = arbiter.abs().max().item()
+        self.assertLessEqual(ours_err, 2 * theirs_err + scale * 2 ** -8, f"tracecache {ours_err}, torch {theirs_err}")
+
+    def test_resnet_in_bf16(self):
+        import copy
+        import torchvision
+        torch.manual_seed(0)
+        f32 = torchvision.models.resnet18(num_classes=10).eval()
+        bf16 = copy.deepcopy(f32).to(torch.bfloat16)
+        self.check_against_torch(bf16, torch.randn(2, 3, 32, 32).to(torch.bfloat16), f32)
+
+    def test_autocast_region_is_captured_with_its_casts(self):
+        torch.manual_seed(1)
+
+        class Block(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+                self.norm = torch.nn.BatchNorm2d(8)
+                self.head = torch.nn.Linear(8, 5)
+
+            def forward(self, x):
+                with torch.autocast("cpu", dtype=torch.bfloat16):
+                    y = torch.relu(self.norm(self.conv(x)))
+                    return self.head(y.mean((2, 3)))
+
+        model = Block().eval()
+        self.check_against_torch(model, torch.randn(2, 3, 16, 16), model)
+
+    def test_small_integers_and_f16_elementwise_equal_torch(self):
+        import tracecache.torch as tct
+
+        def f(a, b):
+            return (a * b + 3).sum(0), torch.maximum(a, b) - a
+
+        compiled = tct.compile(f)
+        gen = torch.Generator().manual_seed(2)
+        for dtype in (torch.int8, torch.uint8, torch.int16):
+            a = torch.randint(0, 120, (4, 6), dtype=dtype, generator=gen)
+            b = torch.randint(0, 120, (4, 6), dtype=dtype, generator=gen)
+            for got, want in zip(compiled(a, b), f(a, b)):
+                self.assertEqual(got.dtype, want.dtype)
+                self.assertTrue(torch.equal(got, want), f"{dtype}: {got} vs {want}")
+        h = torch.randn(4, 6, generator=gen).half()
+        for got, want in zip(compiled(h, h * 2), f(h, h * 2)):
+            self.assertEqual(got.dtype, torch.float16)
+            self.assertTrue(torch.equal(got, want))
+
+    def test_bf16_round_trips_through_tracecache_tensors_bit_for_bit(self):
+        x = torch.randn(3, 5).to(torch.bfloat16)
+        t = self.tc.from_torch(x)
+        self.assertEqual(t.dtype, "bf16")
+        self.assertTrue(torch.equal(t.torch(), x))
+        with self.assertRaisesRegex(Exception, "NumPy has no bf16"):
+            t.numpy()
+
+    def test_float64_on_cpu_says_what_to_do(self):
+        import tracecache.torch as tct
+        model = torch.nn.Linear(3, 2).double().eval()
+        with self.assertRaisesRegex(TypeError, r"argument 0 has dtype torch.float64.*\.float\(\)"
+                                               r".*backend=\"reference\""):
+            tct.compile(model)(torch.ones(1, 3, dtype=torch.float64))
+        with self.assertRaisesRegex(TypeError, r"parameter 'weight' has dtype torch.float64"):
+            tct.compile(model)(torch.ones(1, 3))
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -236,9 +236,9 @@ _PLAIN = (type(None), bool, int, float, str)
 
 
 def _dtype_message(what, dtype):
-    return (f"tracecache.torch: {what} has dtype {dtype}; tracecache holds float32, int64, int32 and bool: "
-            f"convert it first ({'.float()' if dtype.is_floating_point else '.long()'}); "
-            f"bfloat16, float16 and float64 are not supported yet")
+    return (f"tracecache.torch: {what} has dtype {dtype}; tracecache holds float32, float64, bfloat16, "
+            f"float16, int64, int32, int16, int8, uint8 and bool: convert it first "
+            f"({'.float()' if dtype.is_floating_point or dtype.is_complex else '.long()'})")
 
 
 def _flatten_call(args, kwargs):
@@ -603,6 +603,22 @@ class CompiledModule:
 
     # -- calls -------------------------------------------------------------------------------
 
+    def _check_backend_dtypes(self, tensors, state):
+        """TypeError, naming the argument or state tensor and what to do, for a float64 tensor
+        when the session's backend is cpu or sim: their kernels compute bf16, f16 and the small
+        integers widened, but have no float64 kernels (the reference evaluator has)."""
+        if self._tc.settings().get("backend") == "reference":
+            return
+        named = [(f"argument {k}", t) for k, t in enumerate(tensors)]
+        named += [(f"{'parameter' if isinstance(t, torch.nn.Parameter) else 'buffer'} '{n}'", t)
+                  for n, t in zip(self.state_names, state)] if self.is_module else []
+        for what, t in named:
+            if t.dtype == torch.float64:
+                raise TypeError(f"tracecache.torch: {what} has dtype torch.float64, which the "
+                                f"'{self._tc.settings().get('backend')}' backend does not compute: convert it "
+                                f"first (.float()), or run on the reference evaluator "
+                                f"(tracecache.configure(backend=\"reference\"))")
+
     def _per_call(self):
         """Whether calls lower the capture each time (lazy capture, asked for, or a session that
         does not compile: eager mode, the reference evaluator) instead of trace once."""
@@ -627,6 +643,7 @@ class CompiledModule:
         if self.is_module and self.target.training and not self._warned and torch.is_grad_enabled():
             self._warn_no_autograd()
         state = self._state()
+        self._check_backend_dtypes(tensors, state)
         if self._per_call():
             return self._assemble(*self._call_lazy(state, flat, spec, tensors, key)[:3])
         out, out_spec, constants = self._call_once(state, flat, spec, tensors, key)

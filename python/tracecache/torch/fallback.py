@@ -30,7 +30,11 @@ import torch
 __all__ = ["encode_argument", "payload", "run", "describe", "runnable"]
 
 _NAMESPACES = ("aten", "prims", "torchvision")
-_HELD = {torch.float32: np.float32, torch.int64: np.int64, torch.int32: np.int32, torch.bool: np.bool_}
+# The dtypes a graph break's results may have: those NumPy holds too (a bf16 result is refused:
+# host ops exchange NumPy arrays, and NumPy has no bfloat16).
+_HELD = {torch.float32: np.float32, torch.int64: np.int64, torch.int32: np.int32, torch.bool: np.bool_,
+         torch.float64: np.float64, torch.float16: np.float16, torch.int8: np.int8, torch.uint8: np.uint8,
+         torch.int16: np.int16}
 _MAX_DEPTH = 8
 
 

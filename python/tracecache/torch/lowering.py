@@ -36,8 +36,10 @@ from .lowering_table import LOWERINGS, lowers, table  # noqa: F401 (the lowering
 
 __all__ = ["DType", "Value", "Lowered", "Lowerer", "lower", "LOWERINGS", "table", "TORCH_DTYPES"]
 
-TORCH_DTYPES = {torch.float32: "f32", torch.int64: "i64", torch.int32: "i32", torch.bool: "bool"}
-_PROMOTION = ["bool", "i32", "i64", "f32"]
+TORCH_DTYPES = {torch.float32: "f32", torch.int64: "i64", torch.int32: "i32", torch.bool: "bool",
+                torch.float64: "f64", torch.bfloat16: "bf16", torch.float16: "f16", torch.int8: "i8",
+                torch.uint8: "u8", torch.int16: "i16"}
+_TORCH_OF = {v: k for k, v in TORCH_DTYPES.items()}
 _INT64_MAX = 9223372036854775807
 
 
@@ -61,7 +63,7 @@ def _plain_spec(spec):
     return pytree.TreeSpec(kind, spec.context, [_plain_spec(c) for c in spec.children_specs])
 
 class DType(str):
-    """A dtype attribute value (`f32`, `i64`, `i32`, `bool`), so emitters can spell it."""
+    """A dtype attribute value (`f32`, `bf16`, `i64`, ...: TORCH_DTYPES' names), so emitters can spell it."""
 
 
 class Value:
@@ -100,13 +102,14 @@ class Lowered:
 def _dtype_of(torch_dtype, what):
     d = TORCH_DTYPES.get(torch_dtype)
     if d is None:
-        raise CaptureError(f"{what} has dtype {torch_dtype}; tracecache has f32, i64, i32 and bool "
-                           f"(convert with .float() or .long() first)")
+        raise CaptureError(f"{what} has dtype {torch_dtype}; tracecache holds float32, float64, bfloat16, "
+                           f"float16, int64, int32, int16, int8, uint8 and bool (convert it first)")
     return d
 
 
 def _promote(a, b):
-    return a if _PROMOTION.index(a) >= _PROMOTION.index(b) else b
+    """torch.promote_types on tracecache dtype names (the C++ inference rules follow it too)."""
+    return TORCH_DTYPES[torch.promote_types(_TORCH_OF[a], _TORCH_OF[b])]
 
 
 def _broadcast(*shapes):

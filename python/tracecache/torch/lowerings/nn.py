@@ -84,11 +84,21 @@ def _convolution_backward(ctx, node):
         ctx.fail(f"only the backward of 2-d and 3-d convolutions is supported, the input is rank {len(x.shape)}")
     attrs = dict(stride=_pair(a.stride), padding=_pair(a.padding), dilation=_pair(a.dilation), groups=a.groups)
     mask = list(a.output_mask)
-    gx = ctx.op("conv2d_input_grad", [g, w], "f32", x.shape, input_size=list(x.shape[2:]), **attrs) \
-        if mask[0] else None
-    gw = ctx.op("conv2d_weight_grad", [g, x], "f32", w.shape, kernel=list(w.shape[2:]), **attrs) \
-        if mask[1] else None
-    gb = ctx.reduce("sum", g, [0, 2, 3]) if mask[2] else None
+    # Each gradient in the dtype PyTorch gave it (under autocast the operands may differ: a bf16
+    # weight copy, an f32 gradient from a norm), its operands cast to it.
+    metas = ctx.meta()
+    dtype_of = lambda k, like: metas[k][0] if metas[k] is not None else like.dtype  # noqa: E731
+    gx = gw = gb = None
+    if mask[0]:
+        d = dtype_of(0, x)
+        gx = ctx.op("conv2d_input_grad", [ctx.cast(g, d), ctx.cast(w, d)], d, x.shape,
+                    input_size=list(x.shape[2:]), **attrs)
+    if mask[1]:
+        d = dtype_of(1, w)
+        gw = ctx.op("conv2d_weight_grad", [ctx.cast(g, d), ctx.cast(x, d)], d, w.shape,
+                    kernel=list(w.shape[2:]), **attrs)
+    if mask[2]:
+        gb = ctx.cast(ctx.reduce("sum", g, [0, 2, 3]), dtype_of(2, g))
     return (gx, gw, gb)
 
 

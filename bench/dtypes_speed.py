@@ -88,11 +88,25 @@ def main():
     if a.calls < 1 or a.threads < 1:
         print("dtypes_speed: --calls and --threads must be >= 1", file=sys.stderr)
         return 2
+    import torchvision
+    models = a.models.split(",")
+    unknown = [m for m in models if m != "bert" and not callable(getattr(torchvision.models, m, None))]
+    if unknown:
+        print(f"dtypes_speed: unknown model {', '.join(unknown)} (torchvision.models' constructors, or bert)",
+              file=sys.stderr)
+        return 2
+    try:
+        batches = [int(b) for b in a.batches.split(",")]
+    except ValueError:
+        batches = []
+    if not batches or min(batches) < 1:
+        print(f"dtypes_speed: --batches {a.batches!r} must be positive integers, comma-separated", file=sys.stderr)
+        return 2
     torch.set_num_threads(a.threads)
     tracecache.configure(mode="once", no_cache=True, threads=a.threads)
     rows = []
-    for name in a.models.split(","):
-        for batch in (int(b) for b in a.batches.split(",")):
+    for name in models:
+        for batch in batches:
             print(f"measuring {name} batch {batch} ...", file=sys.stderr, flush=True)
             rows.append(measure(name, batch, a.calls))
     if a.json:

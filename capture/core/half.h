@@ -73,31 +73,25 @@ constexpr float f16_to_float(uint16_t h) {
 
 }  // namespace half_detail
 
-// A bfloat16 value: float's sign, exponent and top 7 mantissa bits.
-struct BFloat16 {
+// A 16-bit float stored as its bits: made from a float by `round` (to nearest, ties to even, as a
+// float store would), read back as a float exactly by `widen`.
+template <uint16_t (*round)(float), float (*widen)(uint16_t)>
+struct Float16Storage {
   uint16_t bits = 0;
-  constexpr BFloat16() = default;
-  constexpr BFloat16(float f) : bits(half_detail::bf16_from_float(f)) {}  // NOLINT: rounds, as a float store would
-  constexpr operator float() const { return half_detail::bf16_to_float(bits); }  // NOLINT: exact
-  static constexpr BFloat16 from_bits(uint16_t b) {
-    BFloat16 v;
+  constexpr Float16Storage() = default;
+  constexpr Float16Storage(float f) : bits(round(f)) {}  // NOLINT: rounds, as a float store would
+  constexpr operator float() const { return widen(bits); }  // NOLINT: exact
+  static constexpr Float16Storage from_bits(uint16_t b) {
+    Float16Storage v;
     v.bits = b;
     return v;
   }
 };
 
+// A bfloat16 value: float's sign, exponent and top 7 mantissa bits.
+using BFloat16 = Float16Storage<half_detail::bf16_from_float, half_detail::bf16_to_float>;
 // An IEEE binary16 value: 5 exponent bits, 10 mantissa bits, subnormals, inf and NaN.
-struct Half {
-  uint16_t bits = 0;
-  constexpr Half() = default;
-  constexpr Half(float f) : bits(half_detail::f16_from_float(f)) {}  // NOLINT: rounds, as a float store would
-  constexpr operator float() const { return half_detail::f16_to_float(bits); }  // NOLINT: exact
-  static constexpr Half from_bits(uint16_t b) {
-    Half v;
-    v.bits = b;
-    return v;
-  }
-};
+using Half = Float16Storage<half_detail::f16_from_float, half_detail::f16_to_float>;
 
 static_assert(sizeof(BFloat16) == 2 && sizeof(Half) == 2);
 

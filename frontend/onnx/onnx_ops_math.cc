@@ -132,14 +132,15 @@ V Importer::nll(const V& x, const V& target, const V* weight) {
     safe = op(OpKind::kMul, {target, cast_to(kept, target->type.dtype)});  // an ignored target reads class 0
     keep = cast_to(kept, x->type.dtype);
   }
+  const V classes = normalize_index(cast_to(safe, DType::kI64), xs[1]);
   std::vector<int64_t> index_dims{ts[0], 1};
   for (int k = 1; k < ts.rank(); ++k) index_dims.push_back(ts[k]);
-  V index = reshape_to(normalize_index(cast_to(safe, DType::kI64), xs[1]), index_dims);
+  V index = reshape_to(classes, index_dims);
   std::vector<int64_t> target_dims(ts.begin(), ts.end());
   V loss = op(OpKind::kNeg, {reshape_to(op(OpKind::kGather, {x, index}, {{"axis", i(1)}}), target_dims)});
   std::optional<V> w;
   if (weight) {
-    V flat = reshape_to(normalize_index(cast_to(safe, DType::kI64), xs[1]), {ts.numel()});
+    V flat = reshape_to(classes, {ts.numel()});
     w = reshape_to(op(OpKind::kIndexSelect, {*weight, flat}, {{"axis", i(0)}}), target_dims);
   }
   if (keep) w = w ? op(OpKind::kMul, {*w, *keep}) : *keep;

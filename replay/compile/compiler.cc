@@ -353,7 +353,6 @@ Executable compile_graph(const Graph& source, const GraphKey& key, std::string b
   exe.graph = source;
   KernelPlan& plan = exe.payload.emplace<KernelPlan>();
   if (options.widen && needs_widening(source)) {
-    plan.widened = true;
     plan.lowered = std::make_shared<const Graph>(widen_storage_types(source));
   }
   const Graph& graph = plan.run_graph(source);

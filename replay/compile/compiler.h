@@ -3,7 +3,7 @@
 // Lowering, in order:
 //  0. Widening (options.widen): a graph with storage types is replaced by its widened form
 //     (replay/compile/widen.h) for everything below; the executable keeps the graph and records
-//     the rewrite (KernelPlan::widened).
+//     the rewrite (KernelPlan::widened()).
 //  1. Fusion. An elementwise node (or a broadcast_to of a leaf) whose only consumer is an
 //     elementwise node of the same shape, and which is not a graph output, is computed inside
 //     that consumer's kernel. Chains of such nodes become one fused kernel: a single pass over

@@ -30,9 +30,9 @@
 //    elementwise chain reading only the last of those two, ending at root; the conv2d and
 //    batch_norm are kFused slots unless root); kBuiltin for everything else.
 //  - `arena_bytes`: the peak of the liveness-based plan (slots reuse freed ranges).
-//  - `widened`: the plan is of widen_storage_types(graph) (replay/compile/widen.h), not of the
-//    graph itself: slots and kernels name that graph's nodes. Only the flag is stored; `lowered`
-//    holds the rewritten graph in memory (set by the compiler and by parse_executable).
+//  - `lowered`: when set, the plan is of widen_storage_types(graph) (replay/compile/widen.h), not
+//    of the graph itself: slots and kernels name that graph's nodes. Only the flag widened() is
+//    stored; the compiler and parse_executable make the rewritten graph.
 //
 // validate() checks all of the above for an executable read from the cache (invariant 5): node
 // types re-inferred, graph hash, slot bounds and sizes, schedule order, members elementwise and
@@ -86,8 +86,9 @@ struct KernelPlan {
   std::vector<Slot> slots;  // one per graph node
   std::vector<Kernel> kernels;
   uint64_t arena_bytes = 0;
-  bool widened = false;
-  std::shared_ptr<const Graph> lowered;  // widen_storage_types(graph) when widened, else null
+  std::shared_ptr<const Graph> lowered;  // widen_storage_types(graph), or null
+
+  bool widened() const { return lowered != nullptr; }
 
   // The graph the kernels run: `lowered` when widened, else `graph`.
   const Graph& run_graph(const Graph& graph) const { return lowered ? *lowered : graph; }

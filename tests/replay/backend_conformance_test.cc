@@ -158,6 +158,34 @@ int64_t gemm_k(OpKind kind, const std::vector<TensorType>& in) {
   }
 }
 
+// The GEMM-like ops, whose f32 results are within the GEMM bound of the reference's.
+bool gemm_op(OpKind op) {
+  return op == OpKind::kMatmul || op == OpKind::kLinear || op == OpKind::kConv2d || op == OpKind::kConv2dInputGrad ||
+         op == OpKind::kConv2dWeightGrad || op == OpKind::kConvTranspose2d;
+}
+
+// A one-op graph: `op` on parameters of types `inputs`, their values from fill(k, type), its
+// attributes normalized and its result type inferred.
+struct OneOpGraph {
+  Graph graph;
+  std::vector<BufferRef> params;
+  std::vector<AttrValue> attrs;
+  TensorType type;
+};
+OneOpGraph one_op_graph(OpKind op, const std::vector<TensorType>& inputs, std::vector<AttrValue> attrs,
+                        const std::function<BufferRef(size_t, const TensorType&)>& fill) {
+  OneOpGraph r;
+  std::vector<NodeId> ids;
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    ids.push_back(r.graph.add_parameter(inputs[k]));
+    r.params.push_back(fill(k, inputs[k]));
+  }
+  r.type = infer_op(op, inputs, attrs).value_or_throw();
+  r.attrs = std::move(attrs);
+  r.graph.add_output(r.graph.add_node(op, ids, r.attrs, r.type));
+  return r;
+}
+
 // Checks a backend's outputs against the reference's for one case; the tolerances of the
 // header comment.
 void expect_matches_reference(const OpInfo& op, const Graph& g, std::span<const BufferRef> params,
@@ -165,10 +193,7 @@ void expect_matches_reference(const OpInfo& op, const Graph& g, std::span<const 
                               const std::string& what) {
   ASSERT_EQ(got.size(), want.size()) << what;
   const Node& node = g.node(g.outputs()[0]);
-  const bool gemm = node.dtype == DType::kF32 &&
-                    (op.kind == OpKind::kMatmul || op.kind == OpKind::kLinear || op.kind == OpKind::kConv2d ||
-                     op.kind == OpKind::kConv2dInputGrad || op.kind == OpKind::kConv2dWeightGrad ||
-                     op.kind == OpKind::kConvTranspose2d);
+  const bool gemm = node.dtype == DType::kF32 && gemm_op(op.kind);
   if (gemm) {
     std::vector<BufferRef> abs_params;
     for (const BufferRef& p : params) {
@@ -206,16 +231,10 @@ TEST_P(EveryBackend, MatchesTheReferenceOnEveryOp) {
   const BackendRegistry& registry = default_backend_registry();
   uint64_t seed = 1;
   for (const OpCase& c : cases) {
-    Graph g;
-    std::vector<NodeId> ids;
-    std::vector<BufferRef> params;
-    for (const TensorType& t : c.inputs) {
-      ids.push_back(g.add_parameter(t));
-      params.push_back(filled(t.dtype, t.shape, seed++));
-    }
-    std::vector<AttrValue> attrs = c.attrs;
-    const TensorType type = infer_op(op->kind, c.inputs, attrs).value_or_throw();
-    g.add_output(g.add_node(op->kind, ids, attrs, type));
+    const OneOpGraph one = one_op_graph(op->kind, c.inputs, c.attrs,
+                                        [&](size_t, const TensorType& t) { return filled(t.dtype, t.shape, seed++); });
+    const Graph& g = one.graph;
+    const std::vector<BufferRef>& params = one.params;
     const std::vector<BufferRef> want = std::move(evaluate_reference(g, params)).value_or_throw();
     std::vector<BufferRef> first;  // the first backend's outputs: every other must equal them
     std::string first_spec;
@@ -281,9 +300,7 @@ BufferRef cast_buffer(const HostBuffer& b, DType to) {
 }
 
 bool bounded_op(OpKind op) {
-  return op == OpKind::kMatmul || op == OpKind::kLinear || op == OpKind::kConv2d || op == OpKind::kConv2dInputGrad ||
-         op == OpKind::kConv2dWeightGrad || op == OpKind::kConvTranspose2d ||
-         op == OpKind::kScaledDotProductAttention || op == OpKind::kErf || op == OpKind::kGelu;
+  return gemm_op(op) || op == OpKind::kScaledDotProductAttention || op == OpKind::kErf || op == OpKind::kGelu;
 }
 
 bool touches_storage(const std::vector<TensorType>& in, const TensorType& out) {
@@ -305,37 +322,26 @@ TEST_P(EveryBackend, ComputesTheStorageTypesWidened) {
   const BackendRegistry& registry = default_backend_registry();
   uint64_t seed = 1;
   for (const OpCase& c : storage_cases(*op)) {
-    Graph g;
-    std::vector<NodeId> ids;
-    std::vector<BufferRef> params;
-    for (const TensorType& t : c.inputs) {
-      ids.push_back(g.add_parameter(t));
-      params.push_back(storage_filled(t.dtype, t.shape, seed++));
-    }
-    std::vector<AttrValue> attrs = c.attrs;
-    const TensorType type = infer_op(op->kind, c.inputs, attrs).value_or_throw();
-    g.add_output(g.add_node(op->kind, ids, attrs, type));
+    const OneOpGraph one = one_op_graph(
+        op->kind, c.inputs, c.attrs, [&](size_t, const TensorType& t) { return storage_filled(t.dtype, t.shape, seed++); });
+    const Graph& g = one.graph;
+    const std::vector<BufferRef>& params = one.params;
+    const TensorType& type = one.type;
     const std::string text = g.to_text();
     // The expected bits: the reference's, or for a bounded op with a half output, the backend's
     // f32 result on the widened operands, rounded once (made per backend below).
     const bool rounded = bounded_op(op->kind) && is_half_float(type.dtype);
     const std::vector<BufferRef> want = std::move(evaluate_reference(g, params)).value_or_throw();
     Graph wide = widen_storage_types(g);
-    Graph g32;  // the op on the widened operands, its result not rounded
-    std::vector<BufferRef> params32;
+    OneOpGraph f32;  // the op on the widened operands, its result not rounded
     if (rounded) {
-      std::vector<NodeId> ids32;
       std::vector<TensorType> in32;
-      for (size_t i = 0; i < c.inputs.size(); ++i) {
-        in32.push_back({widened_dtype(c.inputs[i].dtype), c.inputs[i].shape});
-        ids32.push_back(g32.add_parameter(in32.back()));
-        params32.push_back(cast_buffer(*params[i], in32.back().dtype));
-      }
+      for (const TensorType& t : c.inputs) in32.push_back({widened_dtype(t.dtype), t.shape});
       std::vector<AttrValue> attrs32 = c.attrs;
       widen_dtype_attrs(attrs32, type.dtype);
-      const TensorType type32 = infer_op(op->kind, in32, attrs32).value_or_throw();
-      ASSERT_EQ(type32.dtype, widened_dtype(type.dtype)) << text;
-      g32.add_output(g32.add_node(op->kind, ids32, attrs32, type32));
+      f32 = one_op_graph(op->kind, in32, attrs32,
+                         [&](size_t k, const TensorType& t) { return cast_buffer(*params[k], t.dtype); });
+      ASSERT_EQ(f32.type.dtype, widened_dtype(type.dtype)) << text;
     }
     for (const BackendEntry& entry : registry.entries()) {
       for (const std::string& spec : entry.conformance_specs) {
@@ -343,21 +349,21 @@ TEST_P(EveryBackend, ComputesTheStorageTypesWidened) {
         const std::string what = spec + ": " + text + "widened:\n" + wide.to_text();
         ASSERT_TRUE(backend->supports(g.node(g.outputs()[0]))) << what;
         const BufferRef expected =
-            rounded ? cast_buffer(*run_on(*backend, g32, params32)[0], type.dtype) : want[0];
+            rounded ? cast_buffer(*run_on(*backend, f32.graph, f32.params)[0], type.dtype) : want[0];
         const std::vector<BufferRef> got = run_on(*backend, g, params);
         ASSERT_EQ(got.size(), 1u) << what;
         EXPECT_TRUE(same_bits(*got[0], *expected)) << what;
         // The same executable through its encoding: only `widened` is stored.
         Executable exe = std::move(backend->compile(g, hash_graph(g), backend->compiler_version())).value_or_throw();
         ASSERT_NE(exe.kernel_plan(), nullptr);
-        ASSERT_EQ(exe.kernel_plan()->widened, needs_widening(g)) << what;
+        ASSERT_EQ(exe.kernel_plan()->widened(), needs_widening(g)) << what;
         Executable back = std::move(parse_executable(serialize_executable(exe))).value_or_throw();
-        EXPECT_EQ(back.kernel_plan()->widened, exe.kernel_plan()->widened) << what;
+        EXPECT_EQ(back.kernel_plan()->widened(), exe.kernel_plan()->widened()) << what;
         EXPECT_EQ(back.run_graph().to_text(), exe.run_graph().to_text()) << what;
         if (spec == "cpu") {
           CpuOpRunner eager;
           std::vector<BufferRef> ins(params.begin(), params.end());
-          BufferRef e = std::move(eager.run_op(op->kind, ins, attrs, type)).value_or_throw();
+          BufferRef e = std::move(eager.run_op(op->kind, ins, one.attrs, type)).value_or_throw();
           EXPECT_TRUE(same_bits(*e, *expected)) << "eager " << what;
         }
       }

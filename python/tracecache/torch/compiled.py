@@ -607,7 +607,8 @@ class CompiledModule:
         """TypeError, naming the argument or state tensor and what to do, for a float64 tensor
         when the session's backend is cpu or sim: their kernels compute bf16, f16 and the small
         integers widened, but have no float64 kernels (the reference evaluator has)."""
-        if self._tc.settings().get("backend") == "reference":
+        backend = self._tc.settings().get("backend")
+        if backend == "reference":
             return
         named = [(f"argument {k}", t) for k, t in enumerate(tensors)]
         named += [(f"{'parameter' if isinstance(t, torch.nn.Parameter) else 'buffer'} '{n}'", t)
@@ -615,7 +616,7 @@ class CompiledModule:
         for what, t in named:
             if t.dtype == torch.float64:
                 raise TypeError(f"tracecache.torch: {what} has dtype torch.float64, which the "
-                                f"'{self._tc.settings().get('backend')}' backend does not compute: convert it "
+                                f"'{backend}' backend does not compute: convert it "
                                 f"first (.float()), or run on the reference evaluator "
                                 f"(tracecache.configure(backend=\"reference\"))")
 

@@ -1,14 +1,13 @@
 // The element types the cpu backend computes in: bool, i32, i64 and f32. It also holds the
 // storage types bf16, f16, i8, u8 and i16 (`holds`): its compiler widens a graph of them so that
 // every op but `cast` computes in f32 or i32 (replay/compile/widen.h), and its eager runner does
-// the same per op; only cast kernels read or write them (dispatch_cast_dtype). f64 is neither:
+// the same per op; only cast kernels read or write them (cpu_fused.cc, convert_fn). f64 is neither:
 // CpuBackend::supports declines it, the Runtime says which op and dtype
 // (replay/engine/runtime.cc) and the graph runs on the reference evaluator, which computes every
 // dtype (capture/reference/reference.h). Thread-safety: constexpr and pure.
 #pragma once
 
 #include <cstdint>
-#include <utility>
 
 #include "capture/core/dtype.h"
 #include "replay/compile/widen.h"
@@ -34,20 +33,6 @@ decltype(auto) dispatch_cpu_dtype(DType t, Fn&& fn) {
 // The types the backend accepts: those it computes and the storage types it widens.
 constexpr bool holds(DType t) {
   return computes(t) || storage_dtype(t);
-}
-
-// dispatch_dtype over every type the backend holds, for casts. REQUIRES: holds(t).
-template <typename Fn>
-decltype(auto) dispatch_cast_dtype(DType t, Fn&& fn) {
-  switch (t) {
-    case DType::kBF16: return fn.template operator()<BFloat16>();
-    case DType::kF16: return fn.template operator()<Half>();
-    case DType::kI8: return fn.template operator()<int8_t>();
-    case DType::kU8: return fn.template operator()<uint8_t>();
-    case DType::kI16: return fn.template operator()<int16_t>();
-    default: break;
-  }
-  return dispatch_cpu_dtype(t, std::forward<Fn>(fn));
 }
 
 }  // namespace tracecache::cpu

@@ -245,11 +245,11 @@ TileFn where_fn(DType c) {
   return dispatch_cpu_dtype(c, [&]<typename T>() -> TileFn { return where_tile<T>; });
 }
 
-// Casts run between any two of the types the kernels compute and the storage types they widen
-// (cpu_dtypes.h): the only instructions that read or write bf16, f16, i8, u8 or i16.
+// Casts run between any two dtypes (cpu_dtypes.h: the backend holds all but f64): the only
+// instructions that read or write bf16, f16, i8, u8 or i16.
 TileFn convert_fn(DType from, DType to) {
-  return dispatch_cast_dtype(from, [&]<typename From>() -> TileFn {
-    return dispatch_cast_dtype(to, [&]<typename To>() -> TileFn { return convert_tile<From, To>; });
+  return dispatch_dtype(from, [&]<typename From>() -> TileFn {
+    return dispatch_dtype(to, [&]<typename To>() -> TileFn { return convert_tile<From, To>; });
   });
 }
 

@@ -197,6 +197,23 @@ struct Lt { template <typename T> bool operator()(T a, T b) const { return a < b
 struct Gt { template <typename T> bool operator()(T a, T b) const { return a > b; } };
 struct Where { template <typename T> T operator()(bool c, T a, T b) const { return c ? a : b; } };
 
+// ---- quantization (ONNX QuantizeLinear / DequantizeLinear) ----
+//
+// In f32, as ONNX's reference computes: round_half_even(x / scale) + zero_point clamped to Q's
+// range (infinities clamp to its ends; NaN gives the zero point); (x - zero_point) * scale.
+template <typename Q>
+struct QuantizeLinear {
+  Q operator()(float x, float scale, float zero_point) const {
+    const float v = std::nearbyint(x / scale) + zero_point;
+    if (std::isnan(v)) return static_cast<Q>(zero_point);
+    constexpr float lo = std::numeric_limits<Q>::min(), hi = std::numeric_limits<Q>::max();
+    return static_cast<Q>(v < lo ? lo : (v > hi ? hi : v));
+  }
+};
+struct DequantizeLinear {
+  float operator()(float x, float scale, float zero_point) const { return (x - zero_point) * scale; }
+};
+
 // ---- nn activations (capture/trace/nn.h) ----
 //
 // All f32 except Clamp. Written as PyTorch 1.13's CPU kernels write them, operation for

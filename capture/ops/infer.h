@@ -96,5 +96,8 @@ template <OpKind K>
 TRACECACHE_INFER_RULE(infer_topk);
 TRACECACHE_INFER_RULE(infer_scatter_elements);
 TRACECACHE_INFER_RULE(infer_gather_nd);
+// quantization (issue 37)
+TRACECACHE_INFER_RULE(infer_quantize_linear);
+TRACECACHE_INFER_RULE(infer_dequantize_linear);
 
 }  // namespace tracecache::infer

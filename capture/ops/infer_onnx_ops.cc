@@ -214,6 +214,60 @@ Check infer_gather_nd(std::span<const TensorType> in, std::span<AttrValue> attrs
   return std::nullopt;
 }
 
+// ---- quantization (issue 37) -------------------------------------------------------------------
+
+namespace {
+
+// The scale and zero point of quantize_linear / dequantize_linear: the scale a float, both
+// broadcastable to x's shape without growing it (a per-channel scale is shaped along its axis:
+// [C, 1, 1] for the channels of an NCHW x).
+Check check_quant_params(std::string_view op, const TensorType& x, const TensorType& scale, const TensorType& zp) {
+  if (!is_floating(scale.dtype) || scale.dtype == DType::kF64) {
+    return fail(op, fmt::format("scale {} must be f32, bf16 or f16", describe(scale)));
+  }
+  Shape s;
+  if (!broadcast_shapes(x.shape, scale.shape, &s) || !(s == x.shape) || !broadcast_shapes(x.shape, zp.shape, &s) ||
+      !(s == x.shape)) {
+    return fail(op, fmt::format("scale {} and zero point {} must broadcast to x {} (a per-channel scale is shaped "
+                                "along its axis, e.g. [C, 1, 1])", describe(scale), describe(zp), describe(x)));
+  }
+  return std::nullopt;
+}
+
+bool quantized_dtype(DType t) { return t == DType::kI8 || t == DType::kU8; }
+
+}  // namespace
+
+// quantize_linear(x, scale, zero_point) -> zero_point's dtype (i8 or u8), x's shape.
+Check infer_quantize_linear(std::span<const TensorType> in, std::span<AttrValue>, TensorType* result) {
+  constexpr std::string_view kOp = "quantize_linear";
+  const TensorType& x = in[0];
+  if (!(is_floating(x.dtype) && x.dtype != DType::kF64) && x.dtype != DType::kI32) {
+    return fail(kOp, fmt::format("x {} must be f32, bf16, f16 or i32", describe(x)));
+  }
+  if (!quantized_dtype(in[2].dtype)) {
+    return fail(kOp, fmt::format("zero point {} must be i8 or u8 (it gives the result's dtype)", describe(in[2])));
+  }
+  RETURN_IF_ERROR(check_quant_params(kOp, x, in[1], in[2]));
+  *result = TensorType{in[2].dtype, x.shape};
+  return std::nullopt;
+}
+
+// dequantize_linear(x, scale, zero_point) -> scale's dtype, x's shape.
+Check infer_dequantize_linear(std::span<const TensorType> in, std::span<AttrValue>, TensorType* result) {
+  constexpr std::string_view kOp = "dequantize_linear";
+  const TensorType& x = in[0];
+  if (!quantized_dtype(x.dtype) && x.dtype != DType::kI32) {
+    return fail(kOp, fmt::format("x {} must be i8, u8 or i32", describe(x)));
+  }
+  if (in[2].dtype != x.dtype) {
+    return fail(kOp, fmt::format("zero point {} must have x's dtype {}", describe(in[2]), dtype_name(x.dtype)));
+  }
+  RETURN_IF_ERROR(check_quant_params(kOp, x, in[1], in[2]));
+  *result = TensorType{in[1].dtype, x.shape};
+  return std::nullopt;
+}
+
 // The instances the registry table names.
 template TRACECACHE_INFER_RULE(infer_resize_grad<OpKind::kResizeLinear2dGrad, OpKind::kResizeLinear2d>);
 template TRACECACHE_INFER_RULE(infer_resize_grad<OpKind::kResizeNearest2dGrad, OpKind::kResizeNearest2d>);

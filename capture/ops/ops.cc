@@ -270,6 +270,11 @@ const OpInfo kOps[] = {
      ref::rand_uniform, kRandUniformCost, nullptr},
     {OpKind::kRandNormal, "rand_normal", C::kNn, 1, 1, kRandAttrs, infer_rand<OpKind::kRandNormal>,
      ref::rand_normal, kRandNormalCost, nullptr},
+    // quantization: not differentiable (an integer result, or an integer input)
+    {OpKind::kQuantizeLinear, "quantize_linear", C::kNn, 3, 3, kNoAttrs, infer_quantize_linear,
+     ref::quantize_linear, cost_per_out<4>, nullptr},
+    {OpKind::kDequantizeLinear, "dequantize_linear", C::kNn, 3, 3, kNoAttrs, infer_dequantize_linear,
+     ref::dequantize_linear, cost_per_out<2>, nullptr},
 };
 static_assert(std::size(kOps) == kOpCount, "every OpKind needs exactly one registry row");
 

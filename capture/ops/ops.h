@@ -105,6 +105,9 @@ enum class OpKind : uint16_t {
   kResizeNearest2dGrad, kResizeLinear2dGrad,
   // random numbers from a seed tensor, a graph input (Philox4x32-10: capture/ops/random.h)
   kRandUniform, kRandNormal,
+  // quantization (issue 37): zero point and scale broadcast against x (ONNX's per-tensor and,
+  // with the scale shaped along the axis, per-channel forms)
+  kQuantizeLinear, kDequantizeLinear,
   kCount
 };
 inline constexpr int kOpCount = static_cast<int>(OpKind::kCount);
@@ -164,6 +167,8 @@ inline constexpr int64_t kPhiloxFlops = 25;
 //           grad_out element; resize_linear2d_grad: 8 per grad_out element.
 //           rand_uniform: kPhiloxFlops per output element; rand_normal: kPhiloxFlops +
 //           2 * kTranscendentalFlops (half of a log and of a sqrt, and a cos or a sin).
+//           quantize_linear: 4 per output element (divide, round, add, clamp);
+//           dequantize_linear: 2 per output element (subtract, multiply).
 //   matrix  the work is a contraction a matrix unit can run (matmul, linear, conv2d and its
 //           two gradients, conv_transpose2d, attention). Whether it does (e.g. only for f32) is the device's business.
 // Memory traffic is not an op fact: it depends on which nodes a kernel fuses and which inputs

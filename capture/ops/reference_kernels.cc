@@ -296,6 +296,78 @@ void where(std::span<const HostBuffer* const> in, std::span<const AttrValue>, Ho
   });
 }
 
+// ---- quantization ---------------------------------------------------------------------------
+
+namespace {
+
+// `from` element by element into `to` through float: exact from bf16, f16, i8 and u8 to f32 (and
+// for i32 the one rounding ONNX's reference makes), one rounding from f32 to a half. Unlike
+// convert_buffer, it takes the half types: quantization kernels read and write them directly
+// (the cpu backend does not widen them, replay/compile/widen.h).
+void convert_through_float(const HostBuffer& from, HostBuffer& to) {
+  dispatch_dtype(from.dtype(), [&]<typename F>() {
+    dispatch_dtype(to.dtype(), [&]<typename T>() {
+      const F* src = from.data<F>();
+      T* dst = to.data<T>();
+      for (int64_t i = 0; i < from.numel(); ++i) dst[i] = static_cast<T>(static_cast<float>(src[i]));
+    });
+  });
+}
+
+// A buffer's elements as f32: itself, or a converted copy.
+class FloatsOf {
+ public:
+  explicit FloatsOf(const HostBuffer& b) {
+    if (b.dtype() == DType::kF32) {
+      data_ = b.data<float>();
+    } else {
+      copy_ = HostBuffer(DType::kF32, b.shape());
+      convert_through_float(b, copy_);
+      data_ = copy_.data<float>();
+    }
+  }
+  float operator[](int64_t i) const { return data_[i]; }
+
+ private:
+  HostBuffer copy_;
+  const float* data_ = nullptr;
+};
+
+}  // namespace
+
+void quantize_linear(std::span<const HostBuffer* const> in, std::span<const AttrValue>, HostBuffer& out) {
+  FloatsOf x(*in[0]), scale(*in[1]), zp(*in[2]);
+  const std::array<IntList, 3> strides = {broadcast_strides(in[0]->shape(), out.shape()),
+                                          broadcast_strides(in[1]->shape(), out.shape()),
+                                          broadcast_strides(in[2]->shape(), out.shape())};
+  auto quantize = [&]<typename Q>() {
+    Q* o = out.data<Q>();
+    for_each_index<3>(out.shape(), strides, [&](int64_t i, const std::array<int64_t, 3>& off) {
+      o[i] = ew::QuantizeLinear<Q>{}(x[off[0]], scale[off[1]], zp[off[2]]);
+    });
+  };
+  if (out.dtype() == DType::kI8) {
+    quantize.operator()<int8_t>();
+  } else {
+    quantize.operator()<uint8_t>();
+  }
+}
+
+void dequantize_linear(std::span<const HostBuffer* const> in, std::span<const AttrValue>, HostBuffer& out) {
+  FloatsOf x(*in[0]), scale(*in[1]), zp(*in[2]);
+  const std::array<IntList, 3> strides = {broadcast_strides(in[0]->shape(), out.shape()),
+                                          broadcast_strides(in[1]->shape(), out.shape()),
+                                          broadcast_strides(in[2]->shape(), out.shape())};
+  // The result in f32, then in the scale's dtype (one rounding for a half scale).
+  HostBuffer wide;
+  HostBuffer& result = out.dtype() == DType::kF32 ? out : (wide = HostBuffer(DType::kF32, out.shape()));
+  float* o = result.data<float>();
+  for_each_index<3>(out.shape(), strides, [&](int64_t i, const std::array<int64_t, 3>& off) {
+    o[i] = ew::DequantizeLinear{}(x[off[0]], scale[off[1]], zp[off[2]]);
+  });
+  if (&result != &out) convert_through_float(result, out);
+}
+
 void cast(std::span<const HostBuffer* const> in, std::span<const AttrValue>, HostBuffer& out) {
   convert_buffer(*in[0], out);
 }

@@ -137,6 +137,12 @@ TRACECACHE_REF_KERNEL(resize_linear2d_grad);
 // each computed alone by capture/ops/random.h's rand_uniform_at / rand_normal_at.
 TRACECACHE_REF_KERNEL(rand_uniform);
 TRACECACHE_REF_KERNEL(rand_normal);
+// Quantization, in capture/ops/reference_kernels.cc, element by element in f32 with NumPy
+// broadcasting of scale and zero point (docs/ops.md): quantize_linear is
+// clamp(round_half_even(x / scale) + zero_point) to the zero point's range, NaN giving the zero
+// point; dequantize_linear is (x - zero_point) * scale, the difference exact in f32 for i8/u8.
+TRACECACHE_REF_KERNEL(quantize_linear);
+TRACECACHE_REF_KERNEL(dequantize_linear);
 
 #undef TRACECACHE_REF_KERNEL
 

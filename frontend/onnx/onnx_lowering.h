@@ -178,6 +178,9 @@ class Importer {
   void dropout();
   void trilu();
   void eye_like();
+  void quantize_linear();
+  void dequantize_linear();
+  void dynamic_quantize_linear();
 
  private:
   // ---- values and the program ----
@@ -224,6 +227,10 @@ class Importer {
                                       const std::array<int64_t, 2>& stride);
   std::array<int64_t, 2> pair_attr(std::string_view name, int64_t def);
   void require_rank4(const V& x, std::string_view what);
+  // Quantization (onnx_ops_quant.cc): a scale or zero point made broadcastable to x (per-channel
+  // along the node's axis); input k, or a scalar 0 of `dtype`.
+  V quant_param(const V& p, const V& x, std::string_view what);
+  V zero_point_or(int k, DType dtype);
   // NegativeLogLikelihoodLoss of log-probabilities `x` (onnx_ops_math.cc); weight: null or [C].
   V nll(const V& x, const V& target, const V* weight);
 

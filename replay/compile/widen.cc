@@ -5,9 +5,9 @@
 namespace tracecache {
 namespace {
 
-// Nodes the rewrite leaves alone: parameters, and casts, which the kernels run between any two
-// types (cpu_fused.cc, convert_fn).
-bool kept(const Node& n) { return n.op == OpKind::kParameter || n.op == OpKind::kCast; }
+// Nodes the rewrite leaves alone: parameters, and the ops whose kernels run on any held types
+// (casts: cpu_fused.cc, convert_fn; quantization: its reference kernels).
+bool kept(const Node& n) { return n.op == OpKind::kParameter || reads_storage_types(n.op); }
 
 bool touches_storage(const Graph& graph, const Node& n) {
   if (storage_dtype(n.dtype)) return true;

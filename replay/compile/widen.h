@@ -1,6 +1,7 @@
 // Widening: how the cpu kernels compute the storage types. bf16 and f16 are stored in 16 bits and
 // computed in f32; i8, u8 and i16 are computed in i32. widen_storage_types() rewrites a graph so
-// that every op other than `cast` computes in the wide type: each input of a storage type is
+// that every op other than those of reads_storage_types() (cast, quantize_linear,
+// dequantize_linear) computes in the wide type: each input of a storage type is
 // cast to its wide type, the op runs there, and a result of a storage type is cast back. That is
 // the reference evaluator's own rule for halves (capture/reference/reference.h, evaluate_op:
 // compute in f32, round the result once), so the rewritten graph gives the same bits; for the
@@ -30,6 +31,14 @@ constexpr DType widened_dtype(DType t) {
 
 // A storage type: one that widened_dtype() changes.
 constexpr bool storage_dtype(DType t) { return widened_dtype(t) != t; }
+
+// The ops whose kernels read and write the storage types themselves, left as they are by the
+// rewrite: cast (between any two types), and quantize_linear and dequantize_linear, whose
+// result type is their zero point's or scale's (an i8 result computed as i32 would not
+// saturate to i8's range).
+constexpr bool reads_storage_types(OpKind op) {
+  return op == OpKind::kCast || op == OpKind::kQuantizeLinear || op == OpKind::kDequantizeLinear;
+}
 
 // An op's attributes as its widened form takes them: a source op's dtype attribute (full,
 // arange, uniform, normal) names its result's type, `result`, and becomes the widened one.

@@ -687,5 +687,60 @@ TEST(ReferenceKernels, NormalIsSeededWithRequestedMoments) {
   expect_buffer(d, DType::kF32, {4}, {-1, -1, -1, -1});
 }
 
+
+// ---- quantization -----------------------------------------------------------------------------
+
+TEST(ReferenceKernels, QuantizeLinearRoundsHalfToEvenAndSaturates) {
+  // x / 0.5: 2.5 -> 2 and 3.5 -> 4 (half to even), -1.5 -> -2, then + zero point 10, clamped.
+  HostBuffer x = f32({7}, {1.25f, 1.75f, -0.75f, 1000.f, -1000.f, kInf, std::nanf("")});
+  HostBuffer scale = f32({}, {0.5f});
+  HostBuffer zp = make(DType::kU8, {}, std::vector<int>{10});
+  expect_buffer(run(OpKind::kQuantizeLinear, {&x, &scale, &zp}), DType::kU8, {7}, {12, 14, 8, 255, 0, 255, 10});
+  HostBuffer zs = make(DType::kI8, {}, std::vector<int>{-3});
+  expect_buffer(run(OpKind::kQuantizeLinear, {&x, &scale, &zs}), DType::kI8, {7}, {-1, 1, -5, 127, -128, 127, -3});
+}
+
+TEST(ReferenceKernels, QuantizeLinearPerChannelBroadcastsScaleAndZeroPoint) {
+  // x [2, 3] quantized along dim 0: scales [2, 1] and zero points [2, 1].
+  HostBuffer x = f32({2, 3}, {1, 2, 3, 1, 2, 3});
+  HostBuffer scale = f32({2, 1}, {1, 0.5f});
+  HostBuffer zp = make(DType::kI8, {2, 1}, std::vector<int>{0, -1});
+  expect_buffer(run(OpKind::kQuantizeLinear, {&x, &scale, &zp}), DType::kI8, {2, 3}, {1, 2, 3, 1, 3, 5});
+}
+
+TEST(ReferenceKernels, DequantizeLinearSubtractsZeroPointThenScales) {
+  HostBuffer x = make(DType::kU8, {4}, std::vector<int>{0, 10, 128, 255});
+  HostBuffer scale = f32({}, {0.25f});
+  HostBuffer zp = make(DType::kU8, {}, std::vector<int>{128});
+  expect_buffer(run(OpKind::kDequantizeLinear, {&x, &scale, &zp}), DType::kF32, {4}, {-32, -29.5, 0, 31.75});
+  HostBuffer xs = make(DType::kI8, {2, 2}, std::vector<int>{-128, 127, 1, -1});
+  HostBuffer scales = f32({1, 2}, {2, 0.5f});
+  HostBuffer zs = make(DType::kI8, {1, 2}, std::vector<int>{0, 1});
+  expect_buffer(run(OpKind::kDequantizeLinear, {&xs, &scales, &zs}), DType::kF32, {2, 2}, {-256, 63, 2, -1});
+}
+
+TEST(ReferenceKernels, QuantizationRefusesWhatItCannotCompute) {
+  auto error = [](OpKind op, std::vector<TensorType> in) {
+    std::vector<AttrValue> attrs;
+    TensorType out;
+    const InferError e = infer_op(op, in, attrs, &out);
+    return e ? e->message() : std::string();
+  };
+  const TensorType u8{DType::kU8, {}}, f{DType::kF32, {}};
+  EXPECT_NE(error(OpKind::kQuantizeLinear, {{DType::kF32, {2, 3}}, f, {DType::kI32, {}}}).find("must be i8 or u8"),
+            std::string::npos);
+  EXPECT_NE(error(OpKind::kQuantizeLinear, {{DType::kF32, {2, 3}}, {DType::kF32, {4, 1}}, u8}).find("must broadcast"),
+            std::string::npos);
+  // A scale that would grow x is refused: the result has x's shape.
+  EXPECT_NE(error(OpKind::kDequantizeLinear, {{DType::kU8, {3}}, {DType::kF32, {2, 3}}, u8}).find("must broadcast"),
+            std::string::npos);
+  EXPECT_NE(error(OpKind::kDequantizeLinear, {{DType::kU8, {3}}, f, {DType::kI8, {}}}).find("x's dtype"),
+            std::string::npos);
+  EXPECT_NE(error(OpKind::kDequantizeLinear, {{DType::kF32, {3}}, f, {DType::kF32, {}}}).find("i8, u8 or i32"),
+            std::string::npos);
+  EXPECT_NE(error(OpKind::kDequantizeLinear, {{DType::kU8, {3}}, {DType::kI32, {}}, u8}).find("scale"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace tracecache

@@ -423,6 +423,26 @@ std::vector<OpCase> cases_for(const OpInfo& op) {
             }
           }
           break;
+        case OpKind::kQuantizeLinear:
+          for (DType x : {DType::kF32, DType::kBF16, DType::kI32}) {
+            for (DType q : {DType::kI8, DType::kU8}) {
+              add({{x, {2, 3, 4}}, {DType::kF32, {}}, {q, {}}});
+              add({{x, {2, 3, 4, 5}}, {DType::kF32, {3, 1, 1}}, {q, {3, 1, 1}}});
+              add({{x, {0, 3}}, {DType::kF32, {}}, {q, {}}});
+              add({{x, {300, 300}}, {DType::kF32, {300, 1}}, {q, {300, 1}}});
+            }
+          }
+          break;
+        case OpKind::kDequantizeLinear:
+          for (DType q : {DType::kI8, DType::kU8, DType::kI32}) {
+            for (DType scale : {DType::kF32, DType::kF16}) {
+              add({{q, {2, 3, 4}}, {scale, {}}, {q, {}}});
+              add({{q, {2, 3, 4, 5}}, {scale, {3, 1, 1}}, {q, {3, 1, 1}}});
+              add({{q, {0, 3}}, {scale, {}}, {q, {}}});
+              add({{q, {300, 300}}, {scale, {300, 1}}, {q, {300, 1}}});
+            }
+          }
+          break;
         case OpKind::kResizeNearest2dGrad:
         case OpKind::kResizeLinear2dGrad:
           for (const auto& [g, size] : std::vector<std::pair<Shape, IntList>>{
@@ -645,7 +665,7 @@ TEST(CpuKernels, EveryOpButParameterIsTested) {
   // A new op joins the parameterized suite automatically; this count is a reminder to give it
   // cases in cases_for().
   EXPECT_EQ(ops_with_kernels().size(), static_cast<size_t>(kOpCount - 1 - 17));
-  EXPECT_EQ(kOpCount, 87);
+  EXPECT_EQ(kOpCount, 89);
   for (const std::string& name : ops_with_kernels()) EXPECT_FALSE(cases_for(*find_op(name)).empty()) << name;
 }
 

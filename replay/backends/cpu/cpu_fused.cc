@@ -256,7 +256,7 @@ TileFn convert_fn(DType from, DType to) {
 // A fused chain has no reference fallback, so every elementwise op (OpInfo::elementwise()) needs a
 // case in op_fn; other ops fall back to their reference kernel in run_op when they have no fast
 // kernel here or in cpu_nn_*.cc. A new op: decide, then update the count.
-static_assert(kOpCount == 87, "a new op: give it a cpu kernel (required here if elementwise)");
+static_assert(kOpCount == 89, "a new op: give it a cpu kernel (required here if elementwise)");
 
 // nullptr if the inference rules never let `op` compute in `c`. The two ops with attributes:
 // gelu's tile function comes from gelu_fn(), and a clamp instruction also carries its bounds in

@@ -32,7 +32,7 @@ Result<BufferRef> CpuOpRunner::run_op(OpKind op, std::span<const BufferRef> inpu
                                    "computes every dtype)",
                                    op_info(op).name, dtype_name(declined)));
   }
-  if (storage && op != OpKind::kCast) return run_widened(op, inputs, attrs, out);
+  if (storage && !reads_storage_types(op)) return run_widened(op, inputs, attrs, out);
   constexpr size_t kInline = 4;
   std::array<NodeId, kInline> inline_ids;
   std::array<const HostBuffer*, kInline> inline_ptrs;

@@ -135,6 +135,41 @@ TEST(CostModel, MatmulIsExact) {
   EXPECT_EQ(kernel_time_ps(exact_spec(), c3), 1920 + 1000000);
 }
 
+// A bf16 or f16 matmul, which the cpu and sim backends compute widened (a cast of each operand
+// to f32, the f32 matmul, a cast back), is costed at the device's bf16 or f16 matrix rate.
+TEST(CostModel, HalfMatmulIsCostedAtItsOwnRate) {
+  DeviceSpec spec = exact_spec();
+  spec.matmul_bf16_tflops = 4;  // 4 flop/ps
+  spec.matmul_f16_tflops = 2;
+  for (auto [dtype, rate] : {std::pair{DType::kBF16, 4}, std::pair{DType::kF16, 2}}) {
+    const Graph g = matmul_graph(dtype, 64, 64, 64);
+    Executable exe = compile_graph(g, hash_graph(g), "sim", "x", CompileOptions{.widen = true});
+    ASSERT_TRUE(exe.kernel_plan()->widened());
+    const Graph& run = exe.run_graph();
+    int matrix_kernels = 0;
+    for (const Kernel& k : exe.kernel_plan()->kernels) {
+      const KernelCost cost = kernel_cost(run, k);
+      if (!cost.matrix_unit) continue;
+      ++matrix_kernels;
+      EXPECT_EQ(cost.matrix_dtype, dtype);
+      EXPECT_EQ(cost.flops, 2 * 64 * 64 * 64);
+      // 524288 flops at `rate` flop/ps against 3 * 64 * 64 * 4 B of f32 at 0.1 B/ps = 491520 ps.
+      EXPECT_EQ(kernel_time_ps(spec, cost), std::max<int64_t>(524288 / rate, 491520) + 1000000);
+    }
+    EXPECT_EQ(matrix_kernels, 1) << dtype_name(dtype);
+  }
+  // A file that leaves the half rates out gets the f32 one; the presets have their own.
+  Result<DeviceSpec> s = parse_device_spec(
+      "name = x\nmatmul_tflops = 3\nvector_tflops = 1\nmemory_gbps = 1\nmemory_capacity = 1G\nlink_gbps = 1\n"
+      "link_latency_ns = 0\nlaunch_overhead_ns = 0\n", "s");
+  ASSERT_TRUE(s.is_ok()) << s.status().to_string();
+  EXPECT_EQ(s->matmul_peak(DType::kBF16), 3);
+  EXPECT_EQ(s->matmul_peak(DType::kF16), 3);
+  EXPECT_EQ(find_device_preset("a100")->matmul_peak(DType::kBF16), 312);
+  EXPECT_EQ(find_device_preset("h100")->matmul_peak(DType::kF16), 989.5);
+  EXPECT_EQ(find_device_preset("h100")->matmul_peak(DType::kF32), 67);
+}
+
 TEST(CostModel, FusedKernelCountsMembersFlopsAndOnlyLeafAndRootBytes) {
   // out = exp(a) * b + a, all f32[1000]: one fused kernel exp -> mul -> add.
   Graph g;
@@ -341,6 +376,7 @@ TEST(DeviceSpec, ErrorsNameFileAndLine) {
   EXPECT_EQ(error_of("name = x\nmatmul_tflops\n"), "dev.spec:2: expected 'key = value', got 'matmul_tflops'");
   EXPECT_EQ(error_of("matmul_tflops = fast\n"), "dev.spec:1: matmul_tflops 'fast' must be a finite number > 0");
   EXPECT_EQ(error_of("memory_gbps = 0\n"), "dev.spec:1: memory_gbps '0' must be a finite number > 0");
+  EXPECT_EQ(error_of("matmul_bf16_tflops = 0\n"), "dev.spec:1: matmul_bf16_tflops '0' must be a finite number > 0");
   EXPECT_EQ(error_of("link_latency_ns = -1\n"), "dev.spec:1: link_latency_ns '-1' must be a finite number >= 0");
   EXPECT_EQ(error_of("vector_tflops = 1e999\n"), "dev.spec:1: vector_tflops '1e999' must be a finite number > 0");
   EXPECT_NE(error_of("memory_capacity = 12Q\n").find("dev.spec:1: memory_capacity '12Q'"), std::string::npos);

@@ -30,7 +30,8 @@ namespace tracecache {
 struct KernelCost {
   int64_t flops = 0;
   int64_t bytes = 0;         // read + written
-  bool matrix_unit = false;  // costed at matmul_tflops
+  bool matrix_unit = false;  // costed at the device's matrix-unit peak for matrix_dtype
+  DType matrix_dtype = DType::kF32;  // the contraction's compute type (f32, bf16 or f16)
   friend bool operator==(const KernelCost&, const KernelCost&) = default;
 };
 

@@ -26,19 +26,23 @@ const std::array<DeviceSpec, 3> kPresets = {{
     // FP32 67 TFLOPS; TF32 Tensor Core 989 TFLOPS is with sparsity (494.5 dense) and would round
     // operands to TF32, but sim outputs are exact f32 (the CPU kernels), so f32 matmul is costed
     // at the FP32 rate, as PyTorch runs it by default (allow_tf32 = False since 1.12).
+    // BF16 and FP16 Tensor Core 1,979 TFLOPS each with sparsity, i.e. 989.5 dense (the rate used).
     // GPU memory 80 GB HBM3 at 3.35 TB/s. Host link PCIe Gen5 x16: 128 GB/s bidirectional, i.e.
     // 64 GB/s per direction (NVLink-C2C exists only on Grace Hopper, not applicable).
-    {"h100", 67, 67, 3350, 80 * kGiB, 64, 2000, 4000},
+    {"h100", 67, 989.5, 989.5, 67, 3350, 80 * kGiB, 64, 2000, 4000},
     // NVIDIA A100 Tensor Core GPU datasheet (A100 80GB SXM column), nvidia.com/en-us/data-center/a100:
     // FP32 19.5 TFLOPS (TF32 Tensor Core 156 dense: not used, same reason as h100), 80 GB HBM2e
-    // at 2,039 GB/s, PCIe Gen4 x16 64 GB/s bidirectional = 32 GB/s per direction.
-    {"a100", 19.5, 19.5, 2039, 80 * kGiB, 32, 2000, 4000},
+    // at 2,039 GB/s, PCIe Gen4 x16 64 GB/s bidirectional = 32 GB/s per direction. BF16 and FP16
+    // Tensor Core 312 TFLOPS each dense (624 with sparsity).
+    {"a100", 19.5, 312, 312, 19.5, 2039, 80 * kGiB, 32, 2000, 4000},
     // Google Cloud TPU v4 system architecture (cloud.google.com/tpu/docs/v4): 275 TFLOPS peak
     // (bf16), 32 GiB HBM2 at 1,200 GB/s. ASSUMPTIONS (not published per chip): f32 matmul at
     // 1/6 of the bf16 rate (six bf16 passes, XLA's precision=HIGHEST, which matches f32), i.e.
     // 45.83 TFLOPS; vector (non-MXU) f32 at 8 TFLOPS; host link 16 GB/s (PCIe Gen3 x16 class);
-    // 2 us launch overhead (one XLA program per kernel), 2 us transfer latency.
-    {"tpu-v4", 275.0 / 6.0, 8, 1200, 32 * kGiB, 16, 2000, 2000},
+    // 2 us launch overhead (one XLA program per kernel), 2 us transfer latency. bf16 matmul at the
+    // published 275; f16, which the MXU does not take (ASSUMPTION: XLA computes it as f32), at
+    // the f32 rate.
+    {"tpu-v4", 275.0 / 6.0, 275, 275.0 / 6.0, 8, 1200, 32 * kGiB, 16, 2000, 2000},
 }};
 
 Status line_error(std::string_view origin, int line, const std::string& msg) {
@@ -89,10 +93,14 @@ bool valid_name(std::string_view s) {
   return true;
 }
 
-enum class Field { kName, kMatmul, kVector, kMemoryBw, kCapacity, kLinkBw, kLinkLatency, kLaunch, kCount };
+enum class Field {
+  kName, kMatmul, kVector, kMemoryBw, kCapacity, kLinkBw, kLinkLatency, kLaunch, kMatmulBf16, kMatmulF16, kCount
+};
 constexpr std::array<std::string_view, static_cast<size_t>(Field::kCount)> kKeys = {
     "name", "matmul_tflops", "vector_tflops", "memory_gbps", "memory_capacity",
-    "link_gbps", "link_latency_ns", "launch_overhead_ns"};
+    "link_gbps", "link_latency_ns", "launch_overhead_ns", "matmul_bf16_tflops", "matmul_f16_tflops"};
+// The keys a file may leave out (unset: matmul_tflops is used).
+bool optional_key(Field f) { return f == Field::kMatmulBf16 || f == Field::kMatmulF16; }
 
 }  // namespace
 
@@ -106,18 +114,22 @@ const DeviceSpec* find_device_preset(std::string_view name) {
 }
 
 std::string DeviceSpec::to_text() const {
+  std::string half;
+  if (matmul_bf16_tflops > 0) half += fmt::format("matmul_bf16_tflops = {}\n", matmul_bf16_tflops);
+  if (matmul_f16_tflops > 0) half += fmt::format("matmul_f16_tflops = {}\n", matmul_f16_tflops);
   return fmt::format(
-      "name = {}\nmatmul_tflops = {}\nvector_tflops = {}\nmemory_gbps = {}\nmemory_capacity = {}\n"
+      "name = {}\nmatmul_tflops = {}\n{}vector_tflops = {}\nmemory_gbps = {}\nmemory_capacity = {}\n"
       "link_gbps = {}\nlink_latency_ns = {}\nlaunch_overhead_ns = {}\n",
-      name, matmul_tflops, vector_tflops, memory_gbps, memory_capacity, link_gbps,
-      link_latency_ns, launch_overhead_ns);
+      name, matmul_tflops, half, vector_tflops, memory_gbps, memory_capacity, link_gbps, link_latency_ns,
+      launch_overhead_ns);
 }
 
 std::string DeviceSpec::digest() const {
   // fmt's shortest round-trip spelling: equal doubles give equal text, different ones differ.
-  std::string text = fmt::format("sim device spec v1; {}; {}; {}; {}; {}; {}; {}", matmul_tflops,
-                                 vector_tflops, memory_gbps, memory_capacity, link_gbps,
-                                 link_latency_ns, launch_overhead_ns);
+  // The half rates as they are used (an unset one is the f32 rate).
+  std::string text = fmt::format("sim device spec v2; {}; {}; {}; {}; {}; {}; {}; {}; {}", matmul_tflops,
+                                 matmul_peak(DType::kBF16), matmul_peak(DType::kF16), vector_tflops, memory_gbps,
+                                 memory_capacity, link_gbps, link_latency_ns, launch_overhead_ns);
   return hex64(XXH3_64bits(text.data(), text.size()));
 }
 
@@ -177,6 +189,8 @@ Result<DeviceSpec> parse_device_spec(std::string_view text, std::string_view ori
     }
     switch (field) {
       case Field::kMatmul: spec.matmul_tflops = *v; break;
+      case Field::kMatmulBf16: spec.matmul_bf16_tflops = *v; break;
+      case Field::kMatmulF16: spec.matmul_f16_tflops = *v; break;
       case Field::kVector: spec.vector_tflops = *v; break;
       case Field::kMemoryBw: spec.memory_gbps = *v; break;
       case Field::kLinkBw: spec.link_gbps = *v; break;
@@ -188,7 +202,7 @@ Result<DeviceSpec> parse_device_spec(std::string_view text, std::string_view ori
     }
   }
   for (size_t f = 0; f < kKeys.size(); ++f) {
-    if (seen_at[f] == 0) {
+    if (seen_at[f] == 0 && !optional_key(static_cast<Field>(f))) {
       return parse_error(fmt::format("{}: missing key '{}'", origin, kKeys[f]));
     }
   }

@@ -5,10 +5,12 @@
 // file.
 //
 // Spec file format: UTF-8 text, one `key = value` per line; blank lines and lines starting with
-// `#` are ignored. Every key below is required exactly once; unknown keys are errors.
+// `#` are ignored.
 //
 //   name               = my-gpu          # a label (letters, digits, '-', '_', '.'); not in the digest
 //   matmul_tflops      = 19.5            # peak for matrix-unit ops on f32 (matmul, conv2d, linear, attention)
+//   matmul_bf16_tflops = 312             # optional: the same ops on bf16 (default: matmul_tflops)
+//   matmul_f16_tflops  = 312             # optional: the same ops on f16 (default: matmul_tflops)
 //   vector_tflops      = 19.5            # peak for every other op (and integer matmul)
 //   memory_gbps        = 2039            # device memory bandwidth, GB/s (10^9 bytes/s)
 //   memory_capacity    = 80G             # bytes; suffixes K, M, G, T are powers of 1024
@@ -16,6 +18,7 @@
 //   link_latency_ns    = 2000            # fixed cost of one transfer
 //   launch_overhead_ns = 4000            # fixed cost of one kernel
 //
+// Every key but the two optional ones is required exactly once; unknown keys are errors.
 // Rates are positive and finite; latencies are finite and >= 0; the capacity is > 0.
 // Errors name the file and line: "spec.txt:3: unknown key 'matmul_tflop'".
 // Thread-safety: plain values; the functions are pure (parse_device_spec_file reads one file).
@@ -26,6 +29,7 @@
 #include <string>
 #include <string_view>
 
+#include "capture/core/dtype.h"
 #include "capture/core/status.h"
 
 namespace tracecache {
@@ -33,6 +37,8 @@ namespace tracecache {
 struct DeviceSpec {
   std::string name;
   double matmul_tflops = 0;
+  double matmul_bf16_tflops = 0;  // 0: unset, the f32 rate
+  double matmul_f16_tflops = 0;   // 0: unset, the f32 rate
   double vector_tflops = 0;
   double memory_gbps = 0;
   uint64_t memory_capacity = 0;
@@ -40,7 +46,14 @@ struct DeviceSpec {
   double link_latency_ns = 0;
   double launch_overhead_ns = 0;
 
-  // The spec in the file format above (parses back to an equal spec).
+  // The matrix-unit peak for a contraction computing in `t`: the bf16 or f16 rate, else the f32 one.
+  double matmul_peak(DType t) const {
+    const double half = t == DType::kBF16 ? matmul_bf16_tflops : t == DType::kF16 ? matmul_f16_tflops : 0;
+    return half > 0 ? half : matmul_tflops;
+  }
+
+  // The spec in the file format above (parses back to an equal spec; an unset half rate is
+  // left out).
   std::string to_text() const;
   // Hex XXH3-64 of every field but `name`, in fixed order and spelling: the sim backend's
   // options digest, so executables are never shared between different devices.

@@ -28,6 +28,7 @@
 #include "capture/ops/topk.h"
 #include "replay/backends/cpu/cpu_grad_nn_ops.h"
 #include "replay/backends/cpu/cpu_nn_ops.h"
+#include "replay/backends/cpu/cpu_quant.h"
 #include "replay/backends/cpu/cpu_nn_layers.h"
 #include "replay/backends/cpu/cpu_loops.h"
 #include "replay/backends/cpu/cpu_reductions.h"
@@ -285,11 +286,13 @@ void run_op(const Graph& g, NodeId node, std::span<const HostBuffer* const> inpu
     return;
   }
   // nn layers (replay/backends/cpu/cpu_nn_layers.h); normalization, softmax, attention (replay/backends/cpu/cpu_nn_ops.h);
+  // quantization (replay/backends/cpu/cpu_quant.h);
   // the gradients' scatter_add (replay/backends/cpu/cpu_grad_nn_ops.h) and the nn layers' gradients
   // (replay/backends/cpu/cpu_grad_nn_layers.h).
   if (info.op_class == OpClass::kNn &&
       (run_nn_layer(n.op, inputs, attrs, out) || run_nn_op(n.op, inputs, attrs, out) ||
-       run_grad_nn_op(n.op, inputs, attrs, out) || run_grad_nn_layer(n.op, inputs, attrs, out))) {
+       run_quant_op(n.op, inputs, out) || run_grad_nn_op(n.op, inputs, attrs, out) ||
+       run_grad_nn_layer(n.op, inputs, attrs, out))) {
     return;
   }
   switch (n.op) {

@@ -178,6 +178,17 @@ class Importer {
   void dropout();
   void trilu();
   void eye_like();
+  void shrink();
+  void bit_shift();
+  void tan();  // onnx_ops_trig.cc
+  void atan();
+  void asin();
+  void acos();
+  void sinh();
+  void cosh();
+  void asinh();
+  void acosh();
+  void atanh();
 
  private:
   // ---- values and the program ----
@@ -207,6 +218,8 @@ class Importer {
   double scalar_of(const V& v, std::string_view what);
   int64_t axis_of(int64_t axis, int rank, std::string_view what = "axis");
   void require_float(const V& v, std::string_view what);
+  // f32, f64, f16 or bf16.
+  void require_floating(const V& v, std::string_view what);
 
   // ---- lowering helpers ----
   V reshape_to(const V& x, const std::vector<int64_t>& dims);
@@ -224,6 +237,10 @@ class Importer {
                                       const std::array<int64_t, 2>& stride);
   std::array<int64_t, 2> pair_attr(std::string_view name, int64_t def);
   void require_rank4(const V& x, std::string_view what);
+  // log(1 + u), e^x - 1 for x >= 0, atan(x), accurate to a few ulp (onnx_ops_trig.cc).
+  V log1p_(const V& u);
+  V expm1_nonnegative(const V& x);
+  V atan_(const V& x);
   // NegativeLogLikelihoodLoss of log-probabilities `x` (onnx_ops_math.cc); weight: null or [C].
   V nll(const V& x, const V& target, const V* weight);
 

@@ -119,6 +119,13 @@ void Importer::require_float(const V& v, std::string_view what) {
   }
 }
 
+void Importer::require_floating(const V& v, std::string_view what) {
+  if (!is_floating(v->type.dtype)) {
+    fail_invalid(fmt::format("{}: {} of dtype {} must be a floating-point tensor", where_(), what,
+                             dtype_name(v->type.dtype)));
+  }
+}
+
 void Importer::require_rank4(const V& x, std::string_view what) {
   if (x->type.shape.rank() != 4) {
     fail_unsupported(fmt::format("{} rank {}", node_->op_type(), x->type.shape.rank()),

@@ -180,6 +180,8 @@ class Importer {
   void eye_like();
   void shrink();
   void bit_shift();
+  void cumsum();
+  void det();
   void tan();  // onnx_ops_trig.cc
   void atan();
   void asin();
@@ -189,6 +191,7 @@ class Importer {
   void asinh();
   void acosh();
   void atanh();
+  void einsum();       // onnx_ops_einsum.cc
 
  private:
   // ---- values and the program ----
@@ -237,6 +240,11 @@ class Importer {
                                       const std::array<int64_t, 2>& stride);
   std::array<int64_t, 2> pair_attr(std::string_view name, int64_t def);
   void require_rank4(const V& x, std::string_view what);
+  // The product over `axis`, kept as a dim of size 1 (onnx_ops_math.cc).
+  V product_along(V x, int64_t axis);
+  // `x` moved `by` places along `axis`, toward the end (or the start, with `backward`), zeros
+  // coming in and what moves past the end dropped.
+  V shift_along(const V& x, int64_t axis, int64_t by, bool backward);
   // log(1 + u), e^x - 1 for x >= 0, atan(x), accurate to a few ulp (onnx_ops_trig.cc).
   V log1p_(const V& u);
   V expm1_nonnegative(const V& x);

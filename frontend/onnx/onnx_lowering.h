@@ -182,6 +182,13 @@ class Importer {
   void bit_shift();
   void cumsum();
   void det();
+  void one_hot();
+  void compress();
+  void non_zero();
+  void scatter_nd();
+  void reverse_sequence();
+  void max_unpool();
+  void window();  // HannWindow, HammingWindow, BlackmanWindow
   void tan();  // onnx_ops_trig.cc
   void atan();
   void asin();

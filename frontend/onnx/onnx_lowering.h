@@ -189,6 +189,8 @@ class Importer {
   void reverse_sequence();
   void max_unpool();
   void window();  // HannWindow, HammingWindow, BlackmanWindow
+  void mean_variance_normalization();
+  void lrn();
   void tan();  // onnx_ops_trig.cc
   void atan();
   void asin();
@@ -199,6 +201,10 @@ class Importer {
   void acosh();
   void atanh();
   void einsum();       // onnx_ops_einsum.cc
+  void recurrent();    // RNN, GRU, LSTM: onnx_ops_recurrent.cc
+  void dft();          // onnx_ops_signal.cc
+  void stft();
+  void grid_sample();  // onnx_ops_sampling.cc
 
  private:
   // ---- values and the program ----
@@ -247,6 +253,8 @@ class Importer {
                                       const std::array<int64_t, 2>& stride);
   std::array<int64_t, 2> pair_attr(std::string_view name, int64_t def);
   void require_rank4(const V& x, std::string_view what);
+  // Lowers a 1-D Conv, ConvTranspose or pool through `handler` as 2-D; false for other ranks.
+  bool lowered_as_2d(Handler handler);
   // The product over `axis`, kept as a dim of size 1 (onnx_ops_math.cc).
   V product_along(V x, int64_t axis);
   // `x` moved `by` places along `axis`, toward the end (or the start, with `backward`), zeros
@@ -256,6 +264,10 @@ class Importer {
   V log1p_(const V& u);
   V expm1_nonnegative(const V& x);
   V atan_(const V& x);
+  // The DFT along the last dim of `re` (and `im`): [..., bins, 2] (onnx_ops_signal.cc).
+  V dft_last(const V& re, const V* im, int64_t bins, bool inverse);
+  // An RNN activation by its ONNX name (Tanh, Sigmoid, Relu); kUnsupported for another.
+  V activation(std::string_view name, const V& x);
   // NegativeLogLikelihoodLoss of log-probabilities `x` (onnx_ops_math.cc); weight: null or [C].
   V nll(const V& x, const V& target, const V* weight);
 

@@ -29,12 +29,18 @@ void Importer::mean_n() {
 
 void Importer::identity() { out(0, in(0)); }
 
+// Inference (or training with ratio 0): the identity, and a mask of trues. Training with a
+// ratio above 0 is random: refused.
 void Importer::dropout() {
   V x = in(0);
   attr_int("seed", 0);
-  if (has_in(2) && scalar_of(in(2), "training_mode") != 0) node_unsupported("training_mode=true");
-  if (out_used(1)) node_unsupported("the mask output");
+  if (has_in(2) && scalar_of(in(2), "training_mode") != 0 && (!has_in(1) || scalar_of(in(1), "ratio") != 0)) {
+    node_unsupported("training_mode=true with a ratio above 0 (random)");
+  }
   out(0, x);
+  if (out_used(1)) {
+    out(1, op(OpKind::kFull, {}, {{"shape", ints(dims_of(x->type.shape))}, {"value", f(1)}, {"dtype", AttrValue::of_dtype(DType::kBool)}}));
+  }
 }
 
 void Importer::div() {

@@ -2,13 +2,85 @@
 // contract: onnx_lowering.h).
 #include "frontend/onnx/onnx_lowering.h"
 
+#include <algorithm>
+#include <cmath>
+
 #include <fmt/format.h>
 
 namespace tracecache::onnx_import::detail {
 
+// ---- 1-D as 2-D -------------------------------------------------------------------------------------
+
+// A 1-D node ([N, C, L]; a Conv's weight [O, I, k]) is lowered as its 2-D form on [N, C, 1, L]: a
+// copy of the node whose inputs are the reshaped values and whose spatial attributes gain a
+// leading height entry (kernel, strides, dilations 1; pads, output_padding 0; output_shape 1),
+// lowered by `handler`, its outputs reshaped back. False (nothing done) for any other rank.
+bool Importer::lowered_as_2d(Handler handler) {
+  V x = in(0);
+  if (x->type.shape.rank() != 3) return false;
+  NodeProto lifted = *node_;
+  auto lifted_value = [&](int k, const V& v) {
+    const std::string name = fmt::format("\x01lifted_input_{}", k);  // no ONNX name starts with \x01
+    std::vector<int64_t> dims = dims_of(v->type.shape);
+    dims.insert(dims.begin() + 2, 1);
+    values_[name] = reshape_to(v, dims);
+    lifted.set_input(k, name);
+  };
+  lifted_value(0, x);
+  const bool conv = node_->op_type() == "Conv" || node_->op_type() == "ConvTranspose";
+  if (conv) {
+    V w = in(1);
+    if (w->type.shape.rank() != 3) fail_invalid(where_() + ": the weight of a 1-D convolution must have rank 3");
+    lifted_value(1, w);
+  }
+  for (AttributeProto& a : *lifted.mutable_attribute()) {
+    const std::string& n = a.name();
+    if (a.type() != AttributeProto::INTS) continue;
+    if (n == "pads") {
+      if (a.ints_size() != 2) fail_invalid(where_() + ": 'pads' of a 1-D node must have 2 entries");
+      const int64_t begin = a.ints(0), end = a.ints(1);
+      a.clear_ints();
+      for (int64_t v : {int64_t{0}, begin, int64_t{0}, end}) a.add_ints(v);
+    } else if (n == "kernel_shape" || n == "strides" || n == "dilations" || n == "output_padding" || n == "output_shape") {
+      if (a.ints_size() != 1) fail_invalid(fmt::format("{}: '{}' of a 1-D node must have 1 entry", where_(), n));
+      const int64_t v = a.ints(0);
+      a.clear_ints();
+      a.add_ints(n == "output_padding" ? 0 : 1);
+      a.add_ints(v);
+    }
+  }
+  for (int k = 0; k < lifted.output_size(); ++k) {
+    if (!lifted.output(k).empty()) lifted.set_output(k, fmt::format("\x01lifted_output_{}", k));
+  }
+  {
+    struct Restore {
+      const NodeProto*& node;
+      const NodeProto* original;
+      ~Restore() { node = original; }
+    } restore{node_, node_};
+    node_ = &lifted;
+    (this->*handler)();
+  }
+  for (int k = 0; k < lifted.output_size(); ++k) {
+    if (lifted.output(k).empty()) continue;
+    auto it = values_.find(lifted.output(k));
+    if (it == values_.end()) continue;
+    V y = it->second;
+    values_.erase(it);
+    std::vector<int64_t> dims = dims_of(y->type.shape);
+    dims.erase(dims.begin() + 2);
+    out(k, reshape_to(y, dims));
+  }
+  for (int k = 0; k < lifted.input_size(); ++k) {
+    if (lifted.input(k) != node_->input(k)) values_.erase(lifted.input(k));
+  }
+  return true;
+}
+
 // ---- handlers: nn layers ---------------------------------------------------------------------------
 
 void Importer::conv() {
+  if (lowered_as_2d(&Importer::conv)) return;
   V x = in(0), w = in(1);
   require_rank4(x, "input");
   require_float(x, "input");
@@ -33,6 +105,7 @@ void Importer::conv() {
 }
 
 void Importer::conv_transpose() {
+  if (lowered_as_2d(&Importer::conv_transpose)) return;
   V x = in(0), w = in(1);
   require_rank4(x, "input");
   require_float(x, "input");
@@ -99,8 +172,19 @@ void Importer::conv_transpose() {
 }
 
 void Importer::max_pool() {
+  if (lowered_as_2d(&Importer::max_pool)) return;
   V x = in(0);
   require_rank4(x, "input");
+  if (x->type.dtype == DType::kU8 || x->type.dtype == DType::kI8) {
+    // Through f32, which holds every 8-bit value exactly (max only picks one).
+    if (out_used(1)) node_unsupported("the Indices output of 8-bit integers");
+    const DType dtype = x->type.dtype;
+    values_[node_->input(0)] = cast_to(x, DType::kF32);
+    max_pool();
+    values_[node_->input(0)] = x;
+    out(0, cast_to(values_[node_->output(0)], dtype));
+    return;
+  }
   require_float(x, "input");
   if (out_used(1)) node_unsupported("the Indices output");
   if (attr_int("storage_order", 0) != 0) node_unsupported("storage_order=1");
@@ -133,6 +217,7 @@ void Importer::max_pool() {
 }
 
 void Importer::average_pool() {
+  if (lowered_as_2d(&Importer::average_pool)) return;
   V x = in(0);
   require_rank4(x, "input");
   require_float(x, "input");
@@ -182,13 +267,32 @@ void Importer::global_pool() {
   out(0, reduce_with(node_->op_type() == "GlobalAveragePool" ? OpKind::kMean : OpKind::kMax, x, axes, true));
 }
 
+// Inference: batch_norm with the running statistics. Training mode: with the batch's mean and
+// (population) variance over every dim but 1, and the running statistics' updates
+// running · momentum + batch · (1 - momentum) as outputs 1 and 2.
 void Importer::batch_norm() {
   V x = in(0);
   const double eps = attr_float("epsilon", 1e-5f);
-  attr_float("momentum", 0.9f);
-  if (attr_int("training_mode", 0) != 0) node_unsupported("training_mode=1");
-  if (out_used(1) || out_used(2)) node_unsupported("the running statistics outputs");
-  out(0, op(OpKind::kBatchNorm, {x, in(3), in(4), in(1), in(2)}, {{"eps", f(eps)}}));
+  const double momentum = attr_float("momentum", 0.9f);
+  if (attr_int("training_mode", 0) == 0) {
+    if (out_used(1) || out_used(2)) node_unsupported("the running statistics outputs without training_mode");
+    out(0, op(OpKind::kBatchNorm, {x, in(3), in(4), in(1), in(2)}, {{"eps", f(eps)}}));
+    return;
+  }
+  const int r = x->type.shape.rank();
+  if (r < 2) fail_invalid(where_() + ": the input needs rank >= 2");
+  std::vector<int64_t> axes = {0}, channel_dims(static_cast<size_t>(r - 1), 1);
+  for (int k = 2; k < r; ++k) axes.push_back(k);
+  channel_dims[0] = x->type.shape[1];
+  V mean = reduce_with(OpKind::kMean, x, axes, false);
+  V centered = op(OpKind::kSub, {x, reshape_to(mean, channel_dims)});
+  V var = reduce_with(OpKind::kMean, op(OpKind::kMul, {centered, centered}), axes, false);
+  out(0, op(OpKind::kBatchNorm, {x, mean, var, in(1), in(2)}, {{"eps", f(eps)}}));
+  auto running = [&](const V& old, const V& batch) {
+    return op(OpKind::kAdd, {op(OpKind::kMul, {old, momentum}), op(OpKind::kMul, {batch, 1.0 - momentum})});
+  };
+  if (out_used(1)) out(1, running(in(3), mean));
+  if (out_used(2)) out(2, running(in(4), var));
 }
 
 void Importer::instance_norm() {
@@ -201,6 +305,48 @@ void Importer::instance_norm() {
   cshape[0] = x->type.shape[1];
   y = op(OpKind::kMul, {y, reshape_to(scale, cshape)});
   out(0, op(OpKind::kAdd, {y, reshape_to(bias, cshape)}));
+}
+
+// MeanVarianceNormalization: (x - mean) / (sqrt(var) + 1e-9) over `axes` (ONNX's function
+// body; var as the mean of the squared deviations, which ONNX writes E[x^2] - E[x]^2).
+void Importer::mean_variance_normalization() {
+  V x = in(0);
+  require_floating(x, "input");
+  const int r = x->type.shape.rank();
+  std::vector<int64_t> axes = attr_ints("axes").value_or(std::vector<int64_t>{0, 2, 3});
+  for (int64_t& a : axes) a = axis_of(a, r);
+  V mean = reduce_with(OpKind::kMean, x, axes, true);
+  V centered = op(OpKind::kSub, {x, mean});
+  V var = reduce_with(OpKind::kMean, op(OpKind::kMul, {centered, centered}), axes, true);
+  out(0, cast_to(op(OpKind::kDiv, {centered, op(OpKind::kAdd, {op(OpKind::kSqrt, {var}), 1e-9})}), x->type.dtype));
+}
+
+// LRN: x / (bias + alpha / size · square_sum)^beta, square_sum over the channels
+// [c - floor((size - 1) / 2), c + ceil((size - 1) / 2)]: x^2 with the channels last, times a
+// constant band matrix of ones.
+void Importer::lrn() {
+  V x = in(0);
+  require_floating(x, "input");
+  const int r = x->type.shape.rank();
+  if (r < 3) fail_invalid(where_() + ": LRN needs rank >= 3 ([N, C, d...])");
+  const double alpha = attr_float("alpha", 1e-4f), beta = attr_float("beta", 0.75f), bias = attr_float("bias", 1.0f);
+  const int64_t size = attr_int("size", 0);
+  if (size <= 0) fail_invalid(where_() + ": 'size' must be positive");
+  const int64_t c = x->type.shape[1];
+  const int64_t before = (size - 1) / 2, after = size - 1 - before;
+  HostBuffer band(DType::kF32, Shape{c, c});  // band[c', c] = 1 where channel c' is in c's window
+  for (int64_t src = 0; src < c; ++src) {
+    for (int64_t dst = 0; dst < c; ++dst) band.data<float>()[src * c + dst] = src >= dst - before && src <= dst + after ? 1.0f : 0.0f;
+  }
+  std::vector<int64_t> to_last = {0}, back(static_cast<size_t>(r));
+  for (int k = 2; k < r; ++k) to_last.push_back(k);
+  to_last.push_back(1);
+  for (int k = 0; k < r; ++k) back[static_cast<size_t>(to_last[static_cast<size_t>(k)])] = k;
+  V sq = op(OpKind::kMul, {x, x});
+  V sums = op(OpKind::kMatmul, {op(OpKind::kPermute, {sq}, {{"perm", ints(to_last)}}), known(std::move(band))});
+  sums = op(OpKind::kPermute, {sums}, {{"perm", ints(back)}});
+  V scale = op(OpKind::kPow, {op(OpKind::kAdd, {op(OpKind::kMul, {sums, alpha / static_cast<double>(size)}), bias}), beta});
+  out(0, cast_to(op(OpKind::kDiv, {x, scale}), x->type.dtype));
 }
 
 void Importer::layer_norm() {
@@ -229,62 +375,225 @@ void Importer::layer_norm() {
   out(0, op(OpKind::kLayerNorm, std::move(args), {{"normalized_dims", i(r - axis)}, {"eps", f(eps)}}));
 }
 
+namespace {
+
+// Resize along one axis as a matrix [out, in] (ONNX's reference, interpolate_1d_with_x, as a
+// linear map): output i reads the n nearest input positions of its source coordinate x (ties
+// toward the smaller; past either end the edge value), weighted by the mode's coefficients of
+// the fraction of x (in (0, 1]). `valid[i]` is false where tf_crop_and_resize extrapolates (a zero
+// row: the value is the extrapolation value).
+struct AxisResize {
+  std::vector<double> weights;  // [out, in]
+  std::vector<bool> valid;
+  bool identity = true;
+};
+
+struct ResizeMode {
+  std::string mode, ctm, nearest;
+  double cubic_a = -0.75;
+  bool exclude_outside = false;
+};
+
+std::vector<double> resize_coefficients(const ResizeMode& m, double ratio) {
+  const bool whole = ratio == 1;
+  if (m.mode == "nearest") {
+    if (whole) return {0, 1};
+    if (m.nearest == "round_prefer_floor") return {ratio <= 0.5 ? 1.0 : 0.0, ratio > 0.5 ? 1.0 : 0.0};
+    if (m.nearest == "round_prefer_ceil") return {ratio < 0.5 ? 1.0 : 0.0, ratio >= 0.5 ? 1.0 : 0.0};
+    if (m.nearest == "floor") return {1, 0};
+    return {0, 1};  // ceil
+  }
+  if (m.mode == "linear") return {1 - ratio, ratio};
+  const double a = m.cubic_a, r = ratio, q = 1 - ratio;
+  return {((a * (r + 1) - 5 * a) * (r + 1) + 8 * a) * (r + 1) - 4 * a, ((a + 2) * r - (a + 3)) * r * r + 1,
+          ((a + 2) * q - (a + 3)) * q * q + 1, ((a * (q + 1) - 5 * a) * (q + 1) + 8 * a) * (q + 1) - 4 * a};
+}
+
+AxisResize axis_resize(const ResizeMode& m, int64_t in, int64_t out, double scale, double out_width, double roi_start,
+                       double roi_end) {
+  AxisResize r;
+  r.weights.assign(static_cast<size_t>(out * in), 0.0);
+  r.valid.assign(static_cast<size_t>(out), true);
+  r.identity = in == out;
+  const auto width = static_cast<double>(in);
+  for (int64_t i = 0; i < out; ++i) {
+    const auto x = static_cast<double>(i);
+    double src;
+    if (m.ctm == "align_corners") {
+      src = out_width == 1 ? 0.0 : x * (width - 1) / (out_width - 1);
+    } else if (m.ctm == "asymmetric") {
+      src = x / scale;
+    } else if (m.ctm == "tf_crop_and_resize") {
+      src = out_width == 1 ? (roi_end - roi_start) * (width - 1) / 2 : x * (roi_end - roi_start) * (width - 1) / (out_width - 1);
+      src += roi_start * (width - 1);
+      if (src < 0 || src > width - 1) {
+        r.valid[static_cast<size_t>(i)] = false;
+        r.identity = false;
+        continue;
+      }
+    } else if (m.ctm == "pytorch_half_pixel") {
+      src = out_width == 1 ? -0.5 : (x + 0.5) / scale - 0.5;
+    } else if (m.ctm == "tf_half_pixel_for_nn") {
+      src = (x + 0.5) / scale;
+    } else {  // half_pixel
+      src = (x + 0.5) / scale - 0.5;
+    }
+    const double whole = std::floor(src);
+    const double ratio = src == whole ? 1.0 : src - whole;
+    std::vector<double> c = resize_coefficients(m, ratio);
+    const auto n = static_cast<int64_t>(c.size());
+    // The n nearest of the edge-padded positions (padded by ceil(n / 2)), in ascending order.
+    const int64_t pad = (n + 1) / 2, limit = in + 2 * pad;
+    const double xp = src + static_cast<double>(pad);
+    std::vector<int64_t> near;
+    for (int64_t j = static_cast<int64_t>(std::floor(xp)) - n - 1; j <= static_cast<int64_t>(std::floor(xp)) + n + 1; ++j) {
+      if (j >= 0 && j < limit) near.push_back(j);
+    }
+    std::sort(near.begin(), near.end(), [&](int64_t p, int64_t q) {
+      const double dp = std::fabs(xp - static_cast<double>(p)), dq = std::fabs(xp - static_cast<double>(q));
+      return dp != dq ? dp < dq : p < q;
+    });
+    near.resize(static_cast<size_t>(std::min<int64_t>(n, static_cast<int64_t>(near.size()))));
+    std::sort(near.begin(), near.end());
+    if (m.exclude_outside) {
+      double total = 0;
+      for (size_t k = 0; k < near.size(); ++k) {
+        const int64_t j = near[k] - pad;
+        if (j < 0 || j >= in) c[k] = 0;
+        total += c[k];
+      }
+      for (double& v : c) v /= total;
+    }
+    for (size_t k = 0; k < near.size(); ++k) {
+      const int64_t j = std::clamp<int64_t>(near[k] - pad, 0, in - 1);
+      r.weights[static_cast<size_t>(i * in + j)] += c[k];
+    }
+  }
+  for (int64_t i = 0; i < out && r.identity; ++i) {
+    for (int64_t j = 0; j < in; ++j) {
+      if (r.weights[static_cast<size_t>(i * in + j)] != (i == j ? 1.0 : 0.0)) r.identity = false;
+    }
+  }
+  return r;
+}
+
+}  // namespace
+
+// Resize: nearest and linear on the 2 last dims of a rank-4 input are the registry's resize ops;
+// every other case (cubic, exclude_outside, tf_crop_and_resize, other dims or ranks, align_corners
+// with a fractional output length) is a product with one constant interpolation matrix per
+// resized axis (axis_resize: ONNX's reference as a linear map), plus the extrapolation value where
+// tf_crop_and_resize reads outside the input.
 void Importer::resize() {
   V x = in(0);
-  require_rank4(x, "input");
-  const std::string mode = attr_string("mode", "nearest");
-  const std::string ctm = attr_string("coordinate_transformation_mode", "half_pixel");
-  const std::string nearest = attr_string("nearest_mode", "round_prefer_floor");
-  attr_float("cubic_coeff_a", -0.75f);
-  attr_float("extrapolation_value", 0.0f);
-  if (attr_int("exclude_outside", 0) != 0) node_unsupported("exclude_outside=1");
-  if (mode != "nearest" && mode != "linear") node_unsupported("mode=" + mode);
+  ResizeMode m;
+  m.mode = attr_string("mode", "nearest");
+  m.ctm = attr_string("coordinate_transformation_mode", "half_pixel");
+  m.nearest = attr_string("nearest_mode", "round_prefer_floor");
+  m.cubic_a = attr_float("cubic_coeff_a", -0.75f);
+  m.exclude_outside = attr_int("exclude_outside", 0) != 0;
+  const double extrapolation = attr_float("extrapolation_value", 0.0f);
+  if (m.mode != "nearest" && m.mode != "linear" && m.mode != "cubic") node_unsupported("mode=" + m.mode);
+  if (m.ctm == "tf_half_pixel_for_nearest") m.ctm = "tf_half_pixel_for_nn";  // the name ONNX 1.12 uses
   static const std::map<std::string, int64_t> kCtm = {{"half_pixel", 0}, {"asymmetric", 1}, {"align_corners", 2},
-                                                      {"pytorch_half_pixel", 3}, {"tf_half_pixel_for_nearest", 4},
-                                                      // the name ONNX 1.12's reference and node tests use
-                                                      {"tf_half_pixel_for_nn", 4}};
+                                                      {"pytorch_half_pixel", 3}, {"tf_half_pixel_for_nn", 4},
+                                                      {"tf_crop_and_resize", -1}};
   static const std::map<std::string, int64_t> kNearest = {{"round_prefer_floor", 0}, {"round_prefer_ceil", 1},
                                                           {"floor", 2}, {"ceil", 3}};
-  auto ctm_it = kCtm.find(ctm);
-  if (ctm_it == kCtm.end()) node_unsupported("coordinate_transformation_mode=" + ctm);
-  auto nearest_it = kNearest.find(nearest);
-  if (nearest_it == kNearest.end()) node_unsupported("nearest_mode=" + nearest);
+  auto ctm_it = kCtm.find(m.ctm);
+  if (ctm_it == kCtm.end()) node_unsupported("coordinate_transformation_mode=" + m.ctm);
+  auto nearest_it = kNearest.find(m.nearest);
+  if (nearest_it == kNearest.end()) node_unsupported("nearest_mode=" + m.nearest);
   const Shape& s = x->type.shape;
-  std::vector<int64_t> size;
-  double scale_h = 0, scale_w = 0;
+  const int r = s.rank();
+  // Per axis: the output size, the scale and the output width the coordinates use.
+  std::vector<int64_t> size(static_cast<size_t>(r));
+  std::vector<double> scale(static_cast<size_t>(r)), width(static_cast<size_t>(r));
   V sizes_v = has_in(3) ? in(3) : nullptr;
   if (sizes_v && sizes_v->type.shape.numel() > 0) {
     std::vector<int64_t> sizes = ints_of(sizes_v, "sizes");
-    if (sizes.size() != 4 || sizes[0] != s[0] || sizes[1] != s[1]) node_unsupported("resizing other than the 2 last dims");
-    size = {sizes[2], sizes[3]};
+    if (static_cast<int>(sizes.size()) != r) fail_invalid(where_() + ": 'sizes' needs one entry per dim");
+    for (int a = 0; a < r; ++a) {
+      const auto u = static_cast<size_t>(a);
+      size[u] = sizes[u];
+      scale[u] = static_cast<double>(sizes[u]) / static_cast<double>(s[a]);
+      width[u] = scale[u] * static_cast<double>(s[a]);
+    }
   } else {
     V scales_v = has_in(2) ? in(2) : nullptr;
     if (!scales_v) fail_invalid(where_() + ": Resize needs scales or sizes");
-    if (!scales_v->known) {
-      needs_constant("scales");
-    }
-    if (scales_v->type.shape.numel() != 4) fail_invalid(where_() + ": 'scales' must have 4 entries");
-    std::vector<double> scales;
-    for (int64_t k = 0; k < 4; ++k) scales.push_back(scales_v->known->element_as_double(k));
-    if (scales[0] != 1 || scales[1] != 1) node_unsupported("resizing other than the 2 last dims");
-    scale_h = scales[2];
-    scale_w = scales[3];
-    const double h = static_cast<double>(s[2]) * scale_h, w = static_cast<double>(s[3]) * scale_w;
-    size = {static_cast<int64_t>(std::floor(h)), static_cast<int64_t>(std::floor(w))};
-    // ONNX's align_corners divides by the unrounded output length (in * scale - 1); the op
-    // divides by its output size - 1.
-    if (ctm == "align_corners" && (std::floor(h) != h || std::floor(w) != w)) {
-      node_unsupported("align_corners with scales whose output length is fractional");
+    if (!scales_v->known) needs_constant("scales");
+    if (scales_v->type.shape.numel() != r) fail_invalid(where_() + ": 'scales' needs one entry per dim");
+    for (int a = 0; a < r; ++a) {
+      const auto u = static_cast<size_t>(a);
+      scale[u] = scales_v->known->element_as_double(a);
+      if (!(scale[u] > 0)) fail_invalid(where_() + ": scales must be positive");
+      // ONNX's reference: the f32 scale times the length, in f32.
+      width[u] = static_cast<float>(scale[u] * static_cast<double>(s[a]));
+      size[u] = static_cast<int64_t>(std::floor(scale[u] * static_cast<double>(s[a])));
     }
   }
-  Attrs a = {{"size", ints(size)}, {"scale_h", f(scale_h)}, {"scale_w", f(scale_w)},
-             {"coordinate_transformation_mode", i(ctm_it->second)}};
-  if (mode == "nearest") {
-    a.push_back({"nearest_mode", i(nearest_it->second)});
-    out(0, op(OpKind::kResizeNearest2d, {x}, a));
-  } else {
-    out(0, op(OpKind::kResizeLinear2d, {x}, a));
+  const bool last_two = r == 4 && size[0] == s[0] && size[1] == s[1] && scale[0] == 1 && scale[1] == 1;
+  const bool whole_widths = width[2] == static_cast<double>(size[2]) && width[3] == static_cast<double>(size[3]);
+  if (last_two && m.mode != "cubic" && !m.exclude_outside && m.ctm != "tf_crop_and_resize" &&
+      (m.ctm != "align_corners" || whole_widths)) {
+    const bool from_sizes = sizes_v && sizes_v->type.shape.numel() > 0;
+    Attrs a = {{"size", ints({size[2], size[3]})}, {"scale_h", f(from_sizes ? 0.0 : scale[2])},
+               {"scale_w", f(from_sizes ? 0.0 : scale[3])}, {"coordinate_transformation_mode", i(ctm_it->second)}};
+    if (m.mode == "nearest") {
+      a.push_back({"nearest_mode", i(nearest_it->second)});
+      out(0, op(OpKind::kResizeNearest2d, {x}, a));
+    } else {
+      out(0, op(OpKind::kResizeLinear2d, {x}, a));
+    }
+    return;
   }
+  require_floating(x, "input");
+  std::vector<double> roi;
+  if (m.ctm == "tf_crop_and_resize") {
+    if (!has_in(1)) fail_invalid(where_() + ": tf_crop_and_resize needs roi");
+    V roi_v = in(1);
+    if (!roi_v->known) needs_constant("roi");
+    if (roi_v->type.shape.numel() != 2 * r) fail_invalid(where_() + ": 'roi' needs 2 entries per dim");
+    for (int64_t k = 0; k < 2 * r; ++k) roi.push_back(roi_v->known->element_as_double(k));
+  }
+  V y = x;
+  std::vector<std::vector<bool>> valid(static_cast<size_t>(r));
+  bool extrapolates = false;
+  for (int a = 0; a < r; ++a) {
+    const auto u = static_cast<size_t>(a);
+    if (size[u] * s[a] > (int64_t{1} << 22)) node_unsupported("a resize matrix above 2^22 elements");
+    AxisResize ar = axis_resize(m, s[a], size[u], scale[u], width[u], roi.empty() ? 0 : roi[u],
+                                roi.empty() ? 1 : roi[u + static_cast<size_t>(r)]);
+    valid[u] = ar.valid;
+    extrapolates = extrapolates || std::find(ar.valid.begin(), ar.valid.end(), false) != ar.valid.end();
+    if (ar.identity) continue;
+    HostBuffer wt(DType::kF32, Shape{s[a], size[u]});  // the matrix transposed: [in, out]
+    for (int64_t i = 0; i < size[u]; ++i) {
+      for (int64_t j = 0; j < s[a]; ++j) wt.data<float>()[j * size[u] + i] = static_cast<float>(ar.weights[static_cast<size_t>(i * s[a] + j)]);
+    }
+    const bool last = a == r - 1;
+    V moved = last ? y : op(OpKind::kTranspose, {y}, {{"dim0", i(a)}, {"dim1", i(r - 1)}});
+    V mapped = op(OpKind::kMatmul, {moved, known(std::move(wt))});
+    y = last ? mapped : op(OpKind::kTranspose, {mapped}, {{"dim0", i(a)}, {"dim1", i(r - 1)}});
+  }
+  if (extrapolates && extrapolation != 0) {
+    // extrapolation · (1 - the product of the axes' in-range masks), over the output's shape.
+    HostBuffer fill(DType::kF32, Shape(IntList(std::span<const int64_t>(size))));
+    float* p = fill.data<float>();
+    for (int64_t k = 0; k < fill.numel(); ++k) {
+      int64_t rest = k;
+      bool inside = true;
+      for (int a = r - 1; a >= 0; --a) {
+        const auto u = static_cast<size_t>(a);
+        inside = inside && valid[u][static_cast<size_t>(rest % size[u])];
+        rest /= size[u];
+      }
+      p[k] = inside ? 0.0f : static_cast<float>(extrapolation);
+    }
+    y = op(OpKind::kAdd, {y, known(std::move(fill))});
+  }
+  out(0, cast_to(y, x->type.dtype));
 }
 
 }  // namespace tracecache::onnx_import::detail

@@ -89,11 +89,16 @@ std::vector<int64_t> broadcast_dims(std::vector<int64_t> a, std::vector<int64_t>
 class Importer;
 using Handler = void (Importer::*)();
 
+// The ONNX domain of the optimizer ops (Adagrad, Momentum, Adam); every other row is of the
+// default domain ("" or "ai.onnx").
+constexpr std::string_view kTrainingDomain = "ai.onnx.preview.training";
+
 struct OpRow {
   std::string_view onnx;
   std::string_view lowering;
   Handler handler;
   OpKind kind = OpKind::kCount;  // the registry op of the generic handlers
+  std::string_view domain = {};  // "" the default domain, else kTrainingDomain
 };
 // The op table (onnx_ops_table.cc), sorted by ONNX op name.
 std::span<const OpRow> op_rows();
@@ -205,6 +210,9 @@ class Importer {
   void dft();          // onnx_ops_signal.cc
   void stft();
   void grid_sample();  // onnx_ops_sampling.cc
+  void adagrad();      // onnx_ops_training.cc (domain ai.onnx.preview.training)
+  void momentum();
+  void adam();
 
  private:
   // ---- values and the program ----

@@ -193,6 +193,7 @@ class Importer {
   void scatter_nd();
   void reverse_sequence();
   void max_unpool();
+  void tfidf_vectorizer();
   void window();  // HannWindow, HammingWindow, BlackmanWindow
   void mean_variance_normalization();
   void lrn();
@@ -263,6 +264,8 @@ class Importer {
   void require_rank4(const V& x, std::string_view what);
   // Lowers a 1-D Conv, ConvTranspose or pool through `handler` as 2-D; false for other ranks.
   bool lowered_as_2d(Handler handler);
+  // Lowers a 3-D MaxPool or AveragePool without pads as two 2-D pools; false for other ranks.
+  bool pooled_as_two_2d();
   // The product over `axis`, kept as a dim of size 1 (onnx_ops_math.cc).
   V product_along(V x, int64_t axis);
   // `x` moved `by` places along `axis`, toward the end (or the start, with `backward`), zeros

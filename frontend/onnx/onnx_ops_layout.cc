@@ -2,6 +2,7 @@
 #include "frontend/onnx/onnx_lowering.h"
 
 #include <algorithm>
+#include <map>
 
 #include <fmt/format.h>
 
@@ -435,6 +436,85 @@ void Importer::max_unpool() {
     while (extra.size() >= 2 && extra[extra.size() - 1] == 0) extra.resize(extra.size() - 2);
     if (extra.size() > 8) node_unsupported("padding more than the 4 innermost dims");
     if (!extra.empty()) y = op(OpKind::kPad, {y}, {{"pads", ints(extra)}, {"value", f(0)}});
+  }
+  out(0, y);
+}
+
+// TfIdfVectorizer of integer n-grams (ONNX's reference, a port of onnxruntime's): each pool
+// n-gram of a length in [min_gram_length, max_gram_length] is counted at every start where its
+// tokens, `skip` apart (skip 1 .. max_skip_count + 1; unigrams only at skip 1), all match: per
+// n-gram and skip, eq of shifted slices, minimum, sum. Counts go to the n-gram's ngram_indexes
+// column; IDF and TFIDF apply the weights. Bounded by kMaxTfIdfTerms compared tokens.
+void Importer::tfidf_vectorizer() {
+  constexpr int64_t kMaxTfIdfTerms = 4096;
+  V x = in(0);
+  if (!is_integral(x->type.dtype) || x->type.dtype == DType::kBool) node_unsupported("string or non-integer input");
+  const int r = x->type.shape.rank();
+  if (r != 1 && r != 2) fail_invalid(where_() + ": the input must be [C] or [B, C]");
+  const std::string mode = attr_string("mode", "TF");
+  if (mode != "TF" && mode != "IDF" && mode != "TFIDF") fail_invalid(where_() + ": mode must be TF, IDF or TFIDF");
+  const int64_t min_gram = attr_int("min_gram_length", 1), max_gram = attr_int("max_gram_length", 1);
+  const int64_t max_skip = attr_int("max_skip_count", 0);
+  if (attr("pool_strings")) node_unsupported("pool_strings");
+  const std::vector<int64_t> pool = attr_ints("pool_int64s").value_or(std::vector<int64_t>{});
+  const std::vector<int64_t> counts = attr_ints("ngram_counts").value_or(std::vector<int64_t>{});
+  const std::vector<int64_t> indexes = attr_ints("ngram_indexes").value_or(std::vector<int64_t>{});
+  std::vector<float> weights;
+  if (const AttributeProto* a = attr("weights")) weights.assign(a->floats().begin(), a->floats().end());
+  if (indexes.empty() || min_gram < 1 || max_gram < min_gram || max_skip < 0) fail_invalid(where_() + ": bad n-gram attributes");
+  const int64_t outputs = *std::max_element(indexes.begin(), indexes.end()) + 1;
+  const int64_t c = x->type.shape[r - 1];
+  // The pool's n-grams: (tokens, output column), later duplicates replacing earlier ones.
+  std::map<std::vector<int64_t>, int64_t> grams;
+  int64_t id = 0;
+  for (size_t k = 0; k < counts.size(); ++k) {
+    const auto size = static_cast<int64_t>(k) + 1;
+    const int64_t begin = counts[k], end = k + 1 < counts.size() ? counts[k + 1] : static_cast<int64_t>(pool.size());
+    if (begin < 0 || end > static_cast<int64_t>(pool.size()) || end < begin) fail_invalid(where_() + ": ngram_counts do not fit the pool");
+    for (int64_t at = begin; at + size <= end; at += size, ++id) {
+      if (id >= static_cast<int64_t>(indexes.size())) fail_invalid(where_() + ": more n-grams than ngram_indexes");
+      if (size < min_gram || size > max_gram) continue;
+      grams[std::vector<int64_t>(pool.begin() + at, pool.begin() + at + size)] = indexes[static_cast<size_t>(id)];
+    }
+  }
+  int64_t terms = 0;
+  std::vector<std::vector<V>> per_column(static_cast<size_t>(outputs));
+  auto window = [&](int64_t start, int64_t len) {
+    return op(OpKind::kSlice, {x}, {{"axis", i(r - 1)}, {"start", i(start)}, {"end", i(start + len)}});
+  };
+  for (const auto& [tokens, column] : grams) {
+    const auto n = static_cast<int64_t>(tokens.size());
+    for (int64_t skip = 1; skip <= (n == 1 ? 1 : max_skip + 1); ++skip) {
+      const int64_t starts = c - (n - 1) * skip;
+      if (starts <= 0) continue;
+      terms += n;
+      if (terms > kMaxTfIdfTerms) node_unsupported(fmt::format("more than {} token comparisons", kMaxTfIdfTerms));
+      V match;
+      for (int64_t j = 0; j < n; ++j) {
+        V eq = op(OpKind::kEq, {window(j * skip, starts), static_cast<double>(tokens[static_cast<size_t>(j)])});
+        match = match ? op(OpKind::kMinimum, {match, eq}) : eq;
+      }
+      per_column[static_cast<size_t>(column)].push_back(reduce_with(OpKind::kSum, match, {r - 1}, true));
+    }
+  }
+  std::vector<int64_t> column_dims = dims_of(x->type.shape);
+  column_dims.back() = 1;
+  std::vector<Arg> columns;
+  for (int64_t o = 0; o < outputs; ++o) {
+    V total;
+    for (const V& v : per_column[static_cast<size_t>(o)]) total = total ? op(OpKind::kAdd, {total, v}) : v;
+    if (!total) total = op(OpKind::kFull, {}, {{"shape", ints(column_dims)}, {"value", f(0)}, {"dtype", AttrValue::of_dtype(DType::kI64)}});
+    columns.emplace_back(cast_to(total, DType::kF32));
+  }
+  V tf = columns.size() == 1 ? columns[0].v : op(OpKind::kConcat, std::move(columns), {{"axis", i(r - 1)}});
+  V y = tf;
+  if (mode != "TF") {
+    if (!weights.empty() && static_cast<int64_t>(weights.size()) != outputs) fail_invalid(where_() + ": one weight per output");
+    HostBuffer w(DType::kF32, Shape{outputs});
+    for (int64_t o = 0; o < outputs; ++o) w.data<float>()[o] = weights.empty() ? 1.0f : weights[static_cast<size_t>(o)];
+    V wv = known(std::move(w));
+    if (mode == "IDF") y = op(OpKind::kWhere, {op(OpKind::kGt, {tf, 0.0}), op(OpKind::kBroadcastTo, {wv}, {{"shape", ints(dims_of(tf->type.shape))}}), 0.0});
+    else y = op(OpKind::kMul, {tf, wv});
   }
   out(0, y);
 }

@@ -171,8 +171,43 @@ void Importer::conv_transpose() {
   out(0, y);
 }
 
+// A 3-D MaxPool or AveragePool without padding, dilation or ceil_mode, as two 2-D pools: over
+// (H, W) on [N, C · D, H, W], then over D on [N, C, D, Ho · Wo]. Max is separable; so is the
+// average, every window having the same count. False (nothing done) for other ranks.
+bool Importer::pooled_as_two_2d() {
+  V x = in(0);
+  if (x->type.shape.rank() != 5) return false;
+  require_float(x, "input");
+  const bool max = node_->op_type() == "MaxPool";
+  if (max && out_used(1)) node_unsupported("the Indices output of a 3-D pool");
+  std::optional<std::vector<int64_t>> k = attr_ints("kernel_shape");
+  if (!k || k->size() != 3) fail_invalid(where_() + ": kernel_shape must have 3 entries");
+  std::vector<int64_t> stride = attr_ints("strides").value_or(std::vector<int64_t>{1, 1, 1});
+  const std::vector<int64_t> pads = attr_ints("pads").value_or(std::vector<int64_t>(6, 0));
+  const std::vector<int64_t> dil = attr_ints("dilations").value_or(std::vector<int64_t>{1, 1, 1});
+  const std::string auto_pad = attr_string("auto_pad", "NOTSET");
+  if (stride.size() != 3) fail_invalid(where_() + ": strides must have 3 entries");
+  if (attr_int("ceil_mode", 0) != 0 || std::any_of(pads.begin(), pads.end(), [](int64_t p) { return p != 0; }) ||
+      std::any_of(dil.begin(), dil.end(), [](int64_t d) { return d != 1; }) || (auto_pad != "NOTSET" && auto_pad != "VALID") ||
+      (max && attr_int("storage_order", 0) != 0)) {
+    node_unsupported("a 3-D pool with pads, dilations or ceil_mode");
+  }
+  if (!max) attr_int("count_include_pad", 0);  // no pads: the same either way
+  const Shape& s = x->type.shape;
+  const OpKind kind = max ? OpKind::kMaxPool2d : OpKind::kAvgPool2d;
+  auto pool = [&](const V& v, int64_t kh, int64_t kw, int64_t sh, int64_t sw) {
+    Attrs a = {{"kernel", ints({kh, kw})}, {"stride", ints({sh, sw})}};
+    return op(kind, {v}, a);
+  };
+  V plane = pool(reshape_to(x, {s[0], s[1] * s[2], s[3], s[4]}), (*k)[1], (*k)[2], stride[1], stride[2]);
+  const int64_t ho = plane->type.shape[2], wo = plane->type.shape[3];
+  V depth = pool(reshape_to(plane, {s[0], s[1], s[2], ho * wo}), (*k)[0], 1, stride[0], 1);
+  out(0, reshape_to(depth, {s[0], s[1], depth->type.shape[2], ho, wo}));
+  return true;
+}
+
 void Importer::max_pool() {
-  if (lowered_as_2d(&Importer::max_pool)) return;
+  if (lowered_as_2d(&Importer::max_pool) || pooled_as_two_2d()) return;
   V x = in(0);
   require_rank4(x, "input");
   if (x->type.dtype == DType::kU8 || x->type.dtype == DType::kI8) {
@@ -186,7 +221,6 @@ void Importer::max_pool() {
     return;
   }
   require_float(x, "input");
-  if (out_used(1)) node_unsupported("the Indices output");
   if (attr_int("storage_order", 0) != 0) node_unsupported("storage_order=1");
   std::optional<std::vector<int64_t>> k = attr_ints("kernel_shape");
   if (!k || k->size() != 2) fail_invalid(where_() + ": kernel_shape must have 2 entries");
@@ -197,7 +231,8 @@ void Importer::max_pool() {
   const auto pads = spatial_pads(x->type.shape, extent, stride);
   const Attrs base = {{"kernel", ints({kernel[0], kernel[1]})}, {"stride", ints({stride[0], stride[1]})},
                       {"dilation", ints({dil[0], dil[1]})}};
-  if (!ceil_mode && pads[0] == pads[2] && pads[1] == pads[3] && pads[0] <= kernel[0] / 2 && pads[1] <= kernel[1] / 2) {
+  if (!out_used(1) && !ceil_mode && pads[0] == pads[2] && pads[1] == pads[3] && pads[0] <= kernel[0] / 2 &&
+      pads[1] <= kernel[1] / 2) {
     Attrs a = base;
     a.push_back({"padding", ints({pads[0], pads[1]})});
     out(0, op(OpKind::kMaxPool2d, {x}, a));
@@ -213,11 +248,45 @@ void Importer::max_pool() {
     right[u] = (o - 1) * stride[u] + extent[u] - x->type.shape[2 + a] - pads[u];
   }
   V padded = pad2d(x, pads[0], right[0], pads[1], right[1], -std::numeric_limits<double>::infinity());
-  out(0, op(OpKind::kMaxPool2d, {padded}, base));
+  if (!out_used(1)) {
+    out(0, op(OpKind::kMaxPool2d, {padded}, base));
+    return;
+  }
+  // With Indices: every window's cells gathered ([N, C, Ho · Wo, kh · kw], index_select of a
+  // constant table), max and argmax over them (the first maximum, as ONNX's reference), the
+  // argmax mapped to the cell's flat index in x ([N, C, H, W] row-major, pads not counted).
+  const Shape& s = x->type.shape;
+  const int64_t n = s[0], c = s[1], h = s[2], w = s[3];
+  const int64_t hp = h + pads[0] + right[0], wp = w + pads[1] + right[1];
+  const int64_t ho = (hp - extent[0]) / stride[0] + 1, wo = (wp - extent[1]) / stride[1] + 1, cells = kernel[0] * kernel[1];
+  if (ho * wo * cells > kFoldLimit) node_unsupported("the Indices output of more than 65536 window cells");
+  HostBuffer table(DType::kI64, Shape{ho * wo * cells}), source(DType::kI64, Shape{ho * wo, cells});
+  for (int64_t oy = 0; oy < ho; ++oy) {
+    for (int64_t ox = 0; ox < wo; ++ox) {
+      for (int64_t ky = 0; ky < kernel[0]; ++ky) {
+        for (int64_t kx = 0; kx < kernel[1]; ++kx) {
+          const int64_t py = oy * stride[0] + ky * dil[0], px = ox * stride[1] + kx * dil[1];
+          const int64_t at = ((oy * wo + ox) * kernel[0] + ky) * kernel[1] + kx;
+          table.data<int64_t>()[at] = py * wp + px;
+          // A pad cell holds -inf and is never the first maximum of a window with an input cell.
+          source.data<int64_t>()[at] = std::clamp<int64_t>(py - pads[0], 0, h - 1) * w + std::clamp<int64_t>(px - pads[1], 0, w - 1);
+        }
+      }
+    }
+  }
+  V cells_v = reshape_to(op(OpKind::kIndexSelect, {reshape_to(padded, {n, c, hp * wp}), known(std::move(table))}, {{"axis", i(2)}}),
+                         {n, c, ho * wo, cells});
+  out(0, reshape_to(reduce_with(OpKind::kMax, cells_v, {3}, false), {n, c, ho, wo}));
+  V first = op(OpKind::kArgmax, {cells_v}, {{"axis", i(3)}, {"keepdim", b(true)}});
+  V src = op(OpKind::kBroadcastTo, {known(std::move(source))}, {{"shape", ints({n, c, ho * wo, cells})}});
+  V picked = reshape_to(op(OpKind::kGather, {src, first}, {{"axis", i(3)}}), {n, c, ho, wo});
+  // + (n · C + c) · H · W
+  V plane = op(OpKind::kMul, {reshape_to(arange(0, n * c, 1), {n, c, 1, 1}), static_cast<double>(h * w)});
+  out(1, op(OpKind::kAdd, {picked, plane}));
 }
 
 void Importer::average_pool() {
-  if (lowered_as_2d(&Importer::average_pool)) return;
+  if (lowered_as_2d(&Importer::average_pool) || pooled_as_two_2d()) return;
   V x = in(0);
   require_rank4(x, "input");
   require_float(x, "input");

@@ -139,6 +139,7 @@ constexpr OpRow kRows[] = {
     {"Sum", "add", &Importer::variadic, OpKind::kAdd},
     {"Tan", "div(sin, cos)", &Importer::tan},
     {"Tanh", "tanh", &Importer::unary, OpKind::kTanh},
+    {"TfIdfVectorizer", "integer n-grams: per n-gram and skip, eq of shifted slices, minimum, sum; concat; IDF, TFIDF: where, mul by the weights", &Importer::tfidf_vectorizer},
     {"ThresholdedRelu", "where", &Importer::thresholded_relu},
     {"Tile", "reshape, broadcast_to, reshape", &Importer::tile},
     {"TopK", "topk, topk_indices", &Importer::topk},

@@ -556,6 +556,14 @@ Result<ImportedModel> import_model(const ::onnx::ModelProto& model, std::string 
   for (const auto& op_set : model.opset_import()) {
     if ((op_set.domain().empty() || op_set.domain() == "ai.onnx") && op_set.version() < detail::kMinOpset) {
       converted_from = op_set.version();
+      // Scan before opset 9 has a batch dim that the converter takes off the body but not the
+      // model's inputs: refused rather than converted into a different model.
+      const auto& nodes = model.graph().node();
+      if (converted_from < 9 && std::any_of(nodes.begin(), nodes.end(), [](const auto& n) { return n.op_type() == "Scan"; })) {
+        if (unsupported_reason) *unsupported_reason = "Scan of opset 8 (batched)";
+        return unsupported(fmt::format("{}: Scan of opset {} (with a batch dim) is not supported; export the model with "
+                                       "opset_version=9 or later", name, converted_from));
+      }
       try {
         converted = ::onnx::version_conversion::ConvertVersion(model, static_cast<int>(detail::kMinOpset));
       } catch (const std::exception& e) {

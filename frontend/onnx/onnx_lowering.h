@@ -211,6 +211,9 @@ class Importer {
   void dft();          // onnx_ops_signal.cc
   void stft();
   void grid_sample();  // onnx_ops_sampling.cc
+  void if_();          // onnx_ops_control.cc
+  void loop();
+  void scan();
   void adagrad();      // onnx_ops_training.cc (domain ai.onnx.preview.training)
   void momentum();
   void adam();
@@ -277,6 +280,8 @@ class Importer {
   V atan_(const V& x);
   // The DFT along the last dim of `re` (and `im`): [..., bins, 2] (onnx_ops_signal.cc).
   V dft_last(const V& re, const V* im, int64_t bins, bool inverse);
+  // Lowers subgraph `g` with its inputs bound to `inputs`; its outputs (onnx_ops_control.cc).
+  std::vector<V> inline_graph(const ::onnx::GraphProto& g, const std::vector<V>& inputs);
   // An RNN activation by its ONNX name (Tanh, Sigmoid, Relu); kUnsupported for another.
   V activation(std::string_view name, const V& x);
   // NegativeLogLikelihoodLoss of log-probabilities `x` (onnx_ops_math.cc); weight: null or [C].

@@ -211,6 +211,7 @@ class Importer {
   void dft();          // onnx_ops_signal.cc
   void stft();
   void grid_sample();  // onnx_ops_sampling.cc
+  void roi_align();
   void if_();          // onnx_ops_control.cc
   void loop();
   void scan();

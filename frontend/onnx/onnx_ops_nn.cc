@@ -221,7 +221,7 @@ void Importer::max_pool() {
     return;
   }
   require_float(x, "input");
-  if (attr_int("storage_order", 0) != 0) node_unsupported("storage_order=1");
+  const bool column_major = attr_int("storage_order", 0) != 0;  // the Indices' order
   std::optional<std::vector<int64_t>> k = attr_ints("kernel_shape");
   if (!k || k->size() != 2) fail_invalid(where_() + ": kernel_shape must have 2 entries");
   const std::array<int64_t, 2> kernel = {(*k)[0], (*k)[1]};
@@ -254,7 +254,8 @@ void Importer::max_pool() {
   }
   // With Indices: every window's cells gathered ([N, C, Ho · Wo, kh · kw], index_select of a
   // constant table), max and argmax over them (the first maximum, as ONNX's reference), the
-  // argmax mapped to the cell's flat index in x ([N, C, H, W] row-major, pads not counted).
+  // argmax mapped to the cell's flat index in x ([N, C, H, W] row-major, pads not counted;
+  // storage_order=1: H and W column-major).
   const Shape& s = x->type.shape;
   const int64_t n = s[0], c = s[1], h = s[2], w = s[3];
   const int64_t hp = h + pads[0] + right[0], wp = w + pads[1] + right[1];
@@ -269,7 +270,8 @@ void Importer::max_pool() {
           const int64_t at = ((oy * wo + ox) * kernel[0] + ky) * kernel[1] + kx;
           table.data<int64_t>()[at] = py * wp + px;
           // A pad cell holds -inf and is never the first maximum of a window with an input cell.
-          source.data<int64_t>()[at] = std::clamp<int64_t>(py - pads[0], 0, h - 1) * w + std::clamp<int64_t>(px - pads[1], 0, w - 1);
+          const int64_t sy = std::clamp<int64_t>(py - pads[0], 0, h - 1), sx = std::clamp<int64_t>(px - pads[1], 0, w - 1);
+          source.data<int64_t>()[at] = column_major ? sx * h + sy : sy * w + sx;
         }
       }
     }

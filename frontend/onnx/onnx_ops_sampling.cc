@@ -1,13 +1,15 @@
-// ONNX op handler: GridSample (opset 16: 4-D input, PyTorch's grid_sample), lowered to
-// elementwise ops on the grid and gathers from the input (the handler contract:
-// onnx_lowering.h). The grid may come from data: each output pixel's source coordinates are
-// computed with PyTorch's formulas (grid_sampler_unnormalize, compute_coordinates with its
-// border clip and reflection), then the input is read at the 1 (nearest), 4 (bilinear) or 16
-// (bicubic) integer positions around them (gather on the flattened H · W, out-of-range reads 0)
-// and weighted as PyTorch's CPU kernel weights them.
+// ONNX op handlers: GridSample and RoiAlign (the handler contract: onnx_lowering.h).
+// GridSample (opset 16: 4-D input, PyTorch's grid_sample) is lowered to elementwise ops on the
+// grid and gathers from the input. The grid may come from data: each output pixel's source
+// coordinates are computed with PyTorch's formulas (grid_sampler_unnormalize,
+// compute_coordinates with its border clip and reflection), then the input is read at the 1
+// (nearest), 4 (bilinear) or 16 (bicubic) integer positions around them (gather on the
+// flattened H · W, out-of-range reads 0) and weighted as PyTorch's CPU kernel weights them.
 #include "frontend/onnx/onnx_lowering.h"
 
+#include <algorithm>
 #include <array>
+#include <cmath>
 
 #include <fmt/format.h>
 
@@ -114,6 +116,75 @@ void Importer::grid_sample() {
     }
   }
   out(0, reshape_to(y, {n, c, gs[1], gs[2]}));
+}
+
+// RoiAlign (mode avg) with constant rois: each roi's output bins average bilinear samples of
+// the input (ONNX's reference, pre_calc_for_bilinear_interpolate), a linear map of x[batch]:
+// y[r] = x[batch[r]] as [C, H · W] times a constant [H · W, bins] matrix per roi (index_select
+// of the rois' images, then one batched matmul). Max mode is not linear: refused.
+void Importer::roi_align() {
+  V x = in(0), rois = in(1), batch = in(2);
+  require_float(x, "X");
+  const std::string mode = attr_string("mode", "avg");
+  if (mode != "avg") node_unsupported("mode=" + mode);
+  const std::string ctm = attr_string("coordinate_transformation_mode", "half_pixel");
+  if (ctm != "half_pixel" && ctm != "output_half_pixel") fail_invalid(where_() + ": coordinate_transformation_mode must be half_pixel or output_half_pixel");
+  const bool half_pixel = ctm == "half_pixel";
+  const int64_t oh = attr_int("output_height", 1), ow = attr_int("output_width", 1);
+  const int64_t ratio = attr_int("sampling_ratio", 0);
+  const double scale = attr_float("spatial_scale", 1.0f);
+  if (!rois->known) needs_constant("rois");
+  const Shape& xs = x->type.shape;
+  if (xs.rank() != 4 || rois->type.shape.rank() != 2 || rois->type.shape[1] != 4 || oh < 1 || ow < 1) {
+    fail_invalid(where_() + ": RoiAlign needs X [N, C, H, W], rois [R, 4] and positive output sizes");
+  }
+  const int64_t r_count = rois->type.shape[0], h = xs[2], w = xs[3];
+  if (r_count * h * w * oh * ow > (int64_t{1} << 22)) node_unsupported("an interpolation matrix above 2^22 entries");
+  HostBuffer m(DType::kF32, Shape{r_count, h * w, oh * ow});  // per roi: [H · W, bins]
+  float* p = m.data<float>();
+  std::fill(p, p + m.numel(), 0.0f);
+  for (int64_t r = 0; r < r_count; ++r) {
+    auto roi = [&](int64_t k) { return rois->known->element_as_double(r * 4 + k) * scale - (half_pixel ? 0.5 : 0.0); };
+    const double start_w = roi(0), start_h = roi(1);
+    double roi_w = roi(2) - start_w, roi_h = roi(3) - start_h;
+    if (!half_pixel) {
+      roi_w = std::max(roi_w, 1.0);
+      roi_h = std::max(roi_h, 1.0);
+    }
+    const double bin_h = roi_h / static_cast<double>(oh), bin_w = roi_w / static_cast<double>(ow);
+    const auto grid_h = ratio > 0 ? ratio : static_cast<int64_t>(std::ceil(roi_h / static_cast<double>(oh)));
+    const auto grid_w = ratio > 0 ? ratio : static_cast<int64_t>(std::ceil(roi_w / static_cast<double>(ow)));
+    const double count = static_cast<double>(std::max<int64_t>(grid_h * grid_w, 1));
+    for (int64_t ph = 0; ph < oh; ++ph) {
+      for (int64_t pw = 0; pw < ow; ++pw) {
+        for (int64_t iy = 0; iy < grid_h; ++iy) {
+          for (int64_t ix = 0; ix < grid_w; ++ix) {
+            double y = start_h + static_cast<double>(ph) * bin_h + (static_cast<double>(iy) + 0.5) * bin_h / static_cast<double>(grid_h);
+            double xx = start_w + static_cast<double>(pw) * bin_w + (static_cast<double>(ix) + 0.5) * bin_w / static_cast<double>(grid_w);
+            if (y < -1.0 || y > static_cast<double>(h) || xx < -1.0 || xx > static_cast<double>(w)) continue;
+            y = std::max(y, 0.0);
+            xx = std::max(xx, 0.0);
+            auto y_low = static_cast<int64_t>(y), x_low = static_cast<int64_t>(xx);
+            int64_t y_high, x_high;
+            if (y_low >= h - 1) { y_high = y_low = h - 1; y = static_cast<double>(y_low); } else { y_high = y_low + 1; }
+            if (x_low >= w - 1) { x_high = x_low = w - 1; xx = static_cast<double>(x_low); } else { x_high = x_low + 1; }
+            const double ly = y - static_cast<double>(y_low), lx = xx - static_cast<double>(x_low);
+            const double hy = 1 - ly, hx = 1 - lx;
+            const int64_t bin = ph * ow + pw;
+            auto add = [&](int64_t pos, double weight) { p[(r * h * w + pos) * oh * ow + bin] += static_cast<float>(weight / count); };
+            add(y_low * w + x_low, hy * hx);
+            add(y_low * w + x_high, hy * lx);
+            add(y_high * w + x_low, ly * hx);
+            add(y_high * w + x_high, ly * lx);
+          }
+        }
+      }
+    }
+  }
+  V images = op(OpKind::kIndexSelect, {reshape_to(x, {xs[0], xs[1], h * w}), reshape_to(cast_to(batch, DType::kI64), {r_count})},
+                {{"axis", i(0)}});
+  V y = op(OpKind::kMatmul, {images, known(std::move(m))});  // [R, C, bins]
+  out(0, reshape_to(y, {r_count, xs[1], oh, ow}));
 }
 
 }  // namespace tracecache::onnx_import::detail

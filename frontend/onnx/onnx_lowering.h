@@ -270,6 +270,8 @@ class Importer {
   bool lowered_as_2d(Handler handler);
   // Lowers a 3-D MaxPool or AveragePool without pads as two 2-D pools; false for other ranks.
   bool pooled_as_two_2d();
+  // Lowers a 3-D ConvTranspose (group 1, explicit pads) as 2-D ones; false for other ranks.
+  bool conv_transpose_3d();
   // The product over `axis`, kept as a dim of size 1 (onnx_ops_math.cc).
   V product_along(V x, int64_t axis);
   // `x` moved `by` places along `axis`, toward the end (or the start, with `backward`), zeros

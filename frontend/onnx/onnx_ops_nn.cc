@@ -104,8 +104,64 @@ void Importer::conv() {
              {"dilation", ints({dil[0], dil[1]})}, {"groups", i(group)}}));
 }
 
+// A 3-D ConvTranspose (group 1, explicit pads) as 2-D ones: for each kernel depth kd, the 2-D
+// transposed convolution of every input depth slice with the weight's slice kd, placed at output
+// depth d · stride + kd · dilation (zeros interleaved for the stride, then shifted) and summed
+// over kd; then cropped by the pads (extended by output_padding) like the 2-D case. False
+// (nothing done) for other ranks.
+bool Importer::conv_transpose_3d() {
+  V x = in(0), w = in(1);
+  if (x->type.shape.rank() != 5) return false;
+  require_float(x, "input");
+  const Shape& xs = x->type.shape;
+  const Shape& ws = w->type.shape;
+  if (ws.rank() != 5 || ws[0] != xs[1]) fail_invalid(where_() + ": the weight must be [C_in, C_out, kD, kH, kW]");
+  auto triple = [&](std::string_view name, int64_t def) {
+    std::vector<int64_t> v = attr_ints(name).value_or(std::vector<int64_t>(3, def));
+    if (v.size() != 3) fail_invalid(fmt::format("{}: '{}' must have 3 entries", where_(), name));
+    return v;
+  };
+  const std::vector<int64_t> stride = triple("strides", 1), dil = triple("dilations", 1), opad = triple("output_padding", 0);
+  const std::vector<int64_t> pads = attr_ints("pads").value_or(std::vector<int64_t>(6, 0));
+  if (std::optional<std::vector<int64_t>> k = attr_ints("kernel_shape"); k && *k != std::vector<int64_t>{ws[2], ws[3], ws[4]}) {
+    fail_invalid(where_() + ": kernel_shape does not match the weight");
+  }
+  if (attr_int("group", 1) != 1 || attr_string("auto_pad", "NOTSET") != "NOTSET" || attr("output_shape") || pads.size() != 6) {
+    node_unsupported("a 3-D ConvTranspose with groups, auto_pad or output_shape");
+  }
+  const int64_t n = xs[0], ci = xs[1], d = xs[2], co = ws[1];
+  const int64_t full_d = (d - 1) * stride[0] + dil[0] * (ws[2] - 1) + 1, placed = (d - 1) * stride[0] + 1;
+  V slices = reshape_to(op(OpKind::kPermute, {x}, {{"perm", ints({0, 2, 1, 3, 4})}}), {n * d, ci, xs[3], xs[4]});
+  V sum;
+  int64_t hf = 0, wf = 0;
+  for (int64_t kd = 0; kd < ws[2]; ++kd) {
+    V wk = reshape_to(op(OpKind::kSlice, {w}, {{"axis", i(2)}, {"start", i(kd)}, {"end", i(kd + 1)}}), {ci, co, ws[3], ws[4]});
+    V z = op(OpKind::kConvTranspose2d, {slices, wk}, {{"stride", ints({stride[1], stride[2]})}, {"dilation", ints({dil[1], dil[2]})}});
+    hf = z->type.shape[2];
+    wf = z->type.shape[3];
+    const int64_t plane = co * hf * wf;
+    V placed_z = reshape_to(z, {n, d, 1, plane});
+    if (stride[0] > 1) {
+      placed_z = op(OpKind::kPad, {placed_z}, {{"pads", ints({0, 0, 0, stride[0] - 1})}, {"value", f(0)}});
+    }
+    placed_z = reshape_to(placed_z, {n, d * stride[0], plane});
+    // Depth d lands at d · stride + kd · dilation: crop the stride's tail, shift by kd · dilation.
+    placed_z = op(OpKind::kPad, {placed_z}, {{"pads", ints({0, 0, kd * dil[0], full_d - placed - kd * dil[0] - (d * stride[0] - placed)})}, {"value", f(0)}});
+    sum = sum ? op(OpKind::kAdd, {sum, placed_z}) : placed_z;
+  }
+  sum = op(OpKind::kPermute, {reshape_to(sum, {n, full_d, co, hf, wf})}, {{"perm", ints({0, 2, 1, 3, 4})}});
+  // Crop by the pads, extend by output_padding (tracecache's pad order: the last dim first).
+  V y = op(OpKind::kPad, {sum}, {{"pads", ints({-pads[2], opad[2] - pads[5], -pads[1], opad[1] - pads[4], -pads[0], opad[0] - pads[3]})}, {"value", f(0)}});
+  if (has_in(2)) {
+    V bias = in(2);
+    y = op(OpKind::kAdd, {y, reshape_to(bias, {bias->type.shape.numel(), 1, 1, 1})});
+  }
+  out(0, y);
+  return true;
+}
+
 void Importer::conv_transpose() {
-  if (lowered_as_2d(&Importer::conv_transpose)) return;
+  if (lowered_as_2d(&Importer::conv_transpose) || conv_transpose_3d()) return;
   V x = in(0), w = in(1);
   require_rank4(x, "input");
   require_float(x, "input");

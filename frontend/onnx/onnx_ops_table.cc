@@ -32,7 +32,7 @@ constexpr OpRow kRows[] = {
     {"Constant", "a param (or folded)", &Importer::constant},
     {"ConstantOfShape", "folded, or full", &Importer::constant_of_shape},
     {"Conv", "conv2d (1-D as 2-D); asymmetric pads or auto_pad: pad first", &Importer::conv},
-    {"ConvTranspose", "conv_transpose2d (1-D as 2-D); asymmetric pads, output_shape, auto_pad: pad (crop) after", &Importer::conv_transpose},
+    {"ConvTranspose", "conv_transpose2d (1-D as 2-D; 3-D: per kernel depth on every depth slice, pad to place, add); asymmetric pads, output_shape, auto_pad: pad (crop) after", &Importer::conv_transpose},
     {"Cos", "cos", &Importer::unary, OpKind::kCos},
     {"Cosh", "(e^a + e^-a) / 2 with a = abs(x): exp, div, add, mul; e^(a/2) * e^(a/2) / 2 from a = 20", &Importer::cosh},
     {"CumSum", "log2(n) rounds of pad (shift) and add; exclusive, reverse: one more shift, the other way", &Importer::cumsum},

@@ -6,6 +6,7 @@
 // tiny and huge arguments of the trigonometric functions, infinities, NaN, empty and odd axes.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <filesystem>
 #include <functional>
@@ -753,6 +754,48 @@ TEST(OnnxDecompositions, IfAndLoopAreInlined) {
   EXPECT_EQ(values(out[0]), (std::vector<double>{12, -4}));
   EXPECT_EQ(out[1].shape(), (Shape{3, 2}));
   EXPECT_EQ(values(out[1]), (std::vector<double>{6, -2, 9, -3, 12, -4}));
+}
+
+// ConvTranspose 3-D (strides 2, 1, 2; a dilation; pads; output_padding) against the direct sum
+// y[o, d·s + k·dil - pad] += x[i, d] · w[i, o, k] per axis, in double.
+TEST(OnnxDecompositions, ConvTranspose3dIsTheDirectSum) {
+  const int64_t ci = 2, co = 3, in_d = 2, in_h = 3, in_w = 2, kd = 2, kh = 2, kw = 3;
+  const std::array<int64_t, 3> stride = {2, 1, 2}, dil = {1, 2, 1}, pb = {1, 0, 0}, pe = {0, 1, 1}, opad = {1, 0, 1};
+  const std::array<int64_t, 3> in = {in_d, in_h, in_w}, k = {kd, kh, kw};
+  std::array<int64_t, 3> out{};
+  for (size_t a = 0; a < 3; ++a) out[a] = (in[a] - 1) * stride[a] - pb[a] - pe[a] + dil[a] * (k[a] - 1) + opad[a] + 1;
+  std::vector<float> x = test::random_values(static_cast<size_t>(ci * in_d * in_h * in_w), 41);
+  std::vector<float> w = test::random_values(static_cast<size_t>(ci * co * kd * kh * kw), 42);
+  std::vector<float> bias = {0.5f, -1, 2};
+  std::vector<HostBuffer> got = run({.op = "ConvTranspose",
+                                     .inputs = {{"x", test::f32({1, ci, in_d, in_h, in_w}, x)}, {"w", test::f32({ci, co, kd, kh, kw}, w)},
+                                                {"b", test::f32({co}, bias)}},
+                                     .attrs = [&](::onnx::NodeProto& n) {
+                                       set_ints(n, "strides", {stride[0], stride[1], stride[2]});
+                                       set_ints(n, "dilations", {dil[0], dil[1], dil[2]});
+                                       set_ints(n, "pads", {pb[0], pb[1], pb[2], pe[0], pe[1], pe[2]});
+                                       set_ints(n, "output_padding", {opad[0], opad[1], opad[2]});
+                                     }});
+  ASSERT_EQ(got.size(), 1u);
+  ASSERT_EQ(got[0].shape(), (Shape{1, co, out[0], out[1], out[2]}));
+  std::vector<double> want(static_cast<size_t>(co * out[0] * out[1] * out[2]));
+  for (int64_t o = 0; o < co; ++o) {
+    for (int64_t j = 0; j < out[0] * out[1] * out[2]; ++j) want[static_cast<size_t>(o * out[0] * out[1] * out[2] + j)] = bias[static_cast<size_t>(o)];
+  }
+  for (int64_t i = 0; i < ci; ++i) {
+    for (int64_t o = 0; o < co; ++o) {
+      for (int64_t d = 0; d < in_d; ++d) for (int64_t h = 0; h < in_h; ++h) for (int64_t c = 0; c < in_w; ++c) {
+        for (int64_t a = 0; a < kd; ++a) for (int64_t b = 0; b < kh; ++b) for (int64_t e = 0; e < kw; ++e) {
+          const int64_t z = d * stride[0] + a * dil[0] - pb[0], y = h * stride[1] + b * dil[1] - pb[1], q = c * stride[2] + e * dil[2] - pb[2];
+          if (z < 0 || z >= out[0] || y < 0 || y >= out[1] || q < 0 || q >= out[2]) continue;
+          want[static_cast<size_t>(((o * out[0] + z) * out[1] + y) * out[2] + q)] +=
+              static_cast<double>(x[static_cast<size_t>(((i * in_d + d) * in_h + h) * in_w + c)]) *
+              w[static_cast<size_t>((((i * co + o) * kd + a) * kh + b) * kw + e)];
+        }
+      }
+    }
+  }
+  expect_close(values(got[0]), want, 1e-5, 1e-6);
 }
 
 // ---- recurrent layers -----------------------------------------------------------------------------

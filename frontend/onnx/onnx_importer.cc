@@ -337,14 +337,16 @@ void Importer::declare_inputs() {
 }
 
 const OpRow* Importer::find_row(const NodeProto& node) {
-  if (!node.domain().empty() && node.domain() != "ai.onnx") {
-    fail_unsupported(fmt::format("op {}.{}", node.domain(), node.op_type()),
-                     fmt::format("{}: op {} of domain '{}' is not supported", where_(), node.op_type(), node.domain()));
-  }
+  const std::string_view domain = node.domain() == "ai.onnx" ? std::string_view() : std::string_view(node.domain());
   const auto rows = op_rows();
   auto it = std::lower_bound(rows.begin(), rows.end(), node.op_type(),
                              [](const OpRow& r, const std::string& t) { return r.onnx < t; });
-  if (it == rows.end() || it->onnx != node.op_type()) {
+  const bool found = it != rows.end() && it->onnx == node.op_type();
+  if (!domain.empty() && (!found || it->domain != domain)) {
+    fail_unsupported(fmt::format("op {}.{}", node.domain(), node.op_type()),
+                     fmt::format("{}: op {} of domain '{}' is not supported", where_(), node.op_type(), node.domain()));
+  }
+  if (!found || it->domain != domain) {
     fail_unsupported("op " + node.op_type(), fmt::format("{}: op {} is not supported (docs/onnx.md lists the supported ops)",
                                                          where_(), node.op_type()));
   }
@@ -409,9 +411,14 @@ void Importer::rename_outputs(size_t first_op) {
 
 ImportedModel Importer::run() {
   int64_t opset = -1;
+  bool training_domain = false;
   for (const auto& o : model_.opset_import()) {
     if (o.domain().empty() || o.domain() == "ai.onnx") opset = o.version();
+    training_domain = training_domain || o.domain() == kTrainingDomain;
   }
+  // A model of optimizer ops only (ONNX's checker refuses a node of a domain the model does
+  // not import): the default domain's newest opset, which none of its nodes uses.
+  if (opset < 0 && training_domain) opset = kMaxOpset;
   if (opset < 0) {
     const std::string domain = model_.opset_import_size() > 0 ? model_.opset_import(0).domain() : "";
     fail_unsupported("domain " + domain, fmt::format("{}: the model imports no opset of the default ONNX domain, only "
@@ -549,6 +556,14 @@ Result<ImportedModel> import_model(const ::onnx::ModelProto& model, std::string 
   for (const auto& op_set : model.opset_import()) {
     if ((op_set.domain().empty() || op_set.domain() == "ai.onnx") && op_set.version() < detail::kMinOpset) {
       converted_from = op_set.version();
+      // Scan before opset 9 has a batch dim that the converter takes off the body but not the
+      // model's inputs: refused rather than converted into a different model.
+      const auto& nodes = model.graph().node();
+      if (converted_from < 9 && std::any_of(nodes.begin(), nodes.end(), [](const auto& n) { return n.op_type() == "Scan"; })) {
+        if (unsupported_reason) *unsupported_reason = "Scan of opset 8 (batched)";
+        return unsupported(fmt::format("{}: Scan of opset {} (with a batch dim) is not supported; export the model with "
+                                       "opset_version=9 or later", name, converted_from));
+      }
       try {
         converted = ::onnx::version_conversion::ConvertVersion(model, static_cast<int>(detail::kMinOpset));
       } catch (const std::exception& e) {

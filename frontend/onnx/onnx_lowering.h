@@ -89,11 +89,16 @@ std::vector<int64_t> broadcast_dims(std::vector<int64_t> a, std::vector<int64_t>
 class Importer;
 using Handler = void (Importer::*)();
 
+// The ONNX domain of the optimizer ops (Adagrad, Momentum, Adam); every other row is of the
+// default domain ("" or "ai.onnx").
+constexpr std::string_view kTrainingDomain = "ai.onnx.preview.training";
+
 struct OpRow {
   std::string_view onnx;
   std::string_view lowering;
   Handler handler;
   OpKind kind = OpKind::kCount;  // the registry op of the generic handlers
+  std::string_view domain = {};  // "" the default domain, else kTrainingDomain
 };
 // The op table (onnx_ops_table.cc), sorted by ONNX op name.
 std::span<const OpRow> op_rows();
@@ -178,6 +183,41 @@ class Importer {
   void dropout();
   void trilu();
   void eye_like();
+  void shrink();
+  void bit_shift();
+  void cumsum();
+  void det();
+  void one_hot();
+  void compress();
+  void non_zero();
+  void scatter_nd();
+  void reverse_sequence();
+  void max_unpool();
+  void tfidf_vectorizer();
+  void window();  // HannWindow, HammingWindow, BlackmanWindow
+  void mean_variance_normalization();
+  void lrn();
+  void tan();  // onnx_ops_trig.cc
+  void atan();
+  void asin();
+  void acos();
+  void sinh();
+  void cosh();
+  void asinh();
+  void acosh();
+  void atanh();
+  void einsum();       // onnx_ops_einsum.cc
+  void recurrent();    // RNN, GRU, LSTM: onnx_ops_recurrent.cc
+  void dft();          // onnx_ops_signal.cc
+  void stft();
+  void grid_sample();  // onnx_ops_sampling.cc
+  void roi_align();
+  void if_();          // onnx_ops_control.cc
+  void loop();
+  void scan();
+  void adagrad();      // onnx_ops_training.cc (domain ai.onnx.preview.training)
+  void momentum();
+  void adam();
   void quantize_linear();
   void dequantize_linear();
   void dynamic_quantize_linear();
@@ -210,6 +250,8 @@ class Importer {
   double scalar_of(const V& v, std::string_view what);
   int64_t axis_of(int64_t axis, int rank, std::string_view what = "axis");
   void require_float(const V& v, std::string_view what);
+  // f32, f64, f16 or bf16.
+  void require_floating(const V& v, std::string_view what);
 
   // ---- lowering helpers ----
   V reshape_to(const V& x, const std::vector<int64_t>& dims);
@@ -227,6 +269,27 @@ class Importer {
                                       const std::array<int64_t, 2>& stride);
   std::array<int64_t, 2> pair_attr(std::string_view name, int64_t def);
   void require_rank4(const V& x, std::string_view what);
+  // Lowers a 1-D Conv, ConvTranspose or pool through `handler` as 2-D; false for other ranks.
+  bool lowered_as_2d(Handler handler);
+  // Lowers a 3-D MaxPool or AveragePool without pads as two 2-D pools; false for other ranks.
+  bool pooled_as_two_2d();
+  // Lowers a 3-D ConvTranspose (group 1, explicit pads) as 2-D ones; false for other ranks.
+  bool conv_transpose_3d();
+  // The product over `axis`, kept as a dim of size 1 (onnx_ops_math.cc).
+  V product_along(V x, int64_t axis);
+  // `x` moved `by` places along `axis`, toward the end (or the start, with `backward`), zeros
+  // coming in and what moves past the end dropped.
+  V shift_along(const V& x, int64_t axis, int64_t by, bool backward);
+  // log(1 + u), e^x - 1 for x >= 0, atan(x), accurate to a few ulp (onnx_ops_trig.cc).
+  V log1p_(const V& u);
+  V expm1_nonnegative(const V& x);
+  V atan_(const V& x);
+  // The DFT along the last dim of `re` (and `im`): [..., bins, 2] (onnx_ops_signal.cc).
+  V dft_last(const V& re, const V* im, int64_t bins, bool inverse);
+  // Lowers subgraph `g` with its inputs bound to `inputs`; its outputs (onnx_ops_control.cc).
+  std::vector<V> inline_graph(const ::onnx::GraphProto& g, const std::vector<V>& inputs);
+  // An RNN activation by its ONNX name (Tanh, Sigmoid, Relu); kUnsupported for another.
+  V activation(std::string_view name, const V& x);
   // Quantization (onnx_ops_quant.cc): a scale or zero point made broadcastable to x (per-channel
   // along the node's axis); input k, or a scalar 0 of `dtype`.
   V quant_param(const V& p, const V& x, std::string_view what);

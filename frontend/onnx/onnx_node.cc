@@ -119,6 +119,13 @@ void Importer::require_float(const V& v, std::string_view what) {
   }
 }
 
+void Importer::require_floating(const V& v, std::string_view what) {
+  if (!is_floating(v->type.dtype)) {
+    fail_invalid(fmt::format("{}: {} of dtype {} must be a floating-point tensor", where_(), what,
+                             dtype_name(v->type.dtype)));
+  }
+}
+
 void Importer::require_rank4(const V& x, std::string_view what) {
   if (x->type.shape.rank() != 4) {
     fail_unsupported(fmt::format("{} rank {}", node_->op_type(), x->type.shape.rank()),
@@ -175,6 +182,27 @@ V Importer::arange(int64_t start, int64_t end, int64_t step) {
 
 V Importer::column_minus_row(int64_t rows, int64_t cols) {
   return op(OpKind::kSub, {arange(0, cols, 1), reshape_to(arange(0, rows, 1), {rows, 1})});
+}
+
+V Importer::shift_along(const V& x, int64_t axis, int64_t by, bool backward) {
+  const int r = x->type.shape.rank();
+  const int64_t dim = x->type.shape[static_cast<int>(axis)];
+  if (axis >= r - 4) {
+    // One pad: `by` zeros before and `by` cropped after (or the reverse).
+    std::vector<int64_t> pads(static_cast<size_t>(2 * (r - axis)), 0);
+    const auto at = static_cast<size_t>(2 * (r - 1 - axis));
+    pads[at] = backward ? -by : by;
+    pads[at + 1] = backward ? by : -by;
+    return op(OpKind::kPad, {x}, {{"pads", ints(pads)}, {"value", f(0)}});
+  }
+  const int64_t moved = std::max<int64_t>(dim - by, 0);
+  std::vector<int64_t> zeros_dims = dims_of(x->type.shape);
+  zeros_dims[static_cast<size_t>(axis)] = dim - moved;
+  V zeros = op(OpKind::kFull, {}, {{"shape", ints(zeros_dims)}, {"value", f(0)}, {"dtype", AttrValue::of_dtype(x->type.dtype)}});
+  V kept = backward ? op(OpKind::kSlice, {x}, {{"axis", i(axis)}, {"start", i(dim - moved)}, {"end", i(dim)}})
+                    : op(OpKind::kSlice, {x}, {{"axis", i(axis)}, {"start", i(0)}, {"end", i(moved)}});
+  return backward ? op(OpKind::kConcat, {kept, zeros}, {{"axis", i(axis)}})
+                  : op(OpKind::kConcat, {zeros, kept}, {{"axis", i(axis)}});
 }
 
 std::array<int64_t, 2> Importer::pair_attr(std::string_view name, int64_t def) {

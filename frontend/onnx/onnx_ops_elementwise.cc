@@ -29,12 +29,18 @@ void Importer::mean_n() {
 
 void Importer::identity() { out(0, in(0)); }
 
+// Inference (or training with ratio 0): the identity, and a mask of trues. Training with a
+// ratio above 0 is random: refused.
 void Importer::dropout() {
   V x = in(0);
   attr_int("seed", 0);
-  if (has_in(2) && scalar_of(in(2), "training_mode") != 0) node_unsupported("training_mode=true");
-  if (out_used(1)) node_unsupported("the mask output");
+  if (has_in(2) && scalar_of(in(2), "training_mode") != 0 && (!has_in(1) || scalar_of(in(1), "ratio") != 0)) {
+    node_unsupported("training_mode=true with a ratio above 0 (random)");
+  }
   out(0, x);
+  if (out_used(1)) {
+    out(1, op(OpKind::kFull, {}, {{"shape", ints(dims_of(x->type.shape))}, {"value", f(1)}, {"dtype", AttrValue::of_dtype(DType::kBool)}}));
+  }
 }
 
 void Importer::div() {
@@ -145,6 +151,26 @@ void Importer::mish() {
   V x = in(0);
   V sp = op(OpKind::kLog, {op(OpKind::kAdd, {op(OpKind::kExp, {x}), 1.0})});
   out(0, op(OpKind::kMul, {x, op(OpKind::kTanh, {sp})}));
+}
+
+void Importer::shrink() {
+  V x = in(0);
+  const double lambd = attr_float("lambd", 0.5f), bias = attr_float("bias", 0.0f);
+  V below = op(OpKind::kLt, {x, -lambd}), above = op(OpKind::kGt, {x, lambd});
+  V y = op(OpKind::kWhere, {above, op(OpKind::kSub, {x, bias}), 0.0});
+  out(0, cast_to(op(OpKind::kWhere, {below, op(OpKind::kAdd, {x, bias}), y}), x->type.dtype));
+}
+
+// BitShift of unsigned integers: left is x · 2^y, right x / 2^y (trunc_div), in x's dtype, which
+// wraps as ONNX's shift does (a shift by the width or more gives 0: 2^y wraps to 0 and an integer
+// division by 0 is 0).
+void Importer::bit_shift() {
+  V x = in(0), y = in(1);
+  const std::string direction = attr_string("direction", "");
+  V power = op(OpKind::kPow, {2.0, y});
+  if (direction == "LEFT") out(0, cast_to(op(OpKind::kMul, {x, power}), x->type.dtype));
+  else if (direction == "RIGHT") out(0, cast_to(op(OpKind::kTruncDiv, {x, power}), x->type.dtype));
+  else fail_invalid(where_() + ": direction must be LEFT or RIGHT");
 }
 
 void Importer::where() { out(0, op(OpKind::kWhere, {in(0), in(1), in(2)})); }

@@ -1,6 +1,9 @@
 // ONNX op handlers: layout (reshapes, slices, gathers...) (the handler contract: onnx_lowering.h).
 #include "frontend/onnx/onnx_lowering.h"
 
+#include <algorithm>
+#include <map>
+
 #include <fmt/format.h>
 
 namespace tracecache::onnx_import::detail {
@@ -180,13 +183,41 @@ void Importer::tile() {
   out(0, y);
 }
 
+// Pad: constant mode is the pad op (the 4 innermost dims); edge and reflect are an index_select
+// per padded axis of the source index of each output position (clamped; or mirrored without
+// repeating the edge, as NumPy's "reflect").
 void Importer::pad() {
   V x = in(0);
   const std::string mode = attr_string("mode", "constant");
-  if (mode != "constant") node_unsupported("mode=" + mode);
+  if (mode != "constant" && mode != "edge" && mode != "reflect") node_unsupported("mode=" + mode);
   std::vector<int64_t> pads = ints_of(in(1), "pads");
   const int r = x->type.shape.rank();
   if (static_cast<int>(pads.size()) != 2 * r) fail_invalid(where_() + ": 'pads' needs 2 entries per dim");
+  if (mode != "constant") {
+    V y = x;
+    for (int d = 0; d < r; ++d) {
+      const int64_t before = pads[static_cast<size_t>(d)], after = pads[static_cast<size_t>(d + r)];
+      if (before == 0 && after == 0) continue;
+      const int64_t n = x->type.shape[d], total = n + before + after;
+      if (n == 0 || total < 0) fail_invalid(where_() + ": edge and reflect padding need a non-empty dim");
+      if (mode == "reflect" && n == 1 && (before > 0 || after > 0)) fail_invalid(where_() + ": reflect padding of a dim of size 1");
+      HostBuffer index(DType::kI64, Shape{total});
+      for (int64_t j = 0; j < total; ++j) {
+        int64_t src = j - before;
+        if (mode == "edge") {
+          src = std::clamp<int64_t>(src, 0, n - 1);
+        } else {
+          const int64_t period = 2 * (n - 1);
+          src = ((src % period) + period) % period;
+          if (src > n - 1) src = period - src;
+        }
+        index.data<int64_t>()[j] = src;
+      }
+      y = op(OpKind::kIndexSelect, {y, known(std::move(index))}, {{"axis", i(d)}});
+    }
+    out(0, y);
+    return;
+  }
   const double value = has_in(2) ? scalar_of(in(2), "constant_value") : 0.0;
   // tracecache's order: the last dim's (before, after) first.
   std::vector<int64_t> ours;
@@ -235,6 +266,257 @@ void Importer::scatter_elements() {
   else if (reduction == "mul") code = 2;
   else if (reduction != "none") node_unsupported("reduction=" + reduction);
   out(0, op(OpKind::kScatterElements, {x, in(1), in(2)}, {{"axis", i(axis)}, {"reduction", i(code)}}));
+}
+
+// OneHot: eq(indices wrapped into [0, depth), arange(depth) along `axis`), then where(on, off).
+// Float indices and depth are truncated to integers first (ONNX casts them to int64); an index
+// outside [-depth, depth) matches nothing (all off).
+void Importer::one_hot() {
+  V idx = in(0), values = in(2);
+  const double depth_d = scalar_of(in(1), "depth");
+  if (!(depth_d >= 1) || depth_d > static_cast<double>(kMaxElements)) {
+    fail_invalid(fmt::format("{}: depth {} must be a positive count", where_(), depth_d));
+  }
+  const auto depth = static_cast<int64_t>(depth_d);
+  const int r = idx->type.shape.rank();
+  const int64_t axis = axis_of(attr_int("axis", -1), r + 1);
+  if (values->type.shape.numel() != 2) fail_invalid(where_() + ": 'values' must hold [off_value, on_value]");
+  if (!is_integral(idx->type.dtype) || idx->type.dtype == DType::kBool) idx = cast_to(idx, DType::kI64);
+  idx = op(OpKind::kWhere, {op(OpKind::kLt, {idx, 0.0}), op(OpKind::kAdd, {idx, static_cast<double>(depth)}), idx});
+  std::vector<int64_t> idx_dims = dims_of(idx->type.shape), pos_dims(static_cast<size_t>(r + 1), 1);
+  idx_dims.insert(idx_dims.begin() + axis, 1);
+  pos_dims[static_cast<size_t>(axis)] = depth;
+  V hot = op(OpKind::kEq, {reshape_to(idx, idx_dims), cast_to(reshape_to(arange(0, depth, 1), pos_dims), idx->type.dtype)});
+  V flat = reshape_to(values, {2});
+  V off = reshape_to(op(OpKind::kSlice, {flat}, {{"axis", i(0)}, {"start", i(0)}, {"end", i(1)}}), {});
+  V on = reshape_to(op(OpKind::kSlice, {flat}, {{"axis", i(0)}, {"start", i(1)}, {"end", i(2)}}), {});
+  out(0, op(OpKind::kWhere, {hot, on, off}));
+}
+
+// Compress: index_select of the positions where the (constant) condition is true; without an
+// axis, of the flattened input. A condition shorter than the axis leaves the rest out.
+void Importer::compress() {
+  V x = in(0), cond = in(1);
+  if (!cond->known) needs_constant("condition");
+  int64_t axis = 0;
+  if (attr("axis")) {
+    axis = axis_of(attr_int("axis", 0), x->type.shape.rank());
+  } else {
+    x = reshape_to(x, {x->type.shape.numel()});
+  }
+  const int64_t dim = x->type.shape[static_cast<int>(axis)];
+  if (cond->type.shape.rank() != 1 || cond->type.shape.numel() > dim) {
+    fail_invalid(fmt::format("{}: the condition must be 1-D and at most {} long", where_(), dim));
+  }
+  std::vector<int64_t> picked;
+  for (int64_t k = 0; k < cond->known->numel(); ++k) {
+    if (cond->known->element_as_double(k) != 0) picked.push_back(k);
+  }
+  HostBuffer index(DType::kI64, Shape{static_cast<int64_t>(picked.size())});
+  std::copy(picked.begin(), picked.end(), index.data<int64_t>());
+  out(0, op(OpKind::kIndexSelect, {x, known(std::move(index))}, {{"axis", i(axis)}}));
+}
+
+// NonZero: its output's shape is its input's values, so the input must be known; folded.
+void Importer::non_zero() {
+  V x = in(0);
+  if (!x->known) needs_constant("X");
+  const int r = x->type.shape.rank();
+  std::vector<int64_t> coords;  // [count][rank], row-major order of x
+  int64_t count = 0;
+  for (int64_t k = 0; k < x->known->numel(); ++k) {
+    if (x->known->element_as_double(k) == 0) continue;
+    ++count;
+    int64_t rest = k;
+    std::vector<int64_t> c(static_cast<size_t>(r));
+    for (int d = r - 1; d >= 0; --d) {
+      c[static_cast<size_t>(d)] = rest % x->type.shape[d];
+      rest /= x->type.shape[d];
+    }
+    coords.insert(coords.end(), c.begin(), c.end());
+  }
+  HostBuffer buf(DType::kI64, Shape{r, count});
+  for (int64_t n = 0; n < count; ++n) {
+    for (int d = 0; d < r; ++d) buf.data<int64_t>()[d * count + n] = coords[static_cast<size_t>(n * r + d)];
+  }
+  out(0, known(std::move(buf)));
+}
+
+// ScatterND on data [d0..d(r-1)], indices [..., k], updates [..., d(k)..]: data as a matrix
+// [d0 · ... · d(k-1), rest], each index tuple as its row (negative entries wrapped, then
+// sum(index · stride)), scatter_elements of the updates' rows along axis 0.
+void Importer::scatter_nd() {
+  V data = in(0), idx = in(1), updates = in(2);
+  const std::string reduction = attr_string("reduction", "none");
+  int64_t code = 0;
+  if (reduction == "add") code = 1;
+  else if (reduction == "mul") code = 2;
+  else if (reduction != "none") node_unsupported("reduction=" + reduction);
+  const Shape& ds = data->type.shape;
+  const Shape& is = idx->type.shape;
+  if (is.rank() < 1 || !is_integral(idx->type.dtype) || idx->type.dtype == DType::kBool) {
+    fail_invalid(where_() + ": indices must be an integer tensor of rank >= 1");
+  }
+  const int64_t k = is[is.rank() - 1];
+  if (k < 1 || k > ds.rank()) fail_invalid(fmt::format("{}: index tuples of {} for data of rank {}", where_(), k, ds.rank()));
+  int64_t rows = 1, rest = 1, tuples = 1;
+  for (int d = 0; d < ds.rank(); ++d) (d < k ? rows : rest) *= ds[d];
+  for (int d = 0; d + 1 < is.rank(); ++d) tuples *= is[d];
+  if (updates->type.shape.numel() != tuples * rest) fail_invalid(where_() + ": updates do not match the indices and data");
+  HostBuffer dims(DType::kI64, Shape{k}), strides(DType::kI64, Shape{k});
+  int64_t stride = 1;
+  for (int64_t j = k - 1; j >= 0; --j) {
+    dims.data<int64_t>()[j] = ds[static_cast<int>(j)];
+    strides.data<int64_t>()[j] = stride;
+    stride *= ds[static_cast<int>(j)];
+  }
+  V index = cast_to(idx, DType::kI64);
+  index = op(OpKind::kAdd, {index, op(OpKind::kWhere, {op(OpKind::kLt, {index, 0.0}), known(std::move(dims)), 0.0})});
+  V row = reduce_with(OpKind::kSum, op(OpKind::kMul, {index, known(std::move(strides))}), {is.rank() - 1}, false);
+  V row_index = op(OpKind::kBroadcastTo, {reshape_to(row, {tuples, 1})}, {{"shape", ints({tuples, rest})}});
+  V y = op(OpKind::kScatterElements, {reshape_to(data, {rows, rest}), row_index, reshape_to(updates, {tuples, rest})},
+           {{"axis", i(0)}, {"reduction", i(code)}});
+  out(0, reshape_to(y, dims_of(ds)));
+}
+
+// ReverseSequence: gather along the time axis with index t < len[b] ? len[b] - 1 - t : t.
+void Importer::reverse_sequence() {
+  V x = in(0), lens = in(1);
+  const int r = x->type.shape.rank();
+  if (r < 2) fail_invalid(where_() + ": the input needs rank >= 2");
+  const int64_t batch_axis = axis_of(attr_int("batch_axis", 1), r), time_axis = axis_of(attr_int("time_axis", 0), r);
+  if (batch_axis == time_axis) fail_invalid(where_() + ": batch_axis and time_axis are the same");
+  const int64_t steps = x->type.shape[static_cast<int>(time_axis)], batch = x->type.shape[static_cast<int>(batch_axis)];
+  if (lens->type.shape.numel() != batch) fail_invalid(where_() + ": one sequence length per batch entry");
+  std::vector<int64_t> t_dims(static_cast<size_t>(r), 1), b_dims(static_cast<size_t>(r), 1);
+  t_dims[static_cast<size_t>(time_axis)] = steps;
+  b_dims[static_cast<size_t>(batch_axis)] = batch;
+  V t = reshape_to(arange(0, steps, 1), t_dims);
+  V len = reshape_to(cast_to(lens, DType::kI64), b_dims);
+  V reversed = op(OpKind::kSub, {op(OpKind::kSub, {len, 1.0}), t});
+  V index = op(OpKind::kWhere, {op(OpKind::kLt, {t, len}), reversed, t});
+  index = op(OpKind::kBroadcastTo, {index}, {{"shape", ints(dims_of(x->type.shape))}});
+  out(0, op(OpKind::kGather, {x, index}, {{"axis", i(time_axis)}}));
+}
+
+// MaxUnpool: the values scattered (scatter_elements on the flattened tensor) to their flat
+// indices in the unpooled shape ((in - 1) · stride - pads + kernel); an output_shape beyond that
+// is zeros after it, as ONNX's reference places them.
+void Importer::max_unpool() {
+  V x = in(0), idx = in(1);
+  const Shape& s = x->type.shape;
+  const int r = s.rank();
+  std::optional<std::vector<int64_t>> kernel = attr_ints("kernel_shape");
+  const auto spatial = static_cast<size_t>(r - 2);
+  if (r < 3 || !kernel || kernel->size() != spatial) fail_invalid(where_() + ": kernel_shape needs one entry per spatial dim");
+  std::vector<int64_t> strides = attr_ints("strides").value_or(std::vector<int64_t>(spatial, 1));
+  std::vector<int64_t> pads = attr_ints("pads").value_or(std::vector<int64_t>(2 * spatial, 0));
+  if (strides.size() != spatial || pads.size() != 2 * spatial) fail_invalid(where_() + ": strides or pads do not match the rank");
+  if (!(idx->type.shape == s)) fail_invalid(where_() + ": the indices must have the input's shape");
+  std::vector<int64_t> unpooled = {s[0], s[1]};
+  for (size_t d = 0; d < spatial; ++d) {
+    unpooled.push_back((s[static_cast<int>(d) + 2] - 1) * strides[d] - pads[d] - pads[d + spatial] + (*kernel)[d]);
+  }
+  int64_t total = 1;
+  for (int64_t d : unpooled) total *= d;
+  V zeros = op(OpKind::kFull, {}, {{"shape", ints({total})}, {"value", f(0)}, {"dtype", AttrValue::of_dtype(x->type.dtype)}});
+  V y = op(OpKind::kScatterElements, {zeros, reshape_to(cast_to(idx, DType::kI64), {s.numel()}), reshape_to(x, {s.numel()})},
+           {{"axis", i(0)}, {"reduction", i(0)}});
+  y = reshape_to(y, unpooled);
+  if (has_in(2)) {
+    std::vector<int64_t> shape = ints_of(in(2), "output_shape");
+    if (shape.size() != unpooled.size()) fail_invalid(where_() + ": output_shape needs one entry per dim");
+    std::vector<int64_t> extra;  // tracecache's pad order: the last dim first
+    for (int d = r - 1; d >= 0; --d) {
+      const int64_t more = shape[static_cast<size_t>(d)] - unpooled[static_cast<size_t>(d)];
+      if (more < 0 || (d < 2 && more != 0)) node_unsupported("an output_shape smaller than the unpooled shape, or of other N, C");
+      extra.push_back(0);
+      extra.push_back(more);
+    }
+    while (extra.size() >= 2 && extra[extra.size() - 1] == 0) extra.resize(extra.size() - 2);
+    if (extra.size() > 8) node_unsupported("padding more than the 4 innermost dims");
+    if (!extra.empty()) y = op(OpKind::kPad, {y}, {{"pads", ints(extra)}, {"value", f(0)}});
+  }
+  out(0, y);
+}
+
+// TfIdfVectorizer of integer n-grams (ONNX's reference, a port of onnxruntime's): each pool
+// n-gram of a length in [min_gram_length, max_gram_length] is counted at every start where its
+// tokens, `skip` apart (skip 1 .. max_skip_count + 1; unigrams only at skip 1), all match: per
+// n-gram and skip, eq of shifted slices, minimum, sum. Counts go to the n-gram's ngram_indexes
+// column; IDF and TFIDF apply the weights. Bounded by kMaxTfIdfTerms compared tokens.
+void Importer::tfidf_vectorizer() {
+  constexpr int64_t kMaxTfIdfTerms = 4096;
+  V x = in(0);
+  if (!is_integral(x->type.dtype) || x->type.dtype == DType::kBool) node_unsupported("string or non-integer input");
+  const int r = x->type.shape.rank();
+  if (r != 1 && r != 2) fail_invalid(where_() + ": the input must be [C] or [B, C]");
+  const std::string mode = attr_string("mode", "TF");
+  if (mode != "TF" && mode != "IDF" && mode != "TFIDF") fail_invalid(where_() + ": mode must be TF, IDF or TFIDF");
+  const int64_t min_gram = attr_int("min_gram_length", 1), max_gram = attr_int("max_gram_length", 1);
+  const int64_t max_skip = attr_int("max_skip_count", 0);
+  if (attr("pool_strings")) node_unsupported("pool_strings");
+  const std::vector<int64_t> pool = attr_ints("pool_int64s").value_or(std::vector<int64_t>{});
+  const std::vector<int64_t> counts = attr_ints("ngram_counts").value_or(std::vector<int64_t>{});
+  const std::vector<int64_t> indexes = attr_ints("ngram_indexes").value_or(std::vector<int64_t>{});
+  std::vector<float> weights;
+  if (const AttributeProto* a = attr("weights")) weights.assign(a->floats().begin(), a->floats().end());
+  if (indexes.empty() || min_gram < 1 || max_gram < min_gram || max_skip < 0) fail_invalid(where_() + ": bad n-gram attributes");
+  const int64_t outputs = *std::max_element(indexes.begin(), indexes.end()) + 1;
+  const int64_t c = x->type.shape[r - 1];
+  // The pool's n-grams: (tokens, output column), later duplicates replacing earlier ones.
+  std::map<std::vector<int64_t>, int64_t> grams;
+  int64_t id = 0;
+  for (size_t k = 0; k < counts.size(); ++k) {
+    const auto size = static_cast<int64_t>(k) + 1;
+    const int64_t begin = counts[k], end = k + 1 < counts.size() ? counts[k + 1] : static_cast<int64_t>(pool.size());
+    if (begin < 0 || end > static_cast<int64_t>(pool.size()) || end < begin) fail_invalid(where_() + ": ngram_counts do not fit the pool");
+    for (int64_t at = begin; at + size <= end; at += size, ++id) {
+      if (id >= static_cast<int64_t>(indexes.size())) fail_invalid(where_() + ": more n-grams than ngram_indexes");
+      if (size < min_gram || size > max_gram) continue;
+      grams[std::vector<int64_t>(pool.begin() + at, pool.begin() + at + size)] = indexes[static_cast<size_t>(id)];
+    }
+  }
+  int64_t terms = 0;
+  std::vector<std::vector<V>> per_column(static_cast<size_t>(outputs));
+  auto window = [&](int64_t start, int64_t len) {
+    return op(OpKind::kSlice, {x}, {{"axis", i(r - 1)}, {"start", i(start)}, {"end", i(start + len)}});
+  };
+  for (const auto& [tokens, column] : grams) {
+    const auto n = static_cast<int64_t>(tokens.size());
+    for (int64_t skip = 1; skip <= (n == 1 ? 1 : max_skip + 1); ++skip) {
+      const int64_t starts = c - (n - 1) * skip;
+      if (starts <= 0) continue;
+      terms += n;
+      if (terms > kMaxTfIdfTerms) node_unsupported(fmt::format("more than {} token comparisons", kMaxTfIdfTerms));
+      V match;
+      for (int64_t j = 0; j < n; ++j) {
+        V eq = op(OpKind::kEq, {window(j * skip, starts), static_cast<double>(tokens[static_cast<size_t>(j)])});
+        match = match ? op(OpKind::kMinimum, {match, eq}) : eq;
+      }
+      per_column[static_cast<size_t>(column)].push_back(reduce_with(OpKind::kSum, match, {r - 1}, true));
+    }
+  }
+  std::vector<int64_t> column_dims = dims_of(x->type.shape);
+  column_dims.back() = 1;
+  std::vector<Arg> columns;
+  for (int64_t o = 0; o < outputs; ++o) {
+    V total;
+    for (const V& v : per_column[static_cast<size_t>(o)]) total = total ? op(OpKind::kAdd, {total, v}) : v;
+    if (!total) total = op(OpKind::kFull, {}, {{"shape", ints(column_dims)}, {"value", f(0)}, {"dtype", AttrValue::of_dtype(DType::kI64)}});
+    columns.emplace_back(cast_to(total, DType::kF32));
+  }
+  V tf = columns.size() == 1 ? columns[0].v : op(OpKind::kConcat, std::move(columns), {{"axis", i(r - 1)}});
+  V y = tf;
+  if (mode != "TF") {
+    if (!weights.empty() && static_cast<int64_t>(weights.size()) != outputs) fail_invalid(where_() + ": one weight per output");
+    HostBuffer w(DType::kF32, Shape{outputs});
+    for (int64_t o = 0; o < outputs; ++o) w.data<float>()[o] = weights.empty() ? 1.0f : weights[static_cast<size_t>(o)];
+    V wv = known(std::move(w));
+    if (mode == "IDF") y = op(OpKind::kWhere, {op(OpKind::kGt, {tf, 0.0}), op(OpKind::kBroadcastTo, {wv}, {{"shape", ints(dims_of(tf->type.shape))}}), 0.0});
+    else y = op(OpKind::kMul, {tf, wv});
+  }
+  out(0, y);
 }
 
 void Importer::depth_to_space() {

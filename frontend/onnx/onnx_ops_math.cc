@@ -1,6 +1,8 @@
 // ONNX op handlers: linear algebra and reductions (the handler contract: onnx_lowering.h).
 #include "frontend/onnx/onnx_lowering.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 namespace tracecache::onnx_import::detail {
@@ -29,6 +31,30 @@ void Importer::gemm() {
   out(0, cast_to(y, in(0)->type.dtype));
 }
 
+// Halving: the first half of the axis times the second, an odd last slice carried along, until
+// one slice is left; ceil(log2(n)) rounds of at most four ops for any n (every output is a
+// product tree of its n inputs, one rounding per multiply as in a sequential product; integers
+// wrap as ONNX's). An empty axis gives ones.
+V Importer::product_along(V x, int64_t axis) {
+  int64_t n = x->type.shape[static_cast<int>(axis)];
+  if (n == 0) {
+    std::vector<int64_t> dims = dims_of(x->type.shape);
+    dims[static_cast<size_t>(axis)] = 1;
+    return op(OpKind::kFull, {}, {{"shape", ints(dims)}, {"value", f(1)}, {"dtype", AttrValue::of_dtype(x->type.dtype)}});
+  }
+  auto part = [&](const V& v, int64_t start, int64_t end) {
+    return op(OpKind::kSlice, {v}, {{"axis", i(axis)}, {"start", i(start)}, {"end", i(end)}});
+  };
+  while (n > 1) {
+    const int64_t half = n / 2;
+    V p = op(OpKind::kMul, {part(x, 0, half), part(x, half, 2 * half)});
+    if (n % 2 != 0) p = op(OpKind::kConcat, {p, part(x, 2 * half, n)}, {{"axis", i(axis)}});
+    x = p;
+    n = half + n % 2;
+  }
+  return x;
+}
+
 void Importer::reduce() {
   V x = in(0);
   const int r = x->type.shape.rank();
@@ -48,6 +74,20 @@ void Importer::reduce() {
   if (r == 0) axes.clear();
   const std::string& t = node_->op_type();
   V y;
+  if (t == "ReduceProd") {
+    if (axes.empty()) for (int k = 0; k < r; ++k) axes.push_back(k);
+    y = x;
+    for (int64_t a : axes) y = product_along(y, a);
+    if (!keep) {
+      std::vector<int64_t> dims;
+      for (int k = 0; k < r; ++k) {
+        if (std::find(axes.begin(), axes.end(), k) == axes.end()) dims.push_back(x->type.shape[k]);
+      }
+      y = reshape_to(y, dims);
+    }
+    out(0, y);
+    return;
+  }
   if (t == "ReduceSum") y = reduce_with(OpKind::kSum, x, axes, keep);
   else if (t == "ReduceMean") y = reduce_with(OpKind::kMean, x, axes, keep);
   else if (t == "ReduceMax") y = reduce_with(OpKind::kMax, x, axes, keep);
@@ -58,6 +98,61 @@ void Importer::reduce() {
   else if (t == "ReduceLogSum") y = op(OpKind::kLog, {reduce_with(OpKind::kSum, x, axes, keep)});
   else y = op(OpKind::kLog, {reduce_with(OpKind::kSum, op(OpKind::kExp, {x}), axes, keep)});  // ReduceLogSumExp
   out(0, cast_to(y, x->type.dtype));
+}
+
+// The inclusive scan by doubling (Hillis and Steele): y += y shifted by 1, 2, 4, ... along the
+// axis, ceil(log2(n)) adds; exclusive shifts the result by one more, reverse shifts the other
+// way. Integers are exact (wrapping as ONNX's); a float output is a sum of the same terms in a
+// tree order (about log2(n) roundings, a sequential sum has up to n).
+void Importer::cumsum() {
+  V x = in(0);
+  const int r = x->type.shape.rank();
+  if (r == 0) fail_invalid(where_() + ": CumSum needs rank >= 1");
+  const std::vector<int64_t> axis_v = ints_of(in(1), "axis");
+  if (axis_v.size() != 1) fail_invalid(where_() + ": 'axis' must hold one value");
+  const int64_t axis = axis_of(axis_v[0], r);
+  const bool exclusive = attr_int("exclusive", 0) != 0, reverse = attr_int("reverse", 0) != 0;
+  const int64_t n = x->type.shape[static_cast<int>(axis)];
+  V y = x;
+  for (int64_t s = 1; s < n; s *= 2) y = op(OpKind::kAdd, {y, shift_along(y, axis, s, reverse)});
+  if (exclusive && n > 0) y = shift_along(y, axis, 1, reverse);
+  out(0, y);
+}
+
+// Det of [..., n, n] for n <= 3: the Leibniz formula (ad - bc; Sarrus' rule), from the
+// entries as slices. Larger matrices need pivoting (data-dependent): refused.
+void Importer::det() {
+  V x = in(0);
+  require_floating(x, "input");
+  const Shape& s = x->type.shape;
+  const int r = s.rank();
+  if (r < 2 || s[r - 1] != s[r - 2]) fail_invalid(where_() + ": Det needs [..., n, n]");
+  const int64_t n = s[r - 1];
+  if (n > 3) node_unsupported(fmt::format("{} x {} matrices (Leibniz formula up to 3 x 3)", n, n));
+  std::vector<int64_t> batch(s.begin(), s.end() - 2), flat_dims = batch;
+  flat_dims.push_back(n * n);
+  V flat = reshape_to(x, flat_dims);
+  const int64_t last = static_cast<int64_t>(flat_dims.size()) - 1;
+  auto e = [&](int64_t row, int64_t col) {
+    const int64_t k = row * n + col;
+    return reshape_to(op(OpKind::kSlice, {flat}, {{"axis", i(last)}, {"start", i(k)}, {"end", i(k + 1)}}), batch);
+  };
+  auto mul = [&](const V& a, const V& b) { return op(OpKind::kMul, {a, b}); };
+  V d;
+  if (n == 0) {
+    d = op(OpKind::kFull, {}, {{"shape", ints(batch)}, {"value", f(1)}, {"dtype", AttrValue::of_dtype(x->type.dtype)}});
+  } else if (n == 1) {
+    d = e(0, 0);
+  } else if (n == 2) {
+    d = op(OpKind::kSub, {mul(e(0, 0), e(1, 1)), mul(e(0, 1), e(1, 0))});
+  } else {
+    V plus = op(OpKind::kAdd, {op(OpKind::kAdd, {mul(mul(e(0, 0), e(1, 1)), e(2, 2)), mul(mul(e(0, 1), e(1, 2)), e(2, 0))}),
+                               mul(mul(e(0, 2), e(1, 0)), e(2, 1))});
+    V minus = op(OpKind::kAdd, {op(OpKind::kAdd, {mul(mul(e(0, 2), e(1, 1)), e(2, 0)), mul(mul(e(0, 0), e(1, 2)), e(2, 1))}),
+                                mul(mul(e(0, 1), e(1, 0)), e(2, 2))});
+    d = op(OpKind::kSub, {plus, minus});
+  }
+  out(0, d);
 }
 
 void Importer::arg_extreme() {

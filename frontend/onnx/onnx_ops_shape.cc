@@ -1,6 +1,9 @@
 // ONNX op handlers: constants, shapes and casts (the handler contract: onnx_lowering.h).
 #include "frontend/onnx/onnx_lowering.h"
 
+#include <cmath>
+#include <numbers>
+
 #include <fmt/format.h>
 
 #include "frontend/onnx/onnx_tensor.h"
@@ -136,6 +139,34 @@ void Importer::eye_like() {
   const int64_t k = attr_int("k", 0);
   V diagonal = op(OpKind::kEq, {column_minus_row(x->type.shape[0], x->type.shape[1]), static_cast<double>(k)});
   out(0, cast_to(diagonal, dtype));
+}
+
+// HannWindow, HammingWindow, BlackmanWindow: sum_j a_j cos(2 pi j k / N) for k < size, N = size
+// (periodic) or size - 1 (symmetric), computed at import in double and rounded once to the
+// output dtype; the size must be known.
+void Importer::window() {
+  const double n_d = scalar_of(in(0), "size");
+  const bool periodic = attr_int("periodic", 1) != 0;
+  const auto to = static_cast<int32_t>(attr_int("output_datatype", ::onnx::TensorProto::FLOAT));
+  std::optional<DType> dtype = dtype_from_onnx(to);
+  if (!dtype) node_unsupported("output_datatype " + onnx_type_name(to));
+  if (!(n_d >= 0) || n_d > static_cast<double>(kFoldLimit)) {
+    node_unsupported(fmt::format("a size of {} (at most {}, computed at import)", n_d, kFoldLimit));
+  }
+  const auto n = static_cast<int64_t>(n_d);
+  std::vector<double> a;
+  const std::string& t = node_->op_type();
+  if (t == "HannWindow") a = {0.5, -0.5};
+  else if (t == "HammingWindow") a = {25.0 / 46.0, -(1.0 - 25.0 / 46.0)};
+  else a = {0.42, -0.5, 0.08};  // BlackmanWindow
+  const double denom = static_cast<double>(periodic ? n : n - 1);
+  HostBuffer buf(DType::kF64, Shape{n});
+  for (int64_t k = 0; k < n; ++k) {
+    double y = 0;
+    for (size_t j = 0; j < a.size(); ++j) y += a[j] * std::cos(2 * std::numbers::pi * static_cast<double>(j * k) / denom);
+    buf.data<double>()[k] = y;
+  }
+  out(0, cast_to(known(std::move(buf)), *dtype));
 }
 
 void Importer::trilu() {

@@ -92,8 +92,11 @@ HostBuffer random_buffer(DType dtype, const Shape& shape, Rng& rng, bool tame = 
         b.data<int64_t>()[i] = special ? rng.pick(kSpecial) : rng.between(tame ? -4 : -20, tame ? 4 : 20);
         break;
       }
-      default:  // dtypes the cpu backend declines: small whole numbers
-        dispatch_dtype(dtype, [&]<typename T>() { b.data<T>()[i] = static_cast<T>(static_cast<float>(rng.between(-4, 4))); });
+      default:  // the storage types: small whole numbers (non-negative for u8: -1 as u8 is UB)
+        dispatch_dtype(dtype, [&]<typename T>() {
+          const int64_t lo = dtype == DType::kU8 ? 0 : -4;
+          b.data<T>()[i] = static_cast<T>(static_cast<float>(rng.between(lo, lo + 8)));
+        });
         break;
     }
   }

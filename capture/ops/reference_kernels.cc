@@ -39,17 +39,17 @@ void convert_buffer(const HostBuffer& in, HostBuffer& out) {
   });
 }
 
-// The elements of a buffer as T: the buffer itself when it already holds T, otherwise a
-// converted copy. This is how "inputs are converted to the computation dtype" is done.
+// The elements of a buffer as T: the buffer itself when it already holds T, otherwise a copy
+// converted by `convert`. This is how "inputs are converted to the computation dtype" is done.
 template <typename T>
 class ElementsAs {
  public:
-  explicit ElementsAs(const HostBuffer& b) {
+  explicit ElementsAs(const HostBuffer& b, void (*convert)(const HostBuffer&, HostBuffer&) = convert_buffer) {
     if (b.dtype() == dtype_of<T>()) {
       data_ = b.data<T>();
     } else {
       copy_ = HostBuffer(dtype_of<T>(), b.shape());
-      convert_buffer(b, copy_);
+      convert(b, copy_);
       data_ = copy_.data<T>();
     }
   }
@@ -298,12 +298,6 @@ void where(std::span<const HostBuffer* const> in, std::span<const AttrValue>, Ho
 
 // ---- quantization ---------------------------------------------------------------------------
 
-namespace {
-
-// `from` element by element into `to` through float: exact from bf16, f16, i8 and u8 to f32 (and
-// for i32 the one rounding ONNX's reference makes), one rounding from f32 to a half. Unlike
-// convert_buffer, it takes the half types: quantization kernels read and write them directly
-// (the cpu backend does not widen them, replay/compile/widen.h).
 void convert_through_float(const HostBuffer& from, HostBuffer& to) {
   dispatch_dtype(from.dtype(), [&]<typename F>() {
     dispatch_dtype(to.dtype(), [&]<typename T>() {
@@ -314,29 +308,9 @@ void convert_through_float(const HostBuffer& from, HostBuffer& to) {
   });
 }
 
-// A buffer's elements as f32: itself, or a converted copy.
-class FloatsOf {
- public:
-  explicit FloatsOf(const HostBuffer& b) {
-    if (b.dtype() == DType::kF32) {
-      data_ = b.data<float>();
-    } else {
-      copy_ = HostBuffer(DType::kF32, b.shape());
-      convert_through_float(b, copy_);
-      data_ = copy_.data<float>();
-    }
-  }
-  float operator[](int64_t i) const { return data_[i]; }
-
- private:
-  HostBuffer copy_;
-  const float* data_ = nullptr;
-};
-
-}  // namespace
-
 void quantize_linear(std::span<const HostBuffer* const> in, std::span<const AttrValue>, HostBuffer& out) {
-  FloatsOf x(*in[0]), scale(*in[1]), zp(*in[2]);
+  ElementsAs<float> x(*in[0], convert_through_float), scale(*in[1], convert_through_float),
+      zp(*in[2], convert_through_float);
   const std::array<IntList, 3> strides = {broadcast_strides(in[0]->shape(), out.shape()),
                                           broadcast_strides(in[1]->shape(), out.shape()),
                                           broadcast_strides(in[2]->shape(), out.shape())};
@@ -354,7 +328,8 @@ void quantize_linear(std::span<const HostBuffer* const> in, std::span<const Attr
 }
 
 void dequantize_linear(std::span<const HostBuffer* const> in, std::span<const AttrValue>, HostBuffer& out) {
-  FloatsOf x(*in[0]), scale(*in[1]), zp(*in[2]);
+  ElementsAs<float> x(*in[0], convert_through_float), scale(*in[1], convert_through_float),
+      zp(*in[2], convert_through_float);
   const std::array<IntList, 3> strides = {broadcast_strides(in[0]->shape(), out.shape()),
                                           broadcast_strides(in[1]->shape(), out.shape()),
                                           broadcast_strides(in[2]->shape(), out.shape())};

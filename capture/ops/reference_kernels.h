@@ -143,6 +143,12 @@ TRACECACHE_REF_KERNEL(rand_normal);
 // point; dequantize_linear is (x - zero_point) * scale, the difference exact in f32 for i8/u8.
 TRACECACHE_REF_KERNEL(quantize_linear);
 TRACECACHE_REF_KERNEL(dequantize_linear);
+// `from` element by element into `to` (same numel) through float: exact from bf16, f16, i8 and u8
+// to f32 (for i32 the one rounding ONNX's reference makes), one rounding from f32 to a half.
+// Unlike the kernels' own conversion, it takes the half types: the reference evaluator widens
+// halves with it (capture/reference/reference.h), and the quantization kernels read and write
+// them directly (the cpu backend does not widen them, replay/compile/widen.h).
+void convert_through_float(const HostBuffer& from, HostBuffer& to);
 
 #undef TRACECACHE_REF_KERNEL
 

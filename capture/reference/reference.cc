@@ -2,23 +2,9 @@
 
 #include <fmt/format.h>
 
+#include "capture/ops/reference_kernels.h"
+
 namespace tracecache {
-
-namespace {
-
-// `from` converted element by element into `to` (same shape): exact for half -> f32, rounding
-// to nearest even for f32 -> half.
-void convert_into(const HostBuffer& from, HostBuffer& to) {
-  dispatch_dtype(from.dtype(), [&]<typename F>() {
-    dispatch_dtype(to.dtype(), [&]<typename T>() {
-      const F* src = from.data<F>();
-      T* dst = to.data<T>();
-      for (int64_t i = 0; i < from.numel(); ++i) dst[i] = static_cast<T>(static_cast<float>(src[i]));
-    });
-  });
-}
-
-}  // namespace
 
 void evaluate_op(OpKind op, std::span<const HostBuffer* const> in, std::span<const AttrValue> attrs, HostBuffer& out) {
   bool half = is_half_float(out.dtype());
@@ -36,7 +22,7 @@ void evaluate_op(OpKind op, std::span<const HostBuffer* const> in, std::span<con
       continue;
     }
     wide.emplace_back(DType::kF32, b->shape());
-    convert_into(*b, wide.back());
+    ref::convert_through_float(*b, wide.back());
     ptrs.push_back(&wide.back());
   }
   if (!is_half_float(out.dtype())) {
@@ -45,7 +31,7 @@ void evaluate_op(OpKind op, std::span<const HostBuffer* const> in, std::span<con
   }
   HostBuffer result(DType::kF32, out.shape());
   op_info(op).reference(ptrs, attrs, result);
-  convert_into(result, out);
+  ref::convert_through_float(result, out);
 }
 
 Result<std::vector<BufferRef>> evaluate_reference(const Graph& graph,

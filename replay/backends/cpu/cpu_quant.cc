@@ -2,10 +2,10 @@
 #include "replay/backends/cpu/cpu_quant.h"
 
 #include <algorithm>
-#include <vector>
 
 #include "capture/core/shape.h"
 #include "capture/ops/elementwise.h"
+#include "capture/ops/reference_kernels.h"
 #include "replay/backends/cpu/cpu_loops.h"
 
 namespace tracecache::cpu {
@@ -13,13 +13,10 @@ namespace tracecache::cpu {
 namespace {
 
 // A small operand (scale or zero point) as f32 values, as the reference reads it.
-std::vector<float> floats_of(const HostBuffer& b) {
-  std::vector<float> v(static_cast<size_t>(b.numel()));
-  dispatch_dtype(b.dtype(), [&]<typename T>() {
-    const T* p = b.data<T>();
-    for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(p[i]);
-  });
-  return v;
+HostBuffer floats_of(const HostBuffer& b) {
+  HostBuffer f(DType::kF32, b.shape());
+  ref::convert_through_float(b, f);
+  return f;
 }
 
 // out[i] = f(x[i], scale, zero point) over runs of `inner` elements sharing one scale and zero
@@ -33,7 +30,9 @@ void quant_runs(const HostBuffer& x_buf, const HostBuffer& scale_buf, const Host
   while (k > 0 && ss[k - 1] == 0 && zs[k - 1] == 0) --k;
   int64_t inner = 1;
   for (int d = k; d < s.rank(); ++d) inner *= s[d];
-  const std::vector<float> scale = floats_of(scale_buf), zp = floats_of(zp_buf);
+  const HostBuffer scale_f = floats_of(scale_buf), zp_f = floats_of(zp_buf);
+  const float* scale = scale_f.data<float>();
+  const float* zp = zp_f.data<float>();
   const X* x = x_buf.data<X>();
   O* o = out.data<O>();
   const int64_t numel = out.numel();
@@ -50,7 +49,7 @@ void quant_runs(const HostBuffer& x_buf, const HostBuffer& scale_buf, const Host
         so += idx * ss[d];
         zo += idx * zs[d];
       }
-      const float sc = scale[static_cast<size_t>(so)], z = zp[static_cast<size_t>(zo)];
+      const float sc = scale[so], z = zp[zo];
       for (; i < run_end; ++i) o[i] = f(static_cast<float>(x[i]), sc, z);
     }
   });
